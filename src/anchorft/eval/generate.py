@@ -8,6 +8,7 @@ so that the same function serves the testbed and the paper's benchmarks. The vLL
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 
 import torch
@@ -73,12 +74,14 @@ def generate(
         done = torch.zeros(len(batch), dtype=torch.bool, device=device)
         new_tokens = []
         past = None
+        # transformers >= 5.2x names the KV cache `cache` (older releases: `past_key_values`)
+        cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         step_ids, step_pos = input_ids, position_ids
         for _ in range(max_new_tokens):
             out = model(
-                input_ids=step_ids, attention_mask=mask, position_ids=step_pos, past_key_values=past, use_cache=True
+                input_ids=step_ids, attention_mask=mask, position_ids=step_pos, use_cache=True, **{cache_kw: past}
             )
-            past = out.past_key_values
+            past = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
             nxt = sample_next(out.logits[:, -1, :], temperature, top_p, generator)  # (B,)
             nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
             new_tokens.append(nxt)

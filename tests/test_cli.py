@@ -1,0 +1,29 @@
+import subprocess
+import sys
+
+from anchorft.cli import COMMANDS, main
+
+
+def test_help_lists_every_command(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name in COMMANDS:
+        assert name in out
+
+
+def test_unknown_command_is_an_error(capsys):
+    assert main(["frobnicate"]) == 2
+    assert "unknown command 'frobnicate'" in capsys.readouterr().err
+
+
+def test_every_command_module_has_main():
+    import importlib
+
+    for name, (module, _) in COMMANDS.items():
+        mod = importlib.import_module(module)
+        assert callable(getattr(mod, "main", None)), f"{module} has no main()"
+
+
+def test_console_script_runs():
+    out = subprocess.run([sys.executable, "-m", "anchorft.cli", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip()
