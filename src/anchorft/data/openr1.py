@@ -18,18 +18,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from anchorft.eval.answers import last_boxed
+
 __all__ = [
     "SYSTEM_PROMPT",
     "HUB_NAME",
     "FORMATS",
-    "last_boxed",
     "answer_verifies",
     "candidate_traces",
     "to_conversation",
@@ -46,40 +47,18 @@ REQUIRED_COLUMNS = ("problem", "answer")
 TRACE_COLUMNS = ("messages", "generations")
 
 
-def last_boxed(text: str) -> str | None:
-    """Content of the last `\\boxed{...}` (or `\\fbox{...}`) in `text`, braces balanced; None if there is none."""
-    best: tuple[int, str] | None = None
-    for macro in ("\\boxed", "\\fbox"):
-        start = text.rfind(macro + "{")
-        while start != -1:
-            i = start + len(macro) + 1
-            depth = 1
-            j = i
-            while j < len(text) and depth:
-                depth += {"{": 1, "}": -1}.get(text[j], 0)
-                j += 1
-            if depth == 0:
-                if best is None or start > best[0]:
-                    best = (start, text[i : j - 1])
-                break
-            start = text.rfind(macro + "{", 0, start)  # unbalanced: try the previous one
-    return None if best is None else best[1].strip()
+def answer_verifies(trace: str, answer: str, check: Callable[[str, str], bool] | None = None) -> bool | None:
+    """math-verify of the trace's last `\\boxed{}` against the gold `answer` (`anchorft.eval.answers`).
 
-
-def answer_verifies(trace: str, answer: str) -> bool | None:
-    """math-verify of the trace's last `\\boxed{}` against the gold `answer`.
-
-    Returns True/False, or None when the trace has no `\\boxed{}` or the gold answer does not parse.
+    `check(gold, boxed) -> bool` defaults to `math_equal` (no timeout); `prepare_openr1_math` passes a
+    `MathChecker` with a per-check timeout. Returns None when the trace has no `\\boxed{}`.
     """
-    from math_verify import parse, verify
+    from anchorft.eval.answers import math_equal
 
     pred = last_boxed(trace)
-    if pred is None or not pred:
+    if not pred:
         return None
-    gold = parse(f"${answer}$")
-    if not gold:
-        return None
-    return bool(verify(gold, parse(f"$\\boxed{{{pred}}}$")))
+    return bool((check or math_equal)(str(answer), pred))
 
 
 def candidate_traces(row: dict[str, Any]) -> list[str]:
@@ -158,7 +137,6 @@ class PrepStats:
     dropped_no_trace: int = 0
     dropped_no_boxed: int = 0
     dropped_wrong_answer: int = 0
-    dropped_gold_unparsable: int = 0
     trace_from_messages: int = 0
     trace_from_generations: int = 0
     requested: int = 0
@@ -170,6 +148,7 @@ def select_verified(
     seed: int,
     fmt: str = "prompt-completion",
     progress: bool = False,
+    check: Callable[[str, str], bool] | None = None,
 ) -> tuple[list[dict[str, Any]], PrepStats]:
     """Visit rows in the order `np.random.default_rng(seed).permutation(len(ds))`; keep the first verified trace
     of each row until `size` rows are kept. Returns the examples (in visiting order) and the counts."""
@@ -197,18 +176,15 @@ def select_verified(
         verdicts = []
         chosen = None
         for t_idx, trace in enumerate(traces):
-            verdict = answer_verifies(trace, str(row["answer"]))
+            verdict = answer_verifies(trace, str(row["answer"]), check)
             verdicts.append(verdict)
             if verdict:
                 chosen = (t_idx, trace)
                 break
         if chosen is None:
-            if all(v is None for v in verdicts):  # no verdict: no \boxed{} at all, or the gold does not parse
-                if any(last_boxed(t) for t in traces):
-                    stats.dropped_gold_unparsable += 1
-                else:
-                    stats.dropped_no_boxed += 1
-            else:
+            if all(v is None for v in verdicts):  # no trace has a \boxed{}
+                stats.dropped_no_boxed += 1
+            else:  # wrong, or a gold answer that math-verify cannot parse
                 stats.dropped_wrong_answer += 1
             continue
         n_msg = sum(1 for m in row.get("messages") or [] if isinstance(m, dict) and m.get("role") == "assistant")
@@ -263,6 +239,7 @@ def prepare_openr1_math(
     subset: str = "default",
     split: str = "train",
     progress: bool = True,
+    timeout_s: float = 10.0,
 ) -> dict[str, Any]:
     """Write `out_dir/train.jsonl` (the paper's conversational format), `config.json`, `metrics.json` and
     `lengths.png`. `load_dataset(out_dir)` or `anchorft train --dataset_name out_dir` reads it back."""
@@ -272,7 +249,10 @@ def prepare_openr1_math(
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
     ds = load_source(source, subset=subset, split=split, limit=limit)
     check_columns(ds.column_names, source)
-    rows, stats = select_verified(ds, size=size, seed=seed, fmt=fmt, progress=progress)
+    from anchorft.eval.answers import MathChecker
+
+    with MathChecker(timeout_s=timeout_s) as checker:
+        rows, stats = select_verified(ds, size=size, seed=seed, fmt=fmt, progress=progress, check=checker.check)
     if not rows:
         raise ValueError(f"no trace of the {stats.rows_examined} rows examined in {source} verifies against 'answer'")
     out = Path(out_dir)
@@ -285,6 +265,7 @@ def prepare_openr1_math(
     _write_atomic(out / "config.json", json.dumps(config, indent=2) + "\n")
     metrics = asdict(stats)
     metrics["short_by"] = max(0, size - stats.kept)
+    metrics["verify_timeouts"] = checker.n_timeouts
     metrics["sha256"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
     _write_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     _plot_lengths(rows, out / "lengths.png")
