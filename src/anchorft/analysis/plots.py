@@ -1,0 +1,147 @@
+"""PNG plots of an analysis (matplotlib, Agg backend). Each function writes one file and returns its path."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+__all__ = [
+    "rotation_heatmap",
+    "rotation_comparison",
+    "singular_value_change",
+    "drift_plot",
+    "fisher_plot",
+    "rank_plot",
+]
+
+
+def _save(fig, path: str | os.PathLike) -> str:
+    path = Path(path)
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    os.replace(tmp, path)
+    return str(path)
+
+
+def rotation_heatmap(grid: dict, model: str, path: str | os.PathLike) -> str:
+    """grid = {"rows": [...], "types": [...], "values": [[deg or None]]}: mean principal angle per cell."""
+    vals = np.array([[np.nan if v is None else v for v in row] for row in grid["values"]], dtype=float)
+    fig, ax = plt.subplots(figsize=(1.0 + 0.7 * len(grid["types"]), 1.2 + 0.32 * len(grid["rows"])))
+    im = ax.imshow(np.ma.masked_invalid(vals), aspect="auto", cmap="viridis")
+    ax.set_xticks(range(len(grid["types"])), grid["types"])
+    ax.set_yticks(range(len(grid["rows"])), grid["rows"])
+    ax.set_xlabel("matrix type")
+    ax.set_ylabel("layer")
+    ax.set_title(f"{model}: mean principal angle (deg), top-{grid['k']} U and V")
+    if vals.size <= 400:
+        for (i, j), v in np.ndenumerate(vals):
+            if not math.isnan(v):
+                ax.text(j, i, f"{v:.2g}", ha="center", va="center", fontsize=7, color="w")
+    fig.colorbar(im, ax=ax, label="degrees")
+    return _save(fig, path)
+
+
+def rotation_comparison(by_type: dict[str, dict[str, dict]], path: str | os.PathLike) -> str:
+    """by_type[model][type] = {"angle_u_mean_deg", "angle_v_mean_deg", ...}: grouped bars, one group per type."""
+    models = list(by_type)
+    types = [t for t in by_type[models[0]]]
+    fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.3 * len(types) * 2), 3.6), sharey=True)
+    width = 0.8 / max(len(models), 1)
+    for ax, key, side in zip(axes, ("angle_u_mean_deg", "angle_v_mean_deg"), ("left (U)", "right (V)")):
+        for i, mname in enumerate(models):
+            ys = [by_type[mname][t][key] for t in types]
+            ax.bar(np.arange(len(types)) + (i - (len(models) - 1) / 2) * width, ys, width, label=mname)
+        ax.set_xticks(range(len(types)), types)
+        ax.set_title(f"mean principal angle, {side} subspace")
+        ax.set_ylabel("degrees")
+    axes[0].legend(fontsize=8)
+    return _save(fig, path)
+
+
+def singular_value_change(curves: dict[str, dict[str, list[float]]], path: str | os.PathLike) -> str:
+    """curves[model] = {"sv_rel_dev": [...], "vec_angle_deg": [...]} per singular index (mean over matrices)."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for mname, c in curves.items():
+        idx = np.arange(1, len(c["sv_rel_dev"]) + 1)
+        axes[0].plot(idx, c["sv_rel_dev"], label=mname)
+        axes[1].plot(idx, c["vec_angle_deg"], label=mname)
+    axes[0].set_title("|sigma_i / sigma0_i - 1| (mean over matrices)")
+    axes[1].set_title("angle between u_i and u0_i, deg (mean over matrices)")
+    for ax in axes:
+        ax.set_xlabel("singular index i")
+        ax.set_yscale("symlog", linthresh=1e-4)
+    axes[0].legend(fontsize=8)
+    return _save(fig, path)
+
+
+def drift_plot(per_model: dict[str, dict[str, list[float]]], eval_set: str, path: str | os.PathLike) -> str:
+    """per_model[model] = drift_metrics(...): rel_l2 and cos_dist per layer, one line per method."""
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for mname, d in per_model.items():
+        layers = np.arange(len(d["rel_l2"]))
+        axes[0].plot(layers, d["rel_l2"], marker=".", label=mname)
+        axes[1].plot(layers, d["cos_dist"], marker=".", label=mname)
+        axes[2].plot(layers, d["prompt_cos_dist"], marker=".", label=mname)
+    for ax, t in zip(axes, ("||mu - mu0|| / ||mu0||", "1 - cos(mu, mu0)", "mean over prompts of 1 - cos(h, h0)")):
+        ax.set_title(t, fontsize=9)
+        ax.set_xlabel("layer (0 = embeddings)")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"hidden-state drift from base: {eval_set}")
+    return _save(fig, path)
+
+
+def fisher_plot(by_type: dict[str, dict], path: str | os.PathLike) -> str:
+    """by_type[type] = {"share": {k: v}, "random_share": {k: v}, "expected_random": {k: v}}: share vs k."""
+    types = list(by_type)
+    cols = min(len(types), 5)
+    rows = math.ceil(len(types) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 2.8 * rows), squeeze=False)
+    for ax, t in zip(axes.flat, types):
+        d = by_type[t]
+        ks = [int(k) for k in d["share"]]
+        ax.plot(ks, list(d["share"].values()), marker="o", label="top-k block of W0")
+        ax.plot(ks, list(d["random_share"].values()), marker="x", label="random block (measured)")
+        ax.plot(ks, list(d["expected_random"].values()), ls="--", label="k^2/(mn)")
+        ax.set_title(t)
+        ax.set_xlabel("k")
+        ax.set_ylim(0, 1)
+    for ax in list(axes.flat)[len(types) :]:
+        ax.axis("off")
+    axes[0][0].set_ylabel("Fisher energy share")
+    axes[0][0].legend(fontsize=7)
+    return _save(fig, path)
+
+
+def rank_plot(rs: dict, path: str | os.PathLike) -> str:
+    """ID metrics and OOD mean against the anchor rank k (k = 0 SFT, k = full rank L2)."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    pts = rs["points"]
+    ks = [p["k"] for p in pts]
+    for ax, metrics in zip(axes, (("id_avg@k", "id_pass@k", "id_greedy"), ("ood_mean",))):
+        for m in metrics:
+            xs = [p["k"] for p in pts if m in p]
+            if xs:
+                line = ax.plot(xs, [p[m] for p in pts if m in p], marker="o", label=m)[0]
+                if m in rs["base"]:
+                    ax.axhline(rs["base"][m], color=line.get_color(), ls=":", lw=1)
+            for ref, vals in rs["references"].items():
+                if m in vals:
+                    ax.axhline(vals[m], ls="--", lw=0.8, color="gray")
+                    ax.annotate(f"{ref} {m}", (0, vals[m]), fontsize=6, color="gray")
+        ax.set_xscale("symlog", linthresh=1)
+        ax.set_xlabel("anchor rank k (0 = SFT, full = L2)")
+        ax.legend(fontsize=7)
+    if ks:
+        for ax in axes:
+            ax.set_xticks(sorted(set(ks)), [str(k) for k in sorted(set(ks))])
+    axes[0].set_title("in-domain (dotted: base)")
+    axes[1].set_title("out-of-domain (dotted: base)")
+    return _save(fig, path)

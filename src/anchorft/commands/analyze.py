@@ -1,0 +1,111 @@
+"""`anchorft analyze`: geometry of forgetting (rotation, hidden-state drift, Fisher overlap, rank sensitivity).
+
+Example:
+    anchorft analyze --base runs/cmp/models/base --tuned sft=runs/cmp/models/sft \
+        --tuned rpsft=runs/cmp/models/rpsft --out runs/cmp/analysis --rank 16 \
+        --prompts id.jsonl --prompts ood.jsonl --fisher-data train.jsonl --compare runs/cmp
+With --compare DIR and no --base / --tuned, the models are taken from DIR/models/ (base in DIR/models/base).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="anchorft analyze", description=__doc__.split("\n")[0])
+    p.add_argument("--base", help="base (pretrained) checkpoint directory (config.json + safetensors)")
+    p.add_argument("--tuned", action="append", default=[], metavar="NAME=DIR", help="a fine-tuned checkpoint")
+    p.add_argument("--out", required=True, help="output directory (analysis.json, config.json, PNGs)")
+    p.add_argument("--rank", type=int, default=None, help="top-k rank (default: a quarter of the smallest min(m,n))")
+    p.add_argument("--prompts", action="append", default=[], metavar="FILE.jsonl", help="evaluation set for drift")
+    p.add_argument(
+        "--testbed",
+        action="store_true",
+        help="add the testbed's per-skill ID/OOD eval sets for drift (and its ID train items as Fisher data)",
+    )
+    p.add_argument("--fisher-data", default=None, metavar="FILE.jsonl", help="in-domain data for Fisher overlap")
+    p.add_argument("--fisher-ranks", type=int, nargs="+", default=None, help="ranks for Fisher (default k/4 k/2 k)")
+    p.add_argument("--fisher-samples", type=int, default=32, help="per-example gradients for the empirical Fisher")
+    p.add_argument("--fisher-random", type=int, default=2, help="random orthonormal blocks per matrix")
+    p.add_argument("--drift-prompts", type=int, default=64, help="prompts per evaluation set")
+    p.add_argument("--compare", default=None, metavar="DIR", help="comparison dir with results.json (rank plot)")
+    p.add_argument("--svd", choices=("exact", "randomized"), default="exact")
+    p.add_argument("--svd-dtype", choices=("float32", "float64"), default="float64")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--max-length", type=int, default=256)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--in-memory", action="store_true", help="load whole models instead of streaming (same numbers)")
+    p.add_argument("--no-plots", action="store_true")
+    return p
+
+
+def _parse_tuned(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for it in items:
+        name, sep, path = it.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"--tuned must be NAME=DIR, got {it!r}")
+        if name in out:
+            raise ValueError(f"--tuned: name {name!r} given twice")
+        out[name] = path
+    return out
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    from anchorft.analysis.run import AnalysisConfig, run_analysis
+    from anchorft.analysis.streaming import CheckpointError
+
+    try:
+        tuned = _parse_tuned(args.tuned)
+        base = args.base
+        if args.compare and (base is None or not tuned):
+            models = Path(args.compare) / "models"
+            if base is None and (models / "base").is_dir():
+                base = str(models / "base")
+            if not tuned and models.is_dir():
+                tuned = {d.name: str(d) for d in sorted(models.iterdir()) if d.is_dir() and d.name != "base"}
+        if base is None:
+            raise ValueError("--base is required (or --compare DIR with DIR/models/base)")
+        prompts = list(args.prompts)
+        if args.testbed:
+            from anchorft.analysis.testbed import testbed_prompt_files
+
+            tb_sets, tb_fisher = testbed_prompt_files(Path(args.out) / "testbed_prompts", seed=args.seed)
+            prompts += tb_sets
+            if args.fisher_data is None:
+                args.fisher_data = tb_fisher
+        cfg = AnalysisConfig(
+            base=base,
+            tuned=tuned,
+            out=args.out,
+            rank=args.rank,
+            prompts=prompts,
+            fisher_data=args.fisher_data,
+            fisher_ranks=args.fisher_ranks,
+            fisher_samples=args.fisher_samples,
+            fisher_random=args.fisher_random,
+            drift_prompts=args.drift_prompts,
+            batch_size=args.batch_size,
+            max_length=args.max_length,
+            svd=args.svd,
+            svd_dtype=args.svd_dtype,
+            seed=args.seed,
+            compare=args.compare,
+            streaming=not args.in_memory,
+            device=args.device,
+            plots=not args.no_plots,
+        )
+        res = run_analysis(cfg)
+    except (ValueError, CheckpointError) as e:
+        print(f"anchorft analyze: error: {e}", file=sys.stderr)
+        return 2
+    brief = {m: {k: round(v, 4) for k, v in r["overall"].items()} for m, r in res["rotation"].items()}
+    print(json.dumps({"rank": res["rank"], "rotation_overall": brief, "figures": res["figures"]}, indent=1))
+    print(f"wrote {Path(args.out) / 'analysis.json'}")
+    return 0
