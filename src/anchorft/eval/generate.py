@@ -2,8 +2,8 @@
 
 A small decoding loop over the transformers KV cache rather than `model.generate`, so that sampling
 draws from a `torch.Generator` passed by the caller (same seed, same samples; no global seeding) and
-so that the same function serves the testbed and the paper's benchmarks. The vLLM backend lives in
-`anchorft.eval.benchmarks` and is used only when installed.
+so that the same function serves the testbed and the paper's benchmarks. `generate_vllm` is the
+vLLM backend, used by `anchorft.eval.benchmarks.run_eval` only when vLLM is installed and a GPU is there.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 from tqdm.auto import tqdm
 
-__all__ = ["sample_next", "generate"]
+__all__ = ["sample_next", "generate", "generate_vllm"]
 
 
 def sample_next(
@@ -46,11 +46,13 @@ def generate(
     batch_size: int = 64,
     generator: torch.Generator | None = None,
     progress: bool = False,
+    add_special_tokens: bool = True,
 ) -> list[list[str]]:
     """Complete each prompt `n` times; returns, per prompt, its `n` decoded completions.
 
     Prompts are already formatted (chat template applied by the caller where wanted) and are
-    tokenized without adding special tokens beyond what the tokenizer adds by default. Decoding
+    tokenized with the tokenizer's default special tokens (`add_special_tokens=False` for prompts that
+    a chat template already starts with BOS). Decoding
     stops at the tokenizer's EOS token or after `max_new_tokens`.
     """
     if n < 1 or max_new_tokens < 1 or batch_size < 1:
@@ -59,7 +61,7 @@ def generate(
     eos_id = tokenizer.eos_token_id
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
     flat = [p for p in prompts for _ in range(n)]  # prompt i's samples are rows i*n .. i*n+n-1
-    encoded = [tokenizer(p)["input_ids"] for p in flat]
+    encoded = [tokenizer(p, add_special_tokens=add_special_tokens)["input_ids"] for p in flat]
     outputs: list[str] = []
     was_training = model.training
     model.eval()
@@ -99,3 +101,35 @@ def generate(
             outputs.append(tokenizer.decode(row, skip_special_tokens=True))
     model.train(was_training)
     return [outputs[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+
+def generate_vllm(
+    model_dir: str,
+    prompts: Sequence[str],
+    *,
+    n: int = 1,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    max_new_tokens: int = 64,
+    seed: int = 0,
+) -> list[list[str]]:
+    """Same contract as `generate`, through vLLM (optional extra `vllm`; needs a GPU). The engine is
+    cached per model directory; sampling is seeded per request."""
+    try:
+        from vllm import LLM, SamplingParams
+    except ImportError as e:  # pragma: no cover - vllm is not installed on the CPU machines
+        raise ImportError("the vLLM backend needs vllm: pip install 'anchorft[vllm]'") from e
+    llm = _VLLM_ENGINES.get(model_dir)
+    if llm is None:
+        llm = LLM(model=model_dir, seed=seed, trust_remote_code=False)
+        _VLLM_ENGINES[model_dir] = llm
+    params = SamplingParams(
+        n=n, temperature=temperature, top_p=top_p if temperature > 0 else 1.0, max_tokens=max_new_tokens, seed=seed
+    )
+    tok = llm.get_tokenizer()  # prompts already carry the chat template's BOS: no second one
+    token_prompts = [{"prompt_token_ids": tok(p, add_special_tokens=False)["input_ids"]} for p in prompts]
+    outs = llm.generate(token_prompts, params, use_tqdm=False)
+    return [[c.text for c in o.outputs] for o in outs]
+
+
+_VLLM_ENGINES: dict = {}

@@ -1,0 +1,141 @@
+"""`anchorft eval`: the paper's JSONL benchmarks, scoring of outside responses, the lm-eval bridge.
+
+anchorft eval --model DIR --bench FILE.jsonl [--bench FILE2.jsonl ...] --out DIR
+              [--n 16 --k 16 --temperature 0.7 --top_p 0.95 --max_new_tokens N --limit N]
+anchorft eval score --bench FILE.jsonl --responses FILE.jsonl [--k K]
+anchorft eval --model DIR --lm-eval TASKS [--include-path DIR] --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _score_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="anchorft eval score",
+        description="Score responses produced elsewhere. RESPONSES: one JSON line per item, "
+        '{"index": i, "responses": [str, ...]} (optional "greedy": str); i is the 0-based item position '
+        "in the benchmark file. Prints the metrics as one JSON object.",
+    )
+    p.add_argument("--bench", required=True, help="benchmark JSONL file (the paper's format)")
+    p.add_argument("--responses", required=True, help="responses JSONL file")
+    p.add_argument("--k", type=int, default=None, help="k of Pass@k (default: fewest samples of any item)")
+    p.add_argument("--skip-bad", action="store_true", help="skip and count malformed lines instead of failing")
+    p.add_argument("--records", default=None, help="also write per-item records (JSONL) here")
+    p.add_argument("--timeout", type=float, default=10.0, help="math-verify timeout per check, seconds")
+    return p
+
+
+def _eval_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="anchorft eval",
+        description="Evaluate a local model on the paper's JSONL benchmarks (Avg@k, unbiased Pass@k, greedy "
+        "accuracy), or run lm-evaluation-harness tasks with --lm-eval. `anchorft eval score --help` "
+        "scores responses produced elsewhere.",
+    )
+    p.add_argument("--model", required=True, help="local model directory (config.json, weights, tokenizer)")
+    p.add_argument("--bench", action="append", default=[], help="benchmark JSONL file; repeat for several")
+    p.add_argument("--lm-eval", dest="lm_eval", default=None, help="comma-separated lm-eval task names or YAML files")
+    p.add_argument("--include-path", action="append", default=[], help="folder of custom lm-eval task YAMLs")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--n", type=int, default=16, help="samples per item")
+    p.add_argument("--k", type=int, default=16, help="k of Avg@k / Pass@k (<= n)")
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--top_p", "--top-p", dest="top_p", type=float, default=0.95)
+    p.add_argument("--max_new_tokens", "--max-new-tokens", dest="max_new_tokens", type=int, default=4096)
+    p.add_argument("--batch_size", "--batch-size", dest="batch_size", type=int, default=32)
+    p.add_argument("--limit", type=int, default=None, help="first N items of each file (lm-eval: per task)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-greedy", dest="greedy", action="store_false", help="skip the greedy pass")
+    p.add_argument("--backend", choices=["auto", "hf", "vllm"], default="auto", help="auto: vLLM if installed + GPU")
+    p.add_argument("--skip-bad", action="store_true", help="skip and count malformed lines instead of failing")
+    p.add_argument("--num-fewshot", type=int, default=None, help="lm-eval: few-shot examples")
+    p.add_argument("--apply-chat-template", action="store_true", help="lm-eval: apply the model's chat template")
+    p.add_argument("--timeout", type=float, default=10.0, help="math-verify timeout per check, seconds")
+    return p
+
+
+def _score(argv: list[str]) -> int:
+    args = _score_parser().parse_args(argv)
+    from anchorft.eval.answers import MathChecker
+    from anchorft.eval.benchmarks import load_bench, read_responses, score_bench, summarize
+
+    try:
+        bench = load_bench(args.bench, skip_bad=args.skip_bad)
+        resp, bad = read_responses(args.responses, skip_bad=args.skip_bad)
+        if not resp:
+            raise ValueError(f"{args.responses}: no valid response lines")
+        greedy = {i: r["greedy"] for i, r in resp.items() if "greedy" in r} or None
+        with MathChecker(timeout_s=args.timeout) as checker:
+            records = score_bench(bench, {i: r["responses"] for i, r in resp.items()}, greedy, checker)
+            metrics = summarize(records, args.k)
+            metrics["n_timeouts"] = checker.n_timeouts
+    except (ValueError, FileNotFoundError) as e:
+        print(f"anchorft eval score: error: {e}", file=sys.stderr)
+        return 2
+    metrics.update(
+        n_missing=len(bench.items) - len(records), n_bad_bench_lines=bench.n_bad, n_bad_response_lines=len(bad)
+    )
+    if args.records:
+        from pathlib import Path
+
+        from anchorft.eval.benchmarks import _atomic_write
+
+        _atomic_write(Path(args.records), "".join(json.dumps(r) + "\n" for r in records))
+    print(json.dumps(metrics))
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "score":
+        return _score(argv[1:])
+    args = _eval_parser().parse_args(argv)
+    if bool(args.bench) == bool(args.lm_eval):
+        print("anchorft eval: error: give --bench FILE.jsonl (one or more) or --lm-eval TASKS", file=sys.stderr)
+        return 2
+    try:
+        if args.lm_eval:
+            from anchorft.eval.lm_eval_bridge import run_lm_eval
+
+            out = run_lm_eval(
+                args.model,
+                args.lm_eval.split(","),
+                args.out,
+                include_path=args.include_path,
+                limit=args.limit,
+                batch_size=args.batch_size,
+                num_fewshot=args.num_fewshot,
+                apply_chat_template=args.apply_chat_template,
+                seed=args.seed,
+            )
+            print(json.dumps(out["results"], default=str))
+            return 0
+        from anchorft.eval.answers import MathChecker
+        from anchorft.eval.benchmarks import run_eval
+
+        with MathChecker(timeout_s=args.timeout) as checker:
+            metrics = run_eval(
+                args.model,
+                args.bench,
+                args.out,
+                n=args.n,
+                k=args.k,
+                temperature=args.temperature,
+                top_p=args.top_p,
+                max_new_tokens=args.max_new_tokens,
+                batch_size=args.batch_size,
+                limit=args.limit,
+                seed=args.seed,
+                greedy=args.greedy,
+                backend=args.backend,
+                skip_bad=args.skip_bad,
+                checker=checker,
+            )
+    except (ValueError, FileNotFoundError, ImportError) as e:
+        print(f"anchorft eval: error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(metrics))
+    return 0

@@ -1,0 +1,363 @@
+"""Final-answer extraction and checking: the last \\boxed{...}, option letters, math-verify with timeouts.
+
+- `last_boxed` returns the content of the last complete `\\boxed{...}` / `\\fbox{...}` with balanced
+  braces (escaped `\\{`, `\\}` do not count), as the RPSFT paper's evaluation takes the final answer.
+- `extract_choice` returns the option label of a multiple-choice response (the OOD files: "Choices:"
+  lines labelled A., B., ... or 1., 2., ...).
+- `math_equal` checks a math answer with math-verify, gold first: verify(parse(gold), parse(answer)).
+  It runs without math-verify's own timeouts, which use signal.alarm and fail off the main thread.
+- `MathChecker` runs `math_equal` in a persistent worker process with its own per-check timeout: a
+  check that runs past it kills the worker (a new one starts on the next check) and counts as wrong.
+  It is thread-safe and works from any thread (the RL reward, a thread pool, a notebook).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from functools import lru_cache
+
+__all__ = [
+    "last_boxed",
+    "parse_choices",
+    "extract_choice",
+    "math_equal",
+    "MathChecker",
+    "default_checker",
+    "grade",
+]
+
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+
+
+def _balanced(text: str, open_at: int) -> int | None:
+    """Index of the `}` that closes the `{` at `open_at`, skipping escaped braces; None if unclosed."""
+    depth = 0
+    k = open_at
+    while k < len(text):
+        ch = text[k]
+        if ch == "\\":
+            k += 2  # \{ \} \\ are single units
+            continue
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return k
+        k += 1
+    return None
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last complete \\boxed{...} (or \\fbox{...}, or `\\boxed 5`) in `text`; None if none.
+
+    "Last" is by the position of the command, so `\\boxed{\\boxed{5}}` gives `5`. A truncated box
+    (no closing brace) is skipped in favour of the one before it.
+    """
+    for m in reversed(list(_BOX_RE.finditer(text))):
+        k = m.end()
+        while k < len(text) and text[k] == " ":
+            k += 1
+        if k < len(text) and text[k] == "{":
+            close = _balanced(text, k)
+            if close is not None:
+                return text[k + 1 : close].strip()
+        elif k > m.end():  # `\boxed 5`: one token up to whitespace or `$`
+            tok = re.match(r"[^\s$]+", text[k:])
+            if tok:
+                return tok.group(0).rstrip(".,")
+    return None
+
+
+_CHOICE_LINE = re.compile(r"^\s*([A-Z]|\d{1,2})[.)]\s+(.*\S)\s*$")
+
+
+def parse_choices(question: str) -> dict[str, str]:
+    """Option label -> text, from the lines after the last "Choices:" in a question ({} if none)."""
+    at = question.rfind("Choices:")
+    if at < 0:
+        return {}
+    out: dict[str, str] = {}
+    for line in question[at + len("Choices:") :].splitlines():
+        m = _CHOICE_LINE.match(line)
+        if m:
+            out[m.group(1)] = m.group(2)
+        elif out and line.strip():
+            break  # the instruction after the options
+    return out
+
+
+_WRAPPERS = re.compile(r"\\(?:text|textbf|mathrm|mathbf|textit|texttt)\s*\{([^{}]*)\}")
+_LABEL_HEAD = re.compile(r"^\(?\s*([A-Z]|\d{1,2})\s*\)?(?:[.:)]|\s|$)")
+_ANSWER_PHRASE = re.compile(
+    r"(?:answer|option|choice)\s*(?:is|:)?\s*[:\s]*\(?\s*\**\s*([A-Z]|\d{1,2})\b\s*\)?", flags=re.IGNORECASE
+)
+
+
+def _norm_text(s: str) -> str:
+    return re.sub(r"\s+", " ", s).strip().strip(".").casefold()
+
+
+def _resolve_label(raw: str, choices: dict[str, str]) -> str | None:
+    """Map one extracted string (a box content) to a label of `choices`, or None."""
+    s = raw
+    for _ in range(3):  # unwrap nested \text{\textbf{C}}
+        s = _WRAPPERS.sub(r"\1", s)
+    s = s.replace("$", "").strip()
+    labels = set(choices)
+    bare = s.strip("()[]*. :").upper() if len(s.strip("()[]*. :")) <= 2 else None
+    if bare in labels:
+        return bare
+    m = _LABEL_HEAD.match(s)
+    if m and m.group(1) in labels:
+        return m.group(1)
+    by_text = {_norm_text(t): lab for lab, t in choices.items()}
+    if _norm_text(s) in by_text:
+        return by_text[_norm_text(s)]
+    # numeric labels (1., 2., ...) answered with a letter, as the prompt asks "option letter (e.g., A)"
+    if bare and len(bare) == 1 and bare.isalpha() and all(lab.isdigit() for lab in labels):
+        idx = str(ord(bare) - ord("A") + 1)
+        if idx in labels:
+            return idx
+    return None
+
+
+def extract_choice(response: str, choices: dict[str, str]) -> str | None:
+    """The option label a response picks: its last \\boxed{} (a label, "C. text", or an option's text),
+    else the last "answer is (C)" / "Answer: C" phrase; None when nothing names a valid label."""
+    if not choices:
+        raise ValueError("choices is empty: not a multiple-choice item")
+    boxed = last_boxed(response)
+    if boxed is not None:
+        label = _resolve_label(boxed, choices)
+        if label is not None:
+            return label
+    for m in reversed(list(_ANSWER_PHRASE.finditer(response))):
+        label = _resolve_label(m.group(1), choices)
+        if label is not None:
+            return label
+    return None
+
+
+# ---------------------------------------------------------------- math-verify
+
+
+def _quiet_math_verify() -> None:
+    import logging
+
+    for name in ("math_verify", "math_verify.parser", "math_verify.grader", "latex2sympy2_extended"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+@lru_cache(maxsize=4096)
+def _parse_boxed(expr: str):
+    from math_verify import parse
+
+    return parse("\\boxed{" + expr + "}", parsing_timeout=None)
+
+
+def math_equal(gold: str, answer: str) -> bool:
+    """math-verify equivalence, gold first: verify(parse(gold), parse(answer)); both parsed as \\boxed{...}.
+
+    No timeout here (math-verify's own are turned off: they use signal.alarm, which only works on the
+    main thread); call it through `MathChecker` for a timeout that works anywhere.
+    """
+    from math_verify import verify
+
+    _quiet_math_verify()
+    gold, answer = str(gold).strip(), str(answer).strip()
+    if not answer:
+        return False
+    if gold == answer:
+        return True
+    g, a = _parse_boxed(gold), _parse_boxed(answer)
+    if not g or not a:
+        return False
+    return bool(verify(g, a, timeout_seconds=None))
+
+
+def _load_fn(spec: str):
+    import importlib
+
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _worker_loop(check_fn_spec: str) -> None:
+    """Child process: read JSON [gold, answer] lines on stdin, write JSON true/false lines on stdout."""
+    import json
+    import sys
+
+    out = sys.stdout
+    sys.stdout = sys.stderr  # nothing but the protocol goes to the real stdout
+    _quiet_math_verify()
+    check_fn = _load_fn(check_fn_spec)
+    import math_verify  # noqa: F401  (imported before "ready": start-up is not counted in the timeout)
+
+    out.write('"ready"\n')
+    out.flush()
+    for line in sys.stdin:
+        gold, answer = json.loads(line)
+        try:
+            ok = bool(check_fn(gold, answer))
+        except Exception:  # a parse/verify failure is a wrong answer, never a crash
+            ok = False
+        out.write("true\n" if ok else "false\n")
+        out.flush()
+
+
+class MathChecker:
+    """math_equal in a worker process, with a per-check timeout that works from any thread.
+
+    The worker is a plain subprocess (`python -m anchorft.eval.answers --worker`) talking JSON lines
+    over pipes, so nothing of the caller's script is re-imported and no signal is used. A check
+    running past `timeout_s` kills the worker and returns False (counted in `n_timeouts`); the next
+    check starts a fresh worker. `check_fn` ("module:function", (gold, answer) -> bool) replaces
+    math_equal, e.g. to test the timeout; the worker sees the caller's sys.path.
+    """
+
+    def __init__(
+        self,
+        timeout_s: float = 10.0,
+        check_fn: str = "anchorft.eval.answers:math_equal",
+        startup_timeout_s: float = 120.0,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        if ":" not in check_fn:
+            raise ValueError(f"check_fn must be 'module:function', got {check_fn!r}")
+        self.timeout_s = float(timeout_s)
+        self.check_fn = check_fn
+        self.startup_timeout_s = float(startup_timeout_s)
+        self.n_timeouts = 0
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._lines: queue.Queue | None = None
+        self._cache: dict[tuple[str, str], bool] = {}
+
+    def _start(self) -> None:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "anchorft.eval.answers", "--worker", self.check_fn],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            encoding="utf-8",
+            env=env,
+        )
+        lines: queue.Queue = queue.Queue()
+
+        def pump(stream=proc.stdout, q=lines) -> None:  # a reader thread: waits on the pipe, not the caller
+            for line in stream:
+                q.put(line.strip())
+            q.put(None)  # EOF: the worker died
+
+        threading.Thread(target=pump, daemon=True, name="anchorft-math-verify-reader").start()
+        self._proc, self._lines = proc, lines
+        try:
+            ready = lines.get(timeout=self.startup_timeout_s)
+        except queue.Empty:
+            ready = None
+        if ready != '"ready"':
+            self._kill()
+            raise RuntimeError("the math-verify worker process did not start (is anchorft importable?)")
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait(timeout=10)
+            for stream in (self._proc.stdin, self._proc.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        self._proc = self._lines = None
+
+    def check(self, gold: str, answer: str | None) -> bool:
+        """True when `answer` is math-verify-equivalent to `gold`; False on mismatch, error or timeout."""
+        import json
+
+        if answer is None or not str(answer).strip():
+            return False
+        key = (str(gold).strip(), str(answer).strip())
+        if key[0] == key[1]:
+            return True
+        with self._lock:
+            if key in self._cache:
+                return self._cache[key]
+            if self._proc is None or self._proc.poll() is not None:
+                self._kill()
+                self._start()
+            try:
+                self._proc.stdin.write(json.dumps(key) + "\n")
+                self._proc.stdin.flush()
+                reply = self._lines.get(timeout=self.timeout_s)
+            except queue.Empty:
+                self.n_timeouts += 1
+                reply = None
+            except (BrokenPipeError, OSError):
+                reply = None
+            if reply not in ("true", "false"):  # timeout or a dead worker: wrong, and restart next time
+                self._kill()
+            ok = reply == "true"
+            if reply is not None and len(self._cache) < 200_000:
+                self._cache[key] = ok
+            return ok
+
+    def check_many(self, gold: str, answers: Sequence[str | None]) -> list[bool]:
+        return [self.check(gold, a) for a in answers]
+
+    def close(self) -> None:
+        with self._lock:
+            self._kill()
+
+    def __enter__(self) -> MathChecker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+_DEFAULT: MathChecker | None = None
+_DEFAULT_LOCK = threading.Lock()
+
+
+def default_checker() -> MathChecker:
+    """A process-wide MathChecker (10 s per check), closed at exit."""
+    global _DEFAULT
+    with _DEFAULT_LOCK:
+        if _DEFAULT is None:
+            _DEFAULT = MathChecker()
+            atexit.register(_DEFAULT.close)
+        return _DEFAULT
+
+
+def grade(
+    gold: str, response: str, choices: dict[str, str] | None = None, checker: MathChecker | None = None
+) -> tuple[str | None, bool]:
+    """(extracted answer, correct) for one response: option label when `choices`, else last \\boxed{} checked
+    with math-verify through `checker` (the default one when None)."""
+    if choices:
+        label = extract_choice(response, choices)
+        return label, label is not None and label == str(gold).strip()
+    answer = last_boxed(response)
+    if answer is None:
+        return None, False
+    return answer, (checker or default_checker()).check(str(gold), answer)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--worker":
+        _worker_loop(sys.argv[2])
+    else:
+        print("internal: python -m anchorft.eval.answers --worker module:function", file=sys.stderr)
+        sys.exit(2)

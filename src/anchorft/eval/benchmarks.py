@@ -1,0 +1,389 @@
+"""The RPSFT paper's evaluation sets (JSONL, its own format): reading, scoring, sampling, metrics.
+
+One line per item: `prompt` (chat messages), `reward_model.ground_truth` (LaTeX string, number or
+option letter); extra keys are ignored. An item whose user message lists "Choices:" labelled A., B., ...
+(or 1., 2., ...) and whose gold is one of the labels is multiple choice (graded by label); every
+other item is math (the last \\boxed{} checked with math-verify, gold first).
+
+Metrics follow the paper: Avg@k = mean correctness over all samples of all problems, Pass@k = the
+unbiased estimator of Chen et al. (2021, eq. 1) from n >= k samples, and greedy accuracy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from anchorft.eval.answers import MathChecker, default_checker, grade, parse_choices
+from anchorft.eval.metrics import accuracy, avg_at_k, mean_pass_at_k
+
+__all__ = [
+    "BenchItem",
+    "Bench",
+    "benchmarks_dir",
+    "iter_jsonl",
+    "load_bench",
+    "read_responses",
+    "score_bench",
+    "summarize",
+    "format_prompts",
+]
+
+
+@dataclass
+class BenchItem:
+    index: int  # 0-based position among the file's non-blank lines (bad lines keep their place)
+    line: int  # 1-based line number in the file
+    messages: list[dict]
+    gold: str
+    choices: dict[str, str] = field(default_factory=dict)  # label -> text; {} for a math item
+    solution: str | None = None
+
+    @property
+    def kind(self) -> str:
+        return "choice" if self.choices else "math"
+
+
+@dataclass
+class Bench:
+    path: Path
+    name: str
+    items: list[BenchItem]
+    n_bad: int = 0
+    bad: list[str] = field(default_factory=list)  # "line N: reason" for each skipped line
+
+
+def benchmarks_dir() -> Path:
+    """Where the paper's evaluation files are: $ANCHORFT_BENCHMARKS, else ../shared/benchmarks beside the repo."""
+    env = os.environ.get("ANCHORFT_BENCHMARKS")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[3].parent / "shared" / "benchmarks"
+
+
+def iter_jsonl(
+    path: str | Path, skip_bad: bool = False, bad: list[str] | None = None
+) -> Iterator[tuple[int, int, dict]]:
+    """Yield (index, line number, object) for each non-blank line of a JSONL file.
+
+    A line that is not a JSON object raises ValueError naming the file and line, or with `skip_bad`
+    is skipped and described in `bad`.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such JSONL file: {path}")
+    index = 0
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+                if not isinstance(obj, dict):
+                    raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+            except ValueError as e:
+                msg = f"{path}: line {lineno}: malformed JSON line ({e})"
+                if not skip_bad:
+                    raise ValueError(msg + "; pass --skip-bad to skip such lines") from None
+                if bad is not None:
+                    bad.append(f"line {lineno}: {e}")
+                index += 1
+                continue
+            yield index, lineno, obj
+            index += 1
+
+
+def _item(index: int, lineno: int, obj: dict) -> BenchItem:
+    msgs = obj.get("prompt")
+    if isinstance(msgs, str):
+        msgs = [{"role": "user", "content": msgs}]
+    if not isinstance(msgs, list) or not msgs:
+        raise ValueError("field 'prompt' must be a non-empty list of chat messages")
+    for m in msgs:
+        if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+            raise ValueError("field 'prompt' must hold {'role': str, 'content': str} messages")
+    rm = obj.get("reward_model")
+    if not isinstance(rm, dict) or rm.get("ground_truth") is None or isinstance(rm["ground_truth"], (dict, list)):
+        raise ValueError("field 'reward_model.ground_truth' is missing or not a string/number")
+    gold = str(rm["ground_truth"]).strip()
+    user = "\n".join(m["content"] for m in msgs if m["role"] == "user")
+    choices = parse_choices(user)
+    if gold not in choices:
+        choices = {}
+    solution = obj.get("solution") if isinstance(obj.get("solution"), str) else None
+    return BenchItem(index=index, line=lineno, messages=msgs, gold=gold, choices=choices, solution=solution)
+
+
+def load_bench(path: str | Path, skip_bad: bool = False, limit: int | None = None, name: str | None = None) -> Bench:
+    """Read one of the paper's JSONL files (first `limit` items). Bad lines raise, or are skipped and counted."""
+    path = Path(path)
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
+    bad: list[str] = []
+    items: list[BenchItem] = []
+    for index, lineno, obj in iter_jsonl(path, skip_bad=skip_bad, bad=bad):
+        try:
+            items.append(_item(index, lineno, obj))
+        except ValueError as e:
+            if not skip_bad:
+                raise ValueError(f"{path}: line {lineno}: {e}; pass --skip-bad to skip such lines") from None
+            bad.append(f"line {lineno}: {e}")
+        if limit is not None and len(items) >= limit:
+            break
+    if not items:
+        raise ValueError(f"{path}: no valid items")
+    return Bench(path=path, name=name or path.stem, items=items, n_bad=len(bad), bad=bad)
+
+
+def read_responses(path: str | Path, skip_bad: bool = False) -> tuple[dict[int, dict], list[str]]:
+    """Responses produced elsewhere: one line per item, {"index": i, "responses": [str, ...]} and
+    optionally "greedy": str. Returns ({index: record}, bad lines)."""
+    bad: list[str] = []
+    out: dict[int, dict] = {}
+    for _, lineno, obj in iter_jsonl(path, skip_bad=skip_bad, bad=bad):
+        try:
+            idx = obj.get("index")
+            if not isinstance(idx, int) or isinstance(idx, bool) or idx < 0:
+                raise ValueError("field 'index' must be a non-negative integer")
+            resp = obj.get("responses")
+            if not isinstance(resp, list) or not resp or not all(isinstance(r, str) for r in resp):
+                raise ValueError("field 'responses' must be a non-empty list of strings")
+            if "greedy" in obj and not isinstance(obj["greedy"], str):
+                raise ValueError("field 'greedy' must be a string")
+            if idx in out:
+                raise ValueError(f"duplicate index {idx}")
+        except ValueError as e:
+            if not skip_bad:
+                raise ValueError(f"{path}: line {lineno}: {e}; pass --skip-bad to skip such lines") from None
+            bad.append(f"line {lineno}: {e}")
+            continue
+        out[idx] = obj
+    return out, bad
+
+
+def score_bench(
+    bench: Bench,
+    responses: dict[int, Sequence[str]],
+    greedy: dict[int, str] | None = None,
+    checker: MathChecker | None = None,
+) -> list[dict]:
+    """Grade each item's responses; one record per item present in `responses` (by item index)."""
+    by_index = {it.index: it for it in bench.items}
+    unknown = sorted(set(responses) - set(by_index))
+    if unknown:
+        raise ValueError(f"responses name indices not in {bench.path}: {unknown[:10]}")
+    checker = checker or default_checker()
+    records = []
+    for idx in sorted(responses):
+        it = by_index[idx]
+        graded = [grade(it.gold, r, it.choices, checker) for r in responses[idx]]
+        rec = {
+            "index": idx,
+            "kind": it.kind,
+            "gold": it.gold,
+            "responses": list(responses[idx]),
+            "answers": [a for a, _ in graded],
+            "correct": [c for _, c in graded],
+            "n_correct": sum(c for _, c in graded),
+        }
+        if greedy is not None and idx in greedy:
+            answer, ok = grade(it.gold, greedy[idx], it.choices, checker)
+            rec.update(greedy=greedy[idx], greedy_answer=answer, greedy_correct=ok)
+        records.append(rec)
+    return records
+
+
+def summarize(records: Sequence[dict], k: int | None = None) -> dict:
+    """Avg@k, Pass@k (unbiased; k defaults to the fewest samples of any item), greedy accuracy."""
+    if not records:
+        raise ValueError("no records to summarize")
+    correct = [r["correct"] for r in records]
+    n_min = min(len(c) for c in correct)
+    k = n_min if k is None else k
+    if not 1 <= k <= n_min:
+        raise ValueError(f"k must be in [1, {n_min}] (the fewest samples of any item), got {k}")
+    out = {
+        "n_items": len(records),
+        "n_samples": n_min,
+        "k": k,
+        "avg@k": avg_at_k(correct),
+        "pass@k": mean_pass_at_k(correct, k),
+        "pass@1": mean_pass_at_k(correct, 1),
+        "no_answer_rate": sum(a is None for r in records for a in r["answers"]) / sum(len(c) for c in correct),
+    }
+    greedy = [r["greedy_correct"] for r in records if "greedy_correct" in r]
+    if greedy:
+        out["greedy_acc"] = accuracy(greedy)
+        out["n_greedy"] = len(greedy)
+    return out
+
+
+def format_prompts(tokenizer, items: Sequence[BenchItem]) -> list[str]:
+    """Apply the tokenizer's chat template (generation prompt added) to each item's messages."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            "the tokenizer has no chat_template: the benchmarks' prompts are chat messages; "
+            "save a chat template with the model (tokenizer_config.json / chat_template.jinja)"
+        )
+    return [tokenizer.apply_chat_template(it.messages, tokenize=False, add_generation_prompt=True) for it in items]
+
+
+# ---------------------------------------------------------------- running a model on the sets
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _bench_names(paths: Sequence[Path]) -> list[str]:
+    """File stems, prefixed with the parent folder where two files share a stem."""
+    stems = [p.stem for p in paths]
+    names = [f"{p.parent.name}_{p.stem}" if stems.count(p.stem) > 1 else p.stem for p in paths]
+    if len(set(names)) != len(names):
+        raise ValueError(f"benchmark files must be distinct, got {[str(p) for p in paths]}")
+    return names
+
+
+def resolve_backend(backend: str) -> str:
+    """ "hf" (transformers, the default), "vllm" (needs the `vllm` extra and a GPU), or "auto"."""
+    if backend not in ("auto", "hf", "vllm"):
+        raise ValueError(f"backend must be auto, hf or vllm, got {backend!r}")
+    if backend == "hf":
+        return "hf"
+    import importlib.util
+
+    import torch
+
+    has_vllm = importlib.util.find_spec("vllm") is not None
+    if backend == "vllm" and not has_vllm:
+        raise ValueError("backend 'vllm' asked but vllm is not installed: pip install 'anchorft[vllm]'")
+    return "vllm" if has_vllm and torch.cuda.is_available() else "hf"
+
+
+def plot_metrics(all_metrics: dict[str, dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    names = list(all_metrics)
+    keys = [key for key in ("avg@k", "pass@k", "greedy_acc") if any(key in m for m in all_metrics.values())]
+    x = np.arange(len(names))
+    width = 0.8 / len(keys)
+    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(names) + 2), 3.5))
+    for j, key in enumerate(keys):
+        ax.bar(x + j * width, [all_metrics[n].get(key, 0.0) for n in names], width, label=key)
+    ax.set_xticks(x + width * (len(keys) - 1) / 2, names, rotation=30, ha="right")
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("accuracy")
+    ax.legend()
+    fig.tight_layout()
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def run_eval(
+    model_dir: str | Path,
+    bench_paths: Sequence[str | Path],
+    out_dir: str | Path,
+    *,
+    n: int = 16,
+    k: int = 16,
+    temperature: float = 0.7,
+    top_p: float = 0.95,
+    max_new_tokens: int = 4096,
+    batch_size: int = 32,
+    limit: int | None = None,
+    seed: int = 0,
+    greedy: bool = True,
+    backend: str = "auto",
+    skip_bad: bool = False,
+    checker: MathChecker | None = None,
+    progress: bool = True,
+) -> dict[str, dict]:
+    """Sample `n` responses per item of each benchmark file (plus one greedy), grade, and write
+    out_dir/{config.json, metrics.json, metrics.png, NAME/records.jsonl, NAME/metrics.json}.
+
+    Returns {bench name: metrics}. Every file is read and checked before the model is loaded.
+    """
+    if n < 1 or not 1 <= k <= n:
+        raise ValueError(f"need n >= 1 and 1 <= k <= n, got n={n}, k={k}")
+    if temperature < 0 or not 0 < top_p <= 1:
+        raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+    if max_new_tokens < 1 or batch_size < 1:
+        raise ValueError("max_new_tokens and batch_size must be >= 1")
+    if not bench_paths:
+        raise ValueError("no benchmark file given (--bench FILE.jsonl)")
+    paths = [Path(p) for p in bench_paths]
+    names = _bench_names(paths)
+    benches = [load_bench(p, skip_bad=skip_bad, limit=limit, name=nm) for p, nm in zip(paths, names)]
+    model_dir = Path(model_dir)
+    if not (model_dir / "config.json").is_file():
+        raise ValueError(f"--model {model_dir}: no config.json there (a local model directory is needed)")
+    backend = resolve_backend(backend)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config = dict(
+        model=str(model_dir), benches=[str(p) for p in paths], n=n, k=k, temperature=temperature, top_p=top_p,
+        max_new_tokens=max_new_tokens, batch_size=batch_size, limit=limit, seed=seed, greedy=greedy,
+        backend=backend, skip_bad=skip_bad,
+    )  # fmt: skip
+    _atomic_write(out_dir / "config.json", json.dumps(config, indent=2) + "\n")
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
+    prompts_by_bench = [format_prompts(tokenizer, b.items) for b in benches]
+    if backend == "vllm":
+        from anchorft.eval.generate import generate_vllm
+
+        def sample(prompts: list[str], n_: int, temp: float) -> list[list[str]]:
+            return generate_vllm(
+                str(model_dir), prompts, n=n_, temperature=temp, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed
+            )
+    else:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        from anchorft.eval.generate import generate
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        dtype = torch.bfloat16 if device == "cuda" else torch.float32
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, trust_remote_code=False).to(device)
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        gen = torch.Generator(device=device).manual_seed(seed)
+
+        def sample(prompts: list[str], n_: int, temp: float) -> list[list[str]]:
+            return generate(
+                model, tokenizer, prompts, n=n_, temperature=temp, top_p=top_p, max_new_tokens=max_new_tokens,
+                batch_size=batch_size, generator=gen, progress=progress, add_special_tokens=False,
+            )  # fmt: skip
+
+    checker = checker or default_checker()
+    all_metrics: dict[str, dict] = {}
+    for bench, prompts in zip(benches, prompts_by_bench):
+        sampled = sample(prompts, n, temperature)
+        responses = {it.index: s for it, s in zip(bench.items, sampled)}
+        greedy_resp = None
+        if greedy:
+            greedy_resp = {it.index: s[0] for it, s in zip(bench.items, sample(prompts, 1, 0.0))}
+        records = score_bench(bench, responses, greedy_resp, checker)
+        metrics = summarize(records, k)
+        metrics.update(bench=str(bench.path), n_bad_lines=bench.n_bad)
+        all_metrics[bench.name] = metrics
+        sub = out_dir / bench.name
+        sub.mkdir(exist_ok=True)
+        _atomic_write(sub / "records.jsonl", "".join(json.dumps(r) + "\n" for r in records))
+        _atomic_write(sub / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    _atomic_write(out_dir / "metrics.json", json.dumps(all_metrics, indent=2) + "\n")
+    plot_metrics(all_metrics, out_dir / "metrics.png")
+    return all_metrics

@@ -1,0 +1,85 @@
+"""Fixtures: a tiny random Llama with a byte-level BPE tokenizer trained here with `tokenizers`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+CORPUS = [
+    "Please reason step by step, and put your final answer within \\boxed{}.",
+    "What is 12 + 30? The answer is \\boxed{42}. Choices: A. one B. two C. three D. four",
+    "Find the value of $x$ such that $x^2 = 4$. So $x = \\frac{1}{2}$ and \\boxed{2}.",
+    "Please answer with the single correct option letter (e.g., A). The answer is \\boxed{C}.",
+] * 20
+
+
+def benchmarks_root() -> Path:
+    from anchorft.eval.benchmarks import benchmarks_dir
+
+    return benchmarks_dir()
+
+
+def save_tiny_model(out: Path, corpus: list[str], vocab_size: int = 400, seed: int = 0) -> Path:
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<s>", "</s>", "<pad>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(corpus, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    fast.chat_template = CHAT_TEMPLATE
+    cfg = LlamaConfig(
+        vocab_size=len(fast),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=8192,
+        bos_token_id=fast.bos_token_id,
+        eos_token_id=fast.eos_token_id,
+        pad_token_id=fast.pad_token_id,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)  # test fixture only: the library never seeds globally
+    model = LlamaForCausalLM(cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    fast.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    corpus = list(CORPUS)
+    root = benchmarks_root()
+    if root.is_dir():  # a vocabulary that covers the benchmark prompts keeps them short
+        for f in sorted(root.glob("*/*.jsonl")):
+            with open(f, encoding="utf-8") as fh:
+                corpus += [line for _, line in zip(range(30), fh)]
+    return save_tiny_model(tmp_path_factory.mktemp("tiny_llama"), corpus)
+
+
+@pytest.fixture
+def bench_root() -> Path:
+    root = benchmarks_root()
+    if not root.is_dir():
+        pytest.skip(f"benchmark files not found at {root} (set ANCHORFT_BENCHMARKS or add ../shared/benchmarks)")
+    return root
+
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
