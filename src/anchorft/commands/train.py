@@ -1,0 +1,89 @@
+"""`anchorft train`: fine-tune with RPSFT or a baseline; `anchorft train --estimate`: anchor cost on paper.
+
+    anchorft train --config configs/rpsft/example-tiny.yaml [--any_RPSFTConfig_field value ...]
+    anchorft train --model_name_or_path PATH --dataset PATH.jsonl --output_dir runs/x --method rpsft
+    anchorft train --estimate --model_config configs/models/llama-3.1-8b-instruct.json --anchor_rank 768
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ScriptArguments:
+    model_name_or_path: str | None = field(default=None, metadata={"help": "Model: a local path or hub name."})
+    dataset: str | None = field(
+        default=None,
+        metadata={"help": "Training data: .jsonl / .json / .parquet file, save_to_disk folder, or hub name."},
+    )
+    eval_dataset: str | None = field(default=None, metadata={"help": "Optional evaluation data (same forms)."})
+    tokenizer_name_or_path: str | None = field(default=None, metadata={"help": "Tokenizer (default: the model's)."})
+
+
+def _estimate(argv: list[str]) -> int:
+    from anchorft.rpsft.estimate import estimate, format_estimate, load_config
+
+    p = argparse.ArgumentParser(prog="anchorft train --estimate", description="anchor memory and FLOPs, no weights")
+    p.add_argument("--estimate", action="store_true")
+    p.add_argument("--model_config", nargs="+", required=True, help="config.json path(s) (or model folders)")
+    p.add_argument("--anchor_rank", type=int, default=768)
+    p.add_argument("--tokens_per_step", type=int, default=65536, help="tokens in one optimiser step (assumption)")
+    p.add_argument("--seq_len", type=int, default=4096, help="sequence length for the attention FLOPs")
+    p.add_argument("--anchor_every", type=int, default=1)
+    p.add_argument("--bytes_per_number", type=int, default=4, help="4 = fp32 bases (default), 2 = bf16")
+    p.add_argument("--no_embeddings", action="store_true", help="exclude embeddings and lm_head")
+    a = p.parse_args(argv)
+    try:
+        for path in a.model_config:
+            res = estimate(
+                load_config(path),
+                rank=a.anchor_rank,
+                tokens_per_step=a.tokens_per_step,
+                seq_len=a.seq_len,
+                bytes_per_number=a.bytes_per_number,
+                include_embeddings=not a.no_embeddings,
+                anchor_every=a.anchor_every,
+            )
+            print(format_estimate(res, name=path))
+            print()
+    except ValueError as e:
+        print(f"anchorft train --estimate: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if "--estimate" in argv:
+        return _estimate(argv)
+    from trl import TrlParser
+
+    from anchorft.rpsft.config import RPSFTConfig
+
+    parser = TrlParser((ScriptArguments, RPSFTConfig), prog="anchorft train")
+    try:
+        script, args = parser.parse_args_and_config(argv)
+    except ValueError as e:
+        print(f"anchorft train: {e}", file=sys.stderr)
+        return 2
+    missing = [n for n in ("model_name_or_path", "dataset") if getattr(script, n) is None]
+    if missing:
+        print(f"anchorft train: missing --{' --'.join(missing)}", file=sys.stderr)
+        return 2
+    from anchorft.rpsft.data import load_tokenizer
+    from anchorft.rpsft.train import train
+
+    tok = None
+    if script.tokenizer_name_or_path:
+        tok = load_tokenizer(script.tokenizer_name_or_path, trust_remote_code=bool(args.trust_remote_code))
+    try:
+        trainer = train(args, script.model_name_or_path, script.dataset, tokenizer=tok, eval_dataset=script.eval_dataset)
+    except ValueError as e:
+        print(f"anchorft train: {e}", file=sys.stderr)
+        return 2
+    if args.should_save:
+        trainer.save_model(args.output_dir)
+    print(f"done: {trainer.state.global_step} steps; model, metrics.json, training.png in {args.output_dir}")
+    return 0

@@ -1,0 +1,121 @@
+"""`RPSFTConfig`: TRL's SFTConfig plus the method and the anchor's settings (defaults from the paper)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import torch
+from trl import SFTConfig
+
+from anchorft.rpsft.losses import METHODS
+
+__all__ = ["RPSFTConfig"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RPSFTConfig(SFTConfig):
+    """SFTConfig with the fine-tuning method and the subspace anchor (Jin et al., arXiv:2605.10973).
+
+    On a machine without a GPU, `use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False`
+    are chosen automatically (TRL would otherwise refuse to start). Every field is checked here, so a
+    bad value is a ValueError naming the field before any model or data is loaded.
+    """
+
+    method: str = field(
+        default="rpsft",
+        metadata={
+            "help": "Fine-tuning method: 'sft' (NLL), 'dft' (dynamic fine-tuning), 'iw_sft' (importance-weighted "
+            "SFT, needs a reference model), 'l2' (NLL + lambda ||W - W0||^2), 'rpsft' (NLL + lambda "
+            "||U0^T (W - W0) V0||^2 on the top-k singular subspaces).",
+            "choices": list(METHODS),
+        },
+    )
+    anchor_rank: int = field(
+        default=768, metadata={"help": "k: rank of the anchored singular subspaces (paper: 768). Must be >= 1."}
+    )
+    anchor_lambda: float = field(
+        default=1.0, metadata={"help": "lambda: weight of the anchor penalty (paper: 1.0; plain sum, not normalised)."}
+    )
+    anchor_every: int = field(
+        default=1,
+        metadata={"help": "Apply the penalty every n optimiser steps, scaled by n (1 = every step, as the paper)."},
+    )
+    anchor_targets: str = field(
+        default="all-linear",
+        metadata={
+            "help": "Anchored matrices: 'all-linear' (every linear weight), a regex searched in parameter names "
+            "(e.g. 'q_proj|v_proj'), or (Python API) a list of names."
+        },
+    )
+    anchor_include_embeddings: bool = field(
+        default=True, metadata={"help": "Also anchor the input embeddings and lm_head (paper: yes)."}
+    )
+    anchor_svd: str = field(
+        default="exact",
+        metadata={"help": "SVD of the pretrained weights: 'exact' (fp32, paper) or 'randomized' (fast, approximate)."},
+    )
+    anchor_dtype: str = field(
+        default="float32", metadata={"help": "dtype of the stored bases: float32 (default), bfloat16 or float16."}
+    )
+    anchor_mode: str = field(
+        default="grad",
+        metadata={
+            "help": "'grad': add the closed-form gradient to .grad once per optimiser step (default). 'autograd': "
+            "add the penalty to the loss of the step's last micro-batch (used under DeepSpeed)."
+        },
+    )
+    iw_temperature: float = field(default=1.0, metadata={"help": "IW-SFT temperature T in exp(T * mean log ratio)."})
+    iw_clip: float = field(default=16.0, metadata={"help": "IW-SFT clip of the sequence weight (paper: 16)."})
+    iw_ref_model: str | None = field(
+        default=None,
+        metadata={
+            "help": "IW-SFT reference model: a path or hub name, or 'copy' for a frozen copy of the starting model."
+        },
+    )
+
+    def __post_init__(self):
+        self._validate_rpsft_fields()
+        if self.method == "dft":
+            self.loss_type = "dft"
+        elif self.loss_type == "dft":
+            raise ValueError(f"loss_type='dft' conflicts with method={self.method!r}: use method='dft'")
+        if not torch.cuda.is_available():
+            if self.bf16 or self.fp16 or not self.use_cpu:
+                logger.info("no GPU: using use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False")
+            self.use_cpu, self.bf16, self.fp16 = True, False, False
+            self.gradient_checkpointing = self.activation_checkpointing = False
+        super().__post_init__()
+
+    def _validate_rpsft_fields(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        if isinstance(self.anchor_rank, bool) or not isinstance(self.anchor_rank, int) or self.anchor_rank < 1:
+            raise ValueError(f"anchor_rank must be an integer >= 1, got {self.anchor_rank!r}")
+        if not isinstance(self.anchor_lambda, (int, float)) or not self.anchor_lambda >= 0:
+            raise ValueError(f"anchor_lambda must be >= 0, got {self.anchor_lambda!r}")
+        if isinstance(self.anchor_every, bool) or not isinstance(self.anchor_every, int) or self.anchor_every < 1:
+            raise ValueError(f"anchor_every must be an integer >= 1, got {self.anchor_every!r}")
+        if self.anchor_svd not in ("exact", "randomized"):
+            raise ValueError(f"anchor_svd must be 'exact' or 'randomized', got {self.anchor_svd!r}")
+        if self.anchor_dtype not in ("float32", "float64", "bfloat16", "float16"):
+            raise ValueError(f"anchor_dtype must be float32, float64, bfloat16 or float16, got {self.anchor_dtype!r}")
+        if self.anchor_mode not in ("grad", "autograd"):
+            raise ValueError(f"anchor_mode must be 'grad' or 'autograd', got {self.anchor_mode!r}")
+        if not (isinstance(self.anchor_targets, (str, list, tuple)) and len(self.anchor_targets) > 0):
+            raise ValueError(f"anchor_targets must be a non-empty string or list, got {self.anchor_targets!r}")
+        if not self.iw_temperature > 0:
+            raise ValueError(f"iw_temperature must be > 0, got {self.iw_temperature!r}")
+        if not self.iw_clip > 0:
+            raise ValueError(f"iw_clip must be > 0, got {self.iw_clip!r}")
+
+    @property
+    def anchored(self) -> bool:
+        """True for the methods with a weight anchor (rpsft, l2)."""
+        return self.method in ("rpsft", "l2")
+
+    @property
+    def anchor_torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.anchor_dtype)

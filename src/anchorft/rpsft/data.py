@@ -1,0 +1,78 @@
+"""Loading and checking fine-tuning data and tokenizers for `anchorft.rpsft.train`."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import datasets
+
+__all__ = ["load_sft_dataset", "validate_sft_dataset", "load_tokenizer"]
+
+_FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+
+
+def load_sft_dataset(spec: datasets.Dataset | str, split: str = "train", field: str = "train_dataset") -> datasets.Dataset:
+    """A Dataset from a Dataset, a local .jsonl / .json / .parquet file, a `save_to_disk` folder, or a hub name."""
+    if isinstance(spec, datasets.Dataset):
+        return spec
+    if isinstance(spec, datasets.DatasetDict):
+        if split not in spec:
+            raise ValueError(f"{field}: DatasetDict has no split {split!r} (splits: {list(spec)})")
+        return spec[split]
+    if not isinstance(spec, (str, os.PathLike)):
+        raise ValueError(f"{field} must be a datasets.Dataset or a path / hub name, got {type(spec).__name__}")
+    path = os.fspath(spec)
+    ext = os.path.splitext(path)[1].lower()
+    if os.path.isfile(path):
+        if ext not in _FILE_BUILDERS:
+            raise ValueError(f"{field}: unsupported file type {ext!r} ({path}); use .jsonl, .json or .parquet")
+        return datasets.load_dataset(_FILE_BUILDERS[ext], data_files=path, split="train")
+    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "dataset_info.json")):
+        ds = datasets.load_from_disk(path)
+        return load_sft_dataset(ds, split, field)
+    if ext in _FILE_BUILDERS or path.startswith(("/", "./", "../", "~")) or path.count("/") > 1:
+        raise ValueError(f"{field}: {path!r} not found (expected a local file / folder or a hub name)")
+    return datasets.load_dataset(path, split=split)
+
+
+def validate_sft_dataset(ds: datasets.Dataset, tokenizer=None, field: str = "train_dataset") -> str:
+    """Check the columns: 'prompt' + 'completion', or 'messages'. Returns the form ("prompt_completion",
+    "conversational_prompt_completion" or "messages"). Conversational data needs a chat template."""
+    cols = set(ds.column_names)
+    if len(ds) == 0:
+        raise ValueError(f"{field} is empty")
+    if {"prompt", "completion"} <= cols:
+        first = ds[0]
+        for c in ("prompt", "completion"):
+            v = first[c]
+            if not isinstance(v, (str, list)):
+                raise ValueError(f"{field}: column {c!r} must hold strings or message lists, got {type(v).__name__}")
+        form = "conversational_prompt_completion" if isinstance(first["prompt"], list) else "prompt_completion"
+    elif "messages" in cols:
+        first = ds[0]["messages"]
+        if not (isinstance(first, list) and first and isinstance(first[0], dict) and "role" in first[0]):
+            raise ValueError(f"{field}: column 'messages' must hold lists of {{'role', 'content'}} dicts")
+        form = "messages"
+    else:
+        raise ValueError(
+            f"{field} must have columns 'prompt' and 'completion', or 'messages'; it has {sorted(cols)}"
+        )
+    if form != "prompt_completion" and tokenizer is not None and getattr(tokenizer, "chat_template", None) is None:
+        raise ValueError(f"{field} is conversational ({form}) but the tokenizer has no chat_template")
+    return form
+
+
+def load_tokenizer(path: str, trust_remote_code: bool = False):
+    """Load a tokenizer. A tokenizer saved as PreTrainedTokenizerFast (e.g. trained with `tokenizers`)
+    is loaded as such: AutoTokenizer would map it to the model type's class (Qwen2Tokenizer for a
+    Qwen2 config), which silently replaces its pre-tokenizer."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    cfg = os.path.join(path, "tokenizer_config.json")
+    if os.path.isfile(cfg):
+        with open(cfg) as f:
+            cls = json.load(f).get("tokenizer_class")
+        if cls in ("PreTrainedTokenizerFast", "TokenizersBackend"):
+            return PreTrainedTokenizerFast.from_pretrained(path)
+    return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)

@@ -1,0 +1,120 @@
+"""Memory and FLOPs of the RPSFT anchor from a model's config.json alone (no weights loaded).
+
+Per anchored m x n matrix at rank k (Jin et al., arXiv:2605.10973, eq. 3 and its gradient):
+- SVD branch (k < min(m, n)): stores U_0, V_0, S_ref: (m + n) k + k^2 numbers; the penalty and its
+  closed-form gradient cost P = U^T W V (2kmn + 2k^2 n), then 2 U (P - S) V^T (2mk^2 + 2kmn):
+  4kmn + 2k^2 (m + n) FLOPs per application.
+- fallback (k >= min(m, n)): stores W_0 (m n numbers); ||W - W_0||^2 and 2 (W - W_0) cost ~4mn.
+A training step costs 6 N T FLOPs for the N matmul parameters (lm_head included, input embedding
+lookups excluded) and T tokens, plus causal attention 6 L T s d_attn (scores and values, forward and
+backward, s the sequence length).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+__all__ = ["model_matrices", "estimate", "format_estimate"]
+
+
+def model_matrices(cfg: dict, include_embeddings: bool = True) -> list[tuple[str, int, int, int]]:
+    """(kind, m, n, count) of the 2-D weights of a Llama / Qwen2-style decoder config."""
+    try:
+        h, layers, inter, vocab = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["intermediate_size"], cfg["vocab_size"]
+        heads = cfg["num_attention_heads"]
+    except KeyError as e:
+        raise ValueError(f"model config lacks {e.args[0]!r} (expected a Llama / Qwen2-style config.json)") from None
+    kv = cfg.get("num_key_value_heads") or heads
+    hd = cfg.get("head_dim") or h // heads
+    mats = [
+        ("q_proj", heads * hd, h, layers),
+        ("k_proj", kv * hd, h, layers),
+        ("v_proj", kv * hd, h, layers),
+        ("o_proj", h, heads * hd, layers),
+        ("gate_proj", inter, h, layers),
+        ("up_proj", inter, h, layers),
+        ("down_proj", h, inter, layers),
+    ]
+    if include_embeddings:
+        mats.append(("embed_tokens", vocab, h, 1))
+        if not cfg.get("tie_word_embeddings", False):
+            mats.append(("lm_head", vocab, h, 1))
+    return mats
+
+
+def estimate(
+    cfg: dict,
+    rank: int = 768,
+    tokens_per_step: int = 65536,
+    seq_len: int = 4096,
+    bytes_per_number: int = 4,
+    include_embeddings: bool = True,
+    anchor_every: int = 1,
+) -> dict:
+    """Bases memory and penalty FLOPs per step against a training step's FLOPs."""
+    if rank < 1:
+        raise ValueError(f"anchor_rank must be >= 1, got {rank}")
+    if tokens_per_step < 1 or seq_len < 1 or anchor_every < 1:
+        raise ValueError("tokens_per_step, seq_len and anchor_every must be >= 1")
+    rows, numbers, pen_flops = [], 0, 0.0
+    for kind, m, n, count in model_matrices(cfg, include_embeddings):
+        fallback = rank >= min(m, n)
+        num = m * n if fallback else (m + n) * rank + rank**2
+        fl = 4.0 * m * n if fallback else 4.0 * rank * m * n + 2.0 * rank**2 * (m + n)
+        rows.append({"matrix": kind, "shape": [m, n], "count": count, "fallback": fallback, "numbers": num * count})
+        numbers += num * count
+        pen_flops += fl * count
+    h, layers, heads = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]
+    hd = cfg.get("head_dim") or h // heads
+    matmul_params = sum(m * n * c for k, m, n, c in model_matrices(cfg, True) if k != "embed_tokens")
+    if cfg.get("tie_word_embeddings", False):
+        matmul_params += cfg["vocab_size"] * h  # the tied lm_head still multiplies
+    step_flops = 6.0 * matmul_params * tokens_per_step + 6.0 * layers * tokens_per_step * seq_len * heads * hd
+    per_step = pen_flops / anchor_every
+    return {
+        "rank": rank,
+        "matrices": rows,
+        "numbers": numbers,
+        "bytes": numbers * bytes_per_number,
+        "bytes_per_number": bytes_per_number,
+        "penalty_flops": pen_flops,
+        "penalty_flops_per_step": per_step,
+        "train_step_flops": step_flops,
+        "ratio": per_step / step_flops,
+        "tokens_per_step": tokens_per_step,
+        "seq_len": seq_len,
+        "anchor_every": anchor_every,
+        "matmul_params": matmul_params,
+    }
+
+
+def format_estimate(res: dict, name: str = "") -> str:
+    lines = [f"RPSFT anchor estimate{' for ' + name if name else ''}: rank k = {res['rank']}"]
+    lines.append(f"  {'matrix':<13}{'shape':>16}{'count':>7}  {'branch':<9}{'numbers':>16}")
+    for r in res["matrices"]:
+        shape = f"{r['shape'][0]}x{r['shape'][1]}"
+        branch = "L2 (W0)" if r["fallback"] else "SVD"
+        lines.append(f"  {r['matrix']:<13}{shape:>16}{r['count']:>7}  {branch:<9}{r['numbers']:>16,}")
+    gb = res["bytes"] / 1e9
+    lines.append(f"  bases memory: {res['numbers']:,} numbers = {gb:.2f} GB at {res['bytes_per_number']} bytes/number")
+    lines.append(
+        f"  penalty + gradient: {res['penalty_flops']:.3e} FLOPs per application, "
+        f"{res['penalty_flops_per_step']:.3e} per step (anchor_every={res['anchor_every']})"
+    )
+    lines.append(
+        f"  training step: {res['train_step_flops']:.3e} FLOPs (6 N T, N = {res['matmul_params']:,} matmul params, "
+        f"T = {res['tokens_per_step']:,} tokens/step, + attention at seq_len {res['seq_len']})"
+    )
+    lines.append(f"  penalty / step = {100 * res['ratio']:.3f} %")
+    return "\n".join(lines)
+
+
+def load_config(path: str) -> dict:
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+    if not os.path.isfile(path):
+        raise ValueError(f"model_config: {path} not found")
+    with open(path) as f:
+        cfg = json.load(f)
+    return cfg.get("text_config", cfg)

@@ -1,0 +1,146 @@
+"""`train()`: the library entry point behind `anchorft train` (and the testbed's method comparison)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+
+import datasets
+import torch
+from transformers import AutoModelForCausalLM, PreTrainedModel
+
+from anchorft.rpsft.anchor import select_parameters
+from anchorft.rpsft.config import RPSFTConfig
+from anchorft.rpsft.data import load_sft_dataset, load_tokenizer, validate_sft_dataset
+from anchorft.rpsft.trainer import RPSFTTrainer, frozen_copy
+
+__all__ = ["train", "load_model"]
+
+logger = logging.getLogger(__name__)
+
+
+def load_model(spec: str | PreTrainedModel, args: RPSFTConfig, field: str = "model") -> PreTrainedModel:
+    """A causal LM from a local path or hub name (trust_remote_code only if `args.trust_remote_code`)."""
+    if isinstance(spec, PreTrainedModel):
+        return spec
+    if not isinstance(spec, (str, os.PathLike)):
+        raise ValueError(f"{field} must be a PreTrainedModel, a local path or a hub name, got {type(spec).__name__}")
+    kwargs = dict(args.model_init_kwargs or {})
+    kwargs["trust_remote_code"] = bool(args.trust_remote_code)
+    if not torch.cuda.is_available():
+        kwargs["dtype"] = torch.float32
+    return AutoModelForCausalLM.from_pretrained(os.fspath(spec), **kwargs)
+
+
+def _write_json(path: str, obj) -> None:
+    d = os.path.dirname(path)
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(obj, f, indent=1, default=str)
+    os.replace(tmp, path)
+
+
+def _write_run_artifacts(trainer: RPSFTTrainer, out: str) -> None:
+    """Resolved config, metrics.json (log history + anchor summary) and a PNG of loss / penalty."""
+    args = trainer.args
+    _write_json(os.path.join(out, "rpsft_config.json"), args.to_dict())
+    hist = trainer.state.log_history
+    metrics = {"method": args.method, "global_step": trainer.state.global_step, "log_history": hist}
+    if trainer._anchor is not None:
+        metrics["anchor"] = {"repr": repr(trainer._anchor), **trainer._anchor.drift(trainer.model)}
+    _write_json(os.path.join(out, "metrics.json"), metrics)
+    steps = [h for h in hist if "loss" in h]
+    if not steps:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = [k for k in ("loss", "anchor/penalty", "anchor/drift_max") if k in steps[-1]]
+    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3), squeeze=False)
+    for ax, k in zip(axes[0], keys):
+        ax.plot([h["step"] for h in steps if k in h], [h[k] for h in steps if k in h])
+        ax.set_xlabel("optimiser step")
+        ax.set_title(k)
+    fig.suptitle(f"method={args.method}")
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(dir=out, suffix=".png")
+    os.close(fd)
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, os.path.join(out, "training.png"))
+
+
+def train(
+    args: RPSFTConfig,
+    model: str | PreTrainedModel,
+    train_dataset: datasets.Dataset | str,
+    tokenizer=None,
+    eval_dataset: datasets.Dataset | str | None = None,
+    ref_model: str | PreTrainedModel | None = None,
+) -> RPSFTTrainer:
+    """Fine-tune `model` with `args.method` and return the trainer after `trainer.train()`.
+
+    - args: an `RPSFTConfig` (method "sft" | "dft" | "iw_sft" | "l2" | "rpsft", anchor_* and iw_* fields;
+      its fields are validated when it is built; CPU-safe settings are chosen there when no GPU is present).
+    - model: a PreTrainedModel, or a local path / hub name loaded with AutoModelForCausalLM
+      (trust_remote_code only if `args.trust_remote_code`).
+    - train_dataset / eval_dataset: a datasets.Dataset, a local .jsonl / .json / .parquet file, a
+      `save_to_disk` folder, or a hub name; columns 'prompt' + 'completion' or 'messages'.
+    - tokenizer: defaults to the model's own (a PreTrainedTokenizerFast saved by `tokenizers` is
+      loaded as such). Without a pad token, the eos token pads.
+    - ref_model: the frozen IW-SFT reference (a model or path); else `args.iw_ref_model` ("copy" for a
+      frozen copy of the starting model). Required for method "iw_sft".
+
+    Everything is checked before training: the dataset's columns, the anchor targets (a ValueError
+    listing the names available), the reference model. rpsft anchors rank `args.anchor_rank`; l2 is
+    the full-rank anchor. With `args.resume_from_checkpoint`, training resumes with the checkpoint's
+    anchor. Writes rpsft_config.json, metrics.json and training.png to `args.output_dir`.
+    """
+    if not isinstance(args, RPSFTConfig):
+        raise ValueError(f"args must be an RPSFTConfig, got {type(args).__name__}")
+    train_ds = load_sft_dataset(train_dataset, field="train_dataset")
+    eval_ds = load_sft_dataset(eval_dataset, split="test", field="eval_dataset") if eval_dataset is not None else None
+    if args.method == "iw_sft" and ref_model is None and args.iw_ref_model is None:
+        raise ValueError(
+            "method='iw_sft' needs a reference model: pass ref_model=, or set iw_ref_model "
+            "(a path / hub name, or 'copy' for a frozen copy of the starting model)"
+        )
+    model_obj = load_model(model, args)
+    if tokenizer is None:
+        src = model if isinstance(model, (str, os.PathLike)) else getattr(model_obj, "name_or_path", None)
+        if not src:
+            raise ValueError("tokenizer: pass one (the model object has no name_or_path to load it from)")
+        tokenizer = load_tokenizer(os.fspath(src), trust_remote_code=bool(args.trust_remote_code))
+    if tokenizer.eos_token is None and args.eos_token is None:
+        raise ValueError("tokenizer has no eos_token: set one, or set eos_token in the config")
+    if tokenizer.pad_token is None and args.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token if args.eos_token is None else args.eos_token
+    validate_sft_dataset(train_ds, tokenizer, field="train_dataset")
+    if eval_ds is not None:
+        validate_sft_dataset(eval_ds, tokenizer, field="eval_dataset")
+    if args.anchored:
+        select_parameters(model_obj, args.anchor_targets, args.anchor_include_embeddings)
+    ref = None
+    if args.method == "iw_sft":
+        spec = ref_model if ref_model is not None else args.iw_ref_model
+        ref = frozen_copy(model_obj) if spec == "copy" else load_model(spec, args, field="ref_model")
+    trainer = RPSFTTrainer(
+        model_obj,
+        args,
+        train_dataset=train_ds,
+        eval_dataset=eval_ds,
+        processing_class=tokenizer,
+        ref_model=ref,
+    )
+    resume = args.resume_from_checkpoint
+    if isinstance(resume, str) and resume.lower() in ("true", "false"):
+        resume = resume.lower() == "true"
+    trainer.train(resume_from_checkpoint=resume)
+    if args.should_save:
+        _write_run_artifacts(trainer, args.output_dir)
+    return trainer

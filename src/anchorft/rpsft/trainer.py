@@ -1,0 +1,214 @@
+"""`RPSFTTrainer`: TRL's SFTTrainer with the RPSFT anchor and the DFT / IW-SFT / L2 baselines.
+
+Once per optimiser step. transformers' loop runs `training_step` for each micro-batch and, after the
+last one (`accelerator.sync_gradients` is True; under DDP the backward of that micro-batch has just
+all-reduced the gradients), clips and steps. In the default `anchor_mode="grad"` this trainer adds
+`lambda * every * dR/dW` (closed form) to `.grad` right after that last backward: after the
+all-reduce, so each rank adds the same term once (not world-size times) and before clipping, as a loss
+term would be. Gradient accumulation never multiplies it. With `anchor_every = n` it is applied on
+steps 0, n, 2n, ... with scale n. In `anchor_mode="autograd"` (DeepSpeed, where gradients live in the
+engine) the penalty enters the loss of the step's last micro-batch instead, in a form that leaves
+the logged loss unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+
+import torch
+from torch import nn
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+from trl import SFTTrainer
+from trl.trainer.utils import add_fused_lm_head
+
+from anchorft.rpsft.anchor import SubspaceAnchor, select_parameters
+from anchorft.rpsft.config import RPSFTConfig
+from anchorft.rpsft.losses import iw_sft_loss
+
+__all__ = ["RPSFTTrainer", "ANCHOR_DIR"]
+
+logger = logging.getLogger(__name__)
+ANCHOR_DIR = "anchor"
+
+
+class RPSFTTrainer(SFTTrainer):
+    """SFTTrainer applying `args.method` ("sft", "dft", "iw_sft", "l2", "rpsft").
+
+    Extra arguments: `ref_model` (frozen reference, required by iw_sft) and `anchor` (a precomputed
+    `SubspaceAnchor`; otherwise built from the model's weights when training starts, or reloaded from
+    the checkpoint on resume, never recomputed from tuned weights). The anchor is saved in every
+    checkpoint under `checkpoint-N/anchor/`. Logs `anchor/penalty` (R without lambda) and
+    `anchor/drift_max` (max over matrices of ||D||_F / ||S_ref||_F) and, for iw_sft, `iw/weight_mean`.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module | str,
+        args: RPSFTConfig,
+        *pos,
+        ref_model: nn.Module | None = None,
+        anchor: SubspaceAnchor | None = None,
+        **kwargs,
+    ):
+        if not isinstance(args, RPSFTConfig):
+            raise ValueError(f"args must be an RPSFTConfig, got {type(args).__name__}")
+        if args.method == "iw_sft" and ref_model is None:
+            raise ValueError(
+                "method='iw_sft' needs a reference model: pass ref_model=, or set iw_ref_model "
+                "(a path, or 'copy' for a frozen copy of the starting model) when using anchorft.rpsft.train"
+            )
+        super().__init__(model, args, *pos, **kwargs)
+        if args.anchored:
+            # fail now (before any training) if the targets match nothing
+            select_parameters(self.model, args.anchor_targets, args.anchor_include_embeddings)
+        self._anchor = anchor
+        if anchor is not None:
+            anchor.check_model(self.model, check_fingerprint=False)
+            anchor.to(model=self.model)
+        self._anchor_last: dict[str, float] | None = None
+        self._anchor_mode = args.anchor_mode
+        if args.anchored:
+            if self.is_deepspeed_enabled:
+                stage = self.accelerator.state.deepspeed_plugin.zero_stage
+                if stage == 3:
+                    raise ValueError(
+                        "RPSFT under DeepSpeed ZeRO-3 is not supported (parameters are partitioned outside the "
+                        "forward pass); use FSDP2 (fsdp_version: 2), whose row-sharded parameters the anchor "
+                        "handles shard-aware, or ZeRO-1/2."
+                    )
+                self._anchor_mode = "autograd"  # DeepSpeed keeps the gradients in its engine
+            if self.is_fsdp_enabled and getattr(self.accelerator.state.fsdp_plugin, "fsdp_version", 1) != 2:
+                raise ValueError("RPSFT under FSDP needs fsdp_version 2 (DTensor parameters, sharded by rows)")
+        self.ref_model = None
+        if args.method == "iw_sft":
+            ref_model.eval().requires_grad_(False)
+            ref_model.to(self.args.device)
+            add_fused_lm_head(ref_model)
+            self.ref_model = ref_model
+
+    # ------------------------------------------------------------------ anchor
+    @property
+    def anchor(self) -> SubspaceAnchor | None:
+        """The anchor (built from the current weights on first access for rpsft / l2; None otherwise)."""
+        if self._anchor is None and self.args.anchored:
+            a = self.args
+            rank = a.anchor_rank if a.method == "rpsft" else 2**62  # l2: full rank everywhere
+            gen = torch.Generator(device=self.model.device.type).manual_seed(a.seed)
+            self._anchor = SubspaceAnchor.from_model(
+                self.model,
+                rank=rank,
+                targets=a.anchor_targets,
+                include_embeddings=a.anchor_include_embeddings,
+                svd=a.anchor_svd,
+                dtype=a.anchor_torch_dtype,
+                generator=gen,
+                progress=not a.disable_tqdm,
+            )
+            logger.info("built %r", self._anchor)
+        return self._anchor
+
+    def _anchor_due(self) -> bool:
+        return (
+            self.args.anchored
+            and self.args.anchor_lambda > 0
+            and self.model.training
+            and self.accelerator.gradient_state.sync_gradients
+            and self.state.global_step % self.args.anchor_every == 0
+        )
+
+    @property
+    def _anchor_scale(self) -> float:
+        return float(self.args.anchor_lambda) * self.args.anchor_every
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs):
+        """Resolve the checkpoint; reload its anchor (or build the anchor from the starting weights); train."""
+        if resume_from_checkpoint is False:
+            resume_from_checkpoint = None
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint is None:
+                raise ValueError(f"No valid checkpoint found in output directory ({self.args.output_dir})")
+        if self.args.anchored and self._anchor is None:
+            if resume_from_checkpoint is not None:
+                path = os.path.join(resume_from_checkpoint, ANCHOR_DIR)
+                if not SubspaceAnchor.exists(path):
+                    raise ValueError(
+                        f"resume: {resume_from_checkpoint} has no anchor ({ANCHOR_DIR}/); the SVD is never "
+                        "recomputed from tuned weights"
+                    )
+                # the model still holds the starting weights here: the fingerprint check applies
+                self._anchor = SubspaceAnchor.load(path, model=self.model)
+            else:
+                _ = self.anchor
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self._anchor is not None and self.args.should_save:
+            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            self._anchor.save(os.path.join(folder, ANCHOR_DIR))
+
+    # ------------------------------------------------------------------ loss and step
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self._anchor_mode == "grad" and self._anchor_due():
+            # after the step's last backward (gradients all-reduced), before clipping and optimizer.step()
+            self._anchor_last = self.anchor.add_penalty_grad_(self.model, self._anchor_scale)
+        return loss
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if self.args.method == "iw_sft" and self.model.training:
+            loss = self._iw_sft_loss(model, inputs, num_items_in_batch)
+            outputs = None
+        else:
+            res = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            loss, outputs = res if return_outputs else (res, None)
+        if self._anchor_mode == "autograd" and self._anchor_due():
+            pen = self.anchor.penalty(self.model)
+            coef = self._anchor_scale
+            scaled = self.loss_is_scaled_for_ga
+            if scaled is None:
+                scaled = (self.model_accepts_loss_kwargs and num_items_in_batch is not None) or (
+                    self.compute_loss_func is not None
+                )
+            if not scaled:  # Trainer.training_step divides the loss by the accumulation steps
+                coef *= self.current_gradient_accumulation_steps
+            # gradient coef * dR/dW, value unchanged (the logged loss stays the data loss, as in "grad" mode)
+            loss = loss + coef * (pen - pen.detach()).to(loss.dtype)
+            with torch.no_grad():
+                self._anchor_last = self.anchor.drift(self.model)
+        return (loss, outputs) if return_outputs else loss
+
+    def _iw_sft_loss(self, model, inputs, num_items_in_batch):
+        inputs = {**inputs, "use_cache": False}
+        outputs = model(**inputs, fused_lm_head=True)
+        with torch.no_grad():
+            ref = self.ref_model(**inputs, fused_lm_head=True)
+        mask = outputs.label_mask if getattr(outputs, "label_mask", None) is not None else inputs["labels"][:, 1:] != -100
+        loss, w = iw_sft_loss(
+            outputs.log_probs,
+            ref.log_probs,
+            mask,
+            num_items=num_items_in_batch,
+            temperature=self.args.iw_temperature,
+            clip=self.args.iw_clip,
+        )
+        # like SFTTrainer: num_items_in_batch counts every rank's tokens and DDP averages the gradients
+        if self.args.average_tokens_across_devices and num_items_in_batch is not None:
+            loss = loss * self.accelerator.num_processes
+        self._metrics["train"]["iw/weight_mean"].append(self.accelerator.gather_for_metrics(w).mean().item())
+        return loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if self._anchor_last is not None and self.model.training and "loss" in logs:
+            logs["anchor/penalty"] = self._anchor_last["penalty"]
+            logs["anchor/drift_max"] = self._anchor_last["drift_max"]
+        super().log(logs, start_time)
+
+
+def frozen_copy(model: nn.Module) -> nn.Module:
+    """A frozen deep copy of `model` (the IW-SFT reference pi_ref)."""
+    ref = copy.deepcopy(model)
+    return ref.eval().requires_grad_(False)
