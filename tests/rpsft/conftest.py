@@ -127,3 +127,20 @@ def base_args(out: str, **kw):
 
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+class _Helpers:
+    """Helper functions for the tests (a fixture, since tests/*/conftest.py cannot be imported by name)."""
+
+    make_texts = staticmethod(make_texts)
+    build_tokenizer = staticmethod(build_tokenizer)
+    tiny_config = staticmethod(tiny_config)
+    tiny_model = staticmethod(tiny_model)
+    pc_dataset = staticmethod(pc_dataset)
+    base_args = staticmethod(base_args)
+
+
+@pytest.fixture(scope="session")
+def rp():
+    torch.set_num_threads(1)
+    return _Helpers
