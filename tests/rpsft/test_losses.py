@@ -1,0 +1,113 @@
+"""Each method's loss against TRL's and against explicit formulas on the same batch."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from trl import SFTConfig, SFTTrainer
+
+from anchorft.rpsft.losses import dft_loss, iw_sft_loss, iw_sft_weights, nll_loss
+from anchorft.rpsft.trainer import RPSFTTrainer
+
+
+def token_logps(model, inputs):
+    """Independent per-token log-probabilities from the full logits."""
+    with torch.no_grad():
+        logits = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).logits[:, :-1]
+    labels = inputs["labels"][:, 1:]
+    mask = labels != -100
+    logp = torch.log_softmax(logits.float(), -1).gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    return logp * mask, mask
+
+
+def first_batch(trainer):
+    batch = next(iter(trainer.get_train_dataloader()))
+    return trainer._prepare_inputs(batch)
+
+
+def test_pure_losses_against_formulas():
+    g = torch.Generator().manual_seed(0)
+    lp = -torch.rand(3, 5, generator=g) * 3
+    mask = torch.rand(3, 5, generator=g) > 0.3
+    mask[2] = False
+    lp = lp * mask
+    ref = lp - 0.5 * torch.randn(3, 5, generator=g) * mask
+    n = int(mask.sum())
+    assert float(nll_loss(lp, mask)) == pytest.approx(float(-lp[mask].sum() / n))
+    assert float(dft_loss(lp, mask, num_items=7)) == pytest.approx(float(-(lp * lp.exp())[mask].sum() / 7))
+    w = iw_sft_weights(lp, ref, mask, temperature=0.5, clip=1.3)
+    for i in range(3):
+        cnt = int(mask[i].sum())
+        if cnt == 0:
+            assert float(w[i]) == 1.0
+            continue
+        mean = sum(float(lp[i, t] - ref[i, t]) for t in range(5) if mask[i, t]) / cnt
+        assert float(w[i]) == pytest.approx(min(max(math.exp(0.5 * mean), 0.0), 1.3), rel=1e-6)
+    loss, w2 = iw_sft_loss(lp, ref, mask, temperature=0.5, clip=1.3)
+    assert torch.equal(w, w2)
+    assert float(loss) == pytest.approx(float(sum(w[i] * -lp[i][mask[i]].sum() for i in range(3)) / n), rel=1e-6)
+    # DFT's gradient is sg(p) times NLL's gradient; IW's weight carries no gradient
+    x = lp.clone().requires_grad_(True)
+    dft_loss(x, mask).backward()
+    torch.testing.assert_close(x.grad, -(lp.exp() * mask) / n)
+    y = lp.clone().requires_grad_(True)
+    iw_sft_loss(y, ref, mask, temperature=0.5, clip=1.3)[0].backward()
+    torch.testing.assert_close(y.grad, -(w[:, None] * mask) / n)
+
+
+def test_dft_equals_trl(rp, tokenizer, dataset, tmp_path):
+    model = rp.tiny_model("llama", len(tokenizer))
+    args = rp.base_args(str(tmp_path / "a"), method="dft")
+    ours = RPSFTTrainer(copy.deepcopy(model), args, train_dataset=dataset, processing_class=tokenizer)
+    trl_args = SFTConfig(
+        output_dir=str(tmp_path / "b"), loss_type="dft", use_cpu=True, bf16=False, gradient_checkpointing=False,
+        per_device_train_batch_size=2, max_length=32, report_to=[], seed=0, data_seed=0,
+    )
+    theirs = SFTTrainer(copy.deepcopy(model), trl_args, train_dataset=dataset, processing_class=tokenizer)
+    inputs = first_batch(ours)
+    inputs_b = first_batch(theirs)
+    assert torch.equal(inputs["input_ids"], inputs_b["input_ids"])
+    a = ours.compute_loss(ours.model, dict(inputs))
+    b = theirs.compute_loss(theirs.model, dict(inputs))
+    torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    logp, mask = token_logps(model, inputs)
+    torch.testing.assert_close(a.detach(), dft_loss(logp, mask), rtol=1e-5, atol=1e-6)
+    # and method "sft" is TRL's NLL
+    sft = RPSFTTrainer(copy.deepcopy(model), rp.base_args(str(tmp_path / "c"), method="sft"),
+                       train_dataset=dataset, processing_class=tokenizer)
+    torch.testing.assert_close(sft.compute_loss(sft.model, dict(inputs)).detach(), nll_loss(logp, mask),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_iw_sft_loss_in_trainer(rp, tokenizer, dataset, tmp_path):
+    model = rp.tiny_model("llama", len(tokenizer))
+    ref = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g))
+    ref_indep = copy.deepcopy(ref)
+    args = rp.base_args(str(tmp_path / "a"), method="iw_sft", iw_temperature=0.7, iw_clip=1.5,
+                        per_device_train_batch_size=4)
+    tr = RPSFTTrainer(copy.deepcopy(model), args, train_dataset=dataset, processing_class=tokenizer, ref_model=ref)
+    inputs = first_batch(tr)
+    tr.model.train()
+    loss = tr.compute_loss(tr.model, dict(inputs))
+    logp, mask = token_logps(model, inputs)
+    ref_logp, _ = token_logps(ref_indep, inputs)
+    mean = ((logp - ref_logp) * mask).sum(-1) / mask.sum(-1)
+    w = torch.exp(0.7 * mean).clamp(0, 1.5)
+    assert (w < 1.5).any() or (w == 1.5).any()
+    want = (w * -(logp * mask).sum(-1)).sum() / mask.sum()
+    torch.testing.assert_close(loss.detach(), want, rtol=1e-5, atol=1e-6)
+    assert tr._metrics["train"]["iw/weight_mean"][-1] == pytest.approx(float(w.mean()), rel=1e-5)
+
+
+def test_iw_sft_needs_reference(rp, tokenizer, dataset, tmp_path):
+    model = rp.tiny_model("llama", len(tokenizer))
+    with pytest.raises(ValueError, match="reference model"):
+        RPSFTTrainer(model, rp.base_args(str(tmp_path), method="iw_sft"), train_dataset=dataset,
+                     processing_class=tokenizer)
