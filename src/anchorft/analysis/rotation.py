@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from anchorft.rpsft.subspace import block_residual, reference_block, top_k_bases
+from anchorft.rpsft.subspace import reference_block, top_k_bases
 
 __all__ = ["principal_angles", "vector_angles", "rotation_stats", "bases"]
 
@@ -49,11 +49,34 @@ def vector_angles(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def bases(w: torch.Tensor, k: int, svd: str = "exact", dtype: torch.dtype = torch.float64, generator=None):
-    """Top-k (U, S, V) of w computed in `dtype` through `top_k_bases` (the project's single SVD entry point)."""
+    """Top-k (U, S, V) of w computed in `dtype` through `top_k_bases` (the project's single SVD entry point).
+
+    The returned bases are compact copies, so the full SVD factors (as large as w) are freed on return.
+    """
     m, n = w.shape
     if k > min(m, n):
         raise ValueError(f"rank k={k} exceeds min(m, n)={min(m, n)} of a {m} x {n} matrix")
-    return top_k_bases(w.to(dtype), k, svd=svd, generator=generator)
+    u, s, v = top_k_bases(w.to(dtype), k, svd=svd, generator=generator)
+    return u.clone(memory_format=torch.contiguous_format), s.clone(), v.clone(memory_format=torch.contiguous_format)
+
+
+def _update_energies(w0: torch.Tensor, w: torch.Tensor, u0, v0, dtype, rows: int = 4096) -> tuple[float, float]:
+    """(||W - W_0||_F^2, ||U_0^T (W - W_0) V_0||_F^2), reading the difference in row chunks of `rows`.
+
+    U_0^T dW V_0 = sum over row blocks c of U_0[c]^T dW[c] V_0 (`reference_block` of each block), so no
+    full-size copy of the difference is made.
+    """
+    delta2 = 0.0
+    blk = torch.zeros(u0.shape[1], v0.shape[1], dtype=dtype)
+    for i in range(0, w0.shape[0], rows):
+        d = w[i : i + rows].to(dtype) - w0[i : i + rows].to(dtype)
+        delta2 += d.pow(2).sum().item()
+        blk += reference_block(d, u0[i : i + rows], v0)
+    return delta2, blk.pow(2).sum().item()
+
+
+def _norm(w: torch.Tensor, dtype: torch.dtype, rows: int = 4096) -> float:
+    return math.sqrt(sum(w[i : i + rows].to(dtype).pow(2).sum().item() for i in range(0, w.shape[0], rows)))
 
 
 def rotation_stats(
@@ -78,9 +101,7 @@ def rotation_stats(
     u0, s0, v0 = base_bases if base_bases is not None else bases(w0, k, svd, dtype, generator)
     u1, s1, v1 = bases(w, k, svd, dtype, generator)
     au, av = principal_angles(u0, u1), principal_angles(v0, v1)
-    w0d, wd = w0.to(dtype), w.to(dtype)
-    delta2 = (wd - w0d).pow(2).sum().item()
-    block = block_residual(wd, u0, v0, reference_block(w0d, u0, v0)).pow(2).sum().item()
+    delta2, block = _update_energies(w0, w, u0, v0, dtype)
     s0d, s1d = s0.double(), s1.double()
     deg = 180.0 / math.pi
     return {
@@ -91,7 +112,7 @@ def rotation_stats(
         "overlap_u": (u0.double().mT @ u1.double()).pow(2).sum().item() / k,
         "overlap_v": (v0.double().mT @ v1.double()).pow(2).sum().item() / k,
         "sv_rel_change": ((s1d - s0d).norm() / s0d.norm()).item(),
-        "weight_rel_change": math.sqrt(delta2) / max(w0d.norm().item(), 1e-30),
+        "weight_rel_change": math.sqrt(delta2) / max(_norm(w0, dtype), 1e-30),
         "block_share_of_update": block / delta2 if delta2 > 0 else 0.0,
         "sv_ratio": (s1d / s0d.clamp_min(1e-30)).tolist(),
         "vec_angle_u_deg": (vector_angles(u0, u1) * deg).tolist(),
