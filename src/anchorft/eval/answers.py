@@ -131,10 +131,13 @@ def _resolve_label(raw: str, choices: dict[str, str]) -> str | None:
 
 def extract_choice(response: str, choices: dict[str, str]) -> str | None:
     """The option label a response picks: its last \\boxed{} (a label, "C. text", or an option's text),
-    else the last "answer is (C)" / "Answer: C" phrase; None when nothing names a valid label."""
+    a bare label ("C", "(C)"), else the last "answer is (C)" / "Answer: C" phrase; None when nothing
+    names a valid label. Labels 1., 2., ... answered with a letter map A -> 1, B -> 2, ..."""
     if not choices:
         raise ValueError("choices is empty: not a multiple-choice item")
     boxed = last_boxed(response)
+    if boxed is None and len(response.strip()) <= 4:  # a bare "C" / "(C)" / "C."
+        boxed = response.strip()
     if boxed is not None:
         label = _resolve_label(boxed, choices)
         if label is not None:
