@@ -1,0 +1,72 @@
+"""`anchorft rl`: DAPO (TRL GRPOTrainer) from an SFT checkpoint, reward = math-verify correctness.
+
+  anchorft rl --model DIR --dataset FILE.jsonl --out DIR [--config configs/rl/dapo.yaml] [--steps N ...]
+
+The dataset is JSONL in the paper's benchmark format (prompt messages, reward_model.ground_truth)
+or {"prompt": str | messages, "answer": str}. Settings: the paper's DAPO values by default, then a
+YAML --config (keys of anchorft.rpsft.rl.RLSettings), then the command-line flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+
+def _parser() -> argparse.ArgumentParser:
+    from anchorft.rpsft.rl import RLSettings
+
+    p = argparse.ArgumentParser(prog="anchorft rl", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True, help="local SFT checkpoint directory")
+    p.add_argument("--dataset", required=True, help="JSONL prompts with gold answers")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--config", default=None, help="YAML of RLSettings fields")
+    p.add_argument("--limit", type=int, default=None, help="use the first N prompts")
+    p.add_argument("--skip-bad", action="store_true", help="skip and count malformed dataset lines")
+    for f in dataclasses.fields(RLSettings):
+        flag = "--" + f.name
+        if f.type in ("bool", bool):
+            p.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=None, metavar="BOOL")
+        elif f.name == "overlong_cache":
+            p.add_argument(flag, type=int, default=None, help="soft overlong punishment window (tokens); 0: off")
+        else:
+            conv = int if isinstance(f.default, int) else float if isinstance(f.default, float) else str
+            p.add_argument(flag, type=conv, default=None, help=f"default {f.default}")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    from anchorft.rpsft.rl import RLSettings, load_rl_dataset, run_rl
+
+    try:
+        values: dict = {}
+        names = {f.name for f in dataclasses.fields(RLSettings)}
+        if args.config:
+            import yaml
+
+            with open(args.config, encoding="utf-8") as fh:
+                cfg = yaml.safe_load(fh) or {}
+            if not isinstance(cfg, dict):
+                raise ValueError(f"{args.config}: expected a mapping of RLSettings fields")
+            unknown = sorted(set(cfg) - names)
+            if unknown:
+                raise ValueError(f"{args.config}: unknown field(s) {unknown}")
+            values.update(cfg)
+        values.update({k: v for k, v in vars(args).items() if k in names and v is not None})
+        if values.get("overlong_cache") == 0:
+            values["overlong_cache"] = None
+        settings = RLSettings(**values)
+        settings.validate()
+        data = load_rl_dataset(args.dataset, skip_bad=args.skip_bad, limit=args.limit)
+        metrics = run_rl(args.model, data, args.out, settings)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"anchorft rl: error: {e}", file=sys.stderr)
+        return 2
+    metrics.pop("model", None)
+    print(
+        json.dumps({"reward_first": metrics["reward_first"], "reward_last": metrics["reward_last"], "out": args.out})
+    )
+    return 0

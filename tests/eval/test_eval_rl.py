@@ -1,0 +1,94 @@
+"""The DAPO stage (anchorft.rpsft.rl, `anchorft rl`) on a tiny random Llama."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from anchorft.rpsft.rl import RLSettings, boxed_math_reward, load_rl_dataset, make_reward_func, run_rl
+
+SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
+
+
+def _prompts(n=4):
+    return [
+        {
+            "prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"What is {i} + {i}?"}],
+            "answer": str(2 * i),
+        }
+        for i in range(n)
+    ]
+
+
+def test_reward_is_math_verify_correctness_of_the_last_box():
+    assert boxed_math_reward(r"... so \boxed{\frac{1}{2}}", "0.5") == 1.0
+    assert boxed_math_reward(r"\boxed{3} no, \boxed{4}", "3") == 0.0
+    assert boxed_math_reward("4", "4") == 0.0  # no box, no reward
+    f = make_reward_func()
+    conv = [[{"role": "assistant", "content": r"\boxed{4}"}], [{"role": "assistant", "content": "four"}]]
+    assert f(completions=conv, answer=["4", "4"], trainer_state=None) == [1.0, 0.0]
+    assert f(completions=[r"\boxed{2}", r"\boxed{2.0}"], answer=["2", "2"]) == [1.0, 1.0]
+
+
+def test_load_rl_dataset_formats(tmp_path):
+    f = tmp_path / "d.jsonl"
+    rows = [
+        {"prompt": [{"role": "user", "content": "1+1?"}], "reward_model": {"ground_truth": 2}},
+        {"prompt": "2+2?", "answer": "4"},
+    ]
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"prompt": "x"}\n')
+    with pytest.raises(ValueError, match="line 3"):
+        load_rl_dataset(f)
+    got = load_rl_dataset(f, skip_bad=True)
+    assert got == [{"prompt": rows[0]["prompt"], "answer": "2"}, {"prompt": "2+2?", "answer": "4"}]
+
+
+def test_settings_validation():
+    RLSettings().validate()
+    for bad in (dict(num_generations=1), dict(epsilon=0.3, epsilon_high=0.2), dict(overlong_cache=2000)):
+        with pytest.raises(ValueError):
+            RLSettings(**bad).validate()
+
+
+def test_run_rl_one_step_with_dapo_settings(tiny_model_dir, tmp_path):
+    s = RLSettings(steps=1, num_generations=2, prompts_per_step=2, max_completion_length=6, overlong_cache=2)
+    m = run_rl(str(tiny_model_dir), _prompts(), tmp_path / "rl", s)
+    assert m["steps"] == [1] and len(m["reward"]) == 1
+    cfg = json.loads((tmp_path / "rl" / "config.json").read_text())["grpo_config"]
+    assert cfg["loss_type"] == "dapo" and cfg["epsilon"] == 0.2 and cfg["epsilon_high"] == 0.28
+    assert cfg["beta"] == 0.0 and cfg["num_generations"] == 2
+    for name in ("metrics.json", "reward.png", "model/config.json"):
+        assert (tmp_path / "rl" / name).is_file(), name
+
+
+def test_rl_command(tiny_model_dir, tmp_path, capsys):
+    from anchorft.commands.rl import main
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": p["prompt"], "answer": p["answer"]}) + "\n" for p in _prompts(2)))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("# anchorft rl ...\nnum_generations: 2\nmax_completion_length: 4\n")
+    argv = ["--model", str(tiny_model_dir), "--dataset", str(data), "--out", str(tmp_path / "o"), "--config", str(cfg)]
+    assert main(argv + ["--steps", "1", "--prompts_per_step", "1", "--save_model", "false"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["reward_first"] is not None  # after TRL logs
+    assert not (tmp_path / "o" / "model").exists()
+    cfg.write_text("num_generationz: 2\n")
+    assert main(argv) == 2
+    assert "unknown field" in capsys.readouterr().err
+
+
+def _count_a(completion: str, answer: str) -> float:
+    return completion.count("a") / max(1, len(completion))
+
+
+@pytest.mark.slow
+def test_reward_rises_on_a_learnable_reward(tiny_model_dir, tmp_path):
+    """GRPO/DAPO machinery learns: the fraction of 'a' in the completions rises from a random start."""
+    s = RLSettings(
+        steps=30, num_generations=8, prompts_per_step=2, max_completion_length=8, learning_rate=3e-3, temperature=1.0
+    )
+    m = run_rl(str(tiny_model_dir), _prompts(), tmp_path / "rl", s, reward_fn=_count_a)
+    r = m["reward"]
+    first, last = sum(r[:5]) / 5, sum(r[-5:]) / 5
+    assert last > first + 0.1, (first, last)
