@@ -92,3 +92,12 @@ def prompt_files(tmp_path_factory) -> dict[str, Path]:
     pc = root / "pc.jsonl"
     pc.write_text("\n".join(json.dumps({"prompt": s[:20], "completion": s[20:]}) for s in CORPUS) + "\n")
     return {"plain": plain, "chat": chat, "pc": pc}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny matrices: OpenMP threads only add contention on a shared machine (0.3 s vs 0.5 ms per SVD)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

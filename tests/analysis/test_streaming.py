@@ -71,10 +71,16 @@ def test_run_analysis_streamed_equals_in_memory(checkpoints, tmp_path):
 def test_identical_model_has_no_rotation(checkpoints, tmp_path):
     res = run_analysis(
         AnalysisConfig(
-            base=str(checkpoints["base"]), tuned={"same": str(checkpoints["base_sharded"])}, out=str(tmp_path), rank=4
+            base=str(checkpoints["base"]),
+            tuned={"same": str(checkpoints["base_sharded"])},
+            out=str(tmp_path),
+            rank=4,
+            plots=False,
+            exclude="embed_tokens|lm_head",
         ),
         progress=False,
     )
+    assert res["matrices"] == 14 and "lm_head.weight" not in res["rotation"]["same"]["per_matrix"]
     o = res["rotation"]["same"]["overall"]
     assert o["angle_u_max_deg"] < 1e-5 and o["angle_v_max_deg"] < 1e-5
     assert o["weight_rel_change"] == 0.0 and o["sv_rel_change"] == 0.0

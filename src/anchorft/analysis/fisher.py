@@ -81,7 +81,11 @@ def fisher_overlap(
             raise ValueError(f"Fisher rank k={kmax} exceeds min(m, n)={min(m, n)} of {name} ({m} x {n})")
         u, _, v = bases(w, kmax, svd, dtype, gen)
         rand = [
-            (random_orthonormal(m, kmax, gen, dtype), random_orthonormal(n, kmax, gen, dtype)) for _ in range(n_random)
+            (
+                random_orthonormal(m, kmax, gen, dtype).to(w.device),
+                random_orthonormal(n, kmax, gen, dtype).to(w.device),
+            )
+            for _ in range(n_random)
         ]
         frames[name] = (u, v, rand)
     total = dict.fromkeys(names, 0.0)
@@ -98,7 +102,7 @@ def fisher_overlap(
             g = params[name].grad
             if g is None:
                 continue
-            g = g.detach().to(dtype).cpu()
+            g = g.detach().to(dtype)
             u, v, rand = frames[name]
             total[name] += g.pow(2).sum().item()
             for i, e in enumerate(nested_block_energy(g, u, v, ks)):

@@ -67,7 +67,7 @@ def _update_energies(w0: torch.Tensor, w: torch.Tensor, u0, v0, dtype, rows: int
     full-size copy of the difference is made.
     """
     delta2 = 0.0
-    blk = torch.zeros(u0.shape[1], v0.shape[1], dtype=dtype)
+    blk = torch.zeros(u0.shape[1], v0.shape[1], dtype=dtype, device=u0.device)
     for i in range(0, w0.shape[0], rows):
         d = w[i : i + rows].to(dtype) - w0[i : i + rows].to(dtype)
         delta2 += d.pow(2).sum().item()

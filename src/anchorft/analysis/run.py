@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import resource
 import time
 from collections import defaultdict
@@ -59,6 +60,7 @@ class AnalysisConfig:
     max_length: int = 256
     svd: str = "exact"
     svd_dtype: str = "float64"
+    exclude: str | None = None  # regex: matrices whose names match are skipped (e.g. "embed_tokens|lm_head")
     seed: int = 0
     compare: str | None = None
     streaming: bool = True  # False: load whole models and read their parameters (same numbers)
@@ -93,14 +95,18 @@ def analyze_rotation(
     dtype: torch.dtype = torch.float64,
     seed: int = 0,
     progress: bool = True,
+    device: str = "cpu",
 ) -> dict[str, dict[str, dict]]:
-    """{model: {matrix: rotation_stats}}. Matrix-major: one base matrix and one tuned matrix held at a time."""
+    """{model: {matrix: rotation_stats}}. Matrix-major: one base matrix and one tuned matrix held at a time.
+
+    The SVDs run on `device` (e.g. "cuda"); the weights are read on the CPU one matrix at a time.
+    """
     out: dict[str, dict[str, dict]] = {mname: {} for mname in tuned}
     for name in tqdm(names, desc="rotation", leave=False, disable=not progress):
-        w0 = base.get(name)
+        w0 = base.get(name).to(device)
         b0 = bases(w0, k, svd, dtype, _generator(seed, name))
         for mname, src in tuned.items():
-            w = src.get(name)
+            w = src.get(name).to(device)
             st = rotation_stats(w0, w, k, svd, dtype, _generator(seed, name), base_bases=b0)
             st.update(type=matrix_type(name), layer=layer_index(name), shape=list(w0.shape))
             out[mname][name] = st
@@ -205,8 +211,14 @@ def run_analysis(cfg: AnalysisConfig, progress: bool = True) -> dict:
         t_cfg, t_src = open_checkpoint(path, f"tuned {mname!r}")
         names = check_compatible(base_cfg, base_src, t_cfg, t_src, f"tuned {mname!r} ({path})")
         tuned_src[mname] = t_src
+    if cfg.exclude:
+        try:
+            pattern = re.compile(cfg.exclude)
+        except re.error as e:
+            raise ValueError(f"exclude: not a regular expression ({e})") from None
+        names = [n for n in names if not pattern.search(n)]
     if not names:
-        raise CheckpointError(f"base checkpoint {cfg.base} has no 2-D weights")
+        raise CheckpointError(f"base checkpoint {cfg.base} has no 2-D weights left to analyse")
     shapes = {n: tuple(base_src.shape(n)) for n in names}
     k = resolve_rank(cfg.rank, shapes)
     fisher_ks = (
@@ -241,11 +253,11 @@ def run_analysis(cfg: AnalysisConfig, progress: bool = True) -> dict:
     # ---- rotation ---------------------------------------------------------------------------------
     t0 = time.perf_counter()
     if cfg.streaming:
-        per = analyze_rotation(base_src, tuned_src, names, k, cfg.svd, dtype, cfg.seed, progress)
+        per = analyze_rotation(base_src, tuned_src, names, k, cfg.svd, dtype, cfg.seed, progress, cfg.device)
     else:
         mem_base = InMemoryWeights.from_model(_load_model(cfg.base, "cpu"))
         mem_tuned = {m: InMemoryWeights.from_model(_load_model(p, "cpu")) for m, p in cfg.tuned.items()}
-        per = analyze_rotation(mem_base, mem_tuned, names, k, cfg.svd, dtype, cfg.seed, progress)
+        per = analyze_rotation(mem_base, mem_tuned, names, k, cfg.svd, dtype, cfg.seed, progress, cfg.device)
         del mem_base, mem_tuned
     rot = {}
     for mname, pm in per.items():

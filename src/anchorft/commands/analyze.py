@@ -35,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", default=None, metavar="DIR", help="comparison dir with results.json (rank plot)")
     p.add_argument("--svd", choices=("exact", "randomized"), default="exact")
     p.add_argument("--svd-dtype", choices=("float32", "float64"), default="float64")
+    p.add_argument("--exclude", default=None, metavar="REGEX", help="skip matrices whose names match")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--max-length", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
@@ -95,6 +96,7 @@ def main(argv: list[str]) -> int:
             max_length=args.max_length,
             svd=args.svd,
             svd_dtype=args.svd_dtype,
+            exclude=args.exclude,
             seed=args.seed,
             compare=args.compare,
             streaming=not args.in_memory,
