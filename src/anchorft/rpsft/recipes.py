@@ -532,11 +532,15 @@ def dry_run_main(argv: Sequence[str]) -> int:
     p.add_argument("--output_dir", default=None, help="default: a fresh temporary folder")
     p.add_argument("--dataset", default=None, help="train on the first rows of this local dataset instead")
     p.add_argument("--model_config", default=None, help="the real config.json (default: the recipe's)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (a tiny model: 1 is fastest)")
     ns, rest = p.parse_known_args(list(argv))
     if len(rest) % 2 or not all(r.startswith("--") for r in rest[::2]):
         p.error(f"overrides must be --field value pairs, got {rest}")
     overrides = {k[2:]: yaml.safe_load(v) for k, v in zip(rest[::2], rest[1::2])}
     out = ns.output_dir or tempfile.mkdtemp(prefix="anchorft-dry-run-")
+    import torch
+
+    torch.set_num_threads(ns.threads)
     try:
         s = dry_run(
             ns.config,
