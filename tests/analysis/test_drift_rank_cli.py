@@ -63,6 +63,8 @@ def test_rank_sensitivity_reads_names_and_configs(tmp_path):
         "rpsft_big": {"id_avg@k": 0.41, "ood_mean": 0.36},
         "l2": {"id_avg@k": 0.3, "ood_mean": 0.4},
         "dft": {"id_avg@k": 0.48, "ood_mean": 0.25},
+        "iw_sft": {"id_avg@k": 0.47, "ood_mean": 0.26, "method": "iw_sft"},
+        "anchored": {"id_avg@k": 0.42, "ood_mean": 0.33, "method": "rpsft", "settings": {"anchor_rank": 6}},
     }
     (tmp_path / "models" / "rpsft_big").mkdir(parents=True)
     (tmp_path / "models" / "rpsft_big" / "resolved_config.yaml").write_text("rpsft:\n  anchor_rank: 12\n")
@@ -70,11 +72,12 @@ def test_rank_sensitivity_reads_names_and_configs(tmp_path):
     assert [(p["method"], p["k"]) for p in rs["points"]] == [
         ("sft", 0),
         ("rpsft_k4", 4),
+        ("anchored", 6),
         ("rpsft", 8),
         ("rpsft_big", 12),
         ("l2", 16),
     ]
-    assert list(rs["references"]) == ["dft"]
+    assert list(rs["references"]) == ["dft", "iw_sft"]
     assert rs["base"]["ood_mean"] == 0.5
 
 

@@ -3,9 +3,11 @@
 Reads `results.json` of a comparison (`anchorft toy compare ... --sweep anchor_rank=...`):
 {"base": {...}, "methods": {name: {"id_avg@k", "id_pass@k", "id_greedy", "ood_mean", "ood": {...}, ...}}}.
 The rank of each method comes from, in order: its resolved config (an `anchor_rank` key in the method's
-entry, in `entry["config"]` / `entry["resolved_config"]`, or in a config file beside its model,
+entry, in `entry["settings"]` (what `anchorft toy compare` writes), `entry["config"]` /
+`entry["resolved_config"]`, or in a config file beside its model,
 DIR/models/NAME/ or DIR/NAME/: resolved_config.json|yaml, config.yaml, train_config.json), then its name
-(`rpsft_k32`, `rpsft-k32`, `..._anchor_rank=32`), then its kind: SFT is k = 0 and L2 anchoring is the full
+(`rpsft_k32`, `rpsft-k32`, `..._anchor_rank=32`). The kind (entry["method"], else the name) decides first:
+SFT is k = 0 and L2 anchoring is the full
 rank k = min(m, n) (placed at `full_rank`). Methods with no rank (DFT, IW-SFT, ...) are kept as references.
 """
 
@@ -42,7 +44,7 @@ def _find_rank(obj, depth: int = 0) -> int | None:
         for key in ("anchor_rank", "rank_k", "rpsft_rank"):
             if isinstance(obj.get(key), int | float) and not isinstance(obj.get(key), bool):
                 return int(obj[key])
-        for key in ("config", "resolved_config", "rpsft", "anchor", "method_config", "train"):
+        for key in ("settings", "config", "resolved_config", "rpsft", "anchor", "method_config", "train"):
             if key in obj:
                 r = _find_rank(obj[key], depth + 1)
                 if r is not None:

@@ -4,13 +4,15 @@ Example:
     anchorft analyze --base runs/cmp/models/base --tuned sft=runs/cmp/models/sft \
         --tuned rpsft=runs/cmp/models/rpsft --out runs/cmp/analysis --rank 16 \
         --prompts id.jsonl --prompts ood.jsonl --fisher-data train.jsonl --compare runs/cmp
-With --compare DIR and no --base / --tuned, the models are taken from DIR/models/ (base in DIR/models/base).
+With --compare DIR and no --base / --tuned, the models are taken from DIR/models/ (base in DIR/models/base;
+the first seed of each run: DIR/models/NAME, not NAME-seedS).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -70,7 +72,11 @@ def main(argv: list[str]) -> int:
             if base is None and (models / "base").is_dir():
                 base = str(models / "base")
             if not tuned and models.is_dir():
-                tuned = {d.name: str(d) for d in sorted(models.iterdir()) if d.is_dir() and d.name != "base"}
+                tuned = {
+                    d.name: str(d)
+                    for d in sorted(models.iterdir())
+                    if d.is_dir() and d.name != "base" and not re.search(r"-seed\d+$", d.name)
+                }
         if base is None:
             raise ValueError("--base is required (or --compare DIR with DIR/models/base)")
         prompts = list(args.prompts)
