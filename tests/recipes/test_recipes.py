@@ -314,3 +314,32 @@ def test_accelerate_configs() -> None:
 def test_module_exports() -> None:
     for name in recipes.__all__:
         assert hasattr(recipes, name)
+
+
+def test_train_command_runs_a_resolved_recipe(tmp_path: Path) -> None:
+    """The path a user takes: data command -> recipe flattened by the argv hook -> `anchorft train`'s own parser
+    and trainer, with a saved stand-in as the model (no hub access here)."""
+    from anchorft.commands.data import main as data_main
+    from anchorft.commands.train import main as train_main
+
+    rows = recipes.example_rows(12, seed=1)
+    src = tmp_path / "openr1.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert data_main(["openr1-math", "--out", str(tmp_path / "data"), "--source", str(src), "--size", "8"]) == 0
+    leaf = RPSFT / "qwen2.5-3b-instruct" / "rpsft.yaml"
+    _, meta = load_recipe(leaf)
+    real = load_model_config(meta["_model_config_"])
+    texts = [m["content"] for r in rows for m in r["messages"]]
+    tok = build_tokenizer("qwen2", texts)
+    cfg, scale = stand_in_config(real, vocab_size=len(tok))
+    build_stand_in(cfg, tok).save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    argv = resolve_config_argv(["--config", str(leaf)], tmp_dir=tmp_path)
+    argv += ["--model_name_or_path", str(tmp_path / "model"), "--dataset", str(tmp_path / "data" / "train.jsonl")]
+    argv += ["--output_dir", str(tmp_path / "out"), "--max_steps", "2", "--gradient_accumulation_steps", "2"]
+    argv += ["--anchor_rank", str(stand_in_rank(768, scale))]
+    assert train_main(argv) == 0
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["method"] == "rpsft" and metrics["global_step"] == 2
+    resolved = json.loads((tmp_path / "out" / "rpsft_config.json").read_text())
+    assert (resolved["learning_rate"], resolved["adam_beta2"], resolved["adam_epsilon"]) == (1e-6, 0.98, 1e-7)

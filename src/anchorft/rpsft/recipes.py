@@ -8,7 +8,7 @@ then the file itself (a later value wins; mappings merge key by key). `configs/r
 Keys starting with `_` are recipe metadata, removed before TrlParser sees the file:
 `_base_` and `_model_config_` (the real model's config.json, used by the dry run and the estimate).
 `resolve_config_argv` turns `--config leaf.yaml` into `--config <flat temp file>` for the train command;
-`anchorft train --config leaf.yaml --print-config` (or `write_flat_config`) shows the flat file.
+`write_flat_config(leaf, out)` writes the flat file that plain TRL scripts can read.
 
 Stand-ins. `stand_in_config` scales a real config.json down to a tiny model of the same family and
 matrix names: 2 layers, 2 key/value heads with the real query/key-value head ratio (GQA), head_dim 8,
