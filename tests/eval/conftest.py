@@ -74,6 +74,17 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return save_tiny_model(tmp_path_factory.mktemp("tiny_llama"), corpus)
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """The CPU machines are shared: one intra-op thread is much faster than two contended ones here."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def bench_root() -> Path:
     root = benchmarks_root()

@@ -189,3 +189,14 @@ def test_run_eval_rejects_bad_arguments_before_loading(tmp_path):
     with pytest.raises(ValueError, match="no config.json"):
         run_eval(tmp_path / "nowhere", [f], tmp_path / "o", n=2, k=2)
     assert not Path(tmp_path / "o").exists()
+
+
+def test_format_prompts_needs_a_chat_template(tmp_path):
+    from types import SimpleNamespace
+
+    from anchorft.eval.benchmarks import format_prompts
+
+    f = tmp_path / "b.jsonl"
+    f.write_text(_line() + "\n")
+    with pytest.raises(ValueError, match="chat_template"):
+        format_prompts(SimpleNamespace(chat_template=None), load_bench(f).items)
