@@ -29,7 +29,9 @@ def build_tokenizer(path: str):
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<pad>", "<s>", "</s>"], show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<unk>", "<pad>", "<s>", "</s>"], show_progress=False
+    )
     corpus = [p + c for p, c in make_texts(400)] + [" ".join(WORDS)] * 5
     tok.train_from_iterator(corpus, trainer)
     fast = PreTrainedTokenizerFast(

@@ -1,7 +1,7 @@
 """Worker for tests/rpsft/test_distributed.py, run under torchrun (gloo, CPU).
 
-    torchrun --nproc_per_node 2 dist_worker.py ddp  TOKENIZER_DIR OUT_DIR
-    torchrun --nproc_per_node 2 dist_worker.py fsdp2 OUT_DIR
+torchrun --nproc_per_node 2 dist_worker.py ddp  TOKENIZER_DIR OUT_DIR
+torchrun --nproc_per_node 2 dist_worker.py fsdp2 OUT_DIR
 """
 
 from __future__ import annotations
@@ -30,14 +30,22 @@ def ddp(tok_dir: str, out: str) -> None:
     tr = RPSFTTrainer(model, args, train_dataset=pc_dataset(16), processing_class=tok)
     tr.train()
     if tr.args.process_index == 0:
-        save_file({n: p.detach().contiguous() for n, p in tr.model.named_parameters()}, os.path.join(out, "w.safetensors"))
+        save_file(
+            {n: p.detach().contiguous() for n, p in tr.model.named_parameters()}, os.path.join(out, "w.safetensors")
+        )
         with open(os.path.join(out, "log.json"), "w") as f:
             json.dump(tr.state.log_history, f)
 
 
 def ddp_kwargs(per_device: int) -> dict:
-    return dict(method="rpsft", anchor_lambda=20.0, max_steps=3, per_device_train_batch_size=per_device,
-                gradient_accumulation_steps=2, learning_rate=3e-2)
+    return dict(
+        method="rpsft",
+        anchor_lambda=20.0,
+        max_steps=3,
+        per_device_train_batch_size=per_device,
+        gradient_accumulation_steps=2,
+        learning_rate=3e-2,
+    )
 
 
 def fsdp2(out: str) -> None:
@@ -68,7 +76,7 @@ def fsdp2(out: str) -> None:
     got = anchor.add_penalty_grad_(m, 3.0)
     want = anchor.add_penalty_grad_(ref, 3.0)
     err = 0.0
-    for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+    for (_n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
         err = max(err, float((p.grad.full_tensor() - q.grad).abs().max() / q.grad.abs().max().clamp_min(1e-12)))
     if dist.get_rank() == 0:
         with open(os.path.join(out, "fsdp2.json"), "w") as f:

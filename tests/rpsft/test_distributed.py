@@ -26,8 +26,17 @@ def free_port() -> int:
 
 def torchrun(*args: str) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-           str(free_port()), WORKER, *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(free_port()),
+        WORKER,
+        *args,
+    ]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-6000:]
 
@@ -44,8 +53,9 @@ def test_ddp_two_processes_match_one(rp, tokenizer_dir, tokenizer, tmp_path):
     ddp_log = json.loads((tmp_path / "ddp" / "log.json").read_text())
     # one process, same global batch (2 ranks x 2 = 4 per micro-batch, 2 accumulation steps)
     args = rp.base_args(str(tmp_path / "one"), **ddp_kwargs(per_device=4))
-    tr = RPSFTTrainer(rp.tiny_model("llama", len(tokenizer)), args, train_dataset=rp.pc_dataset(16),
-                      processing_class=tokenizer)
+    tr = RPSFTTrainer(
+        rp.tiny_model("llama", len(tokenizer)), args, train_dataset=rp.pc_dataset(16), processing_class=tokenizer
+    )
     tr.train()
     for n, p in tr.model.named_parameters():
         torch.testing.assert_close(ddp_w[n], p.detach(), rtol=1e-4, atol=2e-5, msg=n)

@@ -63,8 +63,16 @@ def test_dft_equals_trl(rp, tokenizer, dataset, tmp_path):
     args = rp.base_args(str(tmp_path / "a"), method="dft")
     ours = RPSFTTrainer(copy.deepcopy(model), args, train_dataset=dataset, processing_class=tokenizer)
     trl_args = SFTConfig(
-        output_dir=str(tmp_path / "b"), loss_type="dft", use_cpu=True, bf16=False, gradient_checkpointing=False,
-        per_device_train_batch_size=2, max_length=32, report_to=[], seed=0, data_seed=0,
+        output_dir=str(tmp_path / "b"),
+        loss_type="dft",
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        per_device_train_batch_size=2,
+        max_length=32,
+        report_to=[],
+        seed=0,
+        data_seed=0,
     )
     theirs = SFTTrainer(copy.deepcopy(model), trl_args, train_dataset=dataset, processing_class=tokenizer)
     inputs = first_batch(ours)
@@ -76,10 +84,15 @@ def test_dft_equals_trl(rp, tokenizer, dataset, tmp_path):
     logp, mask = token_logps(model, inputs)
     torch.testing.assert_close(a.detach(), dft_loss(logp, mask), rtol=1e-5, atol=1e-6)
     # and method "sft" is TRL's NLL
-    sft = RPSFTTrainer(copy.deepcopy(model), rp.base_args(str(tmp_path / "c"), method="sft"),
-                       train_dataset=dataset, processing_class=tokenizer)
-    torch.testing.assert_close(sft.compute_loss(sft.model, dict(inputs)).detach(), nll_loss(logp, mask),
-                               rtol=1e-5, atol=1e-6)
+    sft = RPSFTTrainer(
+        copy.deepcopy(model),
+        rp.base_args(str(tmp_path / "c"), method="sft"),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
+    torch.testing.assert_close(
+        sft.compute_loss(sft.model, dict(inputs)).detach(), nll_loss(logp, mask), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_iw_sft_loss_in_trainer(rp, tokenizer, dataset, tmp_path):
@@ -90,8 +103,9 @@ def test_iw_sft_loss_in_trainer(rp, tokenizer, dataset, tmp_path):
         for p in ref.parameters():
             p.add_(0.3 * torch.randn(p.shape, generator=g))
     ref_indep = copy.deepcopy(ref)
-    args = rp.base_args(str(tmp_path / "a"), method="iw_sft", iw_temperature=0.7, iw_clip=1.5,
-                        per_device_train_batch_size=4)
+    args = rp.base_args(
+        str(tmp_path / "a"), method="iw_sft", iw_temperature=0.7, iw_clip=1.5, per_device_train_batch_size=4
+    )
     tr = RPSFTTrainer(copy.deepcopy(model), args, train_dataset=dataset, processing_class=tokenizer, ref_model=ref)
     inputs = first_batch(tr)
     tr.model.train()
@@ -109,5 +123,6 @@ def test_iw_sft_loss_in_trainer(rp, tokenizer, dataset, tmp_path):
 def test_iw_sft_needs_reference(rp, tokenizer, dataset, tmp_path):
     model = rp.tiny_model("llama", len(tokenizer))
     with pytest.raises(ValueError, match="reference model"):
-        RPSFTTrainer(model, rp.base_args(str(tmp_path), method="iw_sft"), train_dataset=dataset,
-                     processing_class=tokenizer)
+        RPSFTTrainer(
+            model, rp.base_args(str(tmp_path), method="iw_sft"), train_dataset=dataset, processing_class=tokenizer
+        )

@@ -115,8 +115,10 @@ def test_cli_train_with_yaml(rp, model_dir, jsonl, tmp_path, capsys):
 
 def test_cli_estimate(capsys):
     root = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "models")
-    paths = [os.path.join(root, f) for f in
-             ("llama-3.1-8b-instruct.json", "qwen2.5-7b-instruct.json", "qwen2.5-3b-instruct.json")]
+    paths = [
+        os.path.join(root, f)
+        for f in ("llama-3.1-8b-instruct.json", "qwen2.5-7b-instruct.json", "qwen2.5-3b-instruct.json")
+    ]
     assert train_main(["--estimate", "--model_config", *paths, "--anchor_rank", "768"]) == 0
     out = capsys.readouterr().out
     assert out.count("penalty / step") == 3

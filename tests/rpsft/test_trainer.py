@@ -47,8 +47,9 @@ def test_grad_accumulation_counts_penalty_once(rp, tokenizer, tmp_path):
     model = rp.tiny_model("llama", len(tokenizer))
     kw = dict(method="rpsft", anchor_lambda=20.0, max_steps=3, learning_rate=3e-2)
     big = run(rp, model, tokenizer, ds, tmp_path / "a", per_device_train_batch_size=8, **kw)
-    acc = run(rp, model, tokenizer, ds, tmp_path / "b", per_device_train_batch_size=1, gradient_accumulation_steps=8,
-              **kw)
+    acc = run(
+        rp, model, tokenizer, ds, tmp_path / "b", per_device_train_batch_size=1, gradient_accumulation_steps=8, **kw
+    )
     free = run(rp, model, tokenizer, ds, tmp_path / "c", per_device_train_batch_size=8, **{**kw, "anchor_lambda": 0.0})
     wa, wb, wf = weights(big), weights(acc), weights(free)
     assert max_diff(wa, wf) > 100 * max_diff(wa, wb)  # the penalty matters, and 1x8 == 8x1
@@ -68,8 +69,15 @@ def test_anchor_every_applies_every_n_steps_with_scale_n(rp, tokenizer, dataset,
 
     monkeypatch.setattr(SubspaceAnchor, "add_penalty_grad_", spy)
     model = rp.tiny_model("llama", len(tokenizer))
-    args = rp.base_args(str(tmp_path), method="rpsft", anchor_lambda=0.5, anchor_every=2, max_steps=5,
-                        per_device_train_batch_size=1, gradient_accumulation_steps=3)
+    args = rp.base_args(
+        str(tmp_path),
+        method="rpsft",
+        anchor_lambda=0.5,
+        anchor_every=2,
+        max_steps=5,
+        per_device_train_batch_size=1,
+        gradient_accumulation_steps=3,
+    )
     tr = RPSFTTrainer(model, args, train_dataset=dataset, processing_class=tokenizer)
     tr.train()
     assert calls == [(0, 1.0), (2, 1.0), (4, 1.0)]
@@ -77,8 +85,14 @@ def test_anchor_every_applies_every_n_steps_with_scale_n(rp, tokenizer, dataset,
 
 def test_autograd_mode_matches_closed_form(rp, tokenizer, dataset, tmp_path):
     model = rp.tiny_model("qwen2", len(tokenizer), tie=True)
-    kw = dict(method="rpsft", anchor_lambda=20.0, max_steps=3, per_device_train_batch_size=2,
-              gradient_accumulation_steps=2, max_grad_norm=0.5)
+    kw = dict(
+        method="rpsft",
+        anchor_lambda=20.0,
+        max_steps=3,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=2,
+        max_grad_norm=0.5,
+    )
     a = run(rp, model, tokenizer, dataset, tmp_path / "a", anchor_mode="grad", **kw)
     b = run(rp, model, tokenizer, dataset, tmp_path / "b", anchor_mode="autograd", **kw)
     assert_same_weights(weights(a), weights(b), rtol=1e-4, atol=1e-5)
@@ -113,12 +127,20 @@ def test_resume_matches_uninterrupted_and_reuses_anchor(rp, tokenizer, dataset, 
 
 def test_l2_is_full_rank_and_targets_checked_early(rp, tokenizer, dataset, tmp_path):
     model = rp.tiny_model("llama", len(tokenizer))
-    tr = RPSFTTrainer(model, rp.base_args(str(tmp_path), method="l2", anchor_targets="mlp"),
-                      train_dataset=dataset, processing_class=tokenizer)
+    tr = RPSFTTrainer(
+        model,
+        rp.base_args(str(tmp_path), method="l2", anchor_targets="mlp"),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
     assert all(e.fallback for e in tr.anchor.entries) and len(tr.anchor.entries) == 6
     with pytest.raises(ValueError, match="matches no trainable"):
-        RPSFTTrainer(rp.tiny_model("llama", len(tokenizer)), rp.base_args(str(tmp_path), anchor_targets="nothing"),
-                     train_dataset=dataset, processing_class=tokenizer)
+        RPSFTTrainer(
+            rp.tiny_model("llama", len(tokenizer)),
+            rp.base_args(str(tmp_path), anchor_targets="nothing"),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+        )
 
 
 def test_checkpoint_files(rp, tokenizer, dataset, tmp_path):

@@ -1,8 +1,8 @@
 """`anchorft train`: fine-tune with RPSFT or a baseline; `anchorft train --estimate`: anchor cost on paper.
 
-    anchorft train --config configs/rpsft/example-tiny.yaml [--any_RPSFTConfig_field value ...]
-    anchorft train --model_name_or_path PATH --dataset PATH.jsonl --output_dir runs/x --method rpsft
-    anchorft train --estimate --model_config configs/models/llama-3.1-8b-instruct.json --anchor_rank 768
+anchorft train --config configs/rpsft/example-tiny.yaml [--any_RPSFTConfig_field value ...]
+anchorft train --model_name_or_path PATH --dataset PATH.jsonl --output_dir runs/x --method rpsft
+anchorft train --estimate --model_config configs/models/llama-3.1-8b-instruct.json --anchor_rank 768
 """
 
 from __future__ import annotations
@@ -79,7 +79,9 @@ def main(argv: list[str]) -> int:
     if script.tokenizer_name_or_path:
         tok = load_tokenizer(script.tokenizer_name_or_path, trust_remote_code=bool(args.trust_remote_code))
     try:
-        trainer = train(args, script.model_name_or_path, script.dataset, tokenizer=tok, eval_dataset=script.eval_dataset)
+        trainer = train(
+            args, script.model_name_or_path, script.dataset, tokenizer=tok, eval_dataset=script.eval_dataset
+        )
     except ValueError as e:
         print(f"anchorft train: {e}", file=sys.stderr)
         return 2

@@ -385,18 +385,20 @@ class SubspaceAnchor:
         """
         items, sq = self._blocks(model, differentiable=False)
         cd = self._compute_dtype()
-        for e, p, _w_loc, g_loc, rows, d in items:
-            if e.fallback:
-                g = 2.0 * d
-            else:
-                u = e.u.to(cd) if rows is None else e.u[rows].to(cd)
-                g = 2.0 * ((u @ d) @ e.v.to(cd).mT)
+        for e, p, w_loc, g_loc, rows, d in items:
             if g_loc is None:
                 if hasattr(p, "to_local"):
                     raise ValueError(f"anchor: sharded parameter {e.name} has no gradient yet")
-                p.grad = (scale * g).to(p.dtype)
+                g_loc = p.grad = torch.zeros_like(w_loc)
+            if e.fallback:
+                g_loc.add_(d.to(g_loc.dtype), alpha=2.0 * scale)
+                continue
+            u = e.u.to(cd) if rows is None else e.u[rows].to(cd)
+            ud, vt = u @ d, e.v.to(cd).mT
+            if g_loc.dtype == cd:  # fused: grad += 2 scale (U D) V^T, no m x n temporary
+                g_loc.addmm_(ud, vt, alpha=2.0 * scale)
             else:
-                g_loc.add_(g.to(g_loc.dtype), alpha=scale)
+                g_loc.add_((ud @ vt).to(g_loc.dtype), alpha=2.0 * scale)
         return self._summary(sq)
 
     def _summary(self, sq: torch.Tensor) -> dict[str, float]:

@@ -12,7 +12,9 @@ __all__ = ["load_sft_dataset", "validate_sft_dataset", "load_tokenizer"]
 _FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
 
-def load_sft_dataset(spec: datasets.Dataset | str, split: str = "train", field: str = "train_dataset") -> datasets.Dataset:
+def load_sft_dataset(
+    spec: datasets.Dataset | str, split: str = "train", field: str = "train_dataset"
+) -> datasets.Dataset:
     """A Dataset from a Dataset, a local .jsonl / .json / .parquet file, a `save_to_disk` folder, or a hub name."""
     if isinstance(spec, datasets.Dataset):
         return spec
@@ -55,9 +57,7 @@ def validate_sft_dataset(ds: datasets.Dataset, tokenizer=None, field: str = "tra
             raise ValueError(f"{field}: column 'messages' must hold lists of {{'role', 'content'}} dicts")
         form = "messages"
     else:
-        raise ValueError(
-            f"{field} must have columns 'prompt' and 'completion', or 'messages'; it has {sorted(cols)}"
-        )
+        raise ValueError(f"{field} must have columns 'prompt' and 'completion', or 'messages'; it has {sorted(cols)}")
     if form != "prompt_completion" and tokenizer is not None and getattr(tokenizer, "chat_template", None) is None:
         raise ValueError(f"{field} is conversational ({form}) but the tokenizer has no chat_template")
     return form

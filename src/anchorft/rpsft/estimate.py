@@ -21,7 +21,12 @@ __all__ = ["model_matrices", "estimate", "format_estimate"]
 def model_matrices(cfg: dict, include_embeddings: bool = True) -> list[tuple[str, int, int, int]]:
     """(kind, m, n, count) of the 2-D weights of a Llama / Qwen2-style decoder config."""
     try:
-        h, layers, inter, vocab = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["intermediate_size"], cfg["vocab_size"]
+        h, layers, inter, vocab = (
+            cfg["hidden_size"],
+            cfg["num_hidden_layers"],
+            cfg["intermediate_size"],
+            cfg["vocab_size"],
+        )
         heads = cfg["num_attention_heads"]
     except KeyError as e:
         raise ValueError(f"model config lacks {e.args[0]!r} (expected a Llama / Qwen2-style config.json)") from None

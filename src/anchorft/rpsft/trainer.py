@@ -147,7 +147,9 @@ class RPSFTTrainer(SFTTrainer):
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
         if self._anchor is not None and self.args.should_save:
-            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            folder = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
             self._anchor.save(os.path.join(folder, ANCHOR_DIR))
 
     # ------------------------------------------------------------------ loss and step
@@ -186,7 +188,9 @@ class RPSFTTrainer(SFTTrainer):
         outputs = model(**inputs, fused_lm_head=True)
         with torch.no_grad():
             ref = self.ref_model(**inputs, fused_lm_head=True)
-        mask = outputs.label_mask if getattr(outputs, "label_mask", None) is not None else inputs["labels"][:, 1:] != -100
+        mask = (
+            outputs.label_mask if getattr(outputs, "label_mask", None) is not None else inputs["labels"][:, 1:] != -100
+        )
         loss, w = iw_sft_loss(
             outputs.log_probs,
             ref.log_probs,
