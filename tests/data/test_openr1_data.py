@@ -183,3 +183,12 @@ def test_bad_arguments(source: Path, tmp_path: Path) -> None:
         prepare_openr1_math(tmp_path / "s", source=str(tmp_path / "nope.jsonl"), size=1, progress=False)
     with pytest.raises(ValueError, match="format"):
         prepare_openr1_math(tmp_path / "s", source=str(source), size=1, fmt="alpaca", progress=False)
+
+
+def test_output_feeds_the_rl_stage(source: Path, tmp_path: Path) -> None:
+    from anchorft.rpsft.rl import load_rl_dataset
+
+    prepare_openr1_math(tmp_path / "rl", source=str(source), size=4, seed=5, progress=False)
+    rows = load_rl_dataset(tmp_path / "rl" / "train.jsonl")
+    assert len(rows) == 4
+    assert all(r["prompt"][0]["content"] == PAPER_PROMPT and r["answer"] for r in rows)
