@@ -1,0 +1,72 @@
+"""`anchorft toy pretrain` and `anchorft toy compare`: the embedded testbed."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="anchorft toy", description="Embedded testbed: a tiny pretrained Llama.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    pre = sub.add_parser("pretrain", help="pretrain the tiny model (cached by config hash) and copy it to --out")
+    pre.add_argument("--out", required=True, help="output directory (model, tokenizer, metrics.json)")
+    pre.add_argument("--preset", default="default", help="smoke | default | a YAML file (its pretrain: section)")
+    pre.add_argument("--steps", type=int, default=None, help="override the number of pretraining steps")
+    pre.add_argument("--no-cache", action="store_true", help="pretrain again even when cached")
+    cmp_ = sub.add_parser("compare", help="fine-tune base with every method, evaluate, write the report")
+    cmp_.add_argument("--out", required=True, help="output directory")
+    cmp_.add_argument("--preset", default="default", help="smoke | default | a YAML file")
+    cmp_.add_argument("--methods", nargs="+", default=None, help="methods or run names to keep (default: all)")
+    cmp_.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        help="key=v1,v2,... (anchor_rank, anchor_lambda, anchor_targets, learning_rate); repeatable",
+    )
+    cmp_.add_argument("--seeds", type=int, nargs="+", default=None, help="override the preset's seeds")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default 1: the matrices are tiny and extra threads lose to contention)",
+    )
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.threads < 1:
+        raise ValueError(f"--threads: must be >= 1, got {args.threads}")
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from anchorft.toy.compare import load_config
+
+    cfg = load_config(args.preset)
+    if args.cmd == "pretrain":
+        from anchorft.toy.pretrain import pretrain, pretrained_model
+
+        pre = cfg.pretrain if args.steps is None else dataclasses.replace(cfg.pretrain, steps=args.steps)
+        out = Path(args.out)
+        if args.no_cache:
+            metrics = pretrain(pre, out)
+        else:
+            src = pretrained_model(pre)
+            if src.resolve() != out.resolve():
+                shutil.copytree(src, out, dirs_exist_ok=True)
+            metrics = json.loads((out / "metrics.json").read_text())
+        acc = metrics["greedy_accuracy"]
+        print(f"pretrained model in {out} ({metrics['params']:,} parameters)")
+        print("greedy accuracy: " + ", ".join(f"{s}={v:.2f}" for s, v in acc.items()))
+        return 0
+    from anchorft.toy.compare import run_compare
+
+    if args.seeds:
+        cfg.seeds = list(args.seeds)
+    run_compare(cfg, args.out, methods=args.methods, sweep=args.sweep)
+    print(f"report: {Path(args.out) / 'report.md'}  results: {Path(args.out) / 'results.json'}")
+    return 0

@@ -1,0 +1,350 @@
+"""The method comparison on the testbed: base, sft, dft, iw_sft, l2 and rpsft (rank / lambda sweeps).
+
+Every fine-tune goes through `anchorft.rpsft.train.train` (the `anchorft train` code path) with a
+prompt/completion `datasets.Dataset` of the hard math distribution; every model is evaluated with
+`anchorft.toy.evaluate.evaluate_toy` on the same held-out items. Writes, under `out_dir`:
+config.yaml, results.json, report.md, tradeoff.png, models/NAME/ (seed 0; other seeds in
+models/NAME-seedS/) and runs/NAME-seedS/ (the trainer's own config, metrics.json, training.png).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import itertools
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+import numpy as np
+import torch
+import yaml
+from tqdm.auto import tqdm
+from transformers import AutoModelForCausalLM
+
+from anchorft.toy import skills as sk
+from anchorft.toy.evaluate import EvalSettings, build_eval_sets, evaluate_toy
+from anchorft.toy.pretrain import PretrainConfig, pretrained_model, write_json
+from anchorft.toy.report import write_report, write_tradeoff_plot
+
+__all__ = ["CompareConfig", "RunSpec", "PRESETS", "load_config", "expand_sweeps", "finetune_dataset", "run_compare"]
+
+METHODS = ("sft", "dft", "iw_sft", "l2", "rpsft")
+RUN_KEYS = ("anchor_rank", "anchor_lambda", "anchor_targets", "anchor_include_embeddings", "learning_rate")
+
+
+@dataclass
+class RunSpec:
+    """One fine-tuning run: a method and its settings (None: the CompareConfig's default)."""
+
+    name: str
+    method: str
+    anchor_rank: int | None = None
+    anchor_lambda: float | None = None
+    anchor_targets: str | None = None
+    anchor_include_embeddings: bool | None = None
+    learning_rate: float | None = None
+
+
+@dataclass
+class CompareConfig:
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    runs: list[RunSpec] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    finetune_items: int = 2000  # size of the hard-math fine-tuning set (train split)
+    learning_rate: float = 1e-3
+    max_steps: int = 150
+    batch_size: int = 64
+    warmup_ratio: float = 0.03
+    anchor_lambda: float = 1.0
+    anchor_targets: str = "all-linear"
+    anchor_include_embeddings: bool = True
+    eval: EvalSettings = field(default_factory=EvalSettings)
+    eval_seed: int = 12345  # the held-out items and the sampling generator of the evaluation
+
+    def validate(self) -> None:
+        self.pretrain.validate()
+        self.eval.validate()
+        if not self.runs:
+            raise ValueError("runs: need at least one fine-tuning run")
+        names = [r.name for r in self.runs]
+        if len(set(names)) != len(names) or "base" in names:
+            raise ValueError(f"runs: names must be unique and not 'base', got {names}")
+        for r in self.runs:
+            if r.method not in METHODS:
+                raise ValueError(f"runs[{r.name}].method: must be one of {METHODS}, got {r.method!r}")
+            if r.method == "rpsft" and not r.anchor_rank:
+                raise ValueError(f"runs[{r.name}].anchor_rank: rpsft needs a rank")
+        if not self.seeds:
+            raise ValueError("seeds: need at least one seed")
+        for name in ("finetune_items", "max_steps", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate: must be > 0, got {self.learning_rate}")
+
+
+def paper_rank(hidden_size: int) -> int:
+    """The paper's best rank (768 of Llama-3.1-8B's hidden size 4096) scaled to `hidden_size`."""
+    return max(1, round(768 / 4096 * hidden_size))
+
+
+def _default_runs(hidden: int, ranks: list[int], lam: float) -> list[RunSpec]:
+    runs = [RunSpec("sft", "sft"), RunSpec("dft", "dft"), RunSpec("iw_sft", "iw_sft"), RunSpec("l2", "l2")]
+    runs += [RunSpec(f"rpsft-k{k}", "rpsft", anchor_rank=k) for k in ranks]
+    return runs
+
+
+def _smoke() -> CompareConfig:
+    pre = PretrainConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, steps=60, batch_size=32,
+                         eval_items=10)  # fmt: skip
+    return CompareConfig(
+        pretrain=pre,
+        runs=_default_runs(32, [2, paper_rank(32)], 1.0),
+        seeds=[0],
+        finetune_items=64,
+        max_steps=4,
+        batch_size=16,
+        eval=EvalSettings(n_samples=2, k=2, id_items=12, ood_items=8, max_new_tokens=12),
+    )
+
+
+def _default() -> CompareConfig:
+    pre = PretrainConfig()
+    return CompareConfig(pretrain=pre, runs=_default_runs(128, [4, paper_rank(128), 64], 1.0), seeds=[0, 1, 2])
+
+
+PRESETS = {"smoke": _smoke, "default": _default}
+
+
+def _to_plain(cfg: CompareConfig) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def load_config(spec: str | dict | CompareConfig) -> CompareConfig:
+    """A CompareConfig from a preset name, a YAML path, a dict (preset "base" + overrides) or itself."""
+    if isinstance(spec, CompareConfig):
+        return copy.deepcopy(spec)
+    if isinstance(spec, str) and spec in PRESETS:
+        return PRESETS[spec]()
+    if isinstance(spec, str):
+        path = Path(spec)
+        if not path.is_file():
+            raise ValueError(f"preset: {spec!r} is neither a preset {sorted(PRESETS)} nor a YAML file")
+        spec = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(spec, dict):
+        raise ValueError(f"preset: expected a name, a YAML path or a dict, got {type(spec).__name__}")
+    spec = dict(spec)
+    cfg = PRESETS[spec.pop("preset", "default")]()
+    known = {f.name for f in dataclasses.fields(CompareConfig)}
+    for key, value in spec.items():
+        if key not in known:
+            raise ValueError(f"config: unknown field {key!r}; known: {sorted(known)}")
+        if key == "pretrain":
+            cfg.pretrain = dataclasses.replace(cfg.pretrain, **value)
+        elif key == "eval":
+            cfg.eval = dataclasses.replace(cfg.eval, **value)
+        elif key == "runs":
+            cfg.runs = [RunSpec(**r) for r in value]
+        else:
+            setattr(cfg, key, value)
+    return cfg
+
+
+def _parse_value(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def expand_sweeps(runs: list[RunSpec], sweeps: list[str]) -> list[RunSpec]:
+    """Expand runs by `key=v1,v2,...` sweeps (product over sweeps).
+
+    anchor_* keys apply to the anchored methods (l2, rpsft; anchor_rank to rpsft only), learning_rate
+    to every method. A run that a sweep applies to becomes one run per value, named NAME-key=value.
+    """
+    parsed = []
+    for s in sweeps:
+        key, sep, vals = s.partition("=")
+        if not sep or not vals:
+            raise ValueError(f"sweep: expected key=v1,v2,..., got {s!r}")
+        if key not in RUN_KEYS:
+            raise ValueError(f"sweep: unknown key {key!r}; choose from {RUN_KEYS}")
+        parsed.append((key, [_parse_value(v) for v in vals.split(",")]))
+    out = list(runs)
+    for key, values in parsed:
+        new = []
+        for r in out:
+            applies = (
+                key == "learning_rate"
+                or (key == "anchor_rank" and r.method == "rpsft")
+                or (key != "anchor_rank" and key.startswith("anchor_") and r.method in ("l2", "rpsft"))
+            )
+            if not applies:
+                new.append(r)
+                continue
+            short = {"anchor_rank": "k", "anchor_lambda": "lam", "learning_rate": "lr"}.get(key, key)
+            for v in values:
+                base = r.name.split("-k")[0] if key == "anchor_rank" else r.name
+                name = f"{base}-k{v}" if key == "anchor_rank" else f"{base}-{short}{v}"
+                new.append(dataclasses.replace(r, name=name, **{key: v}))
+        # keep the first of duplicate names (e.g. a rank sweep over several rpsft runs)
+        seen, out = set(), []
+        for r in new:
+            if r.name not in seen:
+                seen.add(r.name)
+                out.append(r)
+    return out
+
+
+def finetune_dataset(n: int, rng: np.random.Generator) -> datasets.Dataset:
+    """The fine-tuning set: `n` prompt/completion pairs of the hard math distribution (train split)."""
+    items = sk.sample_items("math_hard", n, "train", rng)
+    return datasets.Dataset.from_list([{"prompt": it.prompt, "completion": it.answer} for it in items])
+
+
+def _train_args(cfg: CompareConfig, run: RunSpec, seed: int, out: Path):
+    from anchorft.rpsft.config import RPSFTConfig
+
+    def pick(name):
+        v = getattr(run, name)
+        return getattr(cfg, name) if v is None else v
+
+    kw = dict(
+        output_dir=str(out),
+        method=run.method,
+        learning_rate=pick("learning_rate"),
+        max_steps=cfg.max_steps,
+        per_device_train_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=1,
+        lr_scheduler_type="cosine",
+        warmup_steps=cfg.warmup_ratio,  # a float < 1 is a ratio of the total steps
+        weight_decay=0.0,
+        adam_beta1=0.9,
+        adam_beta2=0.98,
+        adam_epsilon=1e-7,
+        seed=seed,
+        data_seed=seed,
+        logging_steps=max(1, cfg.max_steps // 10),
+        save_strategy="no",
+        report_to=[],
+        disable_tqdm=True,
+        max_length=64,
+        dataloader_num_workers=0,
+        anchor_lambda=pick("anchor_lambda"),
+        anchor_targets=pick("anchor_targets"),
+        anchor_include_embeddings=pick("anchor_include_embeddings"),
+    )
+    if run.method == "rpsft":
+        kw["anchor_rank"] = run.anchor_rank
+    if run.method == "iw_sft":
+        kw["iw_ref_model"] = "copy"
+    return RPSFTConfig(**kw)
+
+
+def _mean_metrics(per_seed: list[dict]) -> dict:
+    keys = ("id_avg@k", "id_pass@k", "id_greedy", "ood_mean", "train_seconds")
+    out = {k: float(np.mean([m[k] for m in per_seed])) for k in keys if k in per_seed[0]}
+    out["std"] = {k: float(np.std([m[k] for m in per_seed])) for k in keys if k in per_seed[0]}
+    out["ood"] = {s: float(np.mean([m["ood"][s] for m in per_seed])) for s in per_seed[0]["ood"]}
+    return out
+
+
+def run_compare(
+    preset_or_config: str | dict | CompareConfig = "default",
+    out_dir: str | Path = "runs/toy-compare",
+    methods: list[str] | None = None,
+    sweep: list[str] | None = None,
+    progress: bool = True,
+) -> dict:
+    """Pretrain (cached), fine-tune every run x seed through `anchorft.rpsft.train.train`, evaluate,
+    write results.json / report.md / tradeoff.png / models/ under `out_dir`; returns the results."""
+    from anchorft.rpsft.train import train
+
+    cfg = load_config(preset_or_config)
+    if methods:
+        bad = [m for m in methods if m not in METHODS and m not in {r.name for r in cfg.runs}]
+        if bad:
+            raise ValueError(f"methods: unknown {bad}; choose from {METHODS} or run names")
+        cfg.runs = [r for r in cfg.runs if r.method in methods or r.name in methods]
+    cfg.runs = expand_sweeps(cfg.runs, list(sweep or []))
+    cfg.validate()
+    out = Path(out_dir)
+    (out / "models").mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(
+        f"# anchorft toy compare --out {out} --preset <this file>\n" + yaml.safe_dump(_to_plain(cfg), sort_keys=False)
+    )
+
+    base_dir = pretrained_model(cfg.pretrain, progress=progress)
+    pretrain_metrics = json.loads((base_dir / "metrics.json").read_text())
+    from anchorft.rpsft.data import load_tokenizer
+
+    tok = load_tokenizer(str(base_dir))
+    eval_sets = build_eval_sets(["math_hard", *sk.OOD_SKILLS], cfg.eval.id_items, np.random.default_rng(cfg.eval_seed))
+    for s in sk.OOD_SKILLS:
+        eval_sets[s] = eval_sets[s][: cfg.eval.ood_items]
+
+    def evaluate(model) -> dict:
+        gen = torch.Generator().manual_seed(cfg.eval_seed)
+        return evaluate_toy(model, tok, eval_sets, cfg.eval, gen)
+
+    base_model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    base = evaluate(base_model)
+    base_model.save_pretrained(out / "models" / "base")
+    tok.save_pretrained(out / "models" / "base")
+    base["pretrain"] = {k: pretrain_metrics[k] for k in ("params", "greedy_accuracy", "train_seconds", "key")}
+    del base_model
+
+    results = {
+        "base": base,
+        "methods": {},
+        "settings": {
+            "k": cfg.eval.k,
+            "n_samples": cfg.eval.n_samples,
+            "temperature": cfg.eval.temperature,
+            "top_p": cfg.eval.top_p,
+            "id_items": len(eval_sets["math_hard"]),
+            "ood_items": {s: len(eval_sets[s]) for s in sk.OOD_SKILLS},
+            "seeds": cfg.seeds,
+            "pretrained": str(base_dir),
+        },
+    }
+    jobs = list(itertools.product(cfg.runs, cfg.seeds))
+    bar = tqdm(jobs, desc="toy compare", disable=not progress)
+    per_run: dict[str, list[dict]] = {}
+    for run, seed in bar:
+        bar.set_postfix(run=run.name, seed=seed)
+        data = finetune_dataset(cfg.finetune_items, np.random.default_rng(1000 + seed))
+        args = _train_args(cfg, run, seed, out / "runs" / f"{run.name}-seed{seed}")
+        model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+        t0 = time.perf_counter()
+        trainer = train(args, model, data, tokenizer=tok)
+        seconds = time.perf_counter() - t0
+        metrics = evaluate(trainer.model)
+        metrics.update(seed=seed, train_seconds=seconds)
+        per_run.setdefault(run.name, []).append(metrics)
+        name = run.name if seed == cfg.seeds[0] else f"{run.name}-seed{seed}"
+        trainer.model.save_pretrained(out / "models" / name)
+        tok.save_pretrained(out / "models" / name)
+        summary = _mean_metrics(per_run[run.name])
+        results["methods"][run.name] = {
+            **summary,
+            "method": run.method,
+            "settings": {k: v for k, v in dataclasses.asdict(run).items() if v is not None and k != "name"},
+            "per_seed": per_run[run.name],
+        }
+        write_json(out / "results.json", results)
+        tqdm.write(
+            f"{run.name} seed {seed}: id_greedy {metrics['id_greedy']:.3f} ood_mean {metrics['ood_mean']:.3f} "
+            f"({seconds:.0f}s)"
+        )
+        del trainer, model
+    write_json(out / "results.json", results)
+    write_report(results, out / "report.md")
+    write_tradeoff_plot(results, out / "tradeoff.png")
+    return results

@@ -1,0 +1,149 @@
+"""Evaluation: prompts + a checker -> greedy accuracy, Avg@k and unbiased Pass@k.
+
+`evaluate_prompts` is generic (any prompts, any checker: the testbed's skills or a real benchmark's
+answer checker) and uses the shared batched generation (`anchorft.eval.generate`) and metrics
+(`anchorft.eval.metrics`). `evaluate_toy` applies it to the testbed: ID math with sampling
+(temperature 0.7, top_p 0.95, n >= k samples) and greedy decoding, OOD skills greedy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from anchorft.eval.generate import generate
+from anchorft.eval.metrics import accuracy, avg_at_k, mean_pass_at_k
+from anchorft.toy import skills as sk
+
+__all__ = ["EvalSettings", "evaluate_prompts", "evaluate_skills", "build_eval_sets", "evaluate_toy"]
+
+
+@dataclass
+class EvalSettings:
+    n_samples: int = 8  # samples per ID problem (n >= k)
+    k: int = 4
+    temperature: float = 0.7
+    top_p: float = 0.95
+    max_new_tokens: int = 16
+    batch_size: int = 256
+    id_items: int = 200
+    ood_items: int = 100  # per skill (fewer when the split holds fewer, e.g. boolean)
+
+    def validate(self) -> None:
+        if not 1 <= self.k <= self.n_samples:
+            raise ValueError(f"k: need 1 <= k <= n_samples, got k={self.k}, n_samples={self.n_samples}")
+        if self.temperature <= 0 or not 0 < self.top_p <= 1:
+            raise ValueError("temperature: must be > 0 and top_p in (0, 1]")
+        if self.id_items < 1 or self.ood_items < 1:
+            raise ValueError("id_items and ood_items: must be >= 1")
+
+
+def evaluate_prompts(
+    model: torch.nn.Module,
+    tokenizer,
+    prompts: Sequence[str],
+    check: Callable[[int, str], bool],
+    *,
+    greedy: bool = True,
+    n_samples: int = 0,
+    k: int = 1,
+    temperature: float = 0.7,
+    top_p: float = 0.95,
+    max_new_tokens: int = 64,
+    batch_size: int = 64,
+    generator: torch.Generator | None = None,
+) -> dict[str, float]:
+    """Score `model` on `prompts`; `check(i, completion)` says whether completion answers prompt i.
+
+    Returns "greedy" (accuracy of greedy decoding) when `greedy`, and with `n_samples` >= k > 0
+    "avg@k" (mean correctness over all samples) and "pass@k" (unbiased estimator, Chen et al. 2021).
+    """
+    if n_samples and not 1 <= k <= n_samples:
+        raise ValueError(f"k: need 1 <= k <= n_samples, got k={k}, n_samples={n_samples}")
+    out: dict[str, float] = {}
+    kw = dict(max_new_tokens=max_new_tokens, batch_size=batch_size)
+    if greedy:
+        comps = generate(model, tokenizer, prompts, n=1, temperature=0.0, **kw)
+        out["greedy"] = accuracy([check(i, c[0]) for i, c in enumerate(comps)])
+    if n_samples:
+        comps = generate(
+            model, tokenizer, prompts, n=n_samples, temperature=temperature, top_p=top_p, generator=generator, **kw
+        )
+        correct = [[check(i, c) for c in cs] for i, cs in enumerate(comps)]
+        out["avg@k"] = avg_at_k(correct)
+        out["pass@k"] = mean_pass_at_k(correct, k)
+    return out
+
+
+def _skill_checker(items: list[sk.Item]) -> Callable[[int, str], bool]:
+    return lambda i, completion: sk.SKILLS[items[i].skill].check(items[i], completion)
+
+
+def build_eval_sets(skills: Sequence[str], n_items: int, rng: np.random.Generator) -> dict[str, list[sk.Item]]:
+    """Distinct evaluation-split items per skill (never seen in pretraining or fine-tuning)."""
+    return {s: sk.sample_items(s, n_items, "eval", rng, unique=True) for s in skills}
+
+
+def evaluate_skills(
+    model: torch.nn.Module,
+    tokenizer,
+    skills: Sequence[str],
+    n_items: int,
+    rng: np.random.Generator,
+    batch_size: int = 256,
+) -> dict[str, float]:
+    """Greedy accuracy per skill on `n_items` evaluation-split items each."""
+    sets = build_eval_sets(skills, n_items, rng)
+    return {s: _greedy(model, tokenizer, items, batch_size) for s, items in sets.items()}
+
+
+def _greedy(model, tokenizer, items: list[sk.Item], batch_size: int, max_new_tokens: int = 16) -> float:
+    res = evaluate_prompts(
+        model,
+        tokenizer,
+        [it.prompt for it in items],
+        _skill_checker(items),
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+    )
+    return res["greedy"]
+
+
+def evaluate_toy(
+    model: torch.nn.Module,
+    tokenizer,
+    eval_sets: dict[str, list[sk.Item]],
+    settings: EvalSettings,
+    generator: torch.Generator,
+) -> dict:
+    """The testbed's metrics: ID (math_hard) Avg@k, Pass@k, greedy; OOD greedy per skill and mean."""
+    settings.validate()
+    items = eval_sets["math_hard"]
+    res = evaluate_prompts(
+        model,
+        tokenizer,
+        [it.prompt for it in items],
+        _skill_checker(items),
+        n_samples=settings.n_samples,
+        k=settings.k,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        max_new_tokens=settings.max_new_tokens,
+        batch_size=settings.batch_size,
+        generator=generator,
+    )
+    ood = {
+        s: _greedy(model, tokenizer, eval_sets[s], settings.batch_size, settings.max_new_tokens)
+        for s in sk.OOD_SKILLS
+        if s in eval_sets
+    }
+    return {
+        "id_avg@k": res["avg@k"],
+        "id_pass@k": res["pass@k"],
+        "id_greedy": res["greedy"],
+        "ood_mean": float(np.mean(list(ood.values()))),
+        "ood": ood,
+    }

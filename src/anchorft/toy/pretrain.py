@@ -1,0 +1,227 @@
+"""Pretraining the testbed's tiny Llama on the mixture of all skills (a plain PyTorch loop).
+
+nanoGPT-style: each step draws a fresh batch of documents from the skill mixture (question and
+answer, or a knowledge-base statement), one document per row, right padded; the loss is the
+next-token cross-entropy on every non-pad token. AdamW with a one-cycle schedule (linear warmup,
+cosine decay). Randomness comes from an explicit numpy Generator (data) and torch.Generator
+(initialisation). The result is saved with `save_pretrained` (safetensors) beside its tokenizer
+and a metrics.json of greedy accuracy per skill; `pretrained_model` caches it under a directory
+keyed by the hash of the config, so that `make demo` pretrains once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import shutil
+import string
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from anchorft.toy import skills as sk
+from anchorft.toy.evaluate import evaluate_skills
+from anchorft.toy.tokenizer import train_tokenizer
+
+__all__ = ["PretrainConfig", "pretrain", "pretrained_model", "cache_root", "write_json"]
+
+DEFAULT_MIX = {
+    "reverse": 1.0,
+    "sort": 1.5,
+    "next": 1.0,
+    "count": 1.0,
+    "boolean": 0.7,
+    "recall": 0.6,
+    "kb_fact": 0.6,  # knowledge-base statements "name is colour."
+    "math_easy": 1.0,
+    "math_hard": 0.1,  # a little of the harder math, so the base model solves a few
+}
+
+
+@dataclass
+class PretrainConfig:
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    intermediate_size: int = 512
+    steps: int = 3000
+    batch_size: int = 64
+    lr: float = 3e-3
+    warmup_frac: float = 0.1
+    weight_decay: float = 0.01
+    seed: int = 0
+    mix: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
+    eval_items: int = 100  # greedy evaluation items per skill after pretraining
+    eval_every: int = 0  # > 0: also log greedy accuracy (eval_items // 2 per skill) every this many steps
+
+    def validate(self) -> None:
+        for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "steps", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.hidden_size % self.num_heads:
+            raise ValueError("hidden_size: must be divisible by num_heads")
+        if self.lr <= 0:
+            raise ValueError(f"lr: must be > 0, got {self.lr}")
+        unknown = set(self.mix) - set(sk.SKILLS) - {"kb_fact"}
+        if unknown:
+            raise ValueError(f"mix: unknown skills {sorted(unknown)}")
+        if not self.mix or min(self.mix.values()) < 0 or sum(self.mix.values()) <= 0:
+            raise ValueError("mix: weights must be >= 0 with a positive sum")
+
+    def key(self) -> str:
+        """Short hash of the config: the cache key."""
+        blob = json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def cache_root() -> Path:
+    """$ANCHORFT_CACHE/toy, else .cache/anchorft/toy under the current directory."""
+    base = os.environ.get("ANCHORFT_CACHE")
+    return (Path(base) if base else Path(".cache") / "anchorft") / "toy"
+
+
+def write_json(path: Path, obj) -> None:
+    """Atomic JSON write (tmp file then os.replace)."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    os.replace(tmp, path)
+
+
+def _documents(mix: dict[str, float], n: int, rng: np.random.Generator) -> list[str]:
+    """`n` pretraining documents drawn from the mixture (training split only)."""
+    names = sorted(mix)
+    p = np.array([mix[k] for k in names], dtype=float)
+    picks = rng.choice(len(names), size=n, p=p / p.sum())
+    facts = sk.kb_statements()
+    docs = []
+    for i in picks:
+        name = names[i]
+        if name == "kb_fact":
+            docs.append(facts[int(rng.integers(0, len(facts)))])
+        else:
+            item = sk.sample_items(name, 1, "train", rng)[0]
+            docs.append(item.prompt + item.answer)
+    return docs
+
+
+def build_tokenizer(rng: np.random.Generator) -> PreTrainedTokenizerFast:
+    """Character-level tokenizer trained on a sample of the corpus plus the full character set."""
+    charset = string.ascii_lowercase + string.digits + " \n.,:?=+-*&|~\\{}()QATF"
+    texts = _documents({k: 1.0 for k in sk.SKILLS} | {"kb_fact": 1.0}, 400, rng) + [charset]
+    return train_tokenizer(texts)
+
+
+def build_model(cfg: PretrainConfig, vocab_size: int, tok: PreTrainedTokenizerFast, seed: int) -> LlamaForCausalLM:
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    gen = torch.Generator().manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():  # re-initialise from the explicit generator (std 0.02, like _init_weights)
+        for name, p in model.named_parameters():
+            if p.ndim == 2:
+                p.copy_(torch.randn(p.shape, generator=gen) * config.initializer_range)
+            elif "norm" in name:
+                p.fill_(1.0)
+    return model
+
+
+def _lr_at(step: int, cfg: PretrainConfig) -> float:
+    warm = max(1, int(cfg.warmup_frac * cfg.steps))
+    if step < warm:
+        return cfg.lr * (step + 1) / warm
+    t = (step - warm) / max(1, cfg.steps - warm)
+    return cfg.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def pretrain(cfg: PretrainConfig, out_dir: str | Path, progress: bool = True) -> dict:
+    """Pretrain from scratch, save model + tokenizer + config.json + metrics.json to `out_dir`."""
+    cfg.validate()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(cfg.seed)
+    tok = build_tokenizer(rng)
+    model = build_model(cfg, len(tok), tok, cfg.seed)
+    n_params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay)
+    model.train()
+    t0 = time.perf_counter()
+    losses: list[float] = []
+    history: list[dict] = []
+    bar = tqdm(range(cfg.steps), desc="toy pretrain", disable=not progress)
+    for step in bar:
+        for g in opt.param_groups:
+            g["lr"] = _lr_at(step, cfg)
+        docs = [tok.bos_token + d + tok.eos_token for d in _documents(cfg.mix, cfg.batch_size, rng)]
+        enc = tok(docs, add_special_tokens=False, padding=True, return_tensors="pt")
+        ids, mask = enc["input_ids"], enc["attention_mask"]  # (B, T)
+        labels = ids.masked_fill(mask == 0, -100)  # (B, T): no loss on padding
+        # right padding + causal attention: real tokens never see the pads, so no mask is needed
+        loss = model(input_ids=ids, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+        if step % 50 == 0:
+            bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
+        if cfg.eval_every and (step + 1) % cfg.eval_every == 0 and step + 1 < cfg.steps:
+            acc = evaluate_skills(model, tok, list(sk.SKILLS), cfg.eval_items // 2, np.random.default_rng(1))
+            history.append({"step": step + 1, "loss": float(np.mean(losses[-50:])), "greedy_accuracy": acc})
+            tqdm.write(f"step {step + 1}: " + " ".join(f"{k}={v:.2f}" for k, v in acc.items()))
+            model.train()
+    train_seconds = time.perf_counter() - t0
+    model.eval()
+    eval_rng = np.random.default_rng(10_000 + cfg.seed)
+    acc = evaluate_skills(model, tok, list(sk.SKILLS), cfg.eval_items, eval_rng)
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    metrics = {
+        "params": n_params,
+        "train_seconds": train_seconds,
+        "seconds_per_step": train_seconds / cfg.steps,
+        "final_loss": float(np.mean(losses[-50:])),
+        "greedy_accuracy": acc,
+        "ood_mean": float(np.mean([acc[s] for s in sk.OOD_SKILLS])),
+        "history": history,
+        "config": dataclasses.asdict(cfg),
+        "key": cfg.key(),
+    }
+    write_json(out_dir / "metrics.json", metrics)
+    write_json(out_dir / "pretrain_config.json", dataclasses.asdict(cfg))
+    return metrics
+
+
+def pretrained_model(cfg: PretrainConfig, progress: bool = True) -> Path:
+    """Directory of the pretrained model for `cfg`, pretraining it first when not cached."""
+    cfg.validate()
+    path = cache_root() / cfg.key()
+    if (path / "metrics.json").exists() and (path / "model.safetensors").exists():
+        return path
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    pretrain(cfg, tmp, progress=progress)
+    if path.exists():  # another process finished first: keep theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        os.replace(tmp, path)
+    return path

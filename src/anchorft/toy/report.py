@@ -1,0 +1,117 @@
+"""report.md (a table like the paper's, with changes against base) and tradeoff.png for `toy compare`."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["write_report", "write_tradeoff_plot", "acceptance"]
+
+COLS = (("id_avg@k", "ID Avg@k"), ("id_pass@k", "ID Pass@k"), ("id_greedy", "ID greedy"), ("ood_mean", "OOD mean"))
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def _delta(x: float, base: float) -> str:
+    d = 100 * (x - base)
+    return f"{d:+.1f}"
+
+
+def acceptance(results: dict) -> dict | None:
+    """The testbed's acceptance check: SFT gains >= 10 points ID greedy and loses >= 10 points OOD mean."""
+    if "sft" not in results["methods"]:
+        return None
+    b, s = results["base"], results["methods"]["sft"]
+    id_gain = 100 * (s["id_greedy"] - b["id_greedy"])
+    ood_loss = 100 * (b["ood_mean"] - s["ood_mean"])
+    return {"id_gain_points": id_gain, "ood_loss_points": ood_loss, "ok": id_gain >= 10 and ood_loss >= 10}
+
+
+def write_report(results: dict, path: str | Path) -> None:
+    """Markdown table: each model's metrics (mean over seeds, +- std) and change against base."""
+    base, methods, st = results["base"], results["methods"], results["settings"]
+    skills = list(base["ood"])
+    k = st["k"]
+    lines = [
+        "# Toy testbed: forgetting and its remedies",
+        "",
+        f"ID: held-out hard math ({st['id_items']} problems), Avg@{k} and Pass@{k} from n={st['n_samples']} samples "
+        f"(temperature {st['temperature']}, top_p {st['top_p']}, unbiased estimator), greedy accuracy. "
+        f"OOD: greedy accuracy on {', '.join(skills)} and their mean. Seeds: {st['seeds']}. "
+        "Values in %, mean over seeds (+- std), change against base in parentheses.",
+        "",
+        "| model | settings | " + " | ".join(c for _, c in COLS) + " | " + " | ".join(skills) + " | train s |",
+        "|---|---|" + "---|" * (len(COLS) + len(skills) + 1),
+    ]
+    row = ["base", "pretrained"] + [_pct(base[c]) for c, _ in COLS] + [_pct(base["ood"][s]) for s in skills] + ["-"]
+    lines.append("| " + " | ".join(row) + " |")
+    for name, m in methods.items():
+        sett = ", ".join(f"{a}={b}" for a, b in m["settings"].items() if a != "method")
+        cells = []
+        for c, _ in COLS:
+            sd = m.get("std", {}).get(c, 0.0)
+            cells.append(f"{_pct(m[c])} +- {_pct(sd)} ({_delta(m[c], base[c])})")
+        cells += [f"{_pct(m['ood'][s])} ({_delta(m['ood'][s], base['ood'][s])})" for s in skills]
+        cells.append(f"{m['train_seconds']:.0f}")
+        lines.append(f"| {name} | {sett or m['method']} | " + " | ".join(cells) + " |")
+    acc = acceptance(results)
+    if acc is not None:
+        lines += [
+            "",
+            f"Acceptance (SFT vs base): ID greedy {acc['id_gain_points']:+.1f} points (need >= +10), "
+            f"OOD mean {-acc['ood_loss_points']:+.1f} points (need <= -10): {'met' if acc['ok'] else 'NOT met'}.",
+        ]
+    if "pretrain" in base:
+        p = base["pretrain"]
+        accs = ", ".join(f"{s} {_pct(v)}" for s, v in p["greedy_accuracy"].items())
+        lines += ["", f"Base model: {p['params']:,} parameters; greedy accuracy after pretraining: {accs}."]
+    lines += [
+        "",
+        "Trade-off: tradeoff.png (ID greedy gain against OOD retention = OOD mean / base OOD mean; "
+        "error bars: std over seeds).",
+    ]
+    _atomic_write_text(Path(path), "\n".join(lines) + "\n")
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_tradeoff_plot(results: dict, path: str | Path) -> None:
+    """ID gain (points of greedy accuracy) against OOD retention, one point per run, seed spread as bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    base = results["base"]
+    fig, ax = plt.subplots(figsize=(7, 5))
+    colours = {"sft": "C0", "dft": "C1", "iw_sft": "C2", "l2": "C3", "rpsft": "C4"}
+    for name, m in results["methods"].items():
+        seeds = m["per_seed"]
+        gains = np.array([100 * (s["id_greedy"] - base["id_greedy"]) for s in seeds])
+        keep = np.array([s["ood_mean"] / max(base["ood_mean"], 1e-9) for s in seeds])
+        c = colours.get(m["method"], "k")
+        ax.errorbar(keep.mean(), gains.mean(), xerr=keep.std(), yerr=gains.std(), fmt="o", color=c, capsize=3)
+        ax.scatter(keep, gains, s=8, color=c, alpha=0.35)
+        ax.annotate(name, (keep.mean(), gains.mean()), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.scatter([1.0], [0.0], marker="*", s=120, color="k")
+    ax.annotate("base", (1.0, 0.0), textcoords="offset points", xytext=(4, -10), fontsize=8)
+    ax.set_xlabel("OOD retention (OOD mean / base OOD mean)")
+    ax.set_ylabel("ID gain (points of greedy accuracy)")
+    ax.set_title("toy testbed: ID gain vs OOD retention (up and right is better)")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".png")
+    os.close(fd)
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)

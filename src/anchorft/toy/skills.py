@@ -1,0 +1,240 @@
+"""Skills of the embedded testbed: generators of (prompt, answer) items and exact checkers.
+
+Every skill draws items from a numpy Generator passed by the caller. Each item has a `key` (what
+makes it that item, e.g. the letters to reverse); a hash of (skill, key) decides once and for all
+whether the item belongs to the training or the evaluation split, so the two splits are disjoint
+by construction whatever the seeds. Prompts are rendered as ``Q:<question>\\nA:`` and answers
+follow directly (the tokenizer is character level).
+
+In-domain (ID) skills are math with the answer in ``\\boxed{}``: ``math_easy`` (pretraining level,
+solved in part) and ``math_hard`` (the fine-tuning distribution, the analogue of OpenR1-Math).
+Out-of-domain (OOD) skills have nothing to do with arithmetic: reversal, sorting letters, shifting
+each letter to the next one, counting a letter, boolean logic, and recall from a fixed synthetic
+knowledge base whose facts are stated in the pretraining corpus.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import string
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "Item",
+    "Skill",
+    "SKILLS",
+    "ID_SKILLS",
+    "OOD_SKILLS",
+    "format_prompt",
+    "split_of",
+    "sample_items",
+    "knowledge_base",
+    "kb_statements",
+    "extract_boxed",
+]
+
+LETTERS = string.ascii_lowercase
+COLOURS = ("red", "blue", "green", "pink", "gray", "gold", "teal", "plum")
+KB_SEED = 20260501  # the knowledge base is part of the testbed's "world": fixed, not a run seed
+KB_SIZE = 240
+EVAL_FRACTION = 0.25  # share of each skill's item space that is held out for evaluation
+NAMES = ("ann", "bob", "cal", "dee", "eve", "fay", "gus", "hal", "ivy", "jon")
+OBJECTS = ("pens", "cups", "figs", "nuts", "eggs", "hats", "keys", "toys")
+
+
+@dataclass(frozen=True)
+class Item:
+    skill: str
+    key: str  # identity of the item; decides its split
+    prompt: str  # formatted prompt, ends with "A:"
+    answer: str  # the exact target completion (without EOS)
+
+
+def format_prompt(question: str) -> str:
+    """The testbed's prompt format (also the tokenizer's chat template for one user turn)."""
+    return f"Q:{question}\nA:"
+
+
+def split_of(skill: str, key: str, eval_fraction: float = EVAL_FRACTION) -> str:
+    """'eval' or 'train' from a SHA-256 hash of (skill, key): disjoint splits by construction."""
+    h = int.from_bytes(hashlib.sha256(f"{skill}|{key}".encode()).digest()[:8], "big")
+    return "eval" if h / 2.0**64 < eval_fraction else "train"
+
+
+def extract_boxed(text: str) -> str | None:
+    """Content of the last \\boxed{...} in `text` (no nesting needed here), or None."""
+    found = re.findall(r"\\boxed\{([^{}]*)\}", text)
+    return found[-1].strip() if found else None
+
+
+def _check_boxed(item: Item, response: str) -> bool:
+    got, want = extract_boxed(response), extract_boxed(item.answer)
+    return got is not None and got == want
+
+
+def _check_exact(item: Item, response: str) -> bool:
+    return response.strip() == item.answer
+
+
+def _word(rng: np.random.Generator, lo: int, hi: int, alphabet: str = LETTERS) -> str:
+    n = int(rng.integers(lo, hi + 1))
+    return "".join(alphabet[i] for i in rng.integers(0, len(alphabet), size=n))
+
+
+# --- generators: rng -> (key, question, answer) -----------------------------------------------
+
+
+def _gen_reverse(rng):
+    w = _word(rng, 3, 6)
+    return w, f"reverse {w}", w[::-1]
+
+
+def _gen_sort(rng):
+    w = _word(rng, 3, 4)
+    return w, f"sort {w}", "".join(sorted(w))
+
+
+def _gen_next(rng):
+    w = _word(rng, 2, 5)
+    return w, f"next {w}", "".join(LETTERS[(LETTERS.index(c) + 1) % 26] for c in w)
+
+
+def _gen_count(rng):
+    w = _word(rng, 4, 9, "abcd")
+    c = "abcd"[int(rng.integers(0, 4))]
+    return f"{c}|{w}", f"count {c} in {w}", str(w.count(c))
+
+
+def _bool_eval(terms: list[tuple[bool, bool]], ops: list[str]) -> bool:
+    """Independent evaluator: not > and > or (Python precedence), by explicit reduction."""
+    values = [(not v) if neg else v for neg, v in terms]
+    # fold the ands first, then or the groups
+    groups, current = [], values[0]
+    for op, v in zip(ops, values[1:]):
+        if op == "&":
+            current = current and v
+        else:
+            groups.append(current)
+            current = v
+    groups.append(current)
+    return any(groups)
+
+
+def _gen_bool(rng):
+    terms = [(bool(rng.integers(0, 2)), bool(rng.integers(0, 2))) for _ in range(3)]
+    ops = ["&" if rng.integers(0, 2) else "|" for _ in range(2)]
+    text = ("~" if terms[0][0] else "") + ("T" if terms[0][1] else "F")
+    for op, (neg, v) in zip(ops, terms[1:]):
+        text += op + ("~" if neg else "") + ("T" if v else "F")
+    return text, f"eval {text}", "T" if _bool_eval(terms, ops) else "F"
+
+
+def knowledge_base() -> dict[str, str]:
+    """The fixed synthetic knowledge base: KB_SIZE distinct 4-letter names -> a colour."""
+    rng = np.random.default_rng(KB_SEED)
+    kb: dict[str, str] = {}
+    while len(kb) < KB_SIZE:
+        name = _word(rng, 4, 4)
+        if name not in kb:
+            kb[name] = COLOURS[int(rng.integers(0, len(COLOURS)))]
+    return kb
+
+
+_KB = knowledge_base()
+_KB_NAMES = tuple(_KB)
+
+
+def kb_statements() -> list[str]:
+    """The knowledge base as plain text documents (all facts, in the pretraining corpus)."""
+    return [f"{name} is {colour}." for name, colour in _KB.items()]
+
+
+def _gen_recall(rng):
+    name = _KB_NAMES[int(rng.integers(0, len(_KB_NAMES)))]
+    return name, f"colour of {name}?", _KB[name]
+
+
+def _gen_math_easy(rng):
+    if rng.random() < 0.6:
+        a, b = (int(x) for x in rng.integers(0, 100, size=2))
+        if rng.random() < 0.5 or a < b:
+            return f"{a}+{b}", f"{a}+{b}=?", f"\\boxed{{{a + b}}}"
+        return f"{a}-{b}", f"{a}-{b}=?", f"\\boxed{{{a - b}}}"
+    who, obj = NAMES[int(rng.integers(0, len(NAMES)))], OBJECTS[int(rng.integers(0, len(OBJECTS)))]
+    a, b = (int(x) for x in rng.integers(1, 10, size=2))
+    return f"w{who}{obj}{a}+{b}", f"{who} had {a} {obj}, got {b}. {obj}?", f"\\boxed{{{a + b}}}"
+
+
+def _gen_math_hard(rng):
+    u = rng.random()
+    if u < 0.5:
+        a, b = (int(x) for x in rng.integers(100, 1000, size=2))
+        return f"{a}+{b}", f"{a}+{b}=?", f"\\boxed{{{a + b}}}"
+    who, obj = NAMES[int(rng.integers(0, len(NAMES)))], OBJECTS[int(rng.integers(0, len(OBJECTS)))]
+    a, b = (int(x) for x in rng.integers(10, 100, size=2))
+    if u < 0.75:
+        return f"w{who}{obj}{a}+{b}", f"{who} had {a} {obj}, got {b}. {obj}?", f"\\boxed{{{a + b}}}"
+    a, b = max(a, b), min(a, b)
+    return f"w{who}{obj}{a}-{b}", f"{who} had {a} {obj}, lost {b}. {obj}?", f"\\boxed{{{a - b}}}"
+
+
+@dataclass(frozen=True)
+class Skill:
+    name: str
+    domain: str  # "id" or "ood"
+    generate: Callable[[np.random.Generator], tuple[str, str, str]]
+    checker: Callable[[Item, str], bool]
+
+    def sample(self, rng: np.random.Generator) -> Item:
+        key, question, answer = self.generate(rng)
+        return Item(self.name, key, format_prompt(question), answer)
+
+    def check(self, item: Item, response: str) -> bool:
+        """Exact checker: True when `response` (the model's completion) answers `item`."""
+        return bool(self.checker(item, response))
+
+
+SKILLS: dict[str, Skill] = {
+    "math_easy": Skill("math_easy", "id", _gen_math_easy, _check_boxed),
+    "math_hard": Skill("math_hard", "id", _gen_math_hard, _check_boxed),
+    "reverse": Skill("reverse", "ood", _gen_reverse, _check_exact),
+    "sort": Skill("sort", "ood", _gen_sort, _check_exact),
+    "next": Skill("next", "ood", _gen_next, _check_exact),
+    "count": Skill("count", "ood", _gen_count, _check_exact),
+    "boolean": Skill("boolean", "ood", _gen_bool, _check_exact),
+    "recall": Skill("recall", "ood", _gen_recall, _check_exact),
+}
+ID_SKILLS = ("math_hard",)  # the fine-tuning / in-domain evaluation distribution
+OOD_SKILLS = ("reverse", "sort", "next", "count", "boolean", "recall")
+
+
+def sample_items(
+    skill: str, n: int, split: str, rng: np.random.Generator, *, unique: bool = False, max_tries: int | None = None
+) -> list[Item]:
+    """`n` items of `skill` from `split` ('train' or 'eval') by rejection on the hash split.
+
+    With `unique`, items have distinct keys (evaluation sets); fewer than `n` are returned when the
+    split holds fewer distinct items than asked (e.g. the 64 evaluation expressions of `boolean`).
+    """
+    if skill not in SKILLS:
+        raise ValueError(f"skill: unknown {skill!r}; choose from {sorted(SKILLS)}")
+    if split not in ("train", "eval"):
+        raise ValueError(f"split: must be 'train' or 'eval', got {split!r}")
+    if n < 0:
+        raise ValueError(f"n: must be >= 0, got {n}")
+    s = SKILLS[skill]
+    out: list[Item] = []
+    seen: set[str] = set()
+    tries, limit = 0, max_tries if max_tries is not None else 200 * n + 1000
+    while len(out) < n and tries < limit:
+        tries += 1
+        item = s.sample(rng)
+        if split_of(skill, item.key) != split or (unique and item.key in seen):
+            continue
+        seen.add(item.key)
+        out.append(item)
+    return out
