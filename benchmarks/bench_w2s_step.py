@@ -1,0 +1,117 @@
+"""Speed of the weak-to-strong simulator's SGD step (paper preset: d=1024, s=128, N=160, batch 32).
+
+Compares the time per sample of the project's step (`anchorft.w2s.dynamics.train`, seeds batched, inputs and
+labels included) with a plain per-step NumPy loop of the same model (written below, one seed at a time,
+float64, dense x in R^d, as one would write it first). Also measures this machine's single-precision matmul
+rate in the same process and prints the fraction of it that each step reaches. The machine may be shared:
+every time is the best of several interleaved repeats, and the numbers that matter are the ratios.
+
+    .venv/bin/python benchmarks/bench_w2s_step.py [--steps 200] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from anchorft.w2s.config import apply_overrides, load_config  # noqa: E402
+from anchorft.w2s.dynamics import train  # noqa: E402
+from anchorft.w2s.problem import build_problem  # noqa: E402
+
+
+def numpy_baseline(cfg, basis, theta, w0, weak_u, a, steps: int, mode: str, rng: np.random.Generator) -> float:
+    """Plain per-step NumPy loop of the same model, one seed: returns seconds per step."""
+    w = w0.copy()
+    eta = 0.1
+    h2 = lambda u: (u * u - 1.0) / np.sqrt(2.0)  # noqa: E731
+    h4 = lambda u: (u**4 - 6.0 * u**2 + 3.0) / np.sqrt(24.0)  # noqa: E731
+    dsig = lambda u: 2.0 * u / np.sqrt(2.0) + (4.0 * u**3 - 12.0 * u) / np.sqrt(24.0)  # noqa: E731
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        if mode == "w2s":
+            x = rng.standard_normal((cfg.batch_size, cfg.s)) @ basis.T  # x = B z in R^d
+            fw = h4(x @ weak_u.T).mean(1)
+            fw = np.clip(fw, -cfg.clip, cfg.clip)
+            y = fw * np.exp(fw)
+        else:
+            x = rng.standard_normal((cfg.batch_size, cfg.d))
+            y = h4(x @ theta)
+        u = x @ w.T
+        f = (h2(u) + h4(u)) @ a
+        g = ((f - y)[:, None] * dsig(u) * a).T @ x / cfg.batch_size
+        g -= (g * w).sum(1, keepdims=True) * w
+        w -= eta * g
+        w /= np.linalg.norm(w, axis=1, keepdims=True)
+    return (time.perf_counter() - t0) / steps
+
+
+def project_step(cfg, problem, mode: str) -> float:
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        train(cfg, problem, mode, progress=False)
+    return (time.perf_counter() - t0) / cfg.steps
+
+
+def matmul_rate(n: int = 512, reps: int = 20) -> float:
+    """Best single-precision matmul rate (FLOP/s) of torch on this machine, same thread setting as the step."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            a @ b
+        best = min(best, (time.perf_counter() - t0) / reps)
+    return 2 * n**3 / best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seeds", type=int, default=3)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    cfg = apply_overrides(load_config("paper"), {"steps": args.steps, "n_seeds": args.seeds, "n_log": 5})
+    problem = build_problem(cfg)
+    S, B, N, d, s = cfg.n_seeds, cfg.batch_size, sum(cfg.group_sizes), cfg.d, cfg.s
+    np0 = [x[0].double().numpy() for x in (problem.bases[:, 0], problem.thetas[:, 0], problem.w0, problem.weak_u)]
+    a = problem.a.double().numpy()
+    rng = np.random.default_rng(0)
+    np_steps = max(20, args.steps // 4)
+    t = {k: float("inf") for k in ("np_w2s", "np_sft", "w2s", "sft")}
+    for _ in range(args.repeats):  # interleaved, best of repeats
+        t["np_w2s"] = min(t["np_w2s"], numpy_baseline(cfg, *np0, a, np_steps, "w2s", rng))
+        t["np_sft"] = min(t["np_sft"], numpy_baseline(cfg, *np0, a, np_steps, "sft", rng))
+        t["w2s"] = min(t["w2s"], project_step(cfg, problem, "w2s"))
+        t["sft"] = min(t["sft"], project_step(cfg, problem, "sft"))
+    rate = matmul_rate()
+    # useful FLOPs per step of the project (matmuls only): forward, gradient, b x b Gram, weak model / labels
+    flops = {
+        "w2s": S * (2 * B * s * N * 2 + 2 * B * B * s + 2 * B * B * N + 2 * B * s * cfg.weak_neurons),
+        "sft": S * (2 * B * d * N * 2 + 2 * B * B * d + 2 * B * B * N + 2 * B * d),
+    }
+    print(f"paper preset: d={d} s={s} N={N} batch={B}, seeds batched={S}, torch threads={args.threads}")
+    print(f"matmul rate (float32, 512^3): {rate / 1e9:.1f} GFLOP/s")
+    for mode in ("w2s", "sft"):
+        per_sample_np = t[f"np_{mode}"] / B
+        per_sample = t[mode] / (S * B)
+        frac = flops[mode] / t[mode] / rate
+        print(
+            f"{mode:>4}: numpy loop {per_sample_np * 1e6:8.2f} us/sample | project {per_sample * 1e6:8.2f} us/sample"
+            f" | ratio {per_sample_np / per_sample:6.1f}x | step {t[mode] * 1e3:.2f} ms = {frac:.1%} of matmul rate"
+        )
+    print(f"ratio W2S step vs the NumPy loop of the same W2S model: {t['np_w2s'] / B / (t['w2s'] / (S * B)):.1f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,244 @@
+"""Configuration of the weak-to-strong simulator: every choice of docs/w2s.md (and of the design note) is a field.
+
+Defaults are the design note's values; presets are YAML files in configs/w2s/ loaded by name or path, and
+`key=value` overrides are coerced to the field's type. `validate()` raises ValueError naming the field before
+any work is done.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import tempfile
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from anchorft.w2s.hermite import TRANSFORMS, get_activation
+
+__all__ = ["W2SConfig", "load_config", "apply_overrides", "preset_path", "save_config", "config_hash"]
+
+MODES = ("w2s", "sft", "sft_anchor")
+PRESET_DIR = Path(__file__).resolve().parents[3] / "configs" / "w2s"
+
+
+@dataclass
+class W2SConfig:
+    # geometry (problem)
+    d: int = 1024  # ambient dimension
+    s: int = 128  # dimension of each pretrained subspace V_k
+    n_tasks: int = 2  # K; task 0 is the target kappa
+    rho: float = 0.3  # overlap theta_k^T theta_kappa of every non-target task
+    pi: list[float] = field(default_factory=lambda: [1.0, 1.0])  # reward weights pi_k
+    links: list[str] = field(default_factory=lambda: ["he4", "he4"])  # sigma*_k
+    # strong model
+    activation: str = "he2+he4"  # student activation sigma
+    group_sizes: list[int] = field(default_factory=lambda: [32, 128])  # N_k
+    pretrained_alignment: float = 0.9  # init alignment of non-target neurons with their theta_k
+    c: float = 0.3  # second layer a_j = c pi_k / N_k
+    # weak model
+    weak: str = "planted"  # "planted" or "scratch"
+    weak_neurons: int = 16  # M
+    weak_alignment: float = 0.95  # planted: u_j = a theta_kappa + sqrt(1 - a^2) xi_j
+    weak_activation: str = "he4"
+    weak_steps: int = 2000  # scratch: online SGD steps on isotropic inputs with true labels
+    weak_eta: float = 1.0  # scratch: step size (times M / d)
+    # W2S data
+    transform: str = "zexp"  # label transformation T
+    clip: float = 2.0  # labels T(clip(f_weak, -clip, clip)); <= 0 disables the clip
+    lambda_kappa: float = 1.0  # localisation of the generative distribution (1: inputs in V_kappa)
+    # optimisation
+    loss: str = "squared"  # "squared" or "correlation"
+    batch_size: int = 32
+    steps: int = 10000  # SGD steps per mode (the same sample budget for every mode)
+    eta_w2s: float = 0.15  # step size, times N_kappa / (c s)
+    eta_sft: float = 1.0  # step size, times N_kappa / (c d)
+    schedule: str = "anneal"  # "constant" or "anneal"
+    anneal_start: float = 0.5  # fraction of steps at constant step size before annealing
+    anneal_final: float = 0.1  # step size at the last step, as a fraction of the initial one (geometric decay)
+    # RPSFT inside the two-layer model (mode "sft_anchor")
+    anchor_weight: float = 1.0  # penalty weight on R(W) = ||U_0^T (W - W_0) V_0||_F^2
+    anchor_rank: int = 128  # k of the top-k singular subspace of W_0 (N x d)
+    # run
+    modes: list[str] = field(default_factory=lambda: ["w2s", "sft"])
+    n_seeds: int = 3
+    seed: int = 0
+    n_log: int = 40  # log-spaced logging points
+    chunk: int = 32  # steps whose noise is drawn at once (per seed)
+    dtype: str = "float32"
+    device: str = "cpu"
+
+    def validate(self) -> W2SConfig:
+        """Raise ValueError naming the offending field; return self."""
+
+        def bad(name: str, why: str) -> None:
+            raise ValueError(f"invalid w2s config: {name}={getattr(self, name)!r}: {why}")
+
+        for name in ("d", "s", "n_tasks", "batch_size", "weak_neurons", "n_seeds", "n_log", "chunk", "anchor_rank"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                bad(name, "must be a positive integer")
+        if not isinstance(self.steps, int) or self.steps < 1:
+            bad("steps", "must be a positive integer")
+        if self.s > self.d:
+            bad("s", f"must be <= d={self.d}")
+        if self.n_tasks * self.s > self.d:
+            bad("s", f"the {self.n_tasks} subspaces of dimension s need n_tasks*s <= d={self.d}")
+        if not (0.0 <= self.rho < 1.0):
+            bad("rho", "must be in [0, 1)")
+        if not (0.0 <= self.lambda_kappa <= 1.0):
+            bad("lambda_kappa", "must be in [0, 1]")
+        for name in ("pi", "links", "group_sizes"):
+            if len(getattr(self, name)) != self.n_tasks:
+                bad(name, f"needs one entry per task (n_tasks={self.n_tasks})")
+        if any(p <= 0 for p in self.pi):
+            bad("pi", "reward weights must be positive")
+        if any((not isinstance(n, int)) or n < 1 for n in self.group_sizes):
+            bad("group_sizes", "must be positive integers")
+        for name in ("eta_w2s", "eta_sft", "c"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                bad(name, "must be a positive number")
+        if self.weak == "scratch" and (self.weak_eta <= 0 or self.weak_steps < 1):
+            bad("weak_eta", "weak_eta and weak_steps must be positive")
+        if self.anchor_weight < 0:
+            bad("anchor_weight", "must be >= 0")
+        for name in ("pretrained_alignment", "weak_alignment"):
+            if not (0.0 <= getattr(self, name) <= 1.0):
+                bad(name, "must be in [0, 1]")
+        if not (0.0 <= self.anneal_start <= 1.0):
+            bad("anneal_start", "must be in [0, 1]")
+        if not (0.0 < self.anneal_final <= 1.0):
+            bad("anneal_final", "must be in (0, 1]")
+        for name in ("activation", "weak_activation"):
+            try:
+                get_activation(getattr(self, name))
+            except ValueError as e:
+                bad(name, str(e))
+        for link in self.links:
+            try:
+                get_activation(link)
+            except ValueError as e:
+                raise ValueError(f"invalid w2s config: links: {e}") from None
+        choices = {
+            "weak": ("planted", "scratch"),
+            "transform": tuple(TRANSFORMS),
+            "loss": ("squared", "correlation"),
+            "schedule": ("constant", "anneal"),
+            "dtype": ("float32", "float64"),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                bad(name, f"must be one of {list(allowed)}")
+        if not self.device.startswith(("cpu", "cuda")):
+            bad("device", "must be 'cpu' or 'cuda[:i]'")
+        if not self.modes or any(m not in MODES for m in self.modes):
+            bad("modes", f"must be a non-empty list from {list(MODES)}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(W2SConfig)}
+_HINTS = typing.get_type_hints(W2SConfig)
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """Coerce a YAML/CLI value to the type of field `name` (lists from 'a,b' strings or YAML lists)."""
+    hint = _HINTS[name]
+    origin = typing.get_origin(hint)
+    if origin is list:
+        (inner,) = typing.get_args(hint)
+        if isinstance(value, str):
+            parsed = yaml.safe_load(value) if value.strip().startswith("[") else value.split(",")
+            value = parsed if isinstance(parsed, list) else [parsed]
+        if not isinstance(value, list):
+            value = [value]
+        return [_coerce_scalar(name, inner, v) for v in value]
+    return _coerce_scalar(name, hint, value)
+
+
+def _coerce_scalar(name: str, typ: type, value: Any) -> Any:
+    try:
+        if typ is bool:
+            return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
+        if typ is int:
+            if isinstance(value, str):
+                f = float(value)
+                if f != int(f):
+                    raise ValueError
+                return int(f)
+            if isinstance(value, float) and value != int(value):
+                raise ValueError
+            return int(value)
+        if typ is float:
+            return float(value)
+        return str(value).strip()
+    except (TypeError, ValueError):
+        raise ValueError(f"invalid w2s config: {name}={value!r} is not a valid {typ.__name__}") from None
+
+
+def apply_overrides(config: W2SConfig, overrides: dict[str, Any] | list[str]) -> W2SConfig:
+    """Return a copy with overrides applied: a dict, or 'key=value' strings. Unknown keys raise ValueError."""
+    if isinstance(overrides, list):
+        items = {}
+        for item in overrides:
+            if "=" not in item:
+                raise ValueError(f"override {item!r} must look like key=value")
+            k, v = item.split("=", 1)
+            items[k.strip()] = v
+        overrides = items
+    values = config.to_dict()
+    for k, v in overrides.items():
+        if k not in _FIELDS:
+            raise ValueError(f"unknown w2s config key {k!r}; known keys: {', '.join(sorted(_FIELDS))}")
+        values[k] = _coerce(k, v)
+    return W2SConfig(**values)
+
+
+def preset_path(preset: str) -> Path:
+    """A preset by name (configs/w2s/<name>.yaml) or by path."""
+    p = Path(preset)
+    if p.suffix in (".yaml", ".yml") and p.exists():
+        return p
+    q = PRESET_DIR / f"{preset}.yaml"
+    if q.exists():
+        return q
+    known = sorted(x.stem for x in PRESET_DIR.glob("*.yaml"))
+    raise ValueError(f"unknown preset {preset!r}: not a YAML file, and not one of {known}")
+
+
+def load_config(preset: str | None = None, overrides: dict[str, Any] | list[str] | None = None) -> W2SConfig:
+    """Defaults, then the preset's YAML (if any), then overrides; validated."""
+    config = W2SConfig()
+    if preset is not None:
+        data = yaml.safe_load(preset_path(preset).read_text()) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"preset {preset!r} must be a YAML mapping")
+        config = apply_overrides(config, data)
+    if overrides:
+        config = apply_overrides(config, overrides)
+    return config.validate()
+
+
+def save_config(config: W2SConfig, path: str | os.PathLike, header: str | None = None) -> None:
+    """Write the resolved config as YAML, atomically (tmp file then os.replace)."""
+    path = Path(path)
+    text = (f"# {header}\n" if header else "") + yaml.safe_dump(config.to_dict(), sort_keys=False)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".yaml")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def config_hash(config: W2SConfig, exclude: tuple[str, ...] = ()) -> str:
+    """Stable hash of the resolved config (every field counts: device and chunk change the random stream)."""
+    import hashlib
+    import json
+
+    d = {k: v for k, v in config.to_dict().items() if k not in exclude}
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]

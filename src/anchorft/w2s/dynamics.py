@@ -1,0 +1,394 @@
+"""Online spherical SGD of the strong model under W2S, SFT and SFT with the RPSFT anchor (docs/w2s.md).
+
+Strong model f(x) = sum_j a_j sigma(w_j^T x), ||w_j|| = 1, a_j fixed. One step on a fresh batch (x_b, y_b):
+
+    squared loss      l = (f(x) - y)^2 / 2,  g_j = mean_b (f(x_b) - y_b) a_j sigma'(w_j^T x_b) x_b
+    correlation loss  l = -y f(x),           g_j = mean_b (-y_b) a_j sigma'(w_j^T x_b) x_b
+    spherical step    w_j <- normalise(w_j - eta_t (I - w_j w_j^T) g_j)
+
+with eta_t = eta N_kappa / (c s) under W2S and eta N_kappa / (c d) under SFT (design note), times the schedule
+(constant, then a geometric decay to anneal_final over the last 1 - anneal_start of the steps).
+
+W2S labels y = T(clip(f_weak(x))), inputs from the generative distribution; SFT labels y = pi_kappa
+sigma*_kappa(theta_kappa^T x), isotropic inputs; "sft_anchor" adds anchor_weight * dR/dW of the RPSFT penalty
+R(W) = ||U_0^T (W - W_0) V_0||_F^2 on the first layer (anchorft.rpsft.subspace).
+
+Reduced representation at lambda = 1: every input is x = B z, so every gradient lies in V_kappa and a neuron
+stays w_j = r_j p_j + B c_j with p_j = (I - B B^T) w_j(0) fixed: the step only updates c_j (s numbers) and the
+scalar r_j (the renormalisation), O(s N) per sample, while alignments theta_k^T w_j = r_j theta_k^T p_j +
+(B^T theta_k)^T c_j stay exact in R^d.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from anchorft.rpsft.subspace import reference_block, subspace_penalty_grad, top_k_bases
+from anchorft.w2s.config import W2SConfig
+from anchorft.w2s.hermite import Activation, get_activation
+from anchorft.w2s.problem import Problem
+from anchorft.w2s.sampling import generative_dense, generative_reduced, isotropic, make_generators
+
+__all__ = [
+    "RunResult",
+    "train",
+    "log_steps",
+    "step_scale",
+    "schedule_factor",
+    "dense_step",
+    "reduced_step",
+    "renormalise_reduced",
+    "train_weak",
+]
+
+STREAMS = {"w2s": 1, "sft": 2, "sft_anchor": 2, "weak": 3}  # SFT and SFT+anchor see the same inputs
+QUANTILES = (0.1, 0.5, 0.9)
+
+
+@dataclass
+class RunResult:
+    mode: str
+    log: dict
+    weights: torch.Tensor  # (S, N, d) final first layer
+    diverged_at: int | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def log_steps(steps: int, n_log: int) -> list[int]:
+    """0, then about n_log log-spaced steps in [1, steps], always ending at `steps`."""
+    pts = np.unique(np.round(np.logspace(0, math.log10(max(steps, 1)), n_log)).astype(int))
+    return sorted({0, steps, *[int(p) for p in pts if 1 <= p <= steps]})
+
+
+def step_scale(config: W2SConfig, mode: str) -> float:
+    """Base step size: eta_w2s N_kappa / (c s) under W2S, eta_sft N_kappa / (c d) under SFT."""
+    n_kappa = config.group_sizes[0]
+    if mode == "w2s":
+        return config.eta_w2s * n_kappa / (config.c * config.s)
+    return config.eta_sft * n_kappa / (config.c * config.d)
+
+
+def schedule_factor(config: W2SConfig, t: int, steps: int) -> float:
+    """1 for t < anneal_start * steps, then geometric decay reaching anneal_final at the last step."""
+    if config.schedule == "constant":
+        return 1.0
+    t0 = int(config.anneal_start * steps)
+    if t < t0 or steps - 1 <= t0:
+        return 1.0
+    return config.anneal_final ** ((t - t0) / (steps - 1 - t0))
+
+
+def _residual(f: torch.Tensor, y: torch.Tensor, loss: str) -> tuple[torch.Tensor, torch.Tensor]:
+    if loss == "squared":
+        r = f - y
+        return r, 0.5 * (r * r).mean(-1)
+    return -y, -(y * f).mean(-1)
+
+
+def _coefficients(
+    u: torch.Tensor, y: torch.Tensor, a: torch.Tensor, act: Activation, loss: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-sample gradient coefficients G_bj = l'(f(x_b), y_b) a_j sigma'(u_bj), so that g_j = mean_b G_bj x_b."""
+    f = act.value(u) @ a  # (S, b)
+    r, lval = _residual(f, y, loss)
+    return (r.unsqueeze(-1) * act.deriv(u)) * a, lval
+
+
+def _sphere_factors(
+    gcoef: torch.Tensor, u: torch.Tensor, x: torch.Tensor, eta: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Factors of the renormalised spherical step without a pass over W.
+
+    With ||w|| = 1, g = X^T G / b, rad = w^T g = mean_b G_b u_b and ||g||^2 = G^T (X X^T) G / b^2:
+    w_new = ((1 + eta rad) w - eta g) / n, n^2 = (1 + eta rad)^2 - 2 eta (1 + eta rad) rad + eta^2 ||g||^2.
+    Returns alpha = (1 + eta rad) / n (S, N), the scaled coefficients eta G / (b n) (S, b, N), and rad.
+    """
+    b = x.shape[-2]
+    rad = (gcoef * u).mean(-2)  # (S, N)
+    gram = x @ x.mT  # (S, b, b)
+    g2 = ((gram @ gcoef) * gcoef).sum(-2) / (b * b)  # (S, N)
+    one = 1.0 + eta * rad
+    n = torch.sqrt((one * one - 2.0 * eta * one * rad + eta * eta * g2).clamp_min(1e-30))
+    return one / n, gcoef * (eta / b / n).unsqueeze(-2), rad
+
+
+def dense_step(
+    w: torch.Tensor,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    a: torch.Tensor,
+    act: Activation,
+    eta: float,
+    loss: str = "squared",
+    extra_grad: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One spherical SGD step for W (S, N, d) with unit rows on a batch x (S, b, d), labels y (S, b).
+
+    Returns (W_new, loss (S,)). Without `extra_grad` the step is fused: one bmm writes the new W
+    (w_new = alpha w - (eta G / (b n))^T x), the norm coming from the b x b Gram matrix (see _sphere_factors).
+    """
+    u = x @ w.mT  # (S, b, N)
+    gcoef, lval = _coefficients(u, y, a, act, loss)
+    if extra_grad is None:
+        alpha, gs, _ = _sphere_factors(gcoef, u, x, eta)
+        return torch.baddbmm(w * alpha.unsqueeze(-1), gs.mT, x, alpha=-1.0), lval
+    g = gcoef.mT @ x / x.shape[-2] + extra_grad  # (S, N, d)
+    radial = (g * w).sum(-1, keepdim=True)
+    w = w - eta * (g - radial * w)
+    return w / w.norm(dim=-1, keepdim=True), lval
+
+
+def reduced_step(
+    c: torch.Tensor,
+    r: torch.Tensor,
+    z: torch.Tensor,
+    y: torch.Tensor,
+    a: torch.Tensor,
+    act: Activation,
+    eta: float,
+    loss: str = "squared",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The same step for w_j = r_j p_j + B c_j with inputs x = B z, z (S, b, s): g_j = B gc_j, so only c_j and the
+    scalar r_j change: c_new = alpha c - (eta G / (b n))^T z, r_new = alpha r. Returns (c, r, loss)."""
+    u = z @ c.mT  # w_j^T x = c_j^T z
+    gcoef, lval = _coefficients(u, y, a, act, loss)
+    alpha, gs, _ = _sphere_factors(gcoef, u, z, eta)
+    return torch.baddbmm(c * alpha.unsqueeze(-1), gs.mT, z, alpha=-1.0), r * alpha, lval
+
+
+def renormalise_reduced(c: torch.Tensor, r: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact renormalisation ||r p + B c||^2 = r^2 q + ||c||^2 = 1 (removes round-off drift of the fused norm)."""
+    n = torch.sqrt(r * r * q + (c * c).sum(-1))
+    return c / n.unsqueeze(-1), r / n
+
+
+def _transform(y: torch.Tensor, name: str, clip: float) -> torch.Tensor:
+    if clip > 0:
+        y = y.clamp(-clip, clip)
+    return y * torch.exp(y) if name == "zexp" else y
+
+
+class _Logger:
+    """Alignment of each group with every theta_k (mean and quantiles), loss, samples, at the logged steps."""
+
+    def __init__(self, groups: torch.Tensor, n_tasks: int, batch: int):
+        self.groups = groups.cpu()
+        self.n_tasks = n_tasks
+        self.batch = batch
+        self.log: dict = {
+            "steps": [],
+            "samples": [],
+            "loss": [],
+            "eta": [],
+            "target_alignment": [],
+            "nontarget_alignment": [],
+            "nontarget_target_alignment": [],
+            "target_alignment_seeds": [],
+            "nontarget_alignment_seeds": [],
+            "nontarget_target_alignment_seeds": [],
+            "groups": {},
+        }
+        for g in range(n_tasks):
+            for k in range(n_tasks):
+                self.log["groups"][f"group{g}_theta{k}"] = {"mean": [], **{f"q{int(q * 100)}": [] for q in QUANTILES}}
+
+    def record(self, t: int, align: torch.Tensor, loss: float | None, eta: float) -> None:
+        al = align.abs().double().cpu()  # (S, N, K)
+        lg = self.log
+        lg["steps"].append(t)
+        lg["samples"].append(t * self.batch)
+        lg["loss"].append(loss)
+        lg["eta"].append(eta)
+        for g in range(self.n_tasks):
+            sel = al[:, self.groups == g, :]
+            for k in range(self.n_tasks):
+                v = sel[..., k].reshape(-1)
+                entry = lg["groups"][f"group{g}_theta{k}"]
+                entry["mean"].append(float(v.mean()))
+                qs = torch.quantile(v, torch.tensor(QUANTILES, dtype=v.dtype))
+                for q, val in zip(QUANTILES, qs.tolist()):
+                    entry[f"q{int(q * 100)}"].append(val)
+        tgt = al[:, self.groups == 0, 0].mean(-1)  # (S,)
+        non = self.groups > 0
+        own = al[:, non, :].gather(-1, self.groups[non].view(1, -1, 1).expand(al.shape[0], -1, 1)).squeeze(-1)
+        nt = own.mean(-1) if non.any() else torch.full_like(tgt, float("nan"))
+        ntt = al[:, non, 0].mean(-1) if non.any() else torch.full_like(tgt, float("nan"))
+        for key, val in (("target", tgt), ("nontarget", nt), ("nontarget_target", ntt)):
+            lg[f"{key}_alignment"].append(float(val.mean()))
+            lg[f"{key}_alignment_seeds"].append(val.tolist())
+
+
+def train(
+    config: W2SConfig, problem: Problem, mode: str, progress: bool = True, hit_threshold: float | None = None
+) -> RunResult:
+    """Run `config.steps` online SGD steps of the strong model in `mode` ("w2s", "sft", "sft_anchor").
+
+    All seeds of `problem` run as one batched computation. A non-finite loss or weight stops the run: the
+    result has `diverged_at` (the first bad step) and the metrics logged before it. With `hit_threshold`, the
+    target alignment of each seed is checked at every chunk end; `extra["hit_step"]` holds, per seed, the first
+    checked step where it reached the threshold (None: censored at the budget), and the run stops once every
+    seed has reached it.
+    """
+    if mode not in STREAMS or mode == "weak":
+        raise ValueError(f"mode must be 'w2s', 'sft' or 'sft_anchor', got {mode!r}")
+    dev, dtype = problem.w0.device, problem.w0.dtype
+    act, link = get_activation(config.activation), get_activation(config.links[0])
+    weak_act = get_activation(config.weak_activation)
+    steps, batch, n_seeds = config.steps, config.batch_size, problem.n_seeds
+    reduced = mode == "w2s" and config.lambda_kappa == 1.0
+    gens = make_generators(problem.seeds, STREAMS[mode], dev)
+    b0, thetas, a = problem.bases[:, 0], problem.thetas, problem.a
+    theta0 = thetas[:, 0, :].unsqueeze(-1)  # (S, d, 1)
+    pi0 = config.pi[0]
+    base = step_scale(config, mode)
+
+    if reduced:
+        c = problem.w0 @ b0  # (S, N, s)
+        p = problem.w0 - c @ b0.mT
+        q = (p * p).sum(-1)
+        r = torch.ones_like(q)
+        p_theta = p @ thetas.mT  # (S, N, K)
+        b_theta = b0.mT @ thetas.mT  # (S, s, K)
+        weak_b = problem.weak_u @ b0  # (S, M, s)
+
+        def alignment() -> torch.Tensor:
+            return r.unsqueeze(-1) * p_theta + c @ b_theta
+
+        def weights() -> torch.Tensor:
+            return r.unsqueeze(-1) * p + c @ b0.mT
+
+    else:
+        w = problem.w0.clone()
+        if mode == "sft_anchor":
+            u0, _, v0 = top_k_bases(problem.w0, config.anchor_rank)
+            s_ref = reference_block(problem.w0, u0, v0)
+
+        def alignment() -> torch.Tensor:
+            return w @ thetas.mT
+
+        def weights() -> torch.Tensor:
+            return w
+
+    def labels(x: torch.Tensor, weak_first: torch.Tensor) -> torch.Tensor:
+        if mode == "w2s":
+            fw = weak_act.value(x @ weak_first.mT).mean(-1)
+            return _transform(fw, config.transform, config.clip)
+        return pi0 * link.value((x @ theta0).squeeze(-1))
+
+    logger = _Logger(problem.groups, config.n_tasks, batch)
+    marks = log_steps(steps, config.n_log)
+    mark_set = set(marks)
+    losses = torch.zeros(steps, n_seeds, dtype=torch.float64)
+    logger.record(0, alignment(), None, base * schedule_factor(config, 0, steps))  # no loss before step 1
+    last, t, diverged = 0, 0, None
+    hit: list[int | None] = [None] * n_seeds
+    bar = tqdm(total=steps, desc=mode, disable=not progress, leave=False, mininterval=1.0)
+    while t < steps and diverged is None:
+        n = min(config.chunk, steps - t)
+        if reduced:
+            noise = generative_reduced(gens, config.s, n, batch, dtype, dev)
+        elif mode == "w2s":
+            noise = generative_dense(gens, b0, config.lambda_kappa, n, batch)
+        else:
+            noise = isotropic(gens, n, batch, config.d, dtype, dev)
+        ys = labels(noise, weak_b if reduced else problem.weak_u)  # labels do not depend on W: whole chunk at once
+        chunk_losses = []
+        for i in range(n):
+            eta = base * schedule_factor(config, t, steps)
+            x, y = noise[i], ys[i]
+            if reduced:
+                c, r, lval = reduced_step(c, r, x, y, a, act, eta, config.loss)
+            else:
+                extra = None
+                if mode == "sft_anchor" and config.anchor_weight > 0:
+                    extra = config.anchor_weight * subspace_penalty_grad(w, u0, v0, s_ref)
+                w, lval = dense_step(w, x, y, a, act, eta, config.loss, extra)
+            chunk_losses.append(lval)
+            t += 1
+            if t in mark_set:
+                cl = torch.stack(chunk_losses).double().cpu()
+                losses[t - len(chunk_losses) : t] = cl
+                chunk_losses = []
+                al = alignment()
+                bad = ~torch.isfinite(losses[last:t]).all(-1)
+                if bad.any() or not torch.isfinite(al).all():
+                    diverged = last + int(bad.nonzero()[0, 0]) + 1 if bad.any() else t
+                    break
+                logger.record(t, al, float(losses[last:t].mean()), eta)
+                last = t
+        if reduced:  # exact renormalisation once per chunk
+            c, r = renormalise_reduced(c, r, q)
+        else:
+            w = w / w.norm(dim=-1, keepdim=True)
+        if hit_threshold is not None and diverged is None:
+            tgt = alignment()[:, problem.groups == 0, 0].abs().mean(-1).cpu()
+            for i, v in enumerate(tgt.tolist()):
+                if hit[i] is None and v >= hit_threshold:
+                    hit[i] = t
+            if all(h is not None for h in hit):
+                if not logger.log["steps"] or logger.log["steps"][-1] != t:
+                    logger.record(t, alignment(), float(losses[last:t].mean()) if t > last else None, eta)
+                bar.update(n)
+                break
+        if chunk_losses and diverged is None:
+            cl = torch.stack(chunk_losses).double().cpu()
+            losses[t - len(chunk_losses) : t] = cl
+            bad = ~torch.isfinite(cl).all(-1)
+            if bad.any():
+                diverged = t - len(chunk_losses) + int(bad.nonzero()[0, 0]) + 1
+        bar.update(n)
+    bar.close()
+    extra = {"hit_step": hit, "steps_run": t} if hit_threshold is not None else {"steps_run": t}
+    return RunResult(mode=mode, log=logger.log, weights=weights(), diverged_at=diverged, extra=extra)
+
+
+def train_weak(
+    config: W2SConfig, problem: Problem, progress: bool = True, hit_threshold: float | None = None
+) -> tuple[torch.Tensor, dict]:
+    """Train the weak model from scratch: M neurons u_j uniform on S^{d-1}, f_weak = mean_j sigma_w(u_j^T x),
+    online spherical SGD on isotropic inputs with the true labels pi_kappa sigma*_kappa(theta_kappa^T x), step
+    weak_eta M / d, `config.weak_steps` steps (or until every seed's mean alignment reaches `hit_threshold`).
+
+    Returns (U (S, M, d), info) with info["hit_step"] per seed (None: censored) and the final alignments.
+    """
+    dev, dtype = problem.w0.device, problem.w0.dtype
+    m, d, batch = config.weak_neurons, config.d, config.batch_size
+    inits = []
+    for s in problem.seeds:
+        rng = np.random.default_rng([s, 1])
+        u = rng.standard_normal((m, d))
+        inits.append(u / np.linalg.norm(u, axis=-1, keepdims=True))
+    u = torch.from_numpy(np.stack(inits)).to(device=dev, dtype=dtype)
+    act, link = get_activation(config.weak_activation), get_activation(config.links[0])
+    a = torch.full((m,), 1.0 / m, dtype=dtype, device=dev)
+    theta0 = problem.thetas[:, 0, :].unsqueeze(-1)
+    gens = make_generators(problem.seeds, STREAMS["weak"], dev)
+    eta = config.weak_eta * m / d
+    hit: list[int | None] = [None] * problem.n_seeds
+    t = 0
+    bar = tqdm(total=config.weak_steps, desc="weak", disable=not progress, leave=False, mininterval=1.0)
+    while t < config.weak_steps:
+        n = min(config.chunk, config.weak_steps - t)
+        xs = isotropic(gens, n, batch, d, dtype, dev)
+        ys = config.pi[0] * link.value((xs @ theta0).squeeze(-1))
+        for i in range(n):
+            u, _ = dense_step(u, xs[i], ys[i], a, act, eta, config.loss)
+        t += n
+        u = u / u.norm(dim=-1, keepdim=True)
+        bar.update(n)
+        al = (u @ theta0).squeeze(-1).abs().mean(-1).cpu()
+        if not torch.isfinite(al).all():
+            raise FloatingPointError(f"weak model training diverged (non-finite weights) by step {t}")
+        if hit_threshold is not None:
+            for i, v in enumerate(al.tolist()):
+                if hit[i] is None and v >= hit_threshold:
+                    hit[i] = t
+            if all(h is not None for h in hit):
+                break
+    bar.close()
+    return u, {"hit_step": hit, "steps_run": t, "final_alignment": al.tolist()}

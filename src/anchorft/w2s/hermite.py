@@ -1,0 +1,193 @@
+"""Hermite tools for single-index models (Awano and Suzuki, arXiv:2605.12908, Sec. 2).
+
+Normalised probabilists' Hermite polynomials h_j = He_j / sqrt(j!) are orthonormal under the standard
+Gaussian: E[h_i(z) h_j(z)] = delta_ij. A link sigma* has the Hermite expansion sigma* = sum_j c_j h_j with
+c_j = E[sigma*(z) h_j(z)], computed here by Gauss-Hermite quadrature (`numpy.polynomial.hermite_e.hermegauss`).
+
+- information exponent p (Ben Arous et al. 2021): the lowest j >= 1 with c_j != 0;
+- generative exponent under a label transformation T (Damian et al. 2024): the lowest j >= 1 with
+  E[T(sigma*(z)) h_j(z)] != 0. With T(y) = y exp(y) applied to clip(y, -a, a) (the clip makes the moments
+  finite; see docs/w2s.md) an even link such as He_4 gets exponent 2.
+
+Activations and links are chosen by name: "heJ" (normalised He_J), sums such as "he2+he4", "relu", "tanh".
+Each name gives a NumPy function (for quadrature) and torch functions for the value and the derivative.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from numpy.polynomial import hermite_e as H
+from numpy.polynomial import polynomial as P
+
+__all__ = [
+    "Activation",
+    "get_activation",
+    "hermite_normalised",
+    "hermite_coefficients",
+    "information_exponent",
+    "generative_exponent",
+    "get_transform",
+    "TRANSFORMS",
+]
+
+_HE_TERM = re.compile(r"^he(\d+)$")
+
+
+def hermite_normalised(j: int, z: np.ndarray) -> np.ndarray:
+    """h_j(z) = He_j(z) / sqrt(j!), the orthonormal probabilists' Hermite polynomial."""
+    c = np.zeros(j + 1)
+    c[j] = 1.0
+    return H.hermeval(z, c) / math.sqrt(math.factorial(j))
+
+
+@dataclass(frozen=True)
+class Activation:
+    """An activation/link: `numpy(z)` for quadrature, `value(u)` and `deriv(u)` for torch tensors.
+
+    Polynomial activations keep their monomial coefficients (`poly`, lowest degree first) and are
+    evaluated by Horner's rule, in the dtype and on the device of the input.
+    """
+
+    name: str
+    numpy: Callable[[np.ndarray], np.ndarray]
+    value: Callable[[torch.Tensor], torch.Tensor]
+    deriv: Callable[[torch.Tensor], torch.Tensor]
+    poly: tuple[float, ...] | None = None
+
+
+def _horner(coeffs: tuple[float, ...], u: torch.Tensor) -> torch.Tensor:
+    if len(coeffs) == 1:
+        return torch.full_like(u, coeffs[0])
+    out = u * coeffs[-1]
+    if coeffs[-2] != 0.0:
+        out = out + coeffs[-2]
+    for c in reversed(coeffs[:-2]):
+        out = out * u
+        if c != 0.0:
+            out = out + c
+    return out
+
+
+def _parity_eval(coeffs: tuple[float, ...]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Evaluator for a polynomial (monomial coefficients, lowest first), by Horner's rule in u^2 when it has a
+    parity (even: p(u) = q(u^2); odd: p(u) = u q(u^2)): half the multiplications of plain Horner."""
+    even = all(c == 0.0 for c in coeffs[1::2])
+    odd = all(c == 0.0 for c in coeffs[0::2])
+    if not (even or odd) or len(coeffs) < 3:
+        return lambda u: _horner(coeffs, u)
+    sub = tuple(coeffs[0::2]) if even else tuple(coeffs[1::2])
+
+    def ev(u: torch.Tensor) -> torch.Tensor:
+        v = u * u
+        out = _horner(sub, v) if len(sub) > 1 else torch.full_like(u, sub[0])
+        return out if even else out * u
+
+    return ev
+
+
+def _poly_activation(name: str, degrees: list[int]) -> Activation:
+    herme = np.zeros(max(degrees) + 1)
+    for j in degrees:
+        herme[j] += 1.0 / math.sqrt(math.factorial(j))
+    mono = H.herme2poly(herme)  # monomial coefficients, lowest first
+    dmono = P.polyder(mono) if len(mono) > 1 else np.zeros(1)
+    coeffs = tuple(float(x) for x in mono)
+    dcoeffs = tuple(float(x) for x in dmono)
+    return Activation(
+        name=name,
+        numpy=lambda z: H.hermeval(z, herme),
+        value=_parity_eval(coeffs),
+        deriv=_parity_eval(dcoeffs),
+        poly=coeffs,
+    )
+
+
+def get_activation(name: str) -> Activation:
+    """Activation by name: "he4", "he2+he4" (sum of normalised Hermite terms), "relu", "tanh".
+
+    Raises ValueError for an unknown name.
+    """
+    key = name.strip().lower().replace(" ", "")
+    if key == "relu":
+        return Activation("relu", lambda z: np.maximum(z, 0.0), torch.relu, lambda u: (u > 0).to(u.dtype))
+    if key == "tanh":
+        return Activation("tanh", np.tanh, torch.tanh, lambda u: 1.0 - torch.tanh(u) ** 2)
+    degrees = []
+    for term in key.split("+"):
+        m = _HE_TERM.match(term)
+        if m is None or int(m.group(1)) > 12:
+            raise ValueError(
+                f"unknown activation/link {name!r}: use 'heJ' (J <= 12), sums like 'he2+he4', 'relu', 'tanh'"
+            )
+        degrees.append(int(m.group(1)))
+    return _poly_activation(key, degrees)
+
+
+def _zexp(y: np.ndarray) -> np.ndarray:
+    return y * np.exp(y)
+
+
+TRANSFORMS: dict[str, Callable[[np.ndarray], np.ndarray]] = {"identity": lambda y: y, "zexp": _zexp}
+
+
+def get_transform(name: str, clip: float | None = None) -> Callable[[np.ndarray], np.ndarray]:
+    """Label transformation T by name ("zexp": T(y) = y exp(y); "identity"), applied after clip(y, -clip, clip)."""
+    if name not in TRANSFORMS:
+        raise ValueError(f"unknown transform {name!r}: choose from {sorted(TRANSFORMS)}")
+    t = TRANSFORMS[name]
+    if clip is None:
+        return t
+    return lambda y: t(np.clip(y, -clip, clip))
+
+
+def hermite_coefficients(
+    f: Callable[[np.ndarray], np.ndarray] | str, max_degree: int, n_quad: int = 150
+) -> np.ndarray:
+    """c_j = E_{z~N(0,1)}[f(z) h_j(z)] for j = 0..max_degree, by Gauss-Hermite(e) quadrature with n_quad nodes.
+
+    hermegauss integrates against exp(-z^2/2); dividing the weights by sqrt(2 pi) gives the Gaussian expectation.
+    Exact for polynomials of degree < 2 n_quad - max_degree; for non-smooth f (clips, ReLU) the error decays slowly.
+    """
+    if isinstance(f, str):
+        f = get_activation(f).numpy
+    if max_degree < 0 or n_quad < 1:
+        raise ValueError("max_degree must be >= 0 and n_quad >= 1")
+    z, w = H.hermegauss(n_quad)
+    w = w / math.sqrt(2.0 * math.pi)
+    fz = np.asarray(f(z), dtype=np.float64)
+    return np.array([np.sum(w * fz * hermite_normalised(j, z)) for j in range(max_degree + 1)])
+
+
+def _first_nonzero(c: np.ndarray, tol: float) -> int | None:
+    scale = max(1.0, float(np.sqrt(np.sum(c**2))))
+    for j in range(1, len(c)):
+        if abs(c[j]) > tol * scale:
+            return j
+    return None
+
+
+def information_exponent(
+    link: Callable[[np.ndarray], np.ndarray] | str, max_degree: int = 12, tol: float = 1e-8
+) -> int | None:
+    """Lowest j >= 1 with a nonzero Hermite coefficient of the link (None if none up to max_degree)."""
+    return _first_nonzero(hermite_coefficients(link, max_degree), tol)
+
+
+def generative_exponent(
+    link: Callable[[np.ndarray], np.ndarray] | str,
+    transform: str = "zexp",
+    clip: float | None = 2.0,
+    max_degree: int = 12,
+    tol: float = 1e-8,
+    n_quad: int = 150,
+) -> int | None:
+    """Lowest j >= 1 with E[T(clip(sigma*(z))) h_j(z)] != 0: the exponent seen after the label transformation T."""
+    f = get_activation(link).numpy if isinstance(link, str) else link
+    t = get_transform(transform, clip)
+    return _first_nonzero(hermite_coefficients(lambda z: t(f(z)), max_degree, n_quad=n_quad), tol)

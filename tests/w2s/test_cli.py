@@ -1,0 +1,79 @@
+import json
+
+import yaml
+
+from anchorft.commands.w2s import main
+
+
+def _tiny_args(out):
+    return [
+        "run",
+        "--preset",
+        "paper",
+        "--out",
+        str(out),
+        "--seeds",
+        "2",
+        "--steps",
+        "30",
+        "--quiet",
+        "d=48",
+        "s=8",
+        "group_sizes=4,6",
+        "weak_neurons=4",
+        "batch_size=8",
+        "n_log=6",
+        "chunk=8",
+    ]
+
+
+def test_run_writes_config_metrics_and_figure(tmp_path):
+    out = tmp_path / "run"
+    assert main(_tiny_args(out)) == 0
+    cfg_text = (out / "config.yaml").read_text()
+    assert cfg_text.splitlines()[0].startswith("# anchorft w2s run --preset paper")
+    cfg = yaml.safe_load(cfg_text)
+    assert cfg["d"] == 48 and cfg["steps"] == 30 and cfg["n_seeds"] == 2
+    m = json.loads((out / "metrics.json").read_text())
+    for mode in ("w2s", "sft"):
+        e = m[mode]
+        for key in ("steps", "samples", "target_alignment", "nontarget_alignment", "nontarget_target_alignment"):
+            assert len(e[key]) == len(e["steps"])
+        assert e["steps"][-1] == 30 and e["samples"][-1] == 30 * 8
+        assert (
+            set(e["init"])
+            == set(e["final"])
+            == {"target_alignment", "nontarget_alignment", "nontarget_target_alignment"}
+        )
+        assert abs(e["init"]["nontarget_alignment"] - 0.9) < 1e-5
+    assert (out / "alignment.png").stat().st_size > 1000
+
+
+def test_run_bad_input_fails_before_work(tmp_path, capsys):
+    out = tmp_path / "bad"
+    assert main(["run", "--out", str(out), "rho=1.0"]) == 2
+    assert "rho" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(["run", "--out", str(out), "bogus=3"]) == 2
+    assert "unknown w2s config key 'bogus'" in capsys.readouterr().err
+
+
+def test_nan_run_exits_nonzero_and_keeps_metrics(tmp_path, capsys):
+    out = tmp_path / "nan"
+    assert main(_tiny_args(out) + ["eta_w2s=1e30", "lambda_kappa=0.5"]) == 1
+    assert "at step" in capsys.readouterr().err
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["diverged"]["mode"] == "w2s" and m["diverged"]["step"] >= 1
+    assert "sft" not in m and len(m["w2s"]["steps"]) >= 1
+
+
+def test_theory_prints_json(capsys):
+    assert main(["theory", "--link", "he4", "--transform", "zexp", "--d", "1024", "--s", "128"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["information_exponent"] == 4 and r["generative_exponent"] == 2
+    assert abs(r["hermite_coefficients"][4] - 1.0) < 1e-9
+    assert r["predicted_sample_complexity"]["w2s"]["value"] == 128**1.5
+    assert r["predicted_sample_complexity"]["sft"]["value"] == 1024.0**3
+    assert main(["theory", "--link", "he3", "--transform", "identity", "--clip", "0"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["information_exponent"] == 3 and r["generative_exponent"] == 3

@@ -1,0 +1,71 @@
+from pathlib import Path
+
+import pytest
+
+from anchorft.w2s.config import PRESET_DIR, W2SConfig, apply_overrides, load_config
+
+
+def test_defaults_are_the_design_note():
+    c = W2SConfig().validate()
+    assert (c.d, c.s, c.n_tasks, c.rho, c.group_sizes, c.c) == (1024, 128, 2, 0.3, [32, 128], 0.3)
+    assert (c.activation, c.links, c.weak_neurons, c.weak_alignment, c.clip) == (
+        "he2+he4",
+        ["he4", "he4"],
+        16,
+        0.95,
+        2.0,
+    )
+
+
+def test_overrides_coerce_types():
+    c = apply_overrides(
+        W2SConfig(), ["steps=1e3", "rho=0.5", "group_sizes=8,16", "links=[he3, he4]", "loss=correlation"]
+    )
+    assert c.steps == 1000 and isinstance(c.steps, int)
+    assert c.rho == 0.5 and c.group_sizes == [8, 16] and c.links == ["he3", "he4"] and c.loss == "correlation"
+
+
+def test_unknown_key_and_bad_value():
+    with pytest.raises(ValueError, match="unknown w2s config key 'nope'"):
+        apply_overrides(W2SConfig(), ["nope=1"])
+    with pytest.raises(ValueError, match="steps"):
+        apply_overrides(W2SConfig(), ["steps=1.5"])
+    with pytest.raises(ValueError, match="key=value"):
+        apply_overrides(W2SConfig(), ["steps"])
+
+
+@pytest.mark.parametrize(
+    "override, field",
+    [
+        ({"s": 2048}, "s"),
+        ({"s": 600}, "s"),  # 2 subspaces of 600 do not fit in d = 1024
+        ({"rho": 1.0}, "rho"),
+        ({"rho": -0.1}, "rho"),
+        ({"lambda_kappa": 1.5}, "lambda_kappa"),
+        ({"lambda_kappa": -0.1}, "lambda_kappa"),
+        ({"steps": 0}, "steps"),
+        ({"eta_w2s": 0.0}, "eta_w2s"),
+        ({"eta_sft": -1.0}, "eta_sft"),
+        ({"activation": "swish"}, "activation"),
+        ({"links": ["he4", "sin"]}, "links"),
+        ({"loss": "hinge"}, "loss"),
+        ({"group_sizes": [4]}, "group_sizes"),
+        ({"modes": ["rl"]}, "modes"),
+    ],
+)
+def test_bad_input_names_the_field(override, field):
+    with pytest.raises(ValueError, match=field):
+        apply_overrides(W2SConfig(), override).validate()
+
+
+def test_presets_load_by_name_and_path_and_start_with_their_command():
+    presets = sorted(PRESET_DIR.glob("*.yaml"))
+    assert any(p.stem == "paper" for p in presets)
+    for p in presets:
+        first = Path(p).read_text().splitlines()[0]
+        assert first.startswith("# anchorft w2s "), p
+    a = load_config("paper")
+    b = load_config(str(PRESET_DIR / "paper.yaml"))
+    assert a == b and a.d == 1024 and a.s == 128 and a.n_seeds == 3
+    with pytest.raises(ValueError, match="unknown preset"):
+        load_config("no-such-preset")

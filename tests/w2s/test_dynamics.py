@@ -1,0 +1,144 @@
+import numpy as np
+import pytest
+import torch
+
+from anchorft.w2s.config import apply_overrides
+from anchorft.w2s.dynamics import dense_step, log_steps, reduced_step, schedule_factor, train
+from anchorft.w2s.hermite import get_activation
+from anchorft.w2s.problem import build_problem
+from anchorft.w2s.sampling import generative_dense, generative_reduced, lift, make_generators
+
+
+def _unit_rows(x):
+    return x / x.norm(dim=-1, keepdim=True)
+
+
+def test_dense_step_is_the_projected_gradient_step():
+    """Independent computation: autograd gradient of the loss, projected on the tangent space, then renormalised."""
+    g = torch.Generator().manual_seed(0)
+    S, b, N, d = 2, 8, 5, 20
+    act = get_activation("he2+he4")
+    w = _unit_rows(torch.randn(S, N, d, generator=g, dtype=torch.float64))
+    x = torch.randn(S, b, d, generator=g, dtype=torch.float64)
+    y = torch.randn(S, b, generator=g, dtype=torch.float64)
+    a = torch.rand(N, generator=g, dtype=torch.float64)
+    for loss in ("squared", "correlation"):
+        wr = w.clone().requires_grad_(True)
+        f = act.value(x @ wr.mT) @ a
+        lval = (0.5 * (f - y) ** 2).mean(-1) if loss == "squared" else -(y * f).mean(-1)
+        (grad,) = torch.autograd.grad(lval.sum(), wr)
+        tangent = grad - (grad * w).sum(-1, keepdim=True) * w
+        ref = _unit_rows(w - 0.3 * tangent)
+        new, lv = dense_step(w, x, y, a, act, 0.3, loss)
+        torch.testing.assert_close(new, ref, atol=1e-12, rtol=0)
+        torch.testing.assert_close(lv, lval.detach())
+        torch.testing.assert_close(new.norm(dim=-1), torch.ones(S, N, dtype=torch.float64))
+
+
+def test_reduced_step_equals_dense_step_on_lifted_inputs():
+    g = torch.Generator().manual_seed(1)
+    S, b, N, d, s = 2, 8, 6, 30, 5
+    act = get_activation("he2+he4")
+    basis, _ = torch.linalg.qr(torch.randn(S, d, s, generator=g, dtype=torch.float64))
+    w = _unit_rows(torch.randn(S, N, d, generator=g, dtype=torch.float64))
+    c = w @ basis
+    p = w - c @ basis.mT
+    q = (p * p).sum(-1)
+    r = torch.ones(S, N, dtype=torch.float64)
+    z = torch.randn(S, b, s, generator=g, dtype=torch.float64)
+    y = torch.randn(S, b, generator=g, dtype=torch.float64)
+    a = torch.rand(N, generator=g, dtype=torch.float64)
+    for _ in range(5):
+        w, _ = dense_step(w, lift(z, basis), y, a, act, 0.5)
+        c, r, _ = reduced_step(c, r, z, y, a, act, 0.5)
+    torch.testing.assert_close(r.unsqueeze(-1) * p + c @ basis.mT, w, atol=1e-12, rtol=0)
+    torch.testing.assert_close(r * r * q + (c * c).sum(-1), torch.ones(S, N, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("mode", ["w2s", "sft", "sft_anchor"])
+def test_spherical_sgd_keeps_unit_norms(tiny, mode):
+    cfg = apply_overrides(tiny, {"lambda_kappa": 0.5}) if mode == "w2s" else tiny
+    res = train(cfg, build_problem(cfg), mode, progress=False)
+    torch.testing.assert_close(res.weights.norm(dim=-1), torch.ones(2, 10), atol=1e-5, rtol=0)
+    res = train(tiny, build_problem(tiny), "w2s", progress=False)  # reduced path
+    torch.testing.assert_close(res.weights.norm(dim=-1), torch.ones(2, 10), atol=1e-5, rtol=0)
+
+
+def test_orthogonal_subspaces_lambda_one_nontarget_do_not_move(tiny):
+    cfg = apply_overrides(tiny, {"rho": 0.0, "lambda_kappa": 1.0, "steps": 200, "dtype": "float64"})
+    pb = build_problem(cfg)
+    res = train(cfg, pb, "w2s", progress=False)
+    non = pb.groups > 0
+    moved_non = (res.weights[:, non] - pb.w0[:, non]).abs().max()
+    moved_tgt = (res.weights[:, ~non] - pb.w0[:, ~non]).abs().max()
+    assert moved_non < 1e-12
+    assert moved_tgt > 1e-2
+    # the dense sampler at lambda = 1 gives the same result (inputs in V_kappa exactly)
+    cfg_dense = apply_overrides(cfg, {"modes": ["w2s"]})
+    assert cfg_dense.lambda_kappa == 1.0
+
+
+def test_same_seed_same_metrics(tiny):
+    a = train(tiny, build_problem(tiny), "sft", progress=False).log
+    b = train(tiny, build_problem(tiny), "sft", progress=False).log
+    assert a == b
+    c = train(
+        apply_overrides(tiny, {"seed": 5}), build_problem(apply_overrides(tiny, {"seed": 5})), "sft", progress=False
+    )
+    assert c.log["target_alignment"] != a["target_alignment"]
+
+
+@pytest.mark.parametrize("mode", ["w2s", "sft"])
+def test_batched_seeds_equal_a_loop_over_seeds(tiny, mode):
+    cfg = apply_overrides(tiny, {"n_seeds": 3, "dtype": "float64"})
+    batched = train(cfg, build_problem(cfg), mode, progress=False)
+    for i in range(3):
+        one = apply_overrides(cfg, {"n_seeds": 1, "seed": cfg.seed + i})
+        single = train(one, build_problem(one), mode, progress=False)
+        torch.testing.assert_close(batched.weights[i], single.weights[0], atol=1e-10, rtol=0)
+        got = [v[i] for v in batched.log["target_alignment_seeds"]]
+        np.testing.assert_allclose(got, [v[0] for v in single.log["target_alignment_seeds"]], atol=1e-10)
+
+
+def test_lambda_one_sampler_has_the_dense_distribution():
+    d, s, n = 12, 4, 40000
+    g = torch.Generator().manual_seed(0)
+    basis, _ = torch.linalg.qr(torch.randn(1, d, s, generator=g, dtype=torch.float64))
+    proj = basis[0] @ basis[0].T
+    x_red = lift(
+        generative_reduced(make_generators([0], 1, torch.device("cpu")), s, 1, n, torch.float64, "cpu"), basis
+    )
+    x_den = generative_dense(make_generators([1], 1, torch.device("cpu")), basis, 1.0, 1, n)
+    for x in (x_red[0, 0], x_den[0, 0]):
+        cov = x.T @ x / n
+        assert (cov - proj).abs().max() < 0.05  # both N(0, B B^T)
+        assert (x - x @ proj).abs().max() < 1e-12  # both inside V_kappa
+    x_half = generative_dense(make_generators([2], 1, torch.device("cpu")), basis, 0.5, 1, n)[0, 0]
+    cov = x_half.T @ x_half / n
+    assert (cov - (proj + 0.5 * (torch.eye(d, dtype=torch.float64) - proj))).abs().max() < 0.05
+
+
+def test_nan_stops_the_run_and_keeps_metrics(tiny):
+    cfg = apply_overrides(tiny, {"eta_sft": 1e30, "steps": 40})
+    res = train(cfg, build_problem(cfg), "sft", progress=False)
+    assert res.diverged_at is not None and 1 <= res.diverged_at <= 40
+    assert res.log["steps"][0] == 0 and all(t < res.diverged_at for t in res.log["steps"])
+    assert all(np.isfinite(res.log["target_alignment"]))
+
+
+def test_schedule_and_log_steps(tiny):
+    cfg = apply_overrides(tiny, {"anneal_start": 0.5, "anneal_final": 0.1})
+    assert schedule_factor(cfg, 0, 100) == 1.0 and schedule_factor(cfg, 49, 100) == 1.0
+    assert abs(schedule_factor(cfg, 99, 100) - 0.1) < 1e-12
+    assert schedule_factor(apply_overrides(cfg, {"schedule": "constant"}), 99, 100) == 1.0
+    pts = log_steps(1000, 20)
+    assert pts[0] == 0 and pts[-1] == 1000 and pts == sorted(set(pts))
+
+
+def test_hit_threshold_stops_early(tiny):
+    cfg = apply_overrides(tiny, {"steps": 400, "schedule": "constant"})
+    res = train(cfg, build_problem(cfg), "w2s", progress=False, hit_threshold=0.3)
+    hits = res.extra["hit_step"]
+    assert all(h is not None for h in hits) and res.extra["steps_run"] == max(hits) <= 400
+    res = train(cfg, build_problem(cfg), "sft", progress=False, hit_threshold=0.99)
+    assert res.extra["hit_step"] == [None, None] and res.extra["steps_run"] == 400
