@@ -273,6 +273,7 @@ class SubspaceAnchor:
             "svd": svd,
             "dtype": str(dtype).removeprefix("torch."),
             "fingerprint": weights_fingerprint(named),
+            "svd_residual_max": max((e.svd_residual for e in entries), default=0.0),
         }
         return cls(entries, meta)
 
@@ -524,5 +525,6 @@ class SubspaceAnchor:
         numel = sum(e.numel for e in self.entries)
         return (
             f"SubspaceAnchor(rank={self.meta.get('rank')}, matrices={len(self.entries)}, fallback={nf}, "
-            f"numbers={numel:,}, svd={self.meta.get('svd')})"
+            f"numbers={numel:,}, svd={self.meta.get('svd')}, "
+            f"svd_residual_max={self.meta.get('svd_residual_max', 0.0):.2e})"
         )
