@@ -433,7 +433,7 @@ def dry_run(
     # data: the configured dataset's columns are checked when it is on disk; training uses stand-in rows
     pd_bs = int(args.get("per_device_train_batch_size", 8))
     accum = int(args.get("gradient_accumulation_steps", 1))
-    n_rows = steps * pd_bs * accum
+    n_rows = steps * pd_bs * accum * int(os.environ.get("WORLD_SIZE", "1"))  # enough for `steps` under DDP too
     data_src = dataset or args.get("dataset")
     checked_dataset = None
     if data_src is not None and (dataset is not None or Path(str(data_src)).exists()):
