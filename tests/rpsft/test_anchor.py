@@ -185,3 +185,24 @@ def test_randomized_svd_accuracy(rp):
         assert overlap > 0.999
         assert b.svd_residual < 1e-3 and a.svd_residual == 0.0
     assert float(approx.penalty(model)) < 1e-8  # S_ref = U^T W_0 V keeps the penalty exactly 0 at init
+
+
+def test_bf16_weights_penalty_in_fp32(rp):
+    model = rp.tiny_model("llama", 64).to(torch.bfloat16)
+    anchor = SubspaceAnchor.from_model(model, rank=4)
+    pen = anchor.penalty(model)
+    assert pen.dtype == torch.float32 and float(pen) == 0.0
+    perturb(model, scale=0.1)
+    fp32 = {n: p.detach().float() for n, p in model.named_parameters()}
+    model.zero_grad()
+    out = anchor.add_penalty_grad_(model, 1.0)  # bf16 grads: computed in fp32, added in bf16
+    ref = rp.tiny_model("llama", 64)
+    with torch.no_grad():
+        for n, p in ref.named_parameters():
+            p.copy_(fp32[n])
+    assert out["penalty"] == pytest.approx(float(anchor.penalty(ref)), rel=1e-6)
+    anchor.penalty(ref).backward()
+    for e in anchor.entries:
+        g = dict(model.named_parameters())[e.name].grad
+        assert g.dtype == torch.bfloat16
+        torch.testing.assert_close(g.float(), dict(ref.named_parameters())[e.name].grad, rtol=1e-2, atol=1e-3)
