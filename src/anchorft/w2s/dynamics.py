@@ -94,27 +94,27 @@ def _coefficients(
     u: torch.Tensor, y: torch.Tensor, a: torch.Tensor, act: Activation, loss: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-sample gradient coefficients G_bj = l'(f(x_b), y_b) a_j sigma'(u_bj), so that g_j = mean_b G_bj x_b."""
-    f = act.value(u) @ a  # (S, b)
+    val, der = act.value_and_deriv(u)
+    f = val @ a  # (S, b)
     r, lval = _residual(f, y, loss)
-    return (r.unsqueeze(-1) * act.deriv(u)) * a, lval
+    return der.mul_(a).mul_(r.unsqueeze(-1)), lval
 
 
 def _sphere_factors(
-    gcoef: torch.Tensor, u: torch.Tensor, x: torch.Tensor, eta: float
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    gcoef: torch.Tensor, u: torch.Tensor, gram: torch.Tensor, eta: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Factors of the renormalised spherical step without a pass over W.
 
     With ||w|| = 1, g = X^T G / b, rad = w^T g = mean_b G_b u_b and ||g||^2 = G^T (X X^T) G / b^2:
-    w_new = ((1 + eta rad) w - eta g) / n, n^2 = (1 + eta rad)^2 - 2 eta (1 + eta rad) rad + eta^2 ||g||^2.
-    Returns alpha = (1 + eta rad) / n (S, N), the scaled coefficients eta G / (b n) (S, b, N), and rad.
+    w_new = ((1 + eta rad) w - eta g) / n with n^2 = ||(1 + eta rad) w - eta g||^2 = 1 + eta^2 (||g||^2 - rad^2).
+    `gram` is X X^T (S, b, b). Returns alpha = (1 + eta rad) / n (S, N) and eta G / (b n) (S, b, N).
     """
-    b = x.shape[-2]
-    rad = (gcoef * u).mean(-2)  # (S, N)
-    gram = x @ x.mT  # (S, b, b)
-    g2 = ((gram @ gcoef) * gcoef).sum(-2) / (b * b)  # (S, N)
-    one = 1.0 + eta * rad
-    n = torch.sqrt((one * one - 2.0 * eta * one * rad + eta * eta * g2).clamp_min(1e-30))
-    return one / n, gcoef * (eta / b / n).unsqueeze(-2), rad
+    b = gcoef.shape[-2]
+    rad = (gcoef * u).sum(-2).div_(b)  # (S, N)
+    g2 = (gram @ gcoef).mul_(gcoef).sum(-2).div_(b * b)  # (S, N)
+    inv = torch.addcmul(g2, rad, rad, value=-1.0).mul_(eta * eta).add_(1.0).rsqrt_()
+    alpha = rad.mul_(eta).add_(1.0).mul_(inv)
+    return alpha, gcoef.mul_(inv.mul_(eta / b).unsqueeze(-2))
 
 
 def dense_step(
@@ -126,6 +126,7 @@ def dense_step(
     eta: float,
     loss: str = "squared",
     extra_grad: torch.Tensor | None = None,
+    gram: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One spherical SGD step for W (S, N, d) with unit rows on a batch x (S, b, d), labels y (S, b).
 
@@ -135,7 +136,7 @@ def dense_step(
     u = x @ w.mT  # (S, b, N)
     gcoef, lval = _coefficients(u, y, a, act, loss)
     if extra_grad is None:
-        alpha, gs, _ = _sphere_factors(gcoef, u, x, eta)
+        alpha, gs = _sphere_factors(gcoef, u, x @ x.mT if gram is None else gram, eta)
         return torch.baddbmm(w * alpha.unsqueeze(-1), gs.mT, x, alpha=-1.0), lval
     g = gcoef.mT @ x / x.shape[-2] + extra_grad  # (S, N, d)
     radial = (g * w).sum(-1, keepdim=True)
@@ -152,12 +153,13 @@ def reduced_step(
     act: Activation,
     eta: float,
     loss: str = "squared",
+    gram: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The same step for w_j = r_j p_j + B c_j with inputs x = B z, z (S, b, s): g_j = B gc_j, so only c_j and the
     scalar r_j change: c_new = alpha c - (eta G / (b n))^T z, r_new = alpha r. Returns (c, r, loss)."""
     u = z @ c.mT  # w_j^T x = c_j^T z
     gcoef, lval = _coefficients(u, y, a, act, loss)
-    alpha, gs, _ = _sphere_factors(gcoef, u, z, eta)
+    alpha, gs = _sphere_factors(gcoef, u, z @ z.mT if gram is None else gram, eta)
     return torch.baddbmm(c * alpha.unsqueeze(-1), gs.mT, z, alpha=-1.0), r * alpha, lval
 
 
@@ -297,17 +299,18 @@ def train(
         else:
             noise = isotropic(gens, n, batch, config.d, dtype, dev)
         ys = labels(noise, weak_b if reduced else problem.weak_u)  # labels do not depend on W: whole chunk at once
+        grams = noise @ noise.mT  # (n, S, b, b) Gram matrices of the batches, for the fused renormalisation
         chunk_losses = []
         for i in range(n):
             eta = base * schedule_factor(config, t, steps)
             x, y = noise[i], ys[i]
             if reduced:
-                c, r, lval = reduced_step(c, r, x, y, a, act, eta, config.loss)
+                c, r, lval = reduced_step(c, r, x, y, a, act, eta, config.loss, grams[i])
             else:
                 extra = None
                 if mode == "sft_anchor" and config.anchor_weight > 0:
                     extra = config.anchor_weight * subspace_penalty_grad(w, u0, v0, s_ref)
-                w, lval = dense_step(w, x, y, a, act, eta, config.loss, extra)
+                w, lval = dense_step(w, x, y, a, act, eta, config.loss, extra, grams[i])
             chunk_losses.append(lval)
             t += 1
             if t in mark_set:

@@ -59,6 +59,13 @@ class Activation:
     value: Callable[[torch.Tensor], torch.Tensor]
     deriv: Callable[[torch.Tensor], torch.Tensor]
     poly: tuple[float, ...] | None = None
+    both: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    def value_and_deriv(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(sigma(u), sigma'(u)), sharing u^2 for polynomials with a parity."""
+        if self.both is not None:
+            return self.both(u)
+        return self.value(u), self.deriv(u)
 
 
 def _horner(coeffs: tuple[float, ...], u: torch.Tensor) -> torch.Tensor:
@@ -99,12 +106,21 @@ def _poly_activation(name: str, degrees: list[int]) -> Activation:
     dmono = P.polyder(mono) if len(mono) > 1 else np.zeros(1)
     coeffs = tuple(float(x) for x in mono)
     dcoeffs = tuple(float(x) for x in dmono)
+    both = None
+    if all(c == 0.0 for c in coeffs[1::2]) and len(coeffs) >= 3:  # even sigma: sigma = q(u^2), sigma' = u r(u^2)
+        q, r = tuple(coeffs[0::2]), tuple(dcoeffs[1::2])
+
+        def both(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            v = u * u
+            return _horner(q, v), (_horner(r, v) * u if len(r) > 1 else u * r[0])
+
     return Activation(
         name=name,
         numpy=lambda z: H.hermeval(z, herme),
         value=_parity_eval(coeffs),
         deriv=_parity_eval(dcoeffs),
         poly=coeffs,
+        both=both,
     )
 
 

@@ -1,0 +1,259 @@
+"""Sweeps of the weak-to-strong simulator: scaling laws and phase diagrams (issue 5, docs/w2s.md "Sweeps").
+
+A sweep is a YAML file configs/w2s/sweep-<kind>.yaml: `base` (overrides of a preset), `points` (a list of
+overrides, one per point), the measurement, and a `quick` variant. Kinds:
+
+- s-scaling / d-scaling: samples until the target alignment reaches `threshold` (per seed; the point's value is
+  the median over seeds), for each `series` (a mode, or "weak" for the weak model trained from scratch); a
+  log-log slope with a bootstrap interval over seeds; points whose median hit the budget are censored: they are
+  reported (value = the budget, a lower bound) and left out of the fit, never dropped;
+- chi, overlap, rpsft: full runs (`run_experiment`), summarised per point.
+
+Every point is cached in DIR/cache/<hash>.json, keyed by the hash of its resolved config and measurement:
+finished points are reused, not recomputed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from anchorft.w2s.config import PRESET_DIR, W2SConfig, apply_overrides, config_hash, load_config
+from anchorft.w2s.dynamics import train, train_weak
+from anchorft.w2s.experiments import run_experiment, write_json
+from anchorft.w2s.problem import build_problem
+from anchorft.w2s.theory import predicted_slopes
+
+__all__ = ["KINDS", "run_sweep", "fit_loglog", "median_censored", "load_sweep", "evaluate_point"]
+
+KINDS = ("s-scaling", "d-scaling", "chi", "overlap", "rpsft")
+SCALING = ("s-scaling", "d-scaling")
+
+
+def load_sweep(kind: str, quick: bool = False, path: str | os.PathLike | None = None) -> dict:
+    """The sweep definition of `kind` (configs/w2s/sweep-<kind>.yaml), its `quick` variant merged in; validated."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown sweep kind {kind!r}: choose from {list(KINDS)}")
+    p = Path(path) if path is not None else PRESET_DIR / f"sweep-{kind}.yaml"
+    spec = yaml.safe_load(p.read_text())
+    if quick:
+        q = spec.get("quick", {})
+        spec = {**spec, **{k: v for k, v in q.items() if k != "base"}, "base": {**spec["base"], **q.get("base", {})}}
+    spec.pop("quick", None)
+    spec["kind"] = kind
+    validate_sweep(spec)
+    return spec
+
+
+def validate_sweep(spec: dict) -> None:
+    """Clear errors for an empty grid, a threshold outside (0, 1), unknown series, before any work."""
+    if not spec.get("points"):
+        raise ValueError(f"sweep {spec.get('kind')!r}: empty grid (no points)")
+    if spec["kind"] in SCALING:
+        thr = spec.get("threshold")
+        if not isinstance(thr, (int, float)) or not (0.0 < thr < 1.0):
+            raise ValueError(f"sweep {spec['kind']!r}: threshold must be in (0, 1), got {thr!r}")
+        for s in spec.get("series", []):
+            if s not in ("w2s", "sft", "weak"):
+                raise ValueError(f"sweep {spec['kind']!r}: unknown series {s!r} (w2s, sft, weak)")
+        if not spec.get("series"):
+            raise ValueError(f"sweep {spec['kind']!r}: series must list at least one of w2s, sft, weak")
+    for pt in spec["points"]:
+        point_config(spec, pt)  # validates every point's config up front
+
+
+def point_config(spec: dict, point: dict) -> W2SConfig:
+    base = dict(spec["base"])
+    preset = base.pop("preset", None)
+    return load_config(preset, {**base, **point})
+
+
+def median_censored(values: list[float | None]) -> float | None:
+    """Median with censored entries (None = did not reach the threshold, i.e. +inf); None if the median is censored."""
+    v = sorted(math.inf if x is None else float(x) for x in values)
+    n = len(v)
+    med = v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+    return None if math.isinf(med) else med
+
+
+def fit_loglog(
+    x: list[float], per_seed: list[list[float | None]], n_boot: int = 2000, seed: int = 0, level: float = 0.95
+) -> dict:
+    """Least-squares slope of log(median samples) against log(x) over the uncensored points, with a percentile
+    bootstrap interval (seeds resampled with replacement within each point; resamples whose median is censored
+    leave that point out). Returns slope, intercept, ci, n_points, censored (indices)."""
+    x = np.asarray(x, dtype=float)
+    meds = [median_censored(v) for v in per_seed]
+    ok = [i for i, m in enumerate(meds) if m is not None]
+    censored = [i for i, m in enumerate(meds) if m is None]
+    if len(ok) < 2:
+        return {"slope": None, "intercept": None, "ci": [None, None], "n_points": len(ok), "censored": censored}
+    lx = np.log(x[ok])
+    slope, icpt = np.polyfit(lx, np.log([meds[i] for i in ok]), 1)
+    rng = np.random.default_rng(seed)
+    boots = []
+    for _ in range(n_boot):
+        xs, ys = [], []
+        for i in range(len(x)):
+            vals = per_seed[i]
+            m = median_censored([vals[j] for j in rng.integers(0, len(vals), len(vals))])
+            if m is not None:
+                xs.append(math.log(x[i]))
+                ys.append(math.log(m))
+        if len(set(xs)) >= 2:
+            boots.append(np.polyfit(xs, ys, 1)[0])
+    a = (1.0 - level) / 2
+    ci = [float(np.quantile(boots, a)), float(np.quantile(boots, 1 - a))] if boots else [None, None]
+    return {"slope": float(slope), "intercept": float(icpt), "ci": ci, "n_points": len(ok), "censored": censored}
+
+
+def _point_key(config: W2SConfig, measure: dict) -> str:
+    blob = json.dumps({"config": config_hash(config), "measure": measure}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def evaluate_point(spec: dict, point: dict, cache_dir: Path | None, progress: bool = False) -> dict:
+    """Evaluate (or reuse from the cache) one point of a sweep. Returns the point record."""
+    config = point_config(spec, point)
+    measure = {"kind": spec["kind"], "threshold": spec.get("threshold"), "series": spec.get("series")}
+    key = _point_key(config, measure)
+    path = cache_dir / f"{key}.json" if cache_dir is not None else None
+    if path is not None and path.exists():
+        rec = json.loads(path.read_text())
+        rec["cached"] = True
+        return rec
+    rec: dict[str, Any] = {"params": point, "key": key, "config_hash": config_hash(config)}
+    with torch.no_grad():
+        if spec["kind"] in SCALING:
+            rec["series"] = {}
+            problem = build_problem(config)
+            for series in spec["series"]:
+                if series == "weak":
+                    _, info = train_weak(config, problem, progress=progress, hit_threshold=spec["threshold"])
+                    hits, budget = info["hit_step"], config.weak_steps
+                else:
+                    res = train(config, problem, series, progress=progress, hit_threshold=spec["threshold"])
+                    hits, budget = res.extra["hit_step"], config.steps
+                samples = [None if h is None else h * config.batch_size for h in hits]
+                med = median_censored(samples)
+                rec["series"][series] = {
+                    "samples_per_seed": samples,
+                    "median_samples": med,
+                    "censored": med is None,
+                    "budget_samples": budget * config.batch_size,
+                }
+        else:
+            m = run_experiment(config, None, progress=progress)
+            rec["modes"] = {}
+            for mode in config.modes:
+                e = m[mode]
+                groups = {g: {"init": v["mean"][0], "final": v["mean"][-1]} for g, v in e["groups"].items()}
+                rec["modes"][mode] = {
+                    "init": e["init"],
+                    "final": e["final"],
+                    "final_per_seed": e["final_per_seed"],
+                    "groups": groups,
+                    "samples": e["samples"],
+                    "target_alignment": e["target_alignment"],
+                    "nontarget_alignment": e["nontarget_alignment"],
+                    "nontarget_target_alignment": e["nontarget_target_alignment"],
+                    "diverged_at": e["diverged_at"],
+                }
+    rec["cached"] = False
+    if path is not None:
+        write_json(rec, path)
+    return rec
+
+
+def _x_of(kind: str, config: W2SConfig, point: dict) -> float:
+    if kind == "s-scaling":
+        return float(config.s)
+    if kind == "d-scaling":
+        return float(config.d)
+    if kind == "chi":  # chi_k = N_kappa pi_k / (N_k pi_kappa), k = 1 (the non-target task)
+        return config.group_sizes[0] * config.pi[1] / (config.group_sizes[1] * config.pi[0])
+    if kind == "overlap":
+        return config.rho * math.sqrt(config.s)
+    return float(config.anchor_weight) if "sft_anchor" in config.modes else 0.0
+
+
+def run_sweep(
+    kind: str,
+    out_dir: str | os.PathLike,
+    quick: bool = False,
+    overrides: list[str] | None = None,
+    progress: bool = True,
+    spec_path: str | os.PathLike | None = None,
+) -> dict:
+    """Run sweep `kind`, write DIR/sweep.json and DIR/<kind>.png, return the sweep dict."""
+    spec = load_sweep(kind, quick, spec_path)
+    if overrides:
+        base = dict(spec["base"])
+        extra = apply_overrides(W2SConfig(), overrides)  # validates the keys and coerces the types
+        for item in overrides:
+            k = item.split("=", 1)[0].strip()
+            base[k] = getattr(extra, k)
+        spec["base"] = base
+        validate_sweep(spec)
+    out = Path(out_dir)
+    cache = out / "cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    from tqdm.auto import tqdm
+
+    points = []
+    for pt in tqdm(spec["points"], desc=f"sweep {kind}", disable=not progress):
+        rec = evaluate_point(spec, pt, cache, progress=False)
+        rec["x"] = _x_of(kind, point_config(spec, pt), pt)
+        points.append(rec)
+    result: dict[str, Any] = {"kind": kind, "quick": quick, "spec": spec, "points": points}
+    if kind in SCALING:
+        result.update(_scaling_summary(kind, spec, points))
+    else:
+        result["summary"] = _summary(kind, points)
+    write_json(result, out / "sweep.json")
+    from anchorft.w2s.plots import plot_sweep
+
+    plot_sweep(result, out / f"{kind}.png")
+    return result
+
+
+def _scaling_summary(kind: str, spec: dict, points: list[dict]) -> dict:
+    p = 4  # information exponent of the He_4 link used by both scaling sweeps
+    slopes = predicted_slopes(p)
+    axis = "s" if kind == "s-scaling" else "d"
+    fits, theory = {}, {}
+    for series in spec["series"]:
+        xs = [pt["x"] for pt in points]
+        per_seed = [pt["series"][series]["samples_per_seed"] for pt in points]
+        fits[series] = fit_loglog(xs, per_seed)
+        theory[series] = {"slope": slopes[series][axis]}
+    main = spec["series"][0]
+    return {"fit": fits[main], "theory": theory[main], "fits": fits, "theories": theory}
+
+
+def _summary(kind: str, points: list[dict]) -> list[dict]:
+    rows = []
+    for pt in points:
+        for mode, e in pt["modes"].items():
+            i, f = e["init"], e["final"]
+            rows.append(
+                {
+                    "x": pt["x"],
+                    "mode": mode,
+                    "params": pt["params"],
+                    "target_final": f["target_alignment"],
+                    "nontarget_init": i["nontarget_alignment"],
+                    "nontarget_final": f["nontarget_alignment"],
+                    "nontarget_drop": i["nontarget_alignment"] - f["nontarget_alignment"],
+                    "nontarget_to_target_change": f["nontarget_target_alignment"] - i["nontarget_target_alignment"],
+                }
+            )
+    return rows
