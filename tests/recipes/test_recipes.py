@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -34,6 +35,13 @@ HUB = {
 }
 METHODS = ("sft", "dft", "iw_sft", "l2", "rpsft")
 LEAVES = sorted(p for p in RPSFT.glob("*/*.yaml") if p.parent.name != "_base")
+OTHER_CONFIGS = sorted(p for p in RPSFT.rglob("*.yaml") if "_base" not in p.parts and p not in LEAVES)
+# configs/rpsft/ files written by the trainer's engineer (issue 3), not by the recipe set: each must pass its dry
+# run too. Known failures (strict: the test fails once they are fixed, so that the mark goes):
+KNOWN_BROKEN = {
+    "example-paper-llama.yaml": "warmup_ratio is not a field of transformers 5 / TRL 1.16 (warmup_steps: 0.03)",
+    "example-tiny-cpu.yaml": "warmup_ratio is not a field of transformers 5 / TRL 1.16 (warmup_steps: 0.03)",
+}
 # the paper's settings (rpsft-notes.md), written out independently of the YAML files
 PAPER = {
     "learning_rate": 1e-6,
@@ -216,6 +224,36 @@ def test_dry_run(path: Path, tmp_path: Path) -> None:
     assert (tmp_path / "dry_run.json").is_file() and (tmp_path / "checkpoint-2").is_dir()
     if path.stem in ("l2", "rpsft"):
         assert (tmp_path / "checkpoint-2" / "anchor").is_dir()
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(p, marks=pytest.mark.xfail(raises=ValueError, strict=True, reason=KNOWN_BROKEN[p.name]))
+        if p.name in KNOWN_BROKEN
+        else p
+        for p in OTHER_CONFIGS
+    ],
+    ids=lambda p: str(p.relative_to(RPSFT)),
+)
+def test_dry_run_other_configs(path: Path, tmp_path: Path) -> None:
+    """Every other config in configs/rpsft/ passes its dry run; one that names no model (the model is given on the
+    command line) runs on a Llama stand-in."""
+    args, meta = load_recipe(path)
+    model_config = None
+    if not meta.get("_model_config_") and not recipes.find_model_config(args.get("model_name_or_path")):
+        model_config = ROOT / "configs" / "models" / "llama-3.1-8b-instruct.json"
+    s = dry_run(path, tmp_path, model_config=model_config)
+    assert s["global_step"] == 2 and all(map(math.isfinite, s["losses"]))
+
+
+def test_find_model_config() -> None:
+    assert recipes.find_model_config("meta-llama/Llama-3.1-8B-Instruct") == str(
+        ROOT / "configs" / "models" / "llama-3.1-8b-instruct.json"
+    )
+    assert recipes.find_model_config("Qwen/Qwen2.5-3B-Instruct").endswith("qwen2.5-3b-instruct.json")
+    assert recipes.find_model_config("someone/unknown-model") is None
+    assert recipes.find_model_config(None) is None
 
 
 def test_dry_run_main_and_overrides(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -47,6 +47,7 @@ __all__ = [
     "write_flat_config",
     "resolve_config_argv",
     "load_model_config",
+    "find_model_config",
     "stand_in_config",
     "stand_in_rank",
     "build_stand_in",
@@ -245,6 +246,17 @@ def load_model_config(path: str | os.PathLike) -> dict[str, Any]:
     return cfg
 
 
+def find_model_config(name: str | None) -> str | None:
+    """config.json for `name`: a local model folder, or configs/models/<hub name's last part, lower case>.json of
+    this repository (e.g. meta-llama/Llama-3.1-8B-Instruct -> configs/models/llama-3.1-8b-instruct.json)."""
+    if not name:
+        return None
+    if (Path(name) / "config.json").is_file():
+        return str(Path(name) / "config.json")
+    candidate = Path(__file__).resolve().parents[3] / "configs" / "models" / f"{Path(name).name.lower()}.json"
+    return str(candidate) if candidate.is_file() else None
+
+
 def stand_in_config(real: dict[str, Any], vocab_size: int, layers: int = 2, kv_heads: int = 2, head_dim: int = 8):
     """A tiny config of the real model's family: see the module docstring for the scaling rules.
 
@@ -418,16 +430,13 @@ def dry_run(
             raise ValueError(f"unknown field(s) {bad} in the command-line overrides")
         args.update(overrides)
     # the real model's config.json
-    mc = model_config or meta.get("_model_config_")
+    mc = model_config or meta.get("_model_config_") or find_model_config(args.get("model_name_or_path"))
     if mc is None:
-        name = args.get("model_name_or_path")
-        if name and Path(name).is_dir():
-            mc = name
-        else:
-            raise ValueError(
-                f"{config}: no _model_config_ (path to the real config.json) and model_name_or_path {name!r} is not a "
-                "local folder; the dry run needs the model's config.json"
-            )
+        raise ValueError(
+            f"{config}: no _model_config_ (path to the real config.json), and model_name_or_path "
+            f"{args.get('model_name_or_path')!r} is neither a local folder nor one of configs/models/; "
+            "the dry run needs the model's config.json (pass --model_config PATH)"
+        )
     real = load_model_config(mc)
     family = real["model_type"]
     # data: the configured dataset's columns are checked when it is on disk; training uses stand-in rows
