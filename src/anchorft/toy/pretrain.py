@@ -60,6 +60,7 @@ class PretrainConfig:
     seed: int = 0
     mix: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
     eval_items: int = 100  # greedy evaluation items per skill after pretraining
+    loss_on: str = "answer"  # "answer": loss on answers + EOS (and whole KB statements); "all": every token
     eval_every: int = 0  # > 0: also log greedy accuracy (eval_items // 2 per skill) every this many steps
 
     def validate(self) -> None:
@@ -68,6 +69,8 @@ class PretrainConfig:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
         if self.hidden_size % self.num_heads:
             raise ValueError("hidden_size: must be divisible by num_heads")
+        if self.loss_on not in ("answer", "all"):
+            raise ValueError(f"loss_on: must be 'answer' or 'all', got {self.loss_on!r}")
         if self.lr <= 0:
             raise ValueError(f"lr: must be > 0, got {self.lr}")
         unknown = set(self.mix) - set(sk.SKILLS) - {"kb_fact"}
@@ -96,8 +99,10 @@ def write_json(path: Path, obj) -> None:
     os.replace(tmp, path)
 
 
-def _documents(mix: dict[str, float], n: int, rng: np.random.Generator) -> list[str]:
-    """`n` pretraining documents drawn from the mixture (training split only)."""
+def _documents(mix: dict[str, float], n: int, rng: np.random.Generator) -> list[tuple[str, str]]:
+    """`n` pretraining documents (context, target) drawn from the mixture (training split only).
+
+    A skill item is (prompt, answer); a knowledge-base statement is ("", statement)."""
     names = sorted(mix)
     p = np.array([mix[k] for k in names], dtype=float)
     picks = rng.choice(len(names), size=n, p=p / p.sum())
@@ -106,17 +111,17 @@ def _documents(mix: dict[str, float], n: int, rng: np.random.Generator) -> list[
     for i in picks:
         name = names[i]
         if name == "kb_fact":
-            docs.append(facts[int(rng.integers(0, len(facts)))])
+            docs.append(("", facts[int(rng.integers(0, len(facts)))]))
         else:
             item = sk.sample_items(name, 1, "train", rng)[0]
-            docs.append(item.prompt + item.answer)
+            docs.append((item.prompt, item.answer))
     return docs
 
 
 def build_tokenizer(rng: np.random.Generator) -> PreTrainedTokenizerFast:
     """Character-level tokenizer trained on a sample of the corpus plus the full character set."""
     charset = string.ascii_lowercase + string.digits + " \n.,:?=+-*&|~\\{}()QATF"
-    texts = _documents({k: 1.0 for k in sk.SKILLS} | {"kb_fact": 1.0}, 400, rng) + [charset]
+    texts = [a + b for a, b in _documents({k: 1.0 for k in sk.SKILLS} | {"kb_fact": 1.0}, 400, rng)] + [charset]
     return train_tokenizer(texts)
 
 
@@ -171,10 +176,14 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, progress: bool = True) ->
     for step in bar:
         for g in opt.param_groups:
             g["lr"] = _lr_at(step, cfg)
-        docs = [tok.bos_token + d + tok.eos_token for d in _documents(cfg.mix, cfg.batch_size, rng)]
-        enc = tok(docs, add_special_tokens=False, padding=True, return_tensors="pt")
-        ids, mask = enc["input_ids"], enc["attention_mask"]  # (B, T)
+        docs = _documents(cfg.mix, cfg.batch_size, rng)
+        enc = tok([tok.bos_token + a + b + tok.eos_token for a, b in docs], add_special_tokens=False, padding=True,
+                  return_tensors="pt")  # fmt: skip
+        ids, mask = enc["input_ids"], enc["attention_mask"]  # (B, T), right padded
         labels = ids.masked_fill(mask == 0, -100)  # (B, T): no loss on padding
+        if cfg.loss_on == "answer":  # no loss on the (random) questions: BOS + prompt tokens
+            ctx = [1 + len(x) for x in tok([a for a, _ in docs], add_special_tokens=False)["input_ids"]]
+            labels = labels.masked_fill(torch.arange(ids.shape[1])[None, :] < torch.tensor(ctx)[:, None], -100)
         # right padding + causal attention: real tokens never see the pads, so no mask is needed
         loss = model(input_ids=ids, labels=labels).loss
         opt.zero_grad(set_to_none=True)

@@ -1,0 +1,108 @@
+"""The comparison: config handling, sweeps, report, and the smoke preset end to end."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from anchorft.toy.compare import (
+    PRESETS,
+    RunSpec,
+    expand_sweeps,
+    finetune_dataset,
+    load_config,
+    paper_rank,
+    run_compare,
+)
+from anchorft.toy.report import acceptance
+
+
+def test_paper_rank_scaling():
+    assert paper_rank(4096) == 768
+    assert paper_rank(128) == 24
+
+
+def test_expand_sweeps():
+    runs = [RunSpec("sft", "sft"), RunSpec("l2", "l2"), RunSpec("rpsft-k4", "rpsft", anchor_rank=4)]
+    out = expand_sweeps(runs, ["anchor_lambda=0.1,10"])
+    assert [r.name for r in out] == ["sft", "l2-lam0.1", "l2-lam10", "rpsft-k4-lam0.1", "rpsft-k4-lam10"]
+    assert [r.anchor_lambda for r in out] == [None, 0.1, 10, 0.1, 10]
+    out = expand_sweeps(runs, ["anchor_rank=2,8", "learning_rate=1e-3"])
+    assert [r.name for r in out] == ["sft-lr0.001", "l2-lr0.001", "rpsft-k2-lr0.001", "rpsft-k8-lr0.001"]
+    assert out[3].anchor_rank == 8 and out[3].learning_rate == 1e-3
+    with pytest.raises(ValueError, match="sweep"):
+        expand_sweeps(runs, ["anchor_rank"])
+    with pytest.raises(ValueError, match="unknown key"):
+        expand_sweeps(runs, ["nope=1"])
+
+
+def test_load_config_and_validation(tmp_path):
+    assert load_config("smoke").seeds == [0]
+    assert len(load_config("default").seeds) >= 3
+    y = tmp_path / "c.yaml"
+    y.write_text("# anchorft toy compare --preset c.yaml --out x\npreset: smoke\nmax_steps: 7\npretrain: {steps: 5}\n")
+    cfg = load_config(str(y))
+    assert cfg.max_steps == 7 and cfg.pretrain.steps == 5 and cfg.pretrain.hidden_size == 32
+    with pytest.raises(ValueError, match="unknown field"):
+        load_config({"preset": "smoke", "nope": 1})
+    with pytest.raises(ValueError, match="preset"):
+        load_config("no-such-preset")
+    bad = load_config("smoke")
+    bad.runs = [RunSpec("x", "nope")]
+    with pytest.raises(ValueError, match="method"):
+        bad.validate()
+
+
+def test_yaml_presets_match_code():
+    import pathlib
+
+    import yaml
+
+    root = pathlib.Path(__file__).resolve().parents[2] / "configs" / "toy"
+    for name in PRESETS:
+        text = (root / f"{name}.yaml").read_text()
+        assert text.startswith("# anchorft toy compare")
+        assert yaml.safe_load(text)["preset"] == name
+
+
+def test_finetune_dataset_is_prompt_completion_of_hard_math():
+    ds = finetune_dataset(50, np.random.default_rng(0))
+    assert ds.column_names == ["prompt", "completion"] and len(ds) == 50
+    assert all(c.startswith("\\boxed{") for c in ds["completion"])
+
+
+def test_acceptance():
+    base = {"id_greedy": 0.1, "ood_mean": 0.95}
+    good = {"base": base, "methods": {"sft": {"id_greedy": 0.3, "ood_mean": 0.8}}}
+    assert acceptance(good)["ok"]
+    bad = {"base": base, "methods": {"sft": {"id_greedy": 0.15, "ood_mean": 0.5}}}
+    assert not acceptance(bad)["ok"]
+
+
+def test_smoke_compare_end_to_end(tmp_path, monkeypatch):
+    """The whole comparison on the smoke preset (tiny model pretrained into a temporary cache)."""
+    monkeypatch.setenv("ANCHORFT_CACHE", str(tmp_path / "cache"))
+    torch.set_num_threads(1)
+    out = tmp_path / "cmp"
+    res = run_compare("smoke", out, progress=False)
+    for f in ("results.json", "report.md", "tradeoff.png", "config.yaml"):
+        assert (out / f).is_file(), f
+    saved = json.loads((out / "results.json").read_text())
+    assert set(saved["methods"]) == {"sft", "dft", "iw_sft", "l2", "rpsft-k2", "rpsft-k6"}
+    for m in saved["methods"].values():
+        for key in ("id_avg@k", "id_pass@k", "id_greedy", "ood_mean", "train_seconds"):
+            assert 0 <= m[key] and (key == "train_seconds" or m[key] <= 1)
+        assert set(m["ood"]) == set(saved["base"]["ood"]) and len(m["per_seed"]) == 1
+    assert res["base"]["ood"] == saved["base"]["ood"]
+    # every evaluated model reloads, and fine-tuning changed the weights
+    base = AutoModelForCausalLM.from_pretrained(out / "models" / "base")
+    sft = AutoModelForCausalLM.from_pretrained(out / "models" / "sft")
+    AutoTokenizer.from_pretrained(out / "models" / "sft")
+    with torch.no_grad():
+        diff = sum(float((a - b).abs().sum()) for a, b in zip(base.parameters(), sft.parameters()))
+    assert diff > 0
+    assert "| sft |" in (out / "report.md").read_text()
