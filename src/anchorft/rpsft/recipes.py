@@ -467,13 +467,13 @@ def dry_run(
     tokenizer = build_tokenizer(family, texts)
     s_cfg, scale = stand_in_config(real, vocab_size=len(tokenizer))
     model = build_stand_in(s_cfg, tokenizer, seed=seed)
-    # trainer arguments: the recipe's, but for the stand-in rank, the run length and the output folder
     real_rank = int(args.get("anchor_rank", 768))
     script_fields = {f.name for f in dataclasses.fields(_train_dataclasses()[0])}
     t_args = {k: v for k, v in args.items() if k not in script_fields}
-    t_args.update(output_dir=str(output_dir), max_steps=steps, anchor_rank=stand_in_rank(real_rank, scale))
-    t_args.setdefault("logging_steps", 1)
-    t_args["logging_steps"] = 1
+    # every other setting is the recipe's; logging every step records each step's loss
+    changed = dict(output_dir=str(output_dir), max_steps=steps, logging_steps=1)
+    changed["anchor_rank"] = stand_in_rank(real_rank, scale)
+    t_args.update(changed)
     (rpsft_args,) = HfArgumentParser(RPSFTConfig).parse_dict(t_args)
     real_cfg_obj = AutoConfig.for_model(family, **{k: v for k, v in real.items() if k != "model_type"})
     branches_real = _real_branches(real_cfg_obj, real_rank)
@@ -507,6 +507,7 @@ def dry_run(
         "branch_mismatches": sorted(k for k in branches_real if branches_real[k] != branches_stand.get(k)),
         "fallback_matrices": sorted(k for k, v in branches_stand.items() if v),
         "matrix_names_match": set(branches_real) == set(branches_stand),
+        "changed_settings": changed,
         "rows": len(train_ds),
         "checked_dataset": checked_dataset,
         "global_step": trainer.state.global_step,
