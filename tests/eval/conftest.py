@@ -74,6 +74,15 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return save_tiny_model(tmp_path_factory.mktemp("tiny_llama"), corpus)
 
 
+@pytest.fixture(scope="session")
+def checker():
+    """One math-verify worker for the session (each start imports sympy: seconds on a busy machine)."""
+    from anchorft.eval.answers import MathChecker
+
+    with MathChecker(timeout_s=30) as c:
+        yield c
+
+
 @pytest.fixture(autouse=True)
 def _one_torch_thread():
     """The CPU machines are shared: one intra-op thread is much faster than two contended ones here."""

@@ -84,16 +84,15 @@ def test_math_equal(gold, answer, expected):
     assert math_equal(gold, answer) is expected
 
 
-def test_checker_off_the_main_thread_matches_direct_calls():
+def test_checker_off_the_main_thread_matches_direct_calls(checker):
     pairs = [(r"\frac{1}{2}", "0.5"), ("27", "28"), ("x^2+2x+1", "(x+1)^2"), ("3", r"\sqrt{9}"), ("1", "2")]
-    with MathChecker(timeout_s=20) as checker:
-        with ThreadPoolExecutor(max_workers=3) as pool:
-            got = list(pool.map(lambda p: checker.check(*p), pairs))
-        assert checker.n_timeouts == 0
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        got = list(pool.map(lambda p: checker.check(*p), pairs))
+    assert checker.n_timeouts == 0
     assert got == [math_equal(*p) for p in pairs] == [True, False, True, True, False]
 
 
-def test_math_verify_signal_timeout_fails_off_main_thread_but_checker_works():
+def test_math_verify_signal_timeout_fails_off_main_thread_but_checker_works(checker):
     """math-verify's default (signal.alarm) timeouts cannot run in a thread; MathChecker can."""
     from math_verify import parse
 
@@ -110,10 +109,9 @@ def test_math_verify_signal_timeout_fails_off_main_thread_but_checker_works():
     t.join()
     assert errors, "math-verify's signal timeout unexpectedly worked off the main thread"
     out: list[bool] = []
-    with MathChecker(timeout_s=20) as checker:
-        t = threading.Thread(target=lambda: out.append(checker.check("1", "1.0")))
-        t.start()
-        t.join()
+    t = threading.Thread(target=lambda: out.append(checker.check("1", "1.0")))
+    t.start()
+    t.join()
     assert out == [True]
 
 
@@ -149,8 +147,8 @@ def test_checker_timeout_kills_and_recovers_off_main_thread(tmp_path, monkeypatc
     assert checker.n_timeouts == 1
 
 
-def test_grade():
-    assert grade("27", r"so \boxed{27}") == ("27", True)
+def test_grade(checker):
+    assert grade("27", r"so \boxed{27}", checker=checker) == ("27", True)
     assert grade("27", "27 without a box") == (None, False)
     assert grade("C", r"\boxed{C}", parse_choices(QUESTION)) == ("C", True)
     assert grade("B", r"\boxed{C}", parse_choices(QUESTION)) == ("C", False)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from anchorft.eval.answers import MathChecker, math_equal
+from anchorft.eval.answers import math_equal
 from anchorft.eval.benchmarks import load_bench, read_responses, run_eval, score_bench, summarize
 from anchorft.eval.metrics import mean_pass_at_k, pass_at_k
 
@@ -110,7 +110,7 @@ def test_item_kinds(tmp_path):
 # ---------------------------------------------------------------- the paper's files
 
 
-def test_math500_reference_solutions_score_at_least_97_percent(bench_root):
+def test_math500_reference_solutions_score_at_least_97_percent(bench_root, checker):
     """The `solution` field as the response: last \\boxed{} checked by math-verify (no string shortcut)."""
     bench = load_bench(bench_root / "id/math500.jsonl")
     from anchorft.eval.answers import last_boxed
@@ -119,19 +119,17 @@ def test_math500_reference_solutions_score_at_least_97_percent(bench_root):
     assert len(ok) == 500
     assert np.mean(ok) >= 0.97, f"accuracy {np.mean(ok):.3f}"
     # the same through the scoring path (records, metrics), with the timeout worker
-    with MathChecker(timeout_s=20) as checker:
-        records = score_bench(bench, {it.index: [it.solution] for it in bench.items}, checker=checker)
+    records = score_bench(bench, {it.index: [it.solution] for it in bench.items}, checker=checker)
     assert summarize(records)["avg@k"] >= 0.97
 
 
 @pytest.mark.parametrize("rel", ID_FILES)
-def test_boxed_gold_scores_100_percent_on_id_files(bench_root, rel):
+def test_boxed_gold_scores_100_percent_on_id_files(bench_root, rel, checker):
     bench = load_bench(bench_root / rel)
     assert all(it.kind == "math" for it in bench.items)
-    with MathChecker(timeout_s=20) as checker:
-        records = score_bench(
-            bench, {it.index: [f"So the answer is \\boxed{{{it.gold}}}."] for it in bench.items}, checker=checker
-        )
+    records = score_bench(
+        bench, {it.index: [f"So the answer is \\boxed{{{it.gold}}}."] for it in bench.items}, checker=checker
+    )
     assert summarize(records)["avg@k"] == 1.0
     # math-verify itself accepts each gold against itself (parsed, not string-compared)
     assert all(math_equal(it.gold, it.gold + " ") for it in bench.items[:60])
@@ -150,13 +148,12 @@ def test_gold_letter_extracted_on_ood_files(bench_root, rel):
     assert summarize(score_bench(bench, other))["avg@k"] == 0.0
 
 
-def test_tiny_model_end_to_end_on_10_item_slices(bench_root, tiny_model_dir, tmp_path):
+def test_tiny_model_end_to_end_on_10_item_slices(bench_root, tiny_model_dir, tmp_path, checker):
     files = [bench_root / rel for rel in ID_FILES + OOD_FILES]
-    with MathChecker(timeout_s=20) as checker:
-        metrics = run_eval(
-            tiny_model_dir, files, tmp_path / "out", n=2, k=2, temperature=0.7, top_p=0.95, max_new_tokens=4,
-            batch_size=20, limit=10, seed=0, backend="hf", checker=checker, progress=False,
-        )  # fmt: skip
+    metrics = run_eval(
+        tiny_model_dir, files, tmp_path / "out", n=2, k=2, temperature=0.7, top_p=0.95, max_new_tokens=4,
+        batch_size=20, limit=10, seed=0, backend="hf", checker=checker, progress=False,
+    )  # fmt: skip
     assert len(metrics) == len(files)
     for name, m in metrics.items():
         assert m["n_items"] == 10 and m["k"] == 2 and m["n_greedy"] == 10, name
@@ -169,12 +166,22 @@ def test_tiny_model_end_to_end_on_10_item_slices(bench_root, tiny_model_dir, tmp
     assert json.loads((tmp_path / "out" / "config.json").read_text())["limit"] == 10
 
 
-def test_same_seed_same_samples(tiny_model_dir, tmp_path):
+def test_same_seed_same_samples(tiny_model_dir, tmp_path, checker):
     f = tmp_path / "b.jsonl"
     f.write_text("".join(_line(f"What is {i}+{i}?", str(2 * i)) + "\n" for i in range(3)))
     runs = []
     for r in range(2):
-        run_eval(tiny_model_dir, [f], tmp_path / f"o{r}", n=3, k=2, max_new_tokens=5, seed=7, progress=False)
+        run_eval(
+            tiny_model_dir,
+            [f],
+            tmp_path / f"o{r}",
+            n=3,
+            k=2,
+            max_new_tokens=5,
+            seed=7,
+            progress=False,
+            checker=checker,
+        )
         runs.append((tmp_path / f"o{r}" / "b" / "records.jsonl").read_text())
     assert runs[0] == runs[1]
     recs = [json.loads(line) for line in runs[0].splitlines()]
