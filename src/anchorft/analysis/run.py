@@ -56,7 +56,7 @@ class AnalysisConfig:
     fisher_samples: int = 32  # per-example gradients (batch size 1)
     fisher_random: int = 2  # random orthonormal blocks per matrix
     drift_prompts: int = 64  # prompts per evaluation set
-    batch_size: int = 8
+    batch_size: int = 16
     max_length: int = 256
     svd: str = "exact"
     svd_dtype: str = "float64"

@@ -38,10 +38,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--svd", choices=("exact", "randomized"), default="exact")
     p.add_argument("--svd-dtype", choices=("float32", "float64"), default="float64")
     p.add_argument("--exclude", default=None, metavar="REGEX", help="skip matrices whose names match")
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--batch-size", type=int, default=16, help="prompts per forward pass (drift)")
     p.add_argument("--max-length", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help="device for SVDs, forward and backward passes (e.g. cuda)")
+    p.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (1 is much faster on a shared, busy machine)"
+    )
     p.add_argument("--in-memory", action="store_true", help="load whole models instead of streaming (same numbers)")
     p.add_argument("--no-plots", action="store_true")
     return p
@@ -61,6 +64,13 @@ def _parse_tuned(items: list[str]) -> dict[str, str]:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    if args.threads is not None:
+        if args.threads < 1:
+            print("anchorft analyze: error: --threads must be >= 1", file=sys.stderr)
+            return 2
+        import torch
+
+        torch.set_num_threads(args.threads)
     from anchorft.analysis.run import AnalysisConfig, run_analysis
     from anchorft.analysis.streaming import CheckpointError
 
