@@ -36,7 +36,7 @@ def rotation_heatmap(grid: dict, model: str, path: str | os.PathLike) -> str:
     vals = np.array([[np.nan if v is None else v for v in row] for row in grid["values"]], dtype=float)
     fig, ax = plt.subplots(figsize=(1.0 + 0.7 * len(grid["types"]), 1.2 + 0.32 * len(grid["rows"])))
     im = ax.imshow(np.ma.masked_invalid(vals), aspect="auto", cmap="viridis")
-    ax.set_xticks(range(len(grid["types"])), grid["types"])
+    ax.set_xticks(range(len(grid["types"])), grid["types"], rotation=45, ha="right")
     ax.set_yticks(range(len(grid["rows"])), grid["rows"])
     ax.set_xlabel("matrix type")
     ax.set_ylabel("layer")
@@ -53,7 +53,7 @@ def rotation_comparison(by_type: dict[str, dict[str, dict]], path: str | os.Path
     """by_type[model][type] = {"angle_u_mean_deg", "angle_v_mean_deg", ...}: grouped bars, one group per type."""
     models = list(by_type)
     types = [t for t in by_type[models[0]]]
-    fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.3 * len(types) * 2), 3.6), sharey=True)
+    fig, axes = plt.subplots(2, 1, figsize=(max(7, 0.9 * len(types) + 2), 6.5), sharey=True)
     width = 0.8 / max(len(models), 1)
     for ax, key, side in zip(axes, ("angle_u_mean_deg", "angle_v_mean_deg"), ("left (U)", "right (V)")):
         for i, mname in enumerate(models):
