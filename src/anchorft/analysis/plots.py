@@ -63,6 +63,7 @@ def rotation_comparison(by_type: dict[str, dict[str, dict]], path: str | os.Path
         ax.set_title(f"mean principal angle, {side} subspace")
         ax.set_ylabel("degrees")
     axes[0].legend(fontsize=8)
+    fig.tight_layout()
     return _save(fig, path)
 
 
@@ -93,6 +94,7 @@ def drift_plot(per_model: dict[str, dict[str, list[float]]], eval_set: str, path
     for ax, t in zip(axes, ("||mu - mu0|| / ||mu0||", "1 - cos(mu, mu0)", "mean over prompts of 1 - cos(h, h0)")):
         ax.set_title(t, fontsize=9)
         ax.set_xlabel("layer (0 = embeddings)")
+        ax.xaxis.get_major_locator().set_params(integer=True)
     axes[0].legend(fontsize=8)
     fig.suptitle(f"hidden-state drift from base: {eval_set}")
     return _save(fig, path)
@@ -112,11 +114,13 @@ def fisher_plot(by_type: dict[str, dict], path: str | os.PathLike) -> str:
         ax.plot(ks, list(d["expected_random"].values()), ls="--", label="k^2/(mn)")
         ax.set_title(t)
         ax.set_xlabel("k")
-        ax.set_ylim(0, 1)
+        top = max([*d["share"].values(), *d["random_share"].values(), *d["expected_random"].values()])
+        ax.set_ylim(0, min(1.0, max(0.02, 1.15 * top)))
     for ax in list(axes.flat)[len(types) :]:
         ax.axis("off")
     axes[0][0].set_ylabel("Fisher energy share")
     axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
     return _save(fig, path)
 
 
