@@ -142,3 +142,26 @@ def test_hit_threshold_stops_early(tiny):
     assert all(h is not None for h in hits) and res.extra["steps_run"] == max(hits) <= 400
     res = train(cfg, build_problem(cfg), "sft", progress=False, hit_threshold=0.99)
     assert res.extra["hit_step"] == [None, None] and res.extra["steps_run"] == 400
+
+
+def test_weak_model_from_scratch_learns_theta(tiny):
+    from anchorft.w2s.dynamics import train_weak
+
+    cfg = apply_overrides(tiny, {"d": 16, "s": 8, "weak": "scratch", "weak_steps": 600, "weak_eta": 1.0})
+    pb = build_problem(cfg)
+    u, info = train_weak(cfg, pb, progress=False, hit_threshold=0.5)
+    assert u.shape == (2, cfg.weak_neurons, 16)
+    torch.testing.assert_close(u.norm(dim=-1), torch.ones(2, cfg.weak_neurons), atol=1e-5, rtol=0)
+    # from a uniform start (alignment ~ d^{-1/2} = 0.25) every seed reaches 0.5, and the run stops there
+    assert all(h is not None for h in info["hit_step"]) and info["steps_run"] == max(info["hit_step"])
+    _, info = train_weak(apply_overrides(cfg, {"weak_steps": 8}), pb, progress=False, hit_threshold=0.99)
+    assert info["hit_step"] == [None, None] and info["steps_run"] == 8
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu_statistics(tiny):
+    cfg = apply_overrides(tiny, {"device": "cuda", "steps": 100})
+    res = train(cfg, build_problem(cfg), "w2s", progress=False)
+    assert res.weights.device.type == "cuda"
+    torch.testing.assert_close(res.weights.norm(dim=-1).cpu(), torch.ones(2, 10), atol=1e-5, rtol=0)
+    assert res.log["target_alignment"][-1] > res.log["target_alignment"][0]
