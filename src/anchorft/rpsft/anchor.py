@@ -373,8 +373,16 @@ class SubspaceAnchor:
 
     def penalty(self, model: nn.Module) -> torch.Tensor:
         """R = sum over matrices of ||U^T (W - W_0) V||_F^2 (no lambda), differentiable, in fp32."""
+        return self.penalty_terms(model).sum()
+
+    def penalty_terms(self, model: nn.Module) -> torch.Tensor:
+        """The per-matrix terms ||U_l^T (W_l - W_0,l) V_l||_F^2 (1-D, in `self.entries` order), differentiable."""
         _, sq = self._blocks(model, differentiable=True)
-        return sq.sum()
+        return sq
+
+    def summarize(self, terms: torch.Tensor) -> dict[str, float]:
+        """{"penalty": sum of `terms`, "drift_max": max_l sqrt(term_l) / ||S_ref,l||_F}."""
+        return self._summary(terms.detach())
 
     @torch.no_grad()
     def add_penalty_grad_(self, model: nn.Module, scale: float) -> dict[str, float]:

@@ -168,7 +168,8 @@ class RPSFTTrainer(SFTTrainer):
             res = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             loss, outputs = res if return_outputs else (res, None)
         if self._anchor_mode == "autograd" and self._anchor_due():
-            pen = self.anchor.penalty(self.model)
+            terms = self.anchor.penalty_terms(self.model)
+            pen = terms.sum()
             coef = self._anchor_scale
             scaled = self.loss_is_scaled_for_ga
             if scaled is None:
@@ -179,8 +180,7 @@ class RPSFTTrainer(SFTTrainer):
                 coef *= self.current_gradient_accumulation_steps
             # gradient coef * dR/dW, value unchanged (the logged loss stays the data loss, as in "grad" mode)
             loss = loss + coef * (pen - pen.detach()).to(loss.dtype)
-            with torch.no_grad():
-                self._anchor_last = self.anchor.drift(self.model)
+            self._anchor_last = self.anchor.summarize(terms)
         return (loss, outputs) if return_outputs else loss
 
     def _iw_sft_loss(self, model, inputs, num_items_in_batch):
