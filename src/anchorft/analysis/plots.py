@@ -125,27 +125,34 @@ def fisher_plot(by_type: dict[str, dict], path: str | os.PathLike) -> str:
 
 
 def rank_plot(rs: dict, path: str | os.PathLike) -> str:
-    """ID metrics and OOD mean against the anchor rank k (k = 0 SFT, k = full rank L2)."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    """ID metrics and OOD mean against the anchor rank k (k = 0 SFT, k = full rank L2).
+
+    Base: dotted lines in each metric's colour; methods without a rank (DFT, IW-SFT): grey lines for the
+    first metric of each panel (id_avg@k, ood_mean)."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     pts = rs["points"]
-    ks = [p["k"] for p in pts]
+    styles = ["--", "-.", (0, (5, 1)), (0, (1, 1)), (0, (3, 1, 1, 1))]
     for ax, metrics in zip(axes, (("id_avg@k", "id_pass@k", "id_greedy"), ("ood_mean",))):
-        for m in metrics:
+        for j, m in enumerate(metrics):
             xs = [p["k"] for p in pts if m in p]
-            if xs:
-                line = ax.plot(xs, [p[m] for p in pts if m in p], marker="o", label=m)[0]
-                if m in rs["base"]:
-                    ax.axhline(rs["base"][m], color=line.get_color(), ls=":", lw=1)
-            for ref, vals in rs["references"].items():
-                if m in vals:
-                    ax.axhline(vals[m], ls="--", lw=0.8, color="gray")
-                    ax.annotate(f"{ref} {m}", (0, vals[m]), fontsize=6, color="gray")
+            if not xs:
+                continue
+            line = ax.plot(xs, [p[m] for p in pts if m in p], marker="o", label=m)[0]
+            if m in rs["base"]:
+                ax.axhline(rs["base"][m], color=line.get_color(), ls=":", lw=1)
+            if j == 0:
+                for i, (ref, vals) in enumerate(rs["references"].items()):
+                    if m in vals:
+                        ax.axhline(vals[m], ls=styles[i % len(styles)], lw=0.9, color="gray", label=f"{ref} ({m})")
         ax.set_xscale("symlog", linthresh=1)
-        ax.set_xlabel("anchor rank k (0 = SFT, full = L2)")
+        ax.set_xlabel("anchor rank k")
         ax.legend(fontsize=7)
-    if ks:
-        for ax in axes:
-            ax.set_xticks(sorted(set(ks)), [str(k) for k in sorted(set(ks))])
+    ks = sorted({p["k"] for p in pts})
+    full = rs.get("full_rank")
+    labels = [("0\n(SFT)" if k == 0 else f"{k}\n(L2)" if k == full else str(k)) for k in ks]
+    for ax in axes:
+        ax.set_xticks(ks, labels)
     axes[0].set_title("in-domain (dotted: base)")
     axes[1].set_title("out-of-domain (dotted: base)")
+    fig.tight_layout()
     return _save(fig, path)
