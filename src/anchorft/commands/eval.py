@@ -42,7 +42,7 @@ def _eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-path", action="append", default=[], help="folder of custom lm-eval task YAMLs")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--n", type=int, default=16, help="samples per item")
-    p.add_argument("--k", type=int, default=16, help="k of Avg@k / Pass@k (<= n)")
+    p.add_argument("--k", type=int, default=None, help="k of Pass@k (<= n; default: n)")
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--top_p", "--top-p", dest="top_p", type=float, default=0.95)
     p.add_argument("--max_new_tokens", "--max-new-tokens", dest="max_new_tokens", type=int, default=4096)
@@ -122,7 +122,7 @@ def main(argv: list[str]) -> int:
                 args.bench,
                 args.out,
                 n=args.n,
-                k=args.k,
+                k=args.n if args.k is None else args.k,
                 temperature=args.temperature,
                 top_p=args.top_p,
                 max_new_tokens=args.max_new_tokens,
