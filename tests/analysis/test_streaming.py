@@ -152,3 +152,13 @@ def test_missing_checkpoint_is_named(checkpoints, tmp_path):
     cfg = AnalysisConfig(base=str(d), tuned={"s": str(checkpoints["small"])}, out=str(tmp_path / "o"))
     with pytest.raises(CheckpointError, match=r"base checkpoint .*noweights has no model.safetensors"):
         run_analysis(cfg, progress=False)
+
+
+def test_bad_settings_are_named(checkpoints, tmp_path):
+    common = dict(base=str(checkpoints["base"]), tuned={"s": str(checkpoints["small"])}, out=str(tmp_path))
+    with pytest.raises(ValueError, match="fisher_random must be >= 1"):
+        run_analysis(AnalysisConfig(fisher_random=0, **common), progress=False)
+    with pytest.raises(ValueError, match="exclude: not a regular expression"):
+        run_analysis(AnalysisConfig(exclude="(", **common), progress=False)
+    with pytest.raises(ValueError, match="prompt file not found: .*none.jsonl"):
+        run_analysis(AnalysisConfig(prompts=[str(tmp_path / "none.jsonl")], **common), progress=False)

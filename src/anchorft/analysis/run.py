@@ -9,7 +9,6 @@ drift and Fisher need forward / backward passes and load one model at a time.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import resource
@@ -178,14 +177,8 @@ def _load_tokenizer(path: str):
 
 def _write_json(path: Path, obj) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=_json_default))
+    tmp.write_text(json.dumps(obj, indent=1))
     os.replace(tmp, path)
-
-
-def _json_default(o):
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
-    raise TypeError(f"not JSON serialisable: {type(o)}")
 
 
 def _peak_rss_mb() -> float:
@@ -204,6 +197,11 @@ def run_analysis(cfg: AnalysisConfig, progress: bool = True) -> dict:
         raise ValueError(f"svd_dtype must be one of {sorted(_DTYPES)}, got {cfg.svd_dtype!r}")
     if cfg.svd not in ("exact", "randomized"):
         raise ValueError(f"svd must be 'exact' or 'randomized', got {cfg.svd!r}")
+    for fname, low in (("fisher_samples", 1), ("fisher_random", 1), ("drift_prompts", 1), ("batch_size", 1)):
+        if getattr(cfg, fname) < low:
+            raise ValueError(f"{fname} must be >= {low}, got {getattr(cfg, fname)}")
+    if cfg.max_length < 2:
+        raise ValueError(f"max_length must be >= 2, got {cfg.max_length}")
     base_cfg, base_src = open_checkpoint(cfg.base, "base")
     tuned_src: dict[str, WeightSource] = {}
     names: list[str] = []
