@@ -56,7 +56,7 @@ class CompareConfig:
     finetune_items: int = 2000  # size of the hard-math fine-tuning set (train split)
     learning_rate: float = 1e-3
     max_steps: int = 150
-    batch_size: int = 64
+    batch_size: int = 32
     warmup_ratio: float = 0.03
     anchor_lambda: float = 1.0
     anchor_targets: str = "all-linear"
@@ -91,7 +91,7 @@ def paper_rank(hidden_size: int) -> int:
     return max(1, round(768 / 4096 * hidden_size))
 
 
-def _default_runs(hidden: int, ranks: list[int], lam: float) -> list[RunSpec]:
+def _default_runs(ranks: list[int]) -> list[RunSpec]:
     runs = [RunSpec("sft", "sft"), RunSpec("dft", "dft"), RunSpec("iw_sft", "iw_sft"), RunSpec("l2", "l2")]
     runs += [RunSpec(f"rpsft-k{k}", "rpsft", anchor_rank=k) for k in ranks]
     return runs
@@ -102,7 +102,7 @@ def _smoke() -> CompareConfig:
                          eval_items=10)  # fmt: skip
     return CompareConfig(
         pretrain=pre,
-        runs=_default_runs(32, [2, paper_rank(32)], 1.0),
+        runs=_default_runs([2, paper_rank(32)]),
         seeds=[0],
         finetune_items=64,
         max_steps=4,
@@ -113,7 +113,7 @@ def _smoke() -> CompareConfig:
 
 def _default() -> CompareConfig:
     pre = PretrainConfig()
-    return CompareConfig(pretrain=pre, runs=_default_runs(128, [4, paper_rank(128), 64], 1.0), seeds=[0, 1, 2])
+    return CompareConfig(pretrain=pre, runs=_default_runs([4, paper_rank(128), 64]), seeds=[0, 1, 2])
 
 
 PRESETS = {"smoke": _smoke, "default": _default}
@@ -188,7 +188,7 @@ def expand_sweeps(runs: list[RunSpec], sweeps: list[str]) -> list[RunSpec]:
             if not applies:
                 new.append(r)
                 continue
-            short = {"anchor_rank": "k", "anchor_lambda": "lam", "learning_rate": "lr"}.get(key, key)
+            short = {"anchor_lambda": "lam", "learning_rate": "lr", "anchor_targets": "tgt"}.get(key, "emb")
             for v in values:
                 base = r.name.split("-k")[0] if key == "anchor_rank" else r.name
                 name = f"{base}-k{v}" if key == "anchor_rank" else f"{base}-{short}{v}"

@@ -40,7 +40,7 @@ __all__ = [
 LETTERS = string.ascii_lowercase
 COLOURS = ("red", "blue", "green", "pink", "gray", "gold", "teal", "plum")
 KB_SEED = 20260501  # the knowledge base is part of the testbed's "world": fixed, not a run seed
-KB_SIZE = 240
+KB_SIZE = 120
 EVAL_FRACTION = 0.25  # share of each skill's item space that is held out for evaluation
 NAMES = ("ann", "bob", "cal", "dee", "eve", "fay", "gus", "hal", "ivy", "jon")
 OBJECTS = ("pens", "cups", "figs", "nuts", "eggs", "hats", "keys", "toys")
@@ -89,7 +89,7 @@ def _word(rng: np.random.Generator, lo: int, hi: int, alphabet: str = LETTERS) -
 
 
 def _gen_reverse(rng):
-    w = _word(rng, 3, 6)
+    w = _word(rng, 3, 5)
     return w, f"reverse {w}", w[::-1]
 
 
@@ -99,13 +99,13 @@ def _gen_sort(rng):
 
 
 def _gen_next(rng):
-    w = _word(rng, 2, 5)
+    w = _word(rng, 1, 3)
     return w, f"next {w}", "".join(LETTERS[(LETTERS.index(c) + 1) % 26] for c in w)
 
 
 def _gen_count(rng):
-    w = _word(rng, 4, 9, "abcd")
-    c = "abcd"[int(rng.integers(0, 4))]
+    w = _word(rng, 3, 7, "abc")
+    c = "abc"[int(rng.integers(0, 3))]
     return f"{c}|{w}", f"count {c} in {w}", str(w.count(c))
 
 
