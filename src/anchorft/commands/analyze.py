@@ -93,7 +93,9 @@ def main(argv: list[str]) -> int:
         if args.testbed:
             from anchorft.analysis.testbed import testbed_prompt_files
 
-            tb_sets, tb_fisher = testbed_prompt_files(Path(args.out) / "testbed_prompts", seed=args.seed)
+            tb_sets, tb_fisher = testbed_prompt_files(
+                Path(args.out) / "testbed_prompts", seed=args.seed, compare_dir=args.compare
+            )
             prompts += tb_sets
             if args.fisher_data is None:
                 args.fisher_data = tb_fisher
