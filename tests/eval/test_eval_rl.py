@@ -121,7 +121,8 @@ def test_rl_on_the_testbed_reward_rises(tmp_path):
     lr = float(os.environ.get("ANCHORFT_TOY_RL_LR", "1e-4"))
     items = sk.sample_items(skill, 512, "train", np.random.default_rng(0))
     data = [{"prompt": it.prompt, "answer": sk.extract_boxed(it.answer)} for it in items]
-    s = RLSettings(steps=steps, num_generations=8, prompts_per_step=8, max_completion_length=16, learning_rate=lr)
+    pps = int(os.environ.get("ANCHORFT_TOY_RL_PROMPTS", "8"))
+    s = RLSettings(steps=steps, num_generations=8, prompts_per_step=pps, max_completion_length=16, learning_rate=lr)
     m = run_rl(model_dir, data, tmp_path / "rl", s)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -142,7 +143,7 @@ def test_rl_on_the_testbed_reward_rises(tmp_path):
     r = np.asarray(m["correctness"])
     w = max(1, len(r) // 4)
     summary = {
-        "model": model_dir, "skill": skill, "steps": steps, "lr": lr,
+        "model": model_dir, "skill": skill, "steps": steps, "lr": lr, "prompts_per_step": pps,
         "reward_first_quarter": float(r[:w].mean()), "reward_last_quarter": float(r[-w:].mean()),
         "reward_curve": [round(float(x), 4) for x in r],
         f"{skill}_greedy_before": acc(AutoModelForCausalLM.from_pretrained(model_dir)),
