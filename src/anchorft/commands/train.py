@@ -85,7 +85,7 @@ def main(argv: list[str]) -> int:
     except ValueError as e:
         print(f"anchorft train: {e}", file=sys.stderr)
         return 2
-    if args.should_save:
-        trainer.save_model(args.output_dir)
-    print(f"done: {trainer.state.global_step} steps; model, metrics.json, training.png in {args.output_dir}")
+    trainer.save_model(args.output_dir)  # on every rank: Trainer saves from the main process (gathers under FSDP)
+    if trainer.is_world_process_zero():
+        print(f"done: {trainer.state.global_step} steps; model, metrics.json, training.png in {args.output_dir}")
     return 0

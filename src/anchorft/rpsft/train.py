@@ -43,14 +43,14 @@ def _write_json(path: str, obj) -> None:
     os.replace(tmp, path)
 
 
-def _write_run_artifacts(trainer: RPSFTTrainer, out: str) -> None:
+def _write_run_artifacts(trainer: RPSFTTrainer, out: str, final_drift: dict | None) -> None:
     """Resolved config, metrics.json (log history + anchor summary) and a PNG of loss / penalty."""
     args = trainer.args
     _write_json(os.path.join(out, "rpsft_config.json"), args.to_dict())
     hist = trainer.state.log_history
     metrics = {"method": args.method, "global_step": trainer.state.global_step, "log_history": hist}
-    if trainer._anchor is not None:
-        metrics["anchor"] = {"repr": repr(trainer._anchor), **trainer._anchor.drift(trainer.model)}
+    if final_drift is not None:
+        metrics["anchor"] = {"repr": repr(trainer._anchor), **final_drift}
     _write_json(os.path.join(out, "metrics.json"), metrics)
     steps = [h for h in hist if "loss" in h]
     if not steps:
@@ -141,6 +141,8 @@ def train(
     if isinstance(resume, str) and resume.lower() in ("true", "false"):
         resume = resume.lower() == "true"
     trainer.train(resume_from_checkpoint=resume)
+    # on every rank: under FSDP2 the drift is a collective (one all-reduce of the k x k blocks)
+    final_drift = trainer._anchor.drift(trainer.model) if trainer._anchor is not None else None
     if args.should_save:
-        _write_run_artifacts(trainer, args.output_dir)
+        _write_run_artifacts(trainer, args.output_dir, final_drift)
     return trainer
