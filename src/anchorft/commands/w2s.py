@@ -83,7 +83,8 @@ def _sweep(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"anchorft w2s sweep: {e}", file=sys.stderr)
         return 2
-    print(json.dumps({k: v for k, v in result.items() if k != "points"}, indent=1))
+    keep = ("kind", "quick", "fit", "theory", "fits", "theories", "summary")
+    print(json.dumps({k: result[k] for k in keep if k in result}, indent=1))
     print(f"wrote {args.out}/sweep.json and {args.out}/{args.kind}.png")
     return 0
 

@@ -228,13 +228,22 @@ def run_sweep(
 def _scaling_summary(kind: str, spec: dict, points: list[dict]) -> dict:
     p = 4  # information exponent of the He_4 link used by both scaling sweeps
     slopes = predicted_slopes(p)
-    axis = "s" if kind == "s-scaling" else "d"
+    configs = [point_config(spec, pt["params"]) for pt in points]
+    ld, ls = np.log([c.d for c in configs]), np.log([c.s for c in configs])
+    # how s moves with the swept axis (d-scaling with s = d: ds = 1), so that the theory's slope is
+    # slope_d + slope_s * dlog(s)/dlog(d) for d-scaling, slope_s + slope_d * dlog(d)/dlog(s) for s-scaling
+    if kind == "s-scaling":
+        coupling = float(np.polyfit(ls, ld, 1)[0]) if np.ptp(ls) > 0 else 0.0
+    else:
+        coupling = float(np.polyfit(ld, ls, 1)[0]) if np.ptp(ld) > 0 else 0.0
     fits, theory = {}, {}
     for series in spec["series"]:
         xs = [pt["x"] for pt in points]
         per_seed = [pt["series"][series]["samples_per_seed"] for pt in points]
         fits[series] = fit_loglog(xs, per_seed)
-        theory[series] = {"slope": slopes[series][axis]}
+        sl = slopes[series]
+        th = sl["s"] + sl["d"] * coupling if kind == "s-scaling" else sl["d"] + sl["s"] * coupling
+        theory[series] = {"slope": round(th, 6), "coupling": round(coupling, 6)}
     main = spec["series"][0]
     return {"fit": fits[main], "theory": theory[main], "fits": fits, "theories": theory}
 
