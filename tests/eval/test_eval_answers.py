@@ -52,6 +52,8 @@ def test_parse_choices():
         ("(D)", "D"),
         ("Thinking... the answer is (B).", "B"),
         ("Answer: A", "A"),
+        ("the answer is a bank", None),  # a lowercase word is not a label
+        ("ANSWER IS C", "C"),
         (r"\boxed{A} no wait \boxed{D}", "D"),
         (r"\boxed{Z}", None),
         ("I do not know", None),

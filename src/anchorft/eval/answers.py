@@ -96,9 +96,8 @@ def parse_choices(question: str) -> dict[str, str]:
 
 _WRAPPERS = re.compile(r"\\(?:text|textbf|mathrm|mathbf|textit|texttt)\s*\{([^{}]*)\}")
 _LABEL_HEAD = re.compile(r"^\(?\s*([A-Z]|\d{1,2})\s*\)?(?:[.:)]|\s|$)")
-_ANSWER_PHRASE = re.compile(
-    r"(?:answer|option|choice)\s*(?:is|:)?\s*[:\s]*\(?\s*\**\s*([A-Z]|\d{1,2})\b\s*\)?", flags=re.IGNORECASE
-)
+# "answer is (C)", "Answer: C", "option B": words in any case, the label in capitals ("answer is a bank": none)
+_ANSWER_PHRASE = re.compile(r"(?i:answer|option|choice)\s*(?i:is|:)?\s*[:\s]*\(?\s*\**\s*([A-Z]|\d{1,2})\b\s*\)?")
 
 
 def _norm_text(s: str) -> str:
