@@ -3,6 +3,10 @@
 anchorft train --config configs/rpsft/example-tiny.yaml [--any_RPSFTConfig_field value ...]
 anchorft train --model_name_or_path PATH --dataset PATH.jsonl --output_dir runs/x --method rpsft
 anchorft train --estimate --model_config configs/models/llama-3.1-8b-instruct.json --anchor_rank 768
+anchorft train --config configs/rpsft/qwen2.5-3b-instruct/rpsft.yaml --dry-run   (two steps on a tiny stand-in)
+
+Recipes in configs/rpsft/ name their parents with `_base_`; they are flattened into one ordinary TRL
+config before TrlParser reads them (anchorft.rpsft.recipes).
 """
 
 from __future__ import annotations
@@ -56,8 +60,19 @@ def _estimate(argv: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
+    if "--dry-run" in argv:
+        from anchorft.rpsft.recipes import dry_run_main
+
+        return dry_run_main(argv)
     if "--estimate" in argv:
         return _estimate(argv)
+    from anchorft.rpsft.recipes import resolve_config_argv
+
+    try:
+        argv = resolve_config_argv(argv)  # flattens a `_base_` recipe into a temp file for TrlParser
+    except (OSError, ValueError) as e:
+        print(f"anchorft train: {e}", file=sys.stderr)
+        return 2
     from trl import TrlParser
 
     from anchorft.rpsft.config import RPSFTConfig
