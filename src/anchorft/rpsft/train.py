@@ -128,7 +128,8 @@ def train(
     ref = None
     if args.method == "iw_sft":
         spec = ref_model if ref_model is not None else args.iw_ref_model
-        ref = frozen_copy(model_obj) if spec == "copy" else load_model(spec, args, field="ref_model")
+        ref_dtype = torch.bfloat16 if args.bf16 else None
+        ref = frozen_copy(model_obj, ref_dtype) if spec == "copy" else load_model(spec, args, field="ref_model")
     trainer = RPSFTTrainer(
         model_obj,
         args,
