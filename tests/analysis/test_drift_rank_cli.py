@@ -114,3 +114,18 @@ def test_cli_bad_input_returns_2(checkpoints, tmp_path, capsys):
     argv = ["--base", str(tmp_path / "missing"), "--tuned", f"s={checkpoints['small']}", "--out", str(tmp_path)]
     assert main(argv) == 2
     assert "base checkpoint not found" in capsys.readouterr().err
+
+
+def test_cli_finds_models_of_a_comparison(checkpoints, tmp_path):
+    import shutil
+
+    cmp_dir = tmp_path / "cmp"
+    for name, src in (("base", "base"), ("zeta", "small"), ("alpha", "large"), ("zeta-seed1", "small")):
+        shutil.copytree(checkpoints[src], cmp_dir / "models" / name)
+    results = {"base": {}, "methods": {"zeta": {"ood_mean": 0.1}, "alpha": {"ood_mean": 0.2}}}
+    (cmp_dir / "results.json").write_text(json.dumps(results))
+    out = tmp_path / "out"
+    assert main(["--compare", str(cmp_dir), "--out", str(out), "--rank", "2", "--no-plots"]) == 0
+    res = json.loads((out / "analysis.json").read_text())
+    assert list(res["tuned"]) == ["zeta", "alpha"]  # results.json order; seed copies left out
+    assert res["base"] == str(cmp_dir / "models" / "base")

@@ -82,11 +82,14 @@ def main(argv: list[str]) -> int:
             if base is None and (models / "base").is_dir():
                 base = str(models / "base")
             if not tuned and models.is_dir():
-                tuned = {
+                found = {
                     d.name: str(d)
                     for d in sorted(models.iterdir())
                     if d.is_dir() and d.name != "base" and not re.search(r"-seed\d+$", d.name)
                 }
+                results = Path(args.compare) / "results.json"
+                order = list(json.loads(results.read_text()).get("methods", {})) if results.is_file() else []
+                tuned = {n: found[n] for n in order if n in found} | {n: p for n, p in found.items() if n not in order}
         if base is None:
             raise ValueError("--base is required (or --compare DIR with DIR/models/base)")
         prompts = list(args.prompts)
