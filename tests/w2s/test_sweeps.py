@@ -109,3 +109,123 @@ def test_every_sweep_preset_loads_and_starts_with_its_command():
             assert spec["points"]
         first = (sweeps.PRESET_DIR / f"sweep-{kind}.yaml").read_text().splitlines()[0]
         assert first.startswith(f"# anchorft w2s sweep --kind {kind}")
+
+
+def test_expand_grid_puts_rho_in_units_of_inverse_sqrt_s_and_the_command_line_wins():
+    grid = {"rows": [{"s": 4, "steps": 10}, {"s": 16, "steps": 40}], "rho_sqrt_s": [0.0, 1.0, 2.0]}
+    pts = sweeps.expand_grid(grid)
+    assert len(pts) == 6
+    for pt in pts:
+        assert pt["steps"] == 10 * pt["s"] // 4
+    assert [round(p["rho"] * np.sqrt(p["s"]), 12) for p in pts] == [0.0, 1.0, 2.0] * 2
+    assert pts[4]["rho"] == 0.25  # x = 1 at s = 16 is rho = s^{-1/2}
+    fixed = sweeps.expand_grid(grid, {"steps", "s", "rho"})
+    assert all(set(p) == {"s", "rho"} for p in fixed)  # steps dropped, s and rho kept from the grid
+    for bad, match in (
+        ({"rows": [], "rho_sqrt_s": [1.0]}, "empty grid"),
+        ({"rows": [{"s": 4}], "rho_sqrt_s": []}, "empty grid"),
+        ({"rows": [{"steps": 3}], "rho_sqrt_s": [1.0]}, "positive integer s"),
+        ({"rows": [{"s": 4}], "rho_sqrt_s": [-1.0]}, ">= 0"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            sweeps.expand_grid(bad)
+
+
+def test_crossing_interpolates_linearly():
+    assert sweeps.crossing([0, 1, 2], [0.0, 0.2, 0.6], 0.4) == pytest.approx(1.5)
+    assert sweeps.crossing([0, 1, 2], [0.5, 0.6, 0.7], 0.4) == 0.0
+    assert sweeps.crossing([0, 1, 2], [0.0, 0.1, 0.2], 0.4) is None
+    assert sweeps.crossing([0, 1, 3], [0.0, 0.3, 0.1], 0.2) == pytest.approx(2 / 3)  # the first crossing
+
+
+def _synthetic_summary(boundary_rho):
+    """Rows of a 2-D overlap sweep whose turn and drop are ramps crossing 0.1 at rho = boundary_rho(s)."""
+    rows = []
+    for s in (16, 32, 64):
+        xc = boundary_rho(s) * np.sqrt(s)
+        for x in np.linspace(0, 6, 25):
+            v = float(np.clip(0.1 + 0.2 * (x - xc), 0.0, 0.5))
+            for mode in ("sft", "w2s"):
+                rows.append(
+                    {"x": float(x), "s": s, "mode": mode, "nontarget_to_target_change": v, "nontarget_drop": v}
+                )
+    return rows
+
+
+def test_phase_boundary_tells_a_collapse_from_a_fixed_rho():
+    collapsed = sweeps.phase_boundary(_synthetic_summary(lambda s: 1.5 / np.sqrt(s)))
+    e = collapsed["modes"]["sft"]
+    assert [r["turn_x"] for r in e["per_s"]] == pytest.approx([1.5, 1.5, 1.5])
+    assert [r["drop_rho"] for r in e["per_s"]] == pytest.approx([1.5 / 4, 1.5 / np.sqrt(32), 1.5 / 8])
+    assert e["collapse"]["turn"]["slope_log_x_vs_log_s"] == pytest.approx(0.0, abs=1e-9)
+    fixed = sweeps.phase_boundary(_synthetic_summary(lambda s: 0.3))
+    assert fixed["modes"]["w2s"]["collapse"]["drop"]["slope_log_x_vs_log_s"] == pytest.approx(0.5, abs=1e-9)
+    never = sweeps.phase_boundary(_synthetic_summary(lambda s: 0.3), {"turn": 0.99})
+    assert never["modes"]["sft"]["per_s"][0]["turn_x"] is None
+    assert never["modes"]["sft"]["collapse"]["turn"] == {"slope_log_x_vs_log_s": None, "n_s": 0}
+    with pytest.raises(ValueError, match="phase.turn"):
+        sweeps.phase_boundary([], {"turn": 1.5})
+
+
+def _tiny_grid_spec(tmp_path, **kw):
+    spec = {
+        "base": {
+            "d": 32,
+            "s": 8,
+            "group_sizes": [4, 6],
+            "weak_neurons": 4,
+            "batch_size": 8,
+            "steps": 60,
+            "n_seeds": 2,
+            "n_log": 4,
+            "chunk": 8,
+            "modes": ["sft", "w2s"],
+            "loss": "correlation",
+        },
+        "grid": {"rows": [{"s": 4, "steps": 30}, {"s": 8, "steps": 60}], "rho_sqrt_s": [0.0, 1.0, 1.5]},
+        "phase": {"turn": 0.05, "drop": 0.05},
+    }
+    spec.update(kw)
+    p = tmp_path / "sweep-overlap.yaml"
+    p.write_text("# anchorft w2s sweep --kind overlap --out x\n" + yaml.safe_dump(spec))
+    return p
+
+
+def test_overlap_grid_sweep_writes_a_phase_diagram_and_reuses_its_cache(tmp_path, monkeypatch):
+    p = _tiny_grid_spec(tmp_path)
+    res = run_sweep("overlap", tmp_path / "out", spec_path=p, progress=False)
+    data = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    assert len(data["points"]) == 6 and {pt["s"] for pt in data["points"]} == {4, 8}
+    assert [pt["x"] for pt in data["points"]] == pytest.approx([0.0, 1.0, 1.5] * 2)
+    assert [pt["modes"]["sft"]["samples"][-1] for pt in data["points"]] == [240] * 3 + [480] * 3  # row budgets
+    assert set(data["phase"]["modes"]) == {"sft", "w2s"} and data["phase"]["levels"]["turn"] == 0.05
+    assert [r["s"] for r in res["phase"]["modes"]["sft"]["per_s"]] == [4, 8]
+    assert (tmp_path / "out" / "overlap.png").stat().st_size > 0
+
+    def boom(*a, **k):
+        raise AssertionError("recomputed a cached point")
+
+    monkeypatch.setattr(sweeps, "run_experiment", boom)
+    again = run_sweep("overlap", tmp_path / "out", spec_path=p, progress=False)
+    assert all(pt["cached"] for pt in again["points"]) and again["summary"] == res["summary"]
+    # an override on the command line wins over the rows: one budget for every s (new points, not cached)
+    with pytest.raises(AssertionError, match="recomputed"):
+        run_sweep("overlap", tmp_path / "out", spec_path=p, progress=False, overrides=["steps=60"])
+
+
+def test_overlap_grid_bad_input(tmp_path):
+    with pytest.raises(ValueError, match="either points or grid"):
+        load_sweep("overlap", path=_tiny_grid_spec(tmp_path, points=[{"rho": 0.1}]))
+    with pytest.raises(ValueError, match="rho"):  # x = 3 at s = 4 is rho = 1.5
+        load_sweep("overlap", path=_tiny_grid_spec(tmp_path, grid={"rows": [{"s": 4}], "rho_sqrt_s": [3.0]}))
+    with pytest.raises(ValueError, match="phase.drop"):
+        load_sweep("overlap", path=_tiny_grid_spec(tmp_path, phase={"drop": 0.0}))
+
+
+def test_overlap_preset_is_a_grid_over_s_with_budgets_proportional_to_s():
+    spec = load_sweep("overlap")
+    ss = sorted({pt["s"] for pt in spec["points"]})
+    assert len(ss) >= 3
+    steps = {pt["s"]: pt["steps"] for pt in spec["points"]}
+    assert len({steps[s] / s for s in ss}) == 1
+    assert len({pt["s"] for pt in load_sweep("overlap", quick=True)["points"]}) >= 2

@@ -153,11 +153,74 @@ def _plot_rpsft(result: dict, axes) -> None:
     axes[0].legend(fontsize=7)
 
 
+def _cell_edges(v: np.ndarray) -> np.ndarray:
+    """Edges of cells centred on the sorted values v (midpoints; the end cells mirror their neighbour)."""
+    if len(v) == 1:
+        return np.array([v[0] - 0.5, v[0] + 0.5])
+    mid = (v[1:] + v[:-1]) / 2
+    return np.concatenate([[v[0] - (mid[0] - v[0])], mid, [v[-1] + (v[-1] - mid[-1])]])
+
+
+def _plot_phase(result: dict) -> plt.Figure:
+    """Phase diagram of the overlap sweep: x = rho sqrt(s), y = s (one row of cells per s); per mode, the non-target
+    group's change of |cos(w, theta_1)| (turning to the target) and its drop of |cos(w, theta_2)|; the boundary
+    of `phase` (black), Theorem 2's threshold rho = s^{-1/2} (x = 1, dashed) and a fixed rho through the smallest
+    s's boundary (dotted; where the boundary would sit if it did not collapse)."""
+    rows, phase = result["summary"], result.get("phase", {})
+    modes = [m for m in ("sft", "w2s") if any(r["mode"] == m for r in rows)]
+    xs = np.array(sorted({round(r["x"], 6) for r in rows}))
+    ss = np.array(sorted({r["s"] for r in rows}))
+    panels = (
+        ("nontarget_to_target_change", "turn", "non-target: final - initial |cos(w, theta_1)|", "RdBu_r"),
+        ("nontarget_drop", "drop", "non-target: drop of |cos(w, theta_2)|", "Reds"),
+    )
+    fig, axes = plt.subplots(len(modes), 2, figsize=(12, 4.2 * len(modes)), squeeze=False, layout="constrained")
+    xe, ye = _cell_edges(xs), np.arange(len(ss) + 1) - 0.5
+    for i, mode in enumerate(modes):
+        for j, (field, name, title, cmap) in enumerate(panels):
+            ax = axes[i][j]
+            z = np.full((len(ss), len(xs)), np.nan)
+            for r in rows:
+                if r["mode"] == mode:
+                    z[np.searchsorted(ss, r["s"]), np.searchsorted(xs, round(r["x"], 6))] = r[field]
+            if name == "turn":
+                lim = max(float(np.nanmax(np.abs(z))), 1e-3)
+                mesh = ax.pcolormesh(xe, ye, z, cmap=cmap, vmin=-lim, vmax=lim)
+            else:
+                mesh = ax.pcolormesh(xe, ye, z, cmap=cmap, vmin=min(0.0, float(np.nanmin(z))), vmax=1.0)
+            for a in range(len(ss)):
+                for b in range(len(xs)):
+                    if np.isfinite(z[a, b]):
+                        ax.text(xs[b], a - 0.28, f"{z[a, b]:.2f}", ha="center", va="center", fontsize=7)
+            fig.colorbar(mesh, ax=ax)
+            ax.axvline(1.0, color="k", ls="--", lw=1, label="rho = s^{-1/2} (Theorem 2)")
+            per_s = phase.get("modes", {}).get(mode, {}).get("per_s", [])
+            pts = [(np.searchsorted(ss, e["s"]), e[f"{name}_x"]) for e in per_s if e.get(f"{name}_x") is not None]
+            if pts:
+                level = phase["levels"][name]
+                ax.plot([x for _, x in pts], [a for a, _ in pts], "ko-", ms=5, label=f"boundary ({name} = {level})")
+                inner = [(a, x) for a, x in pts if x > 0]  # x = 0: the level is already reached at rho = 0
+                if inner:
+                    rho0 = inner[0][1] / np.sqrt(ss[inner[0][0]])
+                    ax.plot(rho0 * np.sqrt(ss), np.arange(len(ss)), "k:", lw=1, label=f"fixed rho = {rho0:.3f}")
+            ax.set_xlim(xe[0], xe[-1])
+            ax.set_yticks(np.arange(len(ss)))
+            ax.set_yticklabels([str(s) for s in ss])
+            ax.set_xlabel("rho sqrt(s)")
+            ax.set_ylabel("s")
+            ax.set_title(f"{TITLES.get(mode, mode)}: {title}", fontsize=9)
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, frameon=False)
+    return fig
+
+
 def plot_sweep(result: dict, path: str | os.PathLike) -> None:
     """The figure of a sweep: log-log hitting samples with fit and theory (scaling kinds), final alignments
-    against chi or rho sqrt(s), or the SFT / SFT + anchor / W2S curves (rpsft)."""
+    against chi or rho sqrt(s), a phase diagram over rho sqrt(s) and s (overlap with several s), or the SFT /
+    SFT + anchor / W2S curves (rpsft)."""
     kind = result["kind"]
-    if kind == "rpsft":
+    if kind == "overlap" and len({r.get("s") for r in result["summary"]}) > 1:
+        fig = _plot_phase(result)
+    elif kind == "rpsft":
         fig, axes = plt.subplots(1, 3, figsize=(15, 4), sharey=True)
         _plot_rpsft(result, axes)
     else:

@@ -7,7 +7,11 @@ overrides, one per point), the measurement, and a `quick` variant. Kinds:
   the median over seeds), for each `series` (a mode, or "weak" for the weak model trained from scratch); a
   log-log slope with a bootstrap interval over seeds; points whose median hit the budget are censored: they are
   reported (value = the budget, a lower bound) and left out of the fit, never dropped;
-- chi, overlap, rpsft: full runs (`run_experiment`), summarised per point.
+- chi, overlap, rpsft: full runs (`run_experiment`), summarised per point. The overlap sweep may give a 2-D
+  `grid` instead of `points` (rows of overrides with their own s, columns rho sqrt(s)): a phase diagram whose
+  `phase` summary holds, per mode and s, the rho sqrt(s) where the non-target group starts to turn to theta_1
+  (and to lose theta_2), and the log-log slope of that boundary against s (0: it collapses in units of s^{-1/2},
+  Theorem 2's threshold; 0.5: it sits at a fixed rho).
 
 Every point is cached in DIR/cache/<hash>.json, keyed by the hash of its resolved config and measurement:
 finished points are reused, not recomputed.
@@ -32,7 +36,17 @@ from anchorft.w2s.experiments import run_experiment, write_json
 from anchorft.w2s.problem import build_problem
 from anchorft.w2s.theory import predicted_slopes
 
-__all__ = ["KINDS", "run_sweep", "fit_loglog", "median_censored", "load_sweep", "evaluate_point"]
+__all__ = [
+    "KINDS",
+    "run_sweep",
+    "fit_loglog",
+    "median_censored",
+    "load_sweep",
+    "evaluate_point",
+    "expand_grid",
+    "crossing",
+    "phase_boundary",
+]
 
 KINDS = ("s-scaling", "d-scaling", "chi", "overlap", "rpsft")
 SCALING = ("s-scaling", "d-scaling")
@@ -49,8 +63,34 @@ def load_sweep(kind: str, quick: bool = False, path: str | os.PathLike | None = 
         spec = {**spec, **{k: v for k, v in q.items() if k != "base"}, "base": {**spec["base"], **q.get("base", {})}}
     spec.pop("quick", None)
     spec["kind"] = kind
+    if "grid" in spec:
+        if spec.get("points"):
+            raise ValueError(f"sweep {kind!r}: give either points or grid, not both")
+        spec["points"] = expand_grid(spec["grid"])
     validate_sweep(spec)
     return spec
+
+
+def expand_grid(grid: dict, fixed: set[str] | frozenset[str] = frozenset()) -> list[dict]:
+    """The points of a 2-D overlap grid: for each row of `grid["rows"]` (overrides, with an integer `s`) and each
+    value x of `grid["rho_sqrt_s"]`, the row's overrides and rho = x / sqrt(s) (Theorem 2's units, rho in
+    multiples of s^{-1/2}). Row keys named in `fixed` (set on the command line) are dropped, so that the command
+    line wins over the rows; `s` and `rho` always come from the grid."""
+    rows, xs = grid.get("rows"), grid.get("rho_sqrt_s")
+    if not rows or not xs:
+        raise ValueError("grid: rows and rho_sqrt_s must both be non-empty lists (empty grid)")
+    points = []
+    for row in rows:
+        s = row.get("s") if isinstance(row, dict) else None
+        if not isinstance(s, int) or isinstance(s, bool) or s < 1:
+            raise ValueError(f"grid.rows: every row needs a positive integer s, got {row!r}")
+        for x in xs:
+            if not isinstance(x, (int, float)) or isinstance(x, bool) or not math.isfinite(x) or x < 0:
+                raise ValueError(f"grid.rho_sqrt_s: values must be finite and >= 0, got {x!r}")
+            pt = {k: v for k, v in row.items() if k == "s" or k not in fixed}
+            pt["rho"] = float(x) / math.sqrt(s)
+            points.append(pt)
+    return points
 
 
 def validate_sweep(spec: dict) -> None:
@@ -66,6 +106,9 @@ def validate_sweep(spec: dict) -> None:
                 raise ValueError(f"sweep {spec['kind']!r}: unknown series {s!r} (w2s, sft, weak)")
         if not spec.get("series"):
             raise ValueError(f"sweep {spec['kind']!r}: series must list at least one of w2s, sft, weak")
+    for name, v in (spec.get("phase") or {}).items():
+        if name not in ("turn", "drop") or not isinstance(v, (int, float)) or not (0.0 < v < 1.0):
+            raise ValueError(f"sweep {spec['kind']!r}: phase.{name} must be turn or drop, in (0, 1), got {v!r}")
     for pt in spec["points"]:
         point_config(spec, pt)  # validates every point's config up front
 
@@ -202,6 +245,8 @@ def run_sweep(
             k = item.split("=", 1)[0].strip()
             base[k] = getattr(extra, k)
         spec["base"] = base
+        if "grid" in spec:  # the command line wins over the grid rows (e.g. steps=6000: one budget for every s)
+            spec["points"] = expand_grid(spec["grid"], {item.split("=", 1)[0].strip() for item in overrides})
         validate_sweep(spec)
     out = Path(out_dir)
     cache = out / "cache"
@@ -211,13 +256,17 @@ def run_sweep(
     points = []
     for pt in tqdm(spec["points"], desc=f"sweep {kind}", disable=not progress):
         rec = evaluate_point(spec, pt, cache, progress=False)
-        rec["x"] = _x_of(kind, point_config(spec, pt), pt)
+        cfg = point_config(spec, pt)
+        rec["x"] = _x_of(kind, cfg, pt)
+        rec["s"] = cfg.s
         points.append(rec)
     result: dict[str, Any] = {"kind": kind, "quick": quick, "spec": spec, "points": points}
     if kind in SCALING:
         result.update(_scaling_summary(kind, spec, points))
     else:
         result["summary"] = _summary(kind, points)
+        if kind == "overlap" and len({r["s"] for r in result["summary"]}) > 1:
+            result["phase"] = phase_boundary(result["summary"], spec.get("phase", {}))
     write_json(result, out / "sweep.json")
     from anchorft.w2s.plots import plot_sweep
 
@@ -256,6 +305,7 @@ def _summary(kind: str, points: list[dict]) -> list[dict]:
             rows.append(
                 {
                     "x": pt["x"],
+                    "s": pt["s"],
                     "mode": mode,
                     "params": pt["params"],
                     "target_final": f["target_alignment"],
@@ -266,3 +316,50 @@ def _summary(kind: str, points: list[dict]) -> list[dict]:
                 }
             )
     return rows
+
+
+def crossing(xs: list[float], ys: list[float], level: float) -> float | None:
+    """The first x at which y reaches `level`, by linear interpolation between neighbouring points (xs sorted
+    increasing); xs[0] if y starts at or above it; None if it never does."""
+    for k, (x, y) in enumerate(zip(xs, ys)):
+        if y >= level:
+            if k == 0:
+                return float(x)
+            x0, y0 = xs[k - 1], ys[k - 1]
+            return float(x0 + (level - y0) * (x - x0) / (y - y0))
+    return None
+
+
+def phase_boundary(summary: list[dict], levels: dict | None = None) -> dict:
+    """The phase boundary of a 2-D overlap sweep (Theorem 2). For each mode and s: the rho sqrt(s) where the
+    non-target group's alignment with theta_1 has grown by `turn` (final - initial; default 0.1) and where its
+    alignment with theta_2 has dropped by `drop` (default 0.1), with rho = x / sqrt(s) there; and for each
+    boundary the least-squares slope of log x_c against log s over the s where it exists: 0 if the boundary
+    collapses in units of s^{-1/2} (rho_c = const * s^{-1/2}, Theorem 2), 0.5 if it sits at a fixed rho."""
+    levels = {"turn": 0.1, "drop": 0.1, **(levels or {})}
+    for name in ("turn", "drop"):
+        v = levels[name]
+        if not isinstance(v, (int, float)) or not (0.0 < v < 1.0):
+            raise ValueError(f"phase.{name} must be in (0, 1), got {v!r}")
+    fields = {"turn": "nontarget_to_target_change", "drop": "nontarget_drop"}
+    out: dict[str, Any] = {"levels": levels, "modes": {}}
+    for mode in sorted({r["mode"] for r in summary}):
+        entry: dict[str, Any] = {"per_s": [], "collapse": {}}
+        ss = sorted({r["s"] for r in summary if r["mode"] == mode})
+        for s in ss:
+            rows = sorted((r for r in summary if r["mode"] == mode and r["s"] == s), key=lambda r: r["x"])
+            xs = [r["x"] for r in rows]
+            rec: dict[str, Any] = {"s": s}
+            for name, field in fields.items():
+                xc = crossing(xs, [r[field] for r in rows], levels[name])
+                rec[f"{name}_x"] = xc
+                rec[f"{name}_rho"] = None if xc is None else xc / math.sqrt(s)
+            entry["per_s"].append(rec)
+        for name in fields:
+            pts = [(r["s"], r[f"{name}_x"]) for r in entry["per_s"] if r[f"{name}_x"] not in (None, 0.0)]
+            slope = None
+            if len({s for s, _ in pts}) >= 2:
+                slope = float(np.polyfit(np.log([s for s, _ in pts]), np.log([x for _, x in pts]), 1)[0])
+            entry["collapse"][name] = {"slope_log_x_vs_log_s": slope, "n_s": len(pts)}
+        out["modes"][mode] = entry
+    return out
