@@ -53,7 +53,8 @@ class CompareConfig:
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     runs: list[RunSpec] = field(default_factory=list)
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    finetune_items: int = 2000  # size of the hard-math fine-tuning set (train split)
+    id_skill: str = "math_hard"  # the fine-tuning and ID evaluation distribution (math_hard or math_word)
+    finetune_items: int = 2000  # size of the fine-tuning set (train split of id_skill)
     learning_rate: float = 1e-3
     max_steps: int = 150
     batch_size: int = 32
@@ -77,6 +78,8 @@ class CompareConfig:
                 raise ValueError(f"runs[{r.name}].method: must be one of {METHODS}, got {r.method!r}")
             if r.method == "rpsft" and not r.anchor_rank:
                 raise ValueError(f"runs[{r.name}].anchor_rank: rpsft needs a rank")
+        if self.id_skill not in sk.ID_SKILLS:
+            raise ValueError(f"id_skill: must be one of {sk.ID_SKILLS}, got {self.id_skill!r}")
         if not self.seeds:
             raise ValueError("seeds: need at least one seed")
         for name in ("finetune_items", "max_steps", "batch_size"):
@@ -202,9 +205,9 @@ def expand_sweeps(runs: list[RunSpec], sweeps: list[str]) -> list[RunSpec]:
     return out
 
 
-def finetune_dataset(n: int, rng: np.random.Generator) -> datasets.Dataset:
+def finetune_dataset(n: int, rng: np.random.Generator, skill: str = "math_hard") -> datasets.Dataset:
     """The fine-tuning set: `n` prompt/completion pairs of the hard math distribution (train split)."""
-    items = sk.sample_items("math_hard", n, "train", rng)
+    items = sk.sample_items(skill, n, "train", rng)
     return datasets.Dataset.from_list([{"prompt": it.prompt, "completion": it.answer} for it in items])
 
 
@@ -285,13 +288,15 @@ def run_compare(
     from anchorft.rpsft.data import load_tokenizer
 
     tok = load_tokenizer(str(base_dir))
-    eval_sets = build_eval_sets(["math_hard", *sk.OOD_SKILLS], cfg.eval.id_items, np.random.default_rng(cfg.eval_seed))
+    eval_sets = build_eval_sets(
+        [cfg.id_skill, *sk.OOD_SKILLS], cfg.eval.id_items, np.random.default_rng(cfg.eval_seed)
+    )
     for s in sk.OOD_SKILLS:
         eval_sets[s] = eval_sets[s][: cfg.eval.ood_items]
 
     def evaluate(model) -> dict:
         gen = torch.Generator().manual_seed(cfg.eval_seed)
-        return evaluate_toy(model, tok, eval_sets, cfg.eval, gen)
+        return evaluate_toy(model, tok, eval_sets, cfg.eval, gen, id_skill=cfg.id_skill)
 
     base_model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     base = evaluate(base_model)
@@ -308,7 +313,8 @@ def run_compare(
             "n_samples": cfg.eval.n_samples,
             "temperature": cfg.eval.temperature,
             "top_p": cfg.eval.top_p,
-            "id_items": len(eval_sets["math_hard"]),
+            "id_skill": cfg.id_skill,
+            "id_items": len(eval_sets[cfg.id_skill]),
             "ood_items": {s: len(eval_sets[s]) for s in sk.OOD_SKILLS},
             "seeds": cfg.seeds,
             "pretrained": str(base_dir),
@@ -319,7 +325,7 @@ def run_compare(
     per_run: dict[str, list[dict]] = {}
     for run, seed in bar:
         bar.set_postfix(run=run.name, seed=seed)
-        data = finetune_dataset(cfg.finetune_items, np.random.default_rng(1000 + seed))
+        data = finetune_dataset(cfg.finetune_items, np.random.default_rng(1000 + seed), cfg.id_skill)
         args = _train_args(cfg, run, seed, out / "runs" / f"{run.name}-seed{seed}")
         model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
         t0 = time.perf_counter()

@@ -118,10 +118,11 @@ def evaluate_toy(
     eval_sets: dict[str, list[sk.Item]],
     settings: EvalSettings,
     generator: torch.Generator,
+    id_skill: str = "math_hard",
 ) -> dict:
-    """The testbed's metrics: ID (math_hard) Avg@k, Pass@k, greedy; OOD greedy per skill and mean."""
+    """The testbed's metrics: ID (`id_skill`) Avg@k, Pass@k, greedy; OOD greedy per skill and mean."""
     settings.validate()
-    items = eval_sets["math_hard"]
+    items = eval_sets[id_skill]
     res = evaluate_prompts(
         model,
         tokenizer,

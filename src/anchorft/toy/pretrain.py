@@ -34,13 +34,13 @@ from anchorft.toy.tokenizer import train_tokenizer
 __all__ = ["PretrainConfig", "pretrain", "pretrained_model", "cache_root", "write_json"]
 
 DEFAULT_MIX = {
-    "reverse": 1.5,
-    "sort": 1.2,
-    "next": 1.2,
-    "count": 0.8,
-    "boolean": 0.5,
-    "recall": 0.8,
-    "kb_fact": 0.8,  # knowledge-base statements "name is colour."
+    "reverse": 1.0,
+    "sort": 1.5,
+    "next": 1.0,
+    "count": 1.0,
+    "boolean": 0.7,
+    "recall": 0.6,
+    "kb_fact": 0.6,  # knowledge-base statements "name is colour."
     "math_easy": 1.0,
     "math_hard": 0.1,  # a little of the harder math, so the base model solves a few
 }
@@ -52,9 +52,9 @@ class PretrainConfig:
     num_layers: int = 4
     num_heads: int = 4
     intermediate_size: int = 512
-    steps: int = 1200
+    steps: int = 800
     batch_size: int = 64
-    lr: float = 4e-3
+    lr: float = 3e-3
     warmup_frac: float = 0.1
     weight_decay: float = 0.01
     seed: int = 0

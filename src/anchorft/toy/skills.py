@@ -40,7 +40,7 @@ __all__ = [
 LETTERS = string.ascii_lowercase
 COLOURS = ("red", "blue", "green", "pink", "gray", "gold", "teal", "plum")
 KB_SEED = 20260501  # the knowledge base is part of the testbed's "world": fixed, not a run seed
-KB_SIZE = 120
+KB_SIZE = 240
 EVAL_FRACTION = 0.25  # share of each skill's item space that is held out for evaluation
 NAMES = ("ann", "bob", "cal", "dee", "eve", "fay", "gus", "hal", "ivy", "jon")
 OBJECTS = ("pens", "cups", "figs", "nuts", "eggs", "hats", "keys", "toys")
@@ -89,7 +89,7 @@ def _word(rng: np.random.Generator, lo: int, hi: int, alphabet: str = LETTERS) -
 
 
 def _gen_reverse(rng):
-    w = _word(rng, 3, 5)
+    w = _word(rng, 3, 6)
     return w, f"reverse {w}", w[::-1]
 
 
@@ -99,13 +99,13 @@ def _gen_sort(rng):
 
 
 def _gen_next(rng):
-    w = _word(rng, 1, 3)
+    w = _word(rng, 2, 5)
     return w, f"next {w}", "".join(LETTERS[(LETTERS.index(c) + 1) % 26] for c in w)
 
 
 def _gen_count(rng):
-    w = _word(rng, 3, 7, "abc")
-    c = "abc"[int(rng.integers(0, 3))]
+    w = _word(rng, 4, 9, "abcd")
+    c = "abcd"[int(rng.integers(0, 4))]
     return f"{c}|{w}", f"count {c} in {w}", str(w.count(c))
 
 
@@ -182,6 +182,14 @@ def _gen_math_hard(rng):
     return f"w{who}{obj}{a}-{b}", f"{who} had {a} {obj}, lost {b}. {obj}?", f"\\boxed{{{a - b}}}"
 
 
+def _gen_math_word(rng):
+    """The word problems of math_hard alone (2-digit operands): a narrower ID task."""
+    while True:
+        key, question, answer = _gen_math_hard(rng)
+        if key.startswith("w"):
+            return key, question, answer
+
+
 @dataclass(frozen=True)
 class Skill:
     name: str
@@ -201,6 +209,7 @@ class Skill:
 SKILLS: dict[str, Skill] = {
     "math_easy": Skill("math_easy", "id", _gen_math_easy, _check_boxed),
     "math_hard": Skill("math_hard", "id", _gen_math_hard, _check_boxed),
+    "math_word": Skill("math_word", "id", _gen_math_word, _check_boxed),
     "reverse": Skill("reverse", "ood", _gen_reverse, _check_exact),
     "sort": Skill("sort", "ood", _gen_sort, _check_exact),
     "next": Skill("next", "ood", _gen_next, _check_exact),
@@ -208,7 +217,7 @@ SKILLS: dict[str, Skill] = {
     "boolean": Skill("boolean", "ood", _gen_bool, _check_exact),
     "recall": Skill("recall", "ood", _gen_recall, _check_exact),
 }
-ID_SKILLS = ("math_hard",)  # the fine-tuning / in-domain evaluation distribution
+ID_SKILLS = ("math_hard", "math_word")  # fine-tuning / in-domain evaluation distributions
 OOD_SKILLS = ("reverse", "sort", "next", "count", "boolean", "recall")
 
 

@@ -1,0 +1,311 @@
+"""The RL column of the testbed comparison: DAPO from each fine-tuned model, then the same evaluation.
+
+Runs after `anchorft toy compare --out COMPARE_DIR`. For each chosen run NAME (default: ``sft`` and
+the rpsft runs at the paper's rank, 768/4096 of the hidden size) it starts DAPO
+(`anchorft.rpsft.rl.run_rl`: clip 0.2 / 0.28, token-mean loss, G = 8, no KL) from
+COMPARE_DIR/models/NAME on training-split prompts of the testbed's ID math skills (default: the
+comparison's `id_skill`), reward = math-verify correctness of the last ``\\boxed{}``, then evaluates
+the model before and after RL with `evaluate_toy` on the comparison's own held-out items and
+sampling stream (`eval_seed`, `eval` of COMPARE_DIR/config.yaml). Writes, under COMPARE_DIR/rl/
+(or `out_dir`): results.json, report.md, reward_curve.png and NAME/ (run_rl's config.json,
+metrics.json, reward.png, model/).
+
+The question it answers (issue 7, the paper's claim): does the RPSFT-initialised model end higher
+after RL, in ID and OOD, than the SFT-initialised one?
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from anchorft.toy import skills as sk
+from anchorft.toy.compare import CompareConfig, load_config, paper_rank
+from anchorft.toy.evaluate import build_eval_sets, evaluate_prompts, evaluate_toy
+from anchorft.toy.pretrain import write_json
+
+__all__ = ["RLStageSettings", "default_methods", "rl_prompts", "run_rl_stage"]
+
+MATH_SKILLS = ("math_easy", "math_hard", "math_word")
+
+
+@dataclass
+class RLStageSettings:
+    """DAPO on the testbed. Defaults are fitted to the 0.2-1M-parameter testbed models on a CPU
+    (the paper's lr 1e-6 / 100 steps does not move them); the DAPO clip, loss, G and beta are the
+    paper's (`anchorft.rpsft.rl.RLSettings` defaults)."""
+
+    steps: int = 60
+    learning_rate: float = 3e-4
+    prompts_per_step: int = 8
+    num_generations: int = 8
+    max_completion_length: int = 16
+    temperature: float = 1.0
+    prompt_skills: tuple[str, ...] = ()  # ID math skills for the RL prompts; empty: the comparison's id_skill
+    n_prompts: int = 512  # training-split prompts (split evenly over prompt_skills)
+    prompt_seed: int = 0
+    seed: int = 0
+    skill_eval_items: int = 100  # held-out items per prompt skill for its greedy accuracy before/after
+    save_models: bool = True
+
+    def validate(self) -> None:
+        for name in ("steps", "prompts_per_step", "max_completion_length", "n_prompts"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.num_generations < 2:
+            raise ValueError(f"num_generations: must be >= 2, got {self.num_generations}")
+        if self.learning_rate <= 0 or self.temperature <= 0:
+            raise ValueError("learning_rate and temperature: must be > 0")
+        if self.skill_eval_items < 0:
+            raise ValueError(f"skill_eval_items: must be >= 0, got {self.skill_eval_items}")
+        bad = [s for s in self.prompt_skills if s not in MATH_SKILLS]
+        if bad:
+            raise ValueError(f"prompt_skills: {bad} are not ID math skills {MATH_SKILLS}")
+
+    def rl_settings(self):
+        from anchorft.rpsft.rl import RLSettings
+
+        return RLSettings(
+            steps=self.steps,
+            learning_rate=self.learning_rate,
+            num_generations=self.num_generations,
+            prompts_per_step=self.prompts_per_step,
+            max_completion_length=self.max_completion_length,
+            temperature=self.temperature,
+            seed=self.seed,
+            save_model=self.save_models,
+        )
+
+
+def default_methods(results: dict, cfg: CompareConfig) -> list[str]:
+    """``sft`` and every rpsft run at the paper's rank (scaled to the testbed's hidden size)."""
+    k = paper_rank(cfg.pretrain.hidden_size)
+    rpsft = [
+        n
+        for n, m in results["methods"].items()
+        if m.get("method") == "rpsft" and m.get("settings", {}).get("anchor_rank") == k
+    ]
+    if "sft" not in results["methods"] or not rpsft:
+        raise ValueError(
+            f"methods: the comparison needs 'sft' and an rpsft run at the paper rank k={k} for the default; "
+            f"pass methods from {sorted(results['methods'])}"
+        )
+    return ["sft", *rpsft]
+
+
+def rl_prompts(skills: Sequence[str], n: int, rng: np.random.Generator) -> list[dict]:
+    """`n` training-split prompts {"prompt", "answer"} over `skills` (round robin); answer = the
+    content of the gold \\boxed{} (graded by math-verify in `boxed_math_reward`)."""
+    per = [sk.sample_items(s, -(-n // len(skills)), "train", rng) for s in skills]
+    items = [it for group in zip(*per) for it in group][:n]
+    return [{"prompt": it.prompt, "answer": sk.extract_boxed(it.answer)} for it in items]
+
+
+def _eval_sets(cfg: CompareConfig) -> dict:
+    # exactly the comparison's held-out items (anchorft.toy.compare.run_compare)
+    sets = build_eval_sets([cfg.id_skill, *sk.OOD_SKILLS], cfg.eval.id_items, np.random.default_rng(cfg.eval_seed))
+    for s in sk.OOD_SKILLS:
+        sets[s] = sets[s][: cfg.eval.ood_items]
+    return sets
+
+
+def _skill_greedy(model, tok, items: list[sk.Item], cfg: CompareConfig) -> float:
+    def check(i: int, c: str) -> bool:
+        return sk.SKILLS[items[i].skill].check(items[i], c)
+
+    prompts = [it.prompt for it in items]
+    res = evaluate_prompts(model, tok, prompts, check, max_new_tokens=cfg.eval.max_new_tokens, batch_size=256)
+    return res["greedy"]
+
+
+def _se(p: float, n: int) -> float:
+    return math.sqrt(max(p * (1 - p), 0.0) / max(n, 1))
+
+
+def run_rl_stage(
+    compare_dir: str | Path,
+    out_dir: str | Path | None = None,
+    methods: Sequence[str] | None = None,
+    settings: RLStageSettings | None = None,
+    progress: bool = True,
+) -> dict:
+    """DAPO from each chosen model of a finished comparison, evaluated before and after with the
+    comparison's own evaluation; writes results.json, report.md, reward_curve.png under
+    `out_dir` (default COMPARE_DIR/rl) and returns the results."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from anchorft.rpsft.rl import run_rl
+
+    settings = settings or RLStageSettings()
+    settings.validate()
+    cdir = Path(compare_dir)
+    for f in ("results.json", "config.yaml"):
+        if not (cdir / f).is_file():
+            raise ValueError(f"compare_dir: {cdir / f} missing (run `anchorft toy compare --out {cdir}` first)")
+    compare_results = json.loads((cdir / "results.json").read_text())
+    cfg = load_config(str(cdir / "config.yaml"))
+    methods = list(methods) if methods else default_methods(compare_results, cfg)
+    for name in methods:
+        if name not in compare_results["methods"] and name != "base":
+            raise ValueError(
+                f"methods: {name!r} not in {cdir / 'results.json'}; have {sorted(compare_results['methods'])}"
+            )
+        if not (cdir / "models" / name / "config.json").is_file():
+            raise ValueError(f"methods: no model at {cdir / 'models' / name}")
+    if len(set(methods)) != len(methods):
+        raise ValueError(f"methods: duplicates in {methods}")
+    skills = tuple(settings.prompt_skills) or (cfg.id_skill,)
+    out = Path(out_dir) if out_dir is not None else cdir / "rl"
+    out.mkdir(parents=True, exist_ok=True)
+
+    prompts = rl_prompts(skills, settings.n_prompts, np.random.default_rng(settings.prompt_seed))
+    eval_sets = _eval_sets(cfg)
+    skill_sets = {
+        s: sk.sample_items(s, settings.skill_eval_items, "eval", np.random.default_rng(cfg.eval_seed + 1), unique=True)
+        for s in skills
+    } if settings.skill_eval_items else {}  # fmt: skip
+
+    def evaluate(model, tok) -> dict:
+        model.eval()
+        gen = torch.Generator().manual_seed(cfg.eval_seed)
+        res = evaluate_toy(model, tok, eval_sets, cfg.eval, gen, id_skill=cfg.id_skill)
+        res["rl_skills_greedy"] = {s: _skill_greedy(model, tok, items, cfg) for s, items in skill_sets.items()}
+        return res
+
+    results: dict = {
+        "compare_dir": str(cdir),
+        "settings": {**dataclasses.asdict(settings), "prompt_skills": list(skills),
+                     "dapo": dataclasses.asdict(settings.rl_settings())},
+        "eval": {"id_skill": cfg.id_skill, "eval_seed": cfg.eval_seed, **dataclasses.asdict(cfg.eval),
+                 "id_items": len(eval_sets[cfg.id_skill]), "ood_items": {s: len(eval_sets[s]) for s in sk.OOD_SKILLS}},
+        "methods": {},
+    }  # fmt: skip
+    bar = tqdm(methods, desc="toy rl", disable=not progress)
+    for name in bar:
+        bar.set_postfix(run=name)
+        model_dir = cdir / "models" / name
+        tok = AutoTokenizer.from_pretrained(model_dir)
+        before = evaluate(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), tok)
+        m = run_rl(str(model_dir), prompts, out / name, settings.rl_settings(), tokenizer=tok)
+        after = evaluate(m["model"], tok)
+        curve = [float(x) for x in m["correctness"]]
+        q = max(1, len(curve) // 4)
+        results["methods"][name] = {
+            "before": before,
+            "after": after,
+            "reward_curve": curve,
+            "reward_first_quarter": float(np.mean(curve[:q])) if curve else None,
+            "reward_last_quarter": float(np.mean(curve[-q:])) if curve else None,
+            "in_compare": {k: compare_results["methods"].get(name, compare_results["base"]).get(k)
+                           for k in ("id_greedy", "id_avg@k", "ood_mean")},
+        }  # fmt: skip
+        write_json(out / "results.json", results)
+        tqdm.write(
+            f"{name}: reward {results['methods'][name]['reward_first_quarter']:.3f} -> "
+            f"{results['methods'][name]['reward_last_quarter']:.3f}; id_greedy {before['id_greedy']:.3f} -> "
+            f"{after['id_greedy']:.3f}; ood_mean {before['ood_mean']:.3f} -> {after['ood_mean']:.3f}"
+        )
+        del m
+    write_json(out / "results.json", results)
+    write_rl_report(results, out / "report.md")
+    write_reward_plot(results, out / "reward_curve.png")
+    return results
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def _arrow(before: float, after: float) -> str:
+    return f"{_pct(before)} -> {_pct(after)} ({100 * (after - before):+.1f})"
+
+
+def write_rl_report(results: dict, path: Path) -> None:
+    """Markdown table: per method ID (greedy, Avg@k) and OOD mean before -> after RL, with the change."""
+    ev = results["eval"]
+    n_id, n_ood = ev["id_items"], sum(ev["ood_items"].values())
+    skills = results["settings"]["prompt_skills"]
+    lines = [
+        "# RL column of the testbed comparison (DAPO after fine-tuning)",
+        "",
+        f"Comparison: `{results['compare_dir']}`. RL prompts: training split of {', '.join(skills)}; "
+        f"DAPO {results['settings']['steps']} steps, lr {results['settings']['learning_rate']:g}, "
+        f"{results['settings']['prompts_per_step']} prompts x {results['settings']['num_generations']} "
+        f"generations a step. Evaluation: the comparison's own items (ID = {ev['id_skill']}, {n_id} items, "
+        f"n = {ev['n_samples']}, k = {ev['k']}; OOD = 6 skills, {n_ood} items). Values in %, change in points.",
+        "",
+        "| method | reward first -> last quarter | ID greedy before -> after RL | ID avg@k before -> after RL "
+        "| OOD mean before -> after RL | " + " | ".join(f"{s} greedy before -> after" for s in skills) + " |",
+        "|---" * (5 + len(skills)) + "|",
+    ]
+    for name, m in results["methods"].items():
+        b, a = m["before"], m["after"]
+        cells = [
+            name,
+            f"{_pct(m['reward_first_quarter'])} -> {_pct(m['reward_last_quarter'])}",
+            _arrow(b["id_greedy"], a["id_greedy"]),
+            _arrow(b["id_avg@k"], a["id_avg@k"]),
+            _arrow(b["ood_mean"], a["ood_mean"]),
+            *[
+                _arrow(b["rl_skills_greedy"][s], a["rl_skills_greedy"][s])
+                for s in skills
+                if s in b["rl_skills_greedy"]
+            ],
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    names = list(results["methods"])
+    if "sft" in names and len(names) > 1:
+        s = results["methods"]["sft"]["after"]
+        lines += [
+            "",
+            "After RL, against SFT -> RL (difference in points; 2 SE = two binomial standard errors of the"
+            " difference):",
+            "",
+        ]
+        for name in names:
+            if name == "sft":
+                continue
+            r = results["methods"][name]["after"]
+            for key, n, label in (("id_greedy", n_id, "ID greedy"), ("ood_mean", n_ood, "OOD mean")):
+                d = r[key] - s[key]
+                se2 = 2 * math.sqrt(_se(r[key], n) ** 2 + _se(s[key], n) ** 2)
+                verdict = "higher" if d > se2 else "lower" if d < -se2 else "within noise"
+                lines.append(f"- {name} vs sft, {label}: {100 * d:+.1f} (2 SE {100 * se2:.1f}): {verdict}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def write_reward_plot(results: dict, path: Path) -> None:
+    """Per-step mean correctness of the sampled responses, raw (faint) and a 10-step moving mean."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for name, m in results["methods"].items():
+        r = np.asarray(m["reward_curve"], dtype=float)
+        if r.size == 0:
+            continue
+        steps = np.arange(1, r.size + 1)
+        (line,) = ax.plot(steps, r, alpha=0.25)
+        w = min(10, r.size)
+        smooth = np.convolve(r, np.ones(w) / w, mode="valid")
+        ax.plot(steps[w - 1 :], smooth, color=line.get_color(), label=f"{name} ({w}-step mean)")
+    ax.set_xlabel("DAPO step")
+    ax.set_ylabel("mean reward (correct fraction)")
+    ax.set_title("RL after fine-tuning: reward")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
