@@ -83,7 +83,7 @@ def _sweep(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"anchorft w2s sweep: {e}", file=sys.stderr)
         return 2
-    keep = ("kind", "quick", "fit", "theory", "fits", "theories", "summary")
+    keep = ("kind", "quick", "fit", "theory", "fits", "theories", "summary", "phase")
     print(json.dumps({k: result[k] for k in keep if k in result}, indent=1))
     print(f"wrote {args.out}/sweep.json and {args.out}/{args.kind}.png")
     return 0
