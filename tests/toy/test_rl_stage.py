@@ -74,12 +74,16 @@ def test_rl_stage_end_to_end_on_smoke_comparison(smoke_compare):
         # "before" is the comparison's own evaluation (same items, same sampling stream), reproduced
         for key in ("id_greedy", "id_avg@k", "id_pass@k", "ood_mean"):
             assert m["before"][key] == pytest.approx(compare["methods"][name][key], abs=1e-12), (name, key)
-    # RL changed the weights
+    # the RL model is saved and reloads
     from transformers import AutoModelForCausalLM
 
     a = AutoModelForCausalLM.from_pretrained(smoke_compare / "models" / "sft")
     b = AutoModelForCausalLM.from_pretrained(out / "sft" / "model")
     with torch.no_grad():
-        assert sum(float((x - y).abs().sum()) for x, y in zip(a.parameters(), b.parameters())) > 0
+        diff = sum(float((x - y).abs().sum()) for x, y in zip(a.parameters(), b.parameters()))
+    if max(saved["methods"]["sft"]["reward_curve"]) == 0:
+        assert diff == 0  # every group all wrong: zero advantages, no gradient (the smoke model solves nothing)
+    else:
+        assert diff > 0
     report = (out / "report.md").read_text()
     assert "| sft |" in report and "| rpsft-k6 |" in report and "rpsft-k6 vs sft, OOD mean" in report
