@@ -87,3 +87,12 @@ def test_rl_stage_end_to_end_on_smoke_comparison(smoke_compare):
         assert diff > 0
     report = (out / "report.md").read_text()
     assert "| sft |" in report and "| rpsft-k6 |" in report and "rpsft-k6 vs sft, OOD mean" in report
+
+
+def test_cli_main_rl_validates(tmp_path):
+    from anchorft.commands.toy_rl import main_rl
+
+    with pytest.raises(ValueError, match="compare_dir"):
+        main_rl(["--compare", str(tmp_path / "none"), "--steps", "2"])
+    with pytest.raises(ValueError, match="steps"):
+        main_rl(["--compare", str(tmp_path / "none"), "--steps", "0"])
