@@ -35,7 +35,7 @@ from anchorft.toy.pretrain import write_json
 
 __all__ = ["RLStageSettings", "default_methods", "rl_prompts", "run_rl_stage"]
 
-MATH_SKILLS = ("math_easy", "math_hard", "math_word")
+MATH_SKILLS = ("math_easy", *sk.ID_SKILLS)  # ID math skills (boxed answers)
 
 
 @dataclass
