@@ -53,11 +53,11 @@ class CompareConfig:
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     runs: list[RunSpec] = field(default_factory=list)
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    id_skill: str = "math_hard"  # the fine-tuning and ID evaluation distribution (math_hard or math_word)
+    id_skill: str = "math_add3"  # the fine-tuning and ID evaluation distribution (see skills.ID_SKILLS)
     finetune_items: int = 2000  # size of the fine-tuning set (train split of id_skill)
     learning_rate: float = 1e-3
-    max_steps: int = 150
-    batch_size: int = 32
+    max_steps: int = 300
+    batch_size: int = 64
     warmup_ratio: float = 0.03
     anchor_lambda: float = 1.0
     anchor_targets: str = "all-linear"

@@ -153,9 +153,16 @@ def kb_statements() -> list[str]:
     return [f"{name} is {colour}." for name, colour in _KB.items()]
 
 
+RECALL_TEMPLATES = ("colour of {}?", "what colour is {}?", "{} has which colour?")
+
+
 def _gen_recall(rng):
+    # The item key is (name, phrasing): evaluation asks about known facts in phrasings held out for that
+    # name, so it tests recall of stored knowledge, not memorised question strings. (Facts stated only
+    # as text, never asked, stay at chance for a model this small: the knowledge-extraction gap.)
     name = _KB_NAMES[int(rng.integers(0, len(_KB_NAMES)))]
-    return name, f"colour of {name}?", _KB[name]
+    t = int(rng.integers(0, len(RECALL_TEMPLATES)))
+    return f"{name}|{t}", RECALL_TEMPLATES[t].format(name), _KB[name]
 
 
 def _gen_math_easy(rng):
@@ -180,6 +187,12 @@ def _gen_math_hard(rng):
         return f"w{who}{obj}{a}+{b}", f"{who} had {a} {obj}, got {b}. {obj}?", f"\\boxed{{{a + b}}}"
     a, b = max(a, b), min(a, b)
     return f"w{who}{obj}{a}-{b}", f"{who} had {a} {obj}, lost {b}. {obj}?", f"\\boxed{{{a - b}}}"
+
+
+def _gen_math_add3(rng):
+    """3-digit addition only: the fine-tuning task of the testbed note (pretraining sees 2-digit sums)."""
+    a, b = (int(x) for x in rng.integers(100, 1000, size=2))
+    return f"{a}+{b}", f"{a}+{b}=?", f"\\boxed{{{a + b}}}"
 
 
 def _gen_math_word(rng):
@@ -210,6 +223,7 @@ SKILLS: dict[str, Skill] = {
     "math_easy": Skill("math_easy", "id", _gen_math_easy, _check_boxed),
     "math_hard": Skill("math_hard", "id", _gen_math_hard, _check_boxed),
     "math_word": Skill("math_word", "id", _gen_math_word, _check_boxed),
+    "math_add3": Skill("math_add3", "id", _gen_math_add3, _check_boxed),
     "reverse": Skill("reverse", "ood", _gen_reverse, _check_exact),
     "sort": Skill("sort", "ood", _gen_sort, _check_exact),
     "next": Skill("next", "ood", _gen_next, _check_exact),
@@ -217,7 +231,7 @@ SKILLS: dict[str, Skill] = {
     "boolean": Skill("boolean", "ood", _gen_bool, _check_exact),
     "recall": Skill("recall", "ood", _gen_recall, _check_exact),
 }
-ID_SKILLS = ("math_hard", "math_word")  # fine-tuning / in-domain evaluation distributions
+ID_SKILLS = ("math_add3", "math_hard", "math_word")  # fine-tuning / in-domain evaluation distributions
 OOD_SKILLS = ("reverse", "sort", "next", "count", "boolean", "recall")
 
 
