@@ -28,6 +28,7 @@ def _parser() -> argparse.ArgumentParser:
         help="key=v1,v2,... (anchor_rank, anchor_lambda, anchor_targets, learning_rate); repeatable",
     )
     cmp_.add_argument("--seeds", type=int, nargs="+", default=None, help="override the preset's seeds")
+    sub.add_parser("rl", add_help=False, help="DAPO from a comparison's models, evaluated before/after (rl -h)")
     p.add_argument(
         "--threads",
         type=int,
@@ -38,7 +39,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args, extra = _parser().parse_known_args(argv)
+    if args.cmd == "rl":
+        from anchorft.commands.toy_rl import main_rl
+
+        return main_rl(["--threads", str(args.threads), *extra])
+    if extra:
+        _parser().error(f"unrecognized arguments: {' '.join(extra)}")
     if args.threads < 1:
         raise ValueError(f"--threads: must be >= 1, got {args.threads}")
     import torch
