@@ -19,7 +19,7 @@ def test_unknown_command_is_an_error(capsys):
 def test_every_command_module_has_main():
     import importlib
 
-    for name, (module, _) in COMMANDS.items():
+    for module, _ in COMMANDS.values():
         mod = importlib.import_module(module)
         assert callable(getattr(mod, "main", None)), f"{module} has no main()"
 
