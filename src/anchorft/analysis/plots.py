@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 import os
-from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+from anchorft.io import save_figure
 
 __all__ = [
     "rotation_heatmap",
@@ -23,11 +24,7 @@ __all__ = [
 
 
 def _save(fig, path: str | os.PathLike) -> str:
-    path = Path(path)
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path, dpi=110, bbox_inches="tight")
     return str(path)
 
 

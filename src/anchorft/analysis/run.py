@@ -8,8 +8,6 @@ drift and Fisher need forward / backward passes and load one model at a time.
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import resource
 import time
@@ -36,6 +34,7 @@ from anchorft.analysis.streaming import (
     matrix_type,
     open_checkpoint,
 )
+from anchorft.io import write_json
 
 __all__ = ["AnalysisConfig", "run_analysis", "analyze_rotation", "summarize_rotation", "resolve_rank"]
 
@@ -176,9 +175,7 @@ def _load_tokenizer(path: str):
 
 
 def _write_json(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
+    write_json(path, obj, indent=1)
 
 
 def _peak_rss_mb() -> float:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from anchorft.eval.answers import last_boxed
+from anchorft.io import save_figure, write_text
 
 __all__ = [
     "SYSTEM_PROMPT",
@@ -205,9 +206,7 @@ def select_verified(
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_text(path, text)
 
 
 def _plot_lengths(rows: list[dict[str, Any]], path: Path) -> None:
@@ -223,10 +222,7 @@ def _plot_lengths(rows: list[dict[str, Any]], path: Path) -> None:
     ax.set_ylabel("examples")
     ax.set_title(f"OpenR1-Math subset: {len(rows)} verified traces")
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path, dpi=100)
 
 
 def prepare_openr1_math(

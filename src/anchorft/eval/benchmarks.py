@@ -19,6 +19,7 @@ from pathlib import Path
 
 from anchorft.eval.answers import MathChecker, default_checker, grade, parse_choices
 from anchorft.eval.metrics import accuracy, avg_at_k, mean_pass_at_k
+from anchorft.io import save_figure, write_text
 
 __all__ = [
     "BenchItem",
@@ -235,9 +236,7 @@ def format_prompts(tokenizer, items: Sequence[BenchItem]) -> list[str]:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_text(path, text)
 
 
 def _bench_names(paths: Sequence[Path]) -> list[str]:
@@ -284,10 +283,7 @@ def plot_metrics(all_metrics: dict[str, dict], path: Path) -> None:
     ax.set_ylabel("accuracy")
     ax.legend()
     fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path, dpi=100)
 
 
 def run_eval(

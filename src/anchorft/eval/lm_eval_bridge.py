@@ -10,10 +10,10 @@ network only custom tasks whose data are local files (e.g. `dataset_path: json`,
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
+
+from anchorft.io import write_json
 
 __all__ = ["lm_eval_available", "resolve_tasks", "run_lm_eval"]
 
@@ -126,9 +126,5 @@ def run_lm_eval(
         "n_samples": results.get("n-samples"),
         "versions": results.get("versions"),
     }
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / "lm_eval_results.json.tmp"
-    tmp.write_text(json.dumps(out, indent=2, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, out_dir / "lm_eval_results.json")
+    write_json(Path(out_dir) / "lm_eval_results.json", out, indent=2, default=str)
     return out

@@ -40,6 +40,8 @@ from typing import Any
 
 import yaml
 
+from anchorft.io import write_json, write_text
+
 __all__ = [
     "FAMILIES",
     "load_recipe",
@@ -194,9 +196,7 @@ def write_flat_config(path: str | os.PathLike, out: str | os.PathLike, command: 
         args["env"] = meta["env"]
     out = Path(out)
     head = f"# {command or 'anchorft train --config ' + str(out)}\n# resolved from {path}\n"
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(head + yaml.safe_dump(args, sort_keys=True))
-    os.replace(tmp, out)
+    write_text(out, head + yaml.safe_dump(args, sort_keys=True))
     return out
 
 
@@ -519,11 +519,7 @@ def dry_run(
     }
     if not losses or not all(math.isfinite(x) for x in losses):
         raise RuntimeError(f"dry run of {config}: non-finite or missing losses {losses}")
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / "dry_run.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=1, default=str))
-    os.replace(tmp, out / "dry_run.json")
+    write_json(Path(output_dir) / "dry_run.json", summary, indent=1, default=str)
     return summary
 
 

@@ -15,11 +15,11 @@ checker); `anchorft rl` wraps it.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from anchorft.io import save_figure, write_json
 
 __all__ = ["RLSettings", "boxed_math_reward", "make_reward_func", "load_rl_dataset", "run_rl"]
 
@@ -130,10 +130,7 @@ def _plot_rewards(steps: Sequence[int], rewards: Sequence[float], path: Path) ->
     ax.set_ylabel("mean reward")
     ax.set_title("DAPO reward")
     fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path, dpi=100)
 
 
 def run_rl(
@@ -226,10 +223,8 @@ def run_rl(
         processing_class=tokenizer,
         callbacks=list(callbacks) or None,
     )
-    tmp = out_dir / "config.json.tmp"
     resolved = {"settings": asdict(s), "n_prompts": len(train_data), "grpo_config": args.to_dict()}
-    tmp.write_text(json.dumps(resolved, indent=2, default=str) + "\n")
-    os.replace(tmp, out_dir / "config.json")
+    write_json(out_dir / "config.json", resolved, indent=2, default=str)
     trainer.train()
 
     hist = [h for h in trainer.state.log_history if "reward" in h]
@@ -245,9 +240,7 @@ def run_rl(
         "reward_first": rewards[0] if rewards else None,
         "reward_last": rewards[-1] if rewards else None,
     }
-    tmp = out_dir / "metrics.json.tmp"
-    tmp.write_text(json.dumps(metrics, indent=2) + "\n")
-    os.replace(tmp, out_dir / "metrics.json")
+    write_json(out_dir / "metrics.json", metrics, indent=2)
     if steps:
         _plot_rewards(steps, rewards, out_dir / "reward.png")
     if s.save_model:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import tempfile
 
 import datasets
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
+from anchorft.io import save_figure, write_json
 from anchorft.rpsft.anchor import select_parameters
 from anchorft.rpsft.config import RPSFTConfig
 from anchorft.rpsft.data import load_sft_dataset, load_tokenizer, validate_sft_dataset
@@ -35,12 +34,7 @@ def load_model(spec: str | PreTrainedModel, args: RPSFTConfig, field: str = "mod
 
 
 def _write_json(path: str, obj) -> None:
-    d = os.path.dirname(path)
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=1, default=str)
-    os.replace(tmp, path)
+    write_json(path, obj, indent=1, default=str)
 
 
 def _write_run_artifacts(trainer: RPSFTTrainer, out: str, final_drift: dict | None) -> None:
@@ -68,11 +62,7 @@ def _write_run_artifacts(trainer: RPSFTTrainer, out: str, final_drift: dict | No
         ax.set_title(k)
     fig.suptitle(f"method={args.method}")
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(dir=out, suffix=".png")
-    os.close(fd)
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, os.path.join(out, "training.png"))
+    save_figure(fig, os.path.join(out, "training.png"), dpi=100)
 
 
 def train(

@@ -27,6 +27,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from anchorft.io import write_json as _write_json
 from anchorft.toy import skills as sk
 from anchorft.toy.evaluate import evaluate_skills
 from anchorft.toy.tokenizer import train_tokenizer
@@ -93,10 +94,7 @@ def cache_root() -> Path:
 
 def write_json(path: Path, obj) -> None:
     """Atomic JSON write (tmp file then os.replace)."""
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
-    os.replace(tmp, path)
+    _write_json(path, obj, indent=2)
 
 
 def _documents(mix: dict[str, float], n: int, rng: np.random.Generator) -> list[tuple[str, str]]:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from anchorft.io import save_figure, write_text
 
 __all__ = ["write_report", "write_tradeoff_plot", "acceptance"]
 
@@ -79,9 +79,7 @@ def write_report(results: dict, path: str | Path) -> None:
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_text(path, text)
 
 
 def write_tradeoff_plot(results: dict, path: str | Path) -> None:
@@ -109,9 +107,4 @@ def write_tradeoff_plot(results: dict, path: str | Path) -> None:
     ax.set_title("toy testbed: ID gain vs OOD retention (up and right is better)")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".png")
-    os.close(fd)
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path, dpi=110)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from anchorft.io import save_figure
 from anchorft.toy import skills as sk
 from anchorft.toy.compare import CompareConfig, load_config, paper_rank
 from anchorft.toy.evaluate import build_eval_sets, evaluate_prompts, evaluate_toy
@@ -305,7 +305,4 @@ def write_reward_plot(results: dict, path: Path) -> None:
     ax.set_title("RL after fine-tuning: reward")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path, dpi=100)

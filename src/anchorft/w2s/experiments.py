@@ -3,15 +3,14 @@ DIR/config.yaml, DIR/metrics.json and DIR/alignment.png. `run_experiment` is the
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from anchorft.io import write_json as _write_json
 from anchorft.w2s.config import W2SConfig, config_hash, save_config
 from anchorft.w2s.dynamics import RunResult, train, train_weak
 from anchorft.w2s.plots import plot_alignment
@@ -24,11 +23,7 @@ SUMMARY_KEYS = ("target_alignment", "nontarget_alignment", "nontarget_target_ali
 
 def write_json(obj: Any, path: str | os.PathLike) -> None:
     """Write JSON atomically (tmp file then os.replace)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=1, allow_nan=True)
-    os.replace(tmp, path)
+    _write_json(path, obj, indent=1, allow_nan=True)
 
 
 def summarise(result: RunResult, wall_s: float) -> dict:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-import tempfile
-from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+from anchorft.io import save_figure as _save_figure
 
 __all__ = ["plot_alignment", "save_figure"]
 
@@ -24,12 +24,7 @@ CURVES = (
 
 def save_figure(fig: plt.Figure, path: str | os.PathLike) -> None:
     """Save a figure as PNG atomically (tmp file then os.replace) and close it."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".png")
-    os.close(fd)
-    fig.savefig(tmp, dpi=120, bbox_inches="tight", format="png")
-    plt.close(fig)
-    os.replace(tmp, path)
+    _save_figure(fig, path, dpi=120, bbox_inches="tight")
 
 
 def plot_alignment(metrics: dict, path: str | os.PathLike, title: str | None = None) -> None:
