@@ -89,6 +89,14 @@ class CompareConfig:
             raise ValueError(f"learning_rate: must be > 0, got {self.learning_rate}")
 
 
+def comparison_eval_sets(cfg: CompareConfig) -> dict:
+    """The held-out items a comparison scores every model on (fixed by `cfg.eval_seed`)."""
+    sets = build_eval_sets([cfg.id_skill, *sk.OOD_SKILLS], cfg.eval.id_items, np.random.default_rng(cfg.eval_seed))
+    for s in sk.OOD_SKILLS:
+        sets[s] = sets[s][: cfg.eval.ood_items]
+    return sets
+
+
 def paper_rank(hidden_size: int) -> int:
     """The paper's best rank (768 of Llama-3.1-8B's hidden size 4096) scaled to `hidden_size`."""
     return max(1, round(768 / 4096 * hidden_size))
@@ -288,11 +296,7 @@ def run_compare(
     from anchorft.rpsft.data import load_tokenizer
 
     tok = load_tokenizer(str(base_dir))
-    eval_sets = build_eval_sets(
-        [cfg.id_skill, *sk.OOD_SKILLS], cfg.eval.id_items, np.random.default_rng(cfg.eval_seed)
-    )
-    for s in sk.OOD_SKILLS:
-        eval_sets[s] = eval_sets[s][: cfg.eval.ood_items]
+    eval_sets = comparison_eval_sets(cfg)
 
     def evaluate(model) -> dict:
         gen = torch.Generator().manual_seed(cfg.eval_seed)

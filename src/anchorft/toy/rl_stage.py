@@ -29,8 +29,8 @@ from tqdm.auto import tqdm
 
 from anchorft.io import save_figure
 from anchorft.toy import skills as sk
-from anchorft.toy.compare import CompareConfig, load_config, paper_rank
-from anchorft.toy.evaluate import build_eval_sets, evaluate_prompts, evaluate_toy
+from anchorft.toy.compare import CompareConfig, comparison_eval_sets, load_config, paper_rank
+from anchorft.toy.evaluate import evaluate_prompts, evaluate_toy
 from anchorft.toy.pretrain import write_json
 
 __all__ = ["RLStageSettings", "default_methods", "rl_prompts", "run_rl_stage"]
@@ -110,14 +110,6 @@ def rl_prompts(skills: Sequence[str], n: int, rng: np.random.Generator) -> list[
     return [{"prompt": it.prompt, "answer": sk.extract_boxed(it.answer)} for it in items]
 
 
-def _eval_sets(cfg: CompareConfig) -> dict:
-    # exactly the comparison's held-out items (anchorft.toy.compare.run_compare)
-    sets = build_eval_sets([cfg.id_skill, *sk.OOD_SKILLS], cfg.eval.id_items, np.random.default_rng(cfg.eval_seed))
-    for s in sk.OOD_SKILLS:
-        sets[s] = sets[s][: cfg.eval.ood_items]
-    return sets
-
-
 def _skill_greedy(model, tok, items: list[sk.Item], cfg: CompareConfig) -> float:
     def check(i: int, c: str) -> bool:
         return sk.SKILLS[items[i].skill].check(items[i], c)
@@ -168,7 +160,7 @@ def run_rl_stage(
     out.mkdir(parents=True, exist_ok=True)
 
     prompts = rl_prompts(skills, settings.n_prompts, np.random.default_rng(settings.prompt_seed))
-    eval_sets = _eval_sets(cfg)
+    eval_sets = comparison_eval_sets(cfg)  # exactly the comparison's held-out items
     skill_sets = {
         s: sk.sample_items(s, settings.skill_eval_items, "eval", np.random.default_rng(cfg.eval_seed + 1), unique=True)
         for s in skills
