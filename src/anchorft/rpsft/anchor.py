@@ -11,11 +11,14 @@ branch keeps only U_0, V_0 and the k x k block: (m + n) k + k^2 numbers, no copy
 
 The per-matrix maths lives in `anchorft.rpsft.subspace`; this module selects matrices, stores the
 bases, applies the penalty and its closed-form gradient (also on row-sharded DTensor parameters, as
-FSDP2 holds them) and saves / loads the anchor (safetensors + JSON).
+FSDP2 holds them) and saves / loads the anchor (safetensors + JSON). DeepSpeed ZeRO-3 parameters
+(partitioned flat, outside the forward pass) are gathered one matrix at a time
+(`deepspeed.zero.GatheredParameters`, read-only) wherever a whole matrix is needed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -83,7 +86,7 @@ def _named_matrices(model: nn.Module, include_embeddings: bool) -> list[tuple[st
         if not isinstance(module, (nn.Linear, nn.Embedding)) or _EXCLUDED.search(mod_name):
             continue
         p = module.weight
-        if p is None or p.dim() != 2 or not p.requires_grad or id(p) in seen:
+        if p is None or len(_shape(p)) != 2 or not p.requires_grad or id(p) in seen:
             continue
         seen.add(id(p))
         kind = "embedding" if isinstance(module, nn.Embedding) or module is out_emb else "linear"
@@ -133,8 +136,32 @@ def select_parameters(
     return chosen
 
 
+def _is_zero3(p: torch.Tensor) -> bool:
+    """True for a DeepSpeed ZeRO-3 parameter (its `.data` is an empty placeholder outside `_gathered`)."""
+    return hasattr(p, "ds_id") and hasattr(p, "ds_shape")
+
+
+def _shape(p: torch.Tensor) -> tuple[int, ...]:
+    """The logical shape of a parameter, also when ZeRO-3 has partitioned it."""
+    return tuple(p.ds_shape) if _is_zero3(p) else tuple(p.shape)
+
+
+def _gathered(params: Sequence[torch.Tensor]):
+    """Context in which ZeRO-3 parameters hold their whole matrix on every rank (read-only; a collective:
+    every rank must enter it); a no-op for any other parameter."""
+    z3 = [p for p in params if _is_zero3(p)]
+    if not z3:
+        return contextlib.nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(z3, modifier_rank=None)
+
+
 def _full(p: torch.Tensor) -> torch.Tensor:
-    """The whole matrix of a (possibly sharded DTensor) parameter, detached."""
+    """The whole matrix of a (possibly sharded DTensor or ZeRO-3 partitioned) parameter, detached."""
+    if _is_zero3(p):
+        with _gathered([p]):
+            return p.detach().clone()
     p = p.detach()
     return p.full_tensor() if hasattr(p, "full_tensor") else p
 
@@ -293,7 +320,7 @@ class SubspaceAnchor:
         """Raise ValueError unless `model` has the anchored matrices, with their shapes (and, when
         `check_fingerprint`, the pretrained weights this anchor was computed from)."""
         params = self._params(model)
-        bad = [(e.name, e.shape, tuple(p.shape)) for e, p in zip(self.entries, params) if tuple(p.shape) != e.shape]
+        bad = [(e.name, e.shape, _shape(p)) for e, p in zip(self.entries, params) if _shape(p) != e.shape]
         if bad:
             raise ValueError(f"anchor: shape mismatch (name, anchor, model): {bad[:5]}")
         if check_fingerprint:
@@ -323,28 +350,35 @@ class SubspaceAnchor:
 
         Returns a list of (entry, param, local weight, local grad, row slice, residual) and the
         per-matrix squared norms (a 1-D tensor, summed over shards).
+
+        A DeepSpeed ZeRO-3 parameter is gathered (read-only) just for its own matrix's terms, one matrix
+        at a time (peak: one whole matrix); the residual and its autograd graph keep no reference to the
+        gathered weights (the matmul U^T W saves U^T, not W), so differentiating the result after the
+        parameter is partitioned again gives d/dW, which DeepSpeed reduce-scatters like any gradient.
+        The local weight returned for it is stale once gathered again; its local grad is None.
         """
         cd = self._compute_dtype()
         items, sq, reduce_group = [], [], None
         for e, p in zip(self.entries, self._params(model)):
-            if differentiable:
-                w_loc, g_loc, rows, group = (p, None, None, None) if not hasattr(p, "to_local") else (None,) * 4
-                if w_loc is None:
-                    raise ValueError("anchor.penalty: use add_penalty_grad_ for sharded (DTensor) parameters")
-            else:
-                w_loc, g_loc, rows, group = _local_rows(p)
-            if group is not None:
-                reduce_group = group
-            w = w_loc.to(cd)
-            if e.fallback:
-                w0 = e.w0.to(cd) if rows is None else e.w0[rows].to(cd)
-                d = w - w0
-                partial = d.pow(2).sum()
-            else:
-                u = e.u.to(cd) if rows is None else e.u[rows].to(cd)
-                v, s_ref = e.v.to(cd), e.s_ref.to(cd)
-                d = (u.mT @ w @ v) if rows is not None else block_residual(w, u, v, s_ref)
-                partial = None
+            with _gathered([p]):
+                if differentiable:
+                    w_loc, g_loc, rows, group = (p, None, None, None) if not hasattr(p, "to_local") else (None,) * 4
+                    if w_loc is None:
+                        raise ValueError("anchor.penalty: use add_penalty_grad_ for sharded (DTensor) parameters")
+                else:
+                    w_loc, g_loc, rows, group = _local_rows(p)
+                if group is not None:
+                    reduce_group = group
+                w = w_loc.to(cd)
+                if e.fallback:
+                    w0 = e.w0.to(cd) if rows is None else e.w0[rows].to(cd)
+                    d = w - w0
+                    partial = d.pow(2).sum()
+                else:
+                    u = e.u.to(cd) if rows is None else e.u[rows].to(cd)
+                    v, s_ref = e.v.to(cd), e.s_ref.to(cd)
+                    d = (u.mT @ w @ v) if rows is not None else block_residual(w, u, v, s_ref)
+                    partial = None
             items.append([e, p, w_loc, g_loc, rows, d])
             sq.append(partial)
         if reduce_group is not None:
@@ -391,7 +425,14 @@ class SubspaceAnchor:
         No autograd graph. Sharded (FSDP2 DTensor, Shard(0)) parameters: each rank forms its rows'
         partial block U_r^T W_r V, one all-reduce sums the k x k blocks, and each rank adds
         2 U_r D V^T to its own gradient shard. Returns {"penalty": R, "drift_max": max relative drift}.
+        DeepSpeed ZeRO-3 parameters are refused (ValueError): use `penalty` in the loss.
         """
+        z3 = [e.name for e, p in zip(self.entries, self._params(model)) if _is_zero3(p)]
+        if z3:
+            raise ValueError(
+                f"anchor: {z3[0]} is a DeepSpeed ZeRO-3 parameter, whose gradient lives in the engine: add "
+                "`penalty(model)` to the loss instead (RPSFTTrainer does: anchor_mode='autograd')"
+            )
         items, sq = self._blocks(model, differentiable=False)
         cd = self._compute_dtype()
         for e, p, w_loc, g_loc, rows, d in items:

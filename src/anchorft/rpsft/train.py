@@ -132,7 +132,8 @@ def train(
     if isinstance(resume, str) and resume.lower() in ("true", "false"):
         resume = resume.lower() == "true"
     trainer.train(resume_from_checkpoint=resume)
-    # on every rank: under FSDP2 the drift is a collective (one all-reduce of the k x k blocks)
+    # on every rank: under FSDP2 the drift is a collective (one all-reduce of the k x k blocks), under ZeRO-3 a
+    # gather per matrix
     final_drift = trainer._anchor.drift(trainer.model) if trainer._anchor is not None else None
     if args.should_save:
         _write_run_artifacts(trainer, args.output_dir, final_drift)

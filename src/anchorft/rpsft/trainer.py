@@ -8,7 +8,9 @@ all-reduce, so each rank adds the same term once (not world-size times) and befo
 term would be. Gradient accumulation never multiplies it. With `anchor_every = n` it is applied on
 steps 0, n, 2n, ... with scale n. In `anchor_mode="autograd"` (DeepSpeed, where gradients live in the
 engine) the penalty enters the loss of the step's last micro-batch instead, in a form that leaves
-the logged loss unchanged.
+the logged loss unchanged; under ZeRO-3 each matrix is gathered (read-only) for its term and its
+gradient flows back to the partitioned parameter through DeepSpeed's own reduce-scatter (docs/rpsft.md,
+"DeepSpeed").
 """
 
 from __future__ import annotations
@@ -71,14 +73,9 @@ class RPSFTTrainer(SFTTrainer):
         self._anchor_mode = args.anchor_mode
         if args.anchored:
             if self.is_deepspeed_enabled:
-                stage = self.accelerator.state.deepspeed_plugin.zero_stage
-                if stage == 3:
-                    raise ValueError(
-                        "RPSFT under DeepSpeed ZeRO-3 is not supported (parameters are partitioned outside the "
-                        "forward pass); use FSDP2 (fsdp_version: 2), whose row-sharded parameters the anchor "
-                        "handles shard-aware, or ZeRO-1/2."
-                    )
-                self._anchor_mode = "autograd"  # DeepSpeed keeps the gradients in its engine
+                # DeepSpeed keeps the gradients in its engine (and ZeRO-3 partitions the weights): the penalty
+                # goes into the loss; under ZeRO-3 `penalty_terms` gathers one matrix at a time to compute it
+                self._anchor_mode = "autograd"
             if self.is_fsdp_enabled and getattr(self.accelerator.state.fsdp_plugin, "fsdp_version", 1) != 2:
                 raise ValueError("RPSFT under FSDP needs fsdp_version 2 (DTensor parameters, sharded by rows)")
         self.ref_model = None
