@@ -2,6 +2,8 @@
 
 torchrun --nproc_per_node 2 dist_worker.py ddp  TOKENIZER_DIR OUT_DIR
 torchrun --nproc_per_node 2 dist_worker.py fsdp2 OUT_DIR
+DS_ACCELERATOR=cpu torchrun --nproc_per_node 2 dist_worker.py zero STAGE TOKENIZER_DIR OUT_DIR
+DS_ACCELERATOR=cpu torchrun --nproc_per_node 2 dist_worker.py zero3_anchor OUT_DIR
 """
 
 from __future__ import annotations
@@ -84,8 +86,150 @@ def fsdp2(out: str) -> None:
     dist.destroy_process_group()
 
 
+def deepspeed_state() -> None:
+    """Start DeepSpeed (gloo, CPU accelerator) and the accelerate state the Trainer adopts.
+
+    accelerate has no CPU DeepSpeed: with no GPU its backend detection finds nothing and records one
+    process, so this fills in the process group DeepSpeed started (the Trainer then runs the real
+    DeepSpeed engine; `accelerator_config={"use_configured_state": True}` makes it use this state).
+    """
+    import deepspeed
+    from accelerate.state import PartialState
+    from accelerate.utils import DistributedType
+
+    os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
+    deepspeed.init_distributed(dist_backend="gloo")
+    st = PartialState()
+    st.backend = "gloo"
+    st.num_processes, st.process_index = dist.get_world_size(), dist.get_rank()
+    st.local_process_index = int(os.environ["LOCAL_RANK"])
+    st.distributed_type = DistributedType.DEEPSPEED
+
+
+def zero_kwargs(per_device: int) -> dict:
+    return dict(ddp_kwargs(per_device), method="rpsft", max_grad_norm=1.0)
+
+
+def zero(stage: str, tok_dir: str, out: str) -> None:
+    """RPSFTTrainer under DeepSpeed ZeRO-`stage` (2 processes); writes the final full weights and the log."""
+    from conftest import base_args, pc_dataset, tiny_model
+    from safetensors.torch import save_file
+
+    from anchorft.rpsft.data import load_tokenizer
+    from anchorft.rpsft.trainer import RPSFTTrainer
+
+    deepspeed_state()
+    ds_config = {
+        "zero_optimization": {"stage": int(stage)},
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": "auto",
+        "train_batch_size": "auto",
+        "gradient_clipping": "auto",
+        "zero_allow_untested_optimizer": True,
+        "bf16": {"enabled": False},
+        "fp16": {"enabled": False},
+    }
+    tok = load_tokenizer(tok_dir)
+    model = tiny_model("llama", len(tok), tie=True)
+    args = base_args(
+        out, deepspeed=ds_config, accelerator_config={"use_configured_state": True}, **zero_kwargs(per_device=2)
+    )
+    tr = RPSFTTrainer(model, args, train_dataset=pc_dataset(16), processing_class=tok)
+    assert tr.is_deepspeed_enabled and tr.accelerator.state.deepspeed_plugin.zero_stage == int(stage)
+    tr.train()
+    import deepspeed
+
+    params = dict(tr.model.named_parameters())
+    with deepspeed.zero.GatheredParameters(list(params.values()), modifier_rank=None):
+        weights = {n: p.detach().clone().contiguous() for n, p in params.items()}
+    z3 = [n for n, p in params.items() if hasattr(p, "ds_id")]
+    if tr.args.process_index == 0:
+        save_file(weights, os.path.join(out, "w.safetensors"))
+        with open(os.path.join(out, "log.json"), "w") as f:
+            json.dump({"log": tr.state.log_history, "zero3_params": len(z3), "mode": tr._anchor_mode}, f)
+
+
+def zero3_anchor(out: str) -> None:
+    """On ZeRO-3 partitioned parameters: the anchor built, its penalty and the engine's gradient of
+    loss + scale * penalty equal the same on an unpartitioned copy (autograd loss + closed-form penalty
+    gradient); add_penalty_grad_ refuses."""
+    import deepspeed
+    from deepspeed.utils import safe_get_full_grad
+
+    from anchorft.rpsft.anchor import SubspaceAnchor, _is_zero3
+
+    deepspeed.init_distributed(dist_backend="gloo")
+    from conftest import tiny_model
+
+    ref = tiny_model("llama", 63, hidden=40, inter=51, tie=True)  # odd sizes: uneven partitions
+    m = tiny_model("llama", 63, hidden=40, inter=51, tie=True)
+    config = {
+        "train_micro_batch_size_per_gpu": 1,
+        "zero_optimization": {"stage": 3},
+        "zero_allow_untested_optimizer": True,
+    }
+    opt = torch.optim.SGD(m.parameters(), lr=0.0)
+    engine, *_ = deepspeed.initialize(model=m, optimizer=opt, config=config)
+    partitioned = all(_is_zero3(p) and p.numel() == 0 for p in m.parameters())
+    a_ds = SubspaceAnchor.from_model(m, rank=5)  # gathers each matrix
+    a_ref = SubspaceAnchor.from_model(ref, rank=5)
+    bases_err = max(
+        float((t - a_ref.entries[i].tensors()[k]).abs().max())
+        for i, e in enumerate(a_ds.entries)
+        for k, t in e.tensors().items()
+    )
+    # move the weights (same displacement on both), then compare penalty and gradient
+    g = torch.Generator().manual_seed(1)
+    named_ref = dict(ref.named_parameters())
+    with deepspeed.zero.GatheredParameters(list(m.parameters()), modifier_rank=0), torch.no_grad():
+        for n, p in m.named_parameters():
+            d = 0.05 * torch.randn(p.shape, generator=g)
+            p.add_(d)
+            named_ref[n].add_(d)
+    # as in the trainer: the penalty joins the backward of a forward pass that used the weights (DeepSpeed
+    # re-gathers each weight for that backward; PyTorch accumulates the gradient at the weight's full shape)
+    x = torch.randint(0, 63, (2, 7), generator=torch.Generator().manual_seed(2))
+    loss = engine(input_ids=x).logits.float().pow(2).mean()
+    pen = a_ds.penalty(m)
+    want_pen = a_ref.penalty(ref)
+    engine.backward(loss + 3.0 * pen)
+    ref(input_ids=x).logits.float().pow(2).mean().backward()
+    a_ref.add_penalty_grad_(ref, 3.0)
+    err, n_anchored = 0.0, 0
+    for n, p in m.named_parameters():
+        want = named_ref[n].grad
+        got = safe_get_full_grad(p)
+        if want is None:
+            continue
+        n_anchored += 1
+        err = max(err, float((got - want).abs().max() / want.abs().max().clamp_min(1e-12)))
+    try:
+        a_ds.add_penalty_grad_(m, 1.0)
+        refused = ""
+    except ValueError as e:
+        refused = str(e)
+    if dist.get_rank() == 0:
+        res = {
+            "partitioned": partitioned,
+            "entries": len(a_ds.entries),
+            "fingerprint_equal": a_ds.fingerprint == a_ref.fingerprint,
+            "bases_max_abs_err": bases_err,
+            "penalty": float(pen),
+            "want_penalty": float(want_pen),
+            "grad_max_rel_err": err,
+            "grads_compared": n_anchored,
+            "refused": refused,
+        }
+        with open(os.path.join(out, "zero3_anchor.json"), "w") as f:
+            json.dump(res, f)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "ddp":
         ddp(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "zero":
+        zero(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif sys.argv[1] == "zero3_anchor":
+        zero3_anchor(sys.argv[2])
     else:
         fsdp2(sys.argv[2])
