@@ -16,7 +16,8 @@ R(W) = ||U_0^T (W - W_0) V_0||_F^2 on the first layer (anchorft.rpsft.subspace).
 Reduced representation at lambda = 1: every input is x = B z, so every gradient lies in V_kappa and a neuron
 stays w_j = r_j p_j + B c_j with p_j = (I - B B^T) w_j(0) fixed: the step only updates c_j (s numbers) and the
 scalar r_j (the renormalisation), O(s N) per sample, while alignments theta_k^T w_j = r_j theta_k^T p_j +
-(B^T theta_k)^T c_j stay exact in R^d.
+(B^T theta_k)^T c_j stay exact in R^d. `train` runs this path with `anchorft.w2s.fused.ReducedStepper` (the same
+update with a deferred per-neuron scale and preallocated buffers; tested equal to `reduced_step`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from tqdm.auto import tqdm
 
 from anchorft.rpsft.subspace import reference_block, subspace_penalty_grad, top_k_bases
 from anchorft.w2s.config import W2SConfig
+from anchorft.w2s.fused import ReducedStepper
 from anchorft.w2s.hermite import Activation, get_activation
 from anchorft.w2s.problem import Problem
 from anchorft.w2s.sampling import generative_dense, generative_reduced, isotropic, make_generators
@@ -200,29 +202,29 @@ class _Logger:
                 self.log["groups"][f"group{g}_theta{k}"] = {"mean": [], **{f"q{int(q * 100)}": [] for q in QUANTILES}}
 
     def record(self, t: int, align: torch.Tensor, loss: float | None, eta: float) -> None:
-        al = align.abs().double().cpu()  # (S, N, K)
+        al = align.detach().abs().double().cpu().numpy()  # (S, N, K); the summaries in NumPy (cheaper per call)
+        groups = self.groups.numpy()
         lg = self.log
         lg["steps"].append(t)
         lg["samples"].append(t * self.batch)
         lg["loss"].append(loss)
         lg["eta"].append(eta)
         for g in range(self.n_tasks):
-            sel = al[:, self.groups == g, :]
+            sel = al[:, groups == g, :].reshape(-1, self.n_tasks)  # (S N_g, K): all tasks in one call
+            means, qs = sel.mean(0), np.quantile(sel, QUANTILES, axis=0)
             for k in range(self.n_tasks):
-                v = sel[..., k].reshape(-1)
                 entry = lg["groups"][f"group{g}_theta{k}"]
-                entry["mean"].append(float(v.mean()))
-                qs = torch.quantile(v, torch.tensor(QUANTILES, dtype=v.dtype))
-                for q, val in zip(QUANTILES, qs.tolist()):
-                    entry[f"q{int(q * 100)}"].append(val)
-        tgt = al[:, self.groups == 0, 0].mean(-1)  # (S,)
-        non = self.groups > 0
-        own = al[:, non, :].gather(-1, self.groups[non].view(1, -1, 1).expand(al.shape[0], -1, 1)).squeeze(-1)
-        nt = own.mean(-1) if non.any() else torch.full_like(tgt, float("nan"))
-        ntt = al[:, non, 0].mean(-1) if non.any() else torch.full_like(tgt, float("nan"))
+                entry["mean"].append(float(means[k]))
+                for q, val in zip(QUANTILES, qs[:, k]):
+                    entry[f"q{int(q * 100)}"].append(float(val))
+        tgt = al[:, groups == 0, 0].mean(-1)  # (S,)
+        non = groups > 0
+        own = np.take_along_axis(al[:, non, :], groups[non].reshape(1, -1, 1), axis=-1)[..., 0]
+        nt = own.mean(-1) if non.any() else np.full_like(tgt, np.nan)
+        ntt = al[:, non, 0].mean(-1) if non.any() else np.full_like(tgt, np.nan)
         for key, val in (("target", tgt), ("nontarget", nt), ("nontarget_target", ntt)):
             lg[f"{key}_alignment"].append(float(val.mean()))
-            lg[f"{key}_alignment_seeds"].append(val.tolist())
+            lg[f"{key}_alignment_seeds"].append([float(x) for x in val])
 
 
 def train(
@@ -250,19 +252,25 @@ def train(
     base = step_scale(config, mode)
 
     if reduced:
-        c = problem.w0 @ b0  # (S, N, s)
-        p = problem.w0 - c @ b0.mT
-        q = (p * p).sum(-1)
-        r = torch.ones_like(q)
-        p_theta = p @ thetas.mT  # (S, N, K)
+        # p = w0 - B c0 is never formed (B^T B = I): ||p||^2 = ||w0||^2 - ||c0||^2, theta^T p = theta^T w0 - (B^T
+        # theta)^T c0, and w = r p + B c = r w0 + B (c - r c0): one d-dimensional GEMM at the start and one at the end.
+        w0 = problem.w0
+        c0 = w0 @ b0  # (S, N, s)
+        q = ((w0 * w0).sum(-1) - (c0 * c0).sum(-1)).clamp_(min=0.0)
         b_theta = b0.mT @ thetas.mT  # (S, s, K)
+        p_theta = w0 @ thetas.mT - c0 @ b_theta  # (S, N, K)
         weak_b = problem.weak_u @ b0  # (S, M, s)
+        stepper = ReducedStepper(c0, torch.ones_like(q), a, act, config.loss, batch, config.chunk)
+        zbuf = torch.empty(n_seeds, config.chunk, batch, config.s, dtype=dtype, device=dev)
 
         def alignment() -> torch.Tensor:
+            c, r = stepper.weights()
             return r.unsqueeze(-1) * p_theta + c @ b_theta
 
         def weights() -> torch.Tensor:
-            return r.unsqueeze(-1) * p + c @ b0.mT
+            c, r = stepper.weights()
+            r = r.unsqueeze(-1)
+            return torch.baddbmm(r * w0, c.sub_(r * c0), b0.mT)
 
     else:
         w = problem.w0.clone()
@@ -290,33 +298,45 @@ def train(
     last, t, diverged = 0, 0, None
     hit: list[int | None] = [None] * n_seeds
     bar = tqdm(total=steps, desc=mode, disable=not progress, leave=False, mininterval=1.0)
+
+    def take_losses(ys: torch.Tensor, chunk_losses: list[torch.Tensor], i0: int, i1: int) -> torch.Tensor:
+        """Losses (i1 - i0, S) of the chunk's steps i0..i1-1 (not yet stored), in float64 on the CPU."""
+        if reduced:
+            return stepper.losses(ys, i0, i1).double().cpu()
+        return torch.stack(chunk_losses).double().cpu()
+
     while t < steps and diverged is None:
         n = min(config.chunk, steps - t)
-        if reduced:
-            noise = generative_reduced(gens, config.s, n, batch, dtype, dev)
-        elif mode == "w2s":
-            noise = generative_dense(gens, b0, config.lambda_kappa, n, batch)
+        if reduced:  # noise in zbuf (S, n, b, s): labels and Gram matrices as GEMMs on contiguous memory
+            noise = generative_reduced(gens, config.s, n, batch, dtype, dev, out=zbuf)
+            zs = zbuf[:, :n]
+            ys = labels(zs.reshape(n_seeds, n * batch, config.s), weak_b).view(n_seeds, n, batch).transpose(0, 1)
+            ys = stepper.prepare_labels(ys)
+            grams = (zs @ zs.mT).transpose(0, 1)
+            per_step = list(zip(noise.unbind(0), grams.unbind(0), ys.unbind(0)))  # views made once per chunk
         else:
-            noise = isotropic(gens, n, batch, config.d, dtype, dev)
-        ys = labels(noise, weak_b if reduced else problem.weak_u)  # labels do not depend on W: whole chunk at once
-        grams = noise @ noise.mT  # (n, S, b, b) Gram matrices of the batches, for the fused renormalisation
-        chunk_losses = []
+            if mode == "w2s":
+                noise = generative_dense(gens, b0, config.lambda_kappa, n, batch)
+            else:
+                noise = isotropic(gens, n, batch, config.d, dtype, dev)
+            ys = labels(noise, problem.weak_u)  # labels do not depend on W: whole chunk at once
+            grams = noise @ noise.mT  # (n, S, b, b) Gram matrices of the batches, for the fused renormalisation
+        chunk_losses: list[torch.Tensor] = []
+        flushed = 0  # steps of this chunk whose losses are stored in `losses`
         for i in range(n):
             eta = base * schedule_factor(config, t, steps)
-            x, y = noise[i], ys[i]
             if reduced:
-                c, r, lval = reduced_step(c, r, x, y, a, act, eta, config.loss, grams[i])
+                stepper.step(i, *per_step[i], eta)
             else:
                 extra = None
                 if mode == "sft_anchor" and config.anchor_weight > 0:
                     extra = config.anchor_weight * subspace_penalty_grad(w, u0, v0, s_ref)
-                w, lval = dense_step(w, x, y, a, act, eta, config.loss, extra, grams[i])
-            chunk_losses.append(lval)
+                w, lval = dense_step(w, noise[i], ys[i], a, act, eta, config.loss, extra, grams[i])
+                chunk_losses.append(lval)
             t += 1
             if t in mark_set:
-                cl = torch.stack(chunk_losses).double().cpu()
-                losses[t - len(chunk_losses) : t] = cl
-                chunk_losses = []
+                losses[t - (i + 1 - flushed) : t] = take_losses(ys, chunk_losses, flushed, i + 1)
+                chunk_losses, flushed = [], i + 1
                 al = alignment()
                 bad = ~torch.isfinite(losses[last:t]).all(-1)
                 if bad.any() or not torch.isfinite(al).all():
@@ -324,8 +344,8 @@ def train(
                     break
                 logger.record(t, al, float(losses[last:t].mean()), eta)
                 last = t
-        if reduced:  # exact renormalisation once per chunk
-            c, r = renormalise_reduced(c, r, q)
+        if reduced:  # fold the deferred scale back and renormalise exactly, once per chunk
+            stepper.reset(*renormalise_reduced(*stepper.weights(), q))
         else:
             w = w / w.norm(dim=-1, keepdim=True)
         if hit_threshold is not None and diverged is None:
@@ -338,12 +358,12 @@ def train(
                     logger.record(t, alignment(), float(losses[last:t].mean()) if t > last else None, eta)
                 bar.update(n)
                 break
-        if chunk_losses and diverged is None:
-            cl = torch.stack(chunk_losses).double().cpu()
-            losses[t - len(chunk_losses) : t] = cl
+        if flushed < n and diverged is None:
+            cl = take_losses(ys, chunk_losses, flushed, n)
+            losses[t - (n - flushed) : t] = cl
             bad = ~torch.isfinite(cl).all(-1)
             if bad.any():
-                diverged = t - len(chunk_losses) + int(bad.nonzero()[0, 0]) + 1
+                diverged = t - (n - flushed) + int(bad.nonzero()[0, 0]) + 1
         bar.update(n)
     bar.close()
     extra = {"hit_step": hit, "steps_run": t} if hit_threshold is not None else {"steps_run": t}

@@ -15,6 +15,7 @@ Each name gives a NumPy function (for quadrature) and torch functions for the va
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -98,7 +99,9 @@ def _parity_eval(coeffs: tuple[float, ...]) -> Callable[[torch.Tensor], torch.Te
     return ev
 
 
-def _poly_activation(name: str, degrees: list[int]) -> Activation:
+@functools.lru_cache(maxsize=64)
+def _poly_activation(name: str, degrees: tuple[int, ...]) -> Activation:
+    """Polynomial activation (built once per name: the Activation is immutable, so it is shared)."""
     herme = np.zeros(max(degrees) + 1)
     for j in degrees:
         herme[j] += 1.0 / math.sqrt(math.factorial(j))
@@ -142,7 +145,7 @@ def get_activation(name: str) -> Activation:
                 f"unknown activation/link {name!r}: use 'heJ' (J <= 12), sums like 'he2+he4', 'relu', 'tanh'"
             )
         degrees.append(int(m.group(1)))
-    return _poly_activation(key, degrees)
+    return _poly_activation(key, tuple(degrees))
 
 
 def _zexp(y: np.ndarray) -> np.ndarray:

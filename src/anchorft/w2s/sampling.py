@@ -28,10 +28,28 @@ def make_generators(seeds: list[int], stream: int, device: torch.device) -> list
 
 
 def gaussian_chunk(
-    gens: list[torch.Generator], chunk: int, batch: int, dim: int, dtype: torch.dtype, device: torch.device
+    gens: list[torch.Generator],
+    chunk: int,
+    batch: int,
+    dim: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Standard Gaussians (chunk, S, batch, dim), seed i drawn from gens[i]."""
-    return torch.stack([torch.randn((chunk, batch, dim), generator=g, dtype=dtype, device=device) for g in gens], 1)
+    """Standard Gaussians (chunk, S, batch, dim), seed i drawn from gens[i].
+
+    With `out` (S, >= chunk, batch, dim), the draws are written into out[:, :chunk] (no new memory, the same numbers)
+    and a (chunk, S, batch, dim) view of it is returned.
+    """
+    if out is None:
+        return torch.stack(
+            [torch.randn((chunk, batch, dim), generator=g, dtype=dtype, device=device) for g in gens], 1
+        )
+    if out.shape[0] != len(gens) or out.shape[1] < chunk or tuple(out.shape[2:]) != (batch, dim):
+        raise ValueError(f"out must have shape ({len(gens)}, >= {chunk}, {batch}, {dim}), got {tuple(out.shape)}")
+    for i, g in enumerate(gens):
+        torch.randn((chunk, batch, dim), generator=g, dtype=out.dtype, device=out.device, out=out[i, :chunk])
+    return out[:, :chunk].transpose(0, 1)
 
 
 def isotropic(gens: list[torch.Generator], chunk: int, batch: int, d: int, dtype, device) -> torch.Tensor:
@@ -50,9 +68,11 @@ def generative_dense(
     return alpha * g + (1.0 - alpha) * pg
 
 
-def generative_reduced(gens: list[torch.Generator], s: int, chunk: int, batch: int, dtype, device) -> torch.Tensor:
-    """Coordinates z ~ N(0, I_s) of x = B z at lambda = 1: (chunk, S, batch, s)."""
-    return gaussian_chunk(gens, chunk, batch, s, dtype, device)
+def generative_reduced(
+    gens: list[torch.Generator], s: int, chunk: int, batch: int, dtype, device, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Coordinates z ~ N(0, I_s) of x = B z at lambda = 1: (chunk, S, batch, s) (into `out`, see gaussian_chunk)."""
+    return gaussian_chunk(gens, chunk, batch, s, dtype, device, out)
 
 
 def lift(z: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
