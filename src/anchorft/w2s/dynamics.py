@@ -256,8 +256,8 @@ def train(
         # theta)^T c0, and w = r p + B c = r w0 + B (c - r c0): one d-dimensional GEMM at the start and one at the end.
         w0 = problem.w0
         c0 = w0 @ b0  # (S, N, s)
-        q = ((w0 * w0).sum(-1) - (c0 * c0).sum(-1)).clamp_(min=0.0)
-        b_theta = b0.mT @ thetas.mT  # (S, s, K)
+        q = (torch.linalg.vector_norm(w0, dim=-1).square_() - (c0 * c0).sum(-1)).clamp_(min=0.0)
+        b_theta = (thetas @ b0).mT  # (S, s, K)
         p_theta = w0 @ thetas.mT - c0 @ b_theta  # (S, N, K)
         weak_b = problem.weak_u @ b0  # (S, M, s)
         stepper = ReducedStepper(c0, torch.ones_like(q), a, act, config.loss, batch, config.chunk)
@@ -270,7 +270,7 @@ def train(
         def weights() -> torch.Tensor:
             c, r = stepper.weights()
             r = r.unsqueeze(-1)
-            return torch.baddbmm(r * w0, c.sub_(r * c0), b0.mT)
+            return torch.bmm(c.sub_(r * c0), b0.mT).addcmul_(r, w0)
 
     else:
         w = problem.w0.clone()
