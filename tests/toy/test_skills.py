@@ -33,8 +33,9 @@ def _independent_answer(item: sk.Item) -> str:
         expr = expr.replace("T", " True ").replace("F", " False ")
         return "T" if eval(expr) else "F"  # Python's own precedence: an independent evaluator
     if item.skill == "recall":
-        name = re.fullmatch(r"(?:colour of |what colour is )?([a-z]{4})(?: has which colour)?\?", q)[1]
-        return sk.knowledge_base()[name]
+        kb = sk.knowledge_base()
+        (name,) = [w for w in re.findall(r"\b[a-z]{4}\b", q) if w in kb]
+        return kb[name]
     if item.skill.startswith("math"):
         m = re.fullmatch(r"(\d+)([+-])(\d+)=\?", q)
         if m:

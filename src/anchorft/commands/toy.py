@@ -28,6 +28,13 @@ def _parser() -> argparse.ArgumentParser:
         help="key=v1,v2,... (anchor_rank, anchor_lambda, anchor_targets, learning_rate); repeatable",
     )
     cmp_.add_argument("--seeds", type=int, nargs="+", default=None, help="override the preset's seeds")
+    cmp_.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="fine-tunes run at once, one process each (default: the number of CPU cores, at most 4; results "
+        "do not depend on it)",
+    )
     sub.add_parser("rl", add_help=False, help="DAPO from a comparison's models, evaluated before/after (rl -h)")
     p.add_argument(
         "--threads",
@@ -74,6 +81,11 @@ def main(argv: list[str]) -> int:
 
     if args.seeds:
         cfg.seeds = list(args.seeds)
-    run_compare(cfg, args.out, methods=args.methods, sweep=args.sweep)
+    import os
+
+    workers = args.workers if args.workers is not None else max(1, min(4, os.cpu_count() or 1))
+    if workers > 1:  # each worker gets its share of the threads
+        torch.set_num_threads(max(args.threads, workers))
+    run_compare(cfg, args.out, methods=args.methods, sweep=args.sweep, workers=workers)
     print(f"report: {Path(args.out) / 'report.md'}  results: {Path(args.out) / 'results.json'}")
     return 0

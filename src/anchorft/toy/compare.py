@@ -266,17 +266,49 @@ def _mean_metrics(per_seed: list[dict]) -> dict:
     return out
 
 
+def _finetune_and_evaluate(cfg: CompareConfig, run: RunSpec, seed: int, base_dir: Path, out: Path, threads: int):
+    """One job of the comparison: fine-tune `run` at `seed` from the base model, evaluate, save the model.
+
+    A top-level function so that a worker process can run it; everything it uses is rebuilt from its
+    arguments (same seed, same result, whichever process runs it). Returns (run name, seed, metrics)."""
+    from anchorft.rpsft.data import load_tokenizer
+    from anchorft.rpsft.train import train
+
+    if threads:
+        torch.set_num_threads(threads)
+    tok = load_tokenizer(str(base_dir))
+    data = finetune_dataset(cfg.finetune_items, np.random.default_rng(1000 + seed), cfg.id_skill)
+    args = _train_args(cfg, run, seed, out / "runs" / f"{run.name}-seed{seed}")
+    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    t0 = time.perf_counter()
+    trainer = train(args, model, data, tokenizer=tok)
+    seconds = time.perf_counter() - t0
+    gen = torch.Generator().manual_seed(cfg.eval_seed)
+    metrics = evaluate_toy(trainer.model, tok, comparison_eval_sets(cfg), cfg.eval, gen, id_skill=cfg.id_skill)
+    metrics.update(seed=seed, train_seconds=seconds)
+    name = run.name if seed == cfg.seeds[0] else f"{run.name}-seed{seed}"
+    trainer.model.save_pretrained(out / "models" / name)
+    tok.save_pretrained(out / "models" / name)
+    return run.name, seed, metrics
+
+
 def run_compare(
     preset_or_config: str | dict | CompareConfig = "default",
     out_dir: str | Path = "runs/toy-compare",
     methods: list[str] | None = None,
     sweep: list[str] | None = None,
     progress: bool = True,
+    workers: int = 1,
 ) -> dict:
     """Pretrain (cached), fine-tune every run x seed through `anchorft.rpsft.train.train`, evaluate,
-    write results.json / report.md / tradeoff.png / models/ under `out_dir`; returns the results."""
-    from anchorft.rpsft.train import train
+    write results.json / report.md / tradeoff.png / models/ under `out_dir`; returns the results.
 
+    `workers` > 1 runs that many fine-tunes at once in separate processes (spawned), each with
+    torch.get_num_threads() // workers threads (at least 1): the testbed's matrices are too small for
+    two threads to halve a step, so two one-thread jobs beat one two-thread job. The results do not
+    depend on `workers`."""
+    if workers < 1:
+        raise ValueError(f"workers: must be >= 1, got {workers}")
     cfg = load_config(preset_or_config)
     if methods:
         bad = [m for m in methods if m not in METHODS and m not in {r.name for r in cfg.runs}]
@@ -297,13 +329,9 @@ def run_compare(
 
     tok = load_tokenizer(str(base_dir))
     eval_sets = comparison_eval_sets(cfg)
-
-    def evaluate(model) -> dict:
-        gen = torch.Generator().manual_seed(cfg.eval_seed)
-        return evaluate_toy(model, tok, eval_sets, cfg.eval, gen, id_skill=cfg.id_skill)
-
     base_model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
-    base = evaluate(base_model)
+    gen = torch.Generator().manual_seed(cfg.eval_seed)
+    base = evaluate_toy(base_model, tok, eval_sets, cfg.eval, gen, id_skill=cfg.id_skill)
     base_model.save_pretrained(out / "models" / "base")
     tok.save_pretrained(out / "models" / "base")
     base["pretrain"] = {k: pretrain_metrics[k] for k in ("params", "greedy_accuracy", "train_seconds", "key")}
@@ -325,35 +353,44 @@ def run_compare(
         },
     }
     jobs = list(itertools.product(cfg.runs, cfg.seeds))
-    bar = tqdm(jobs, desc="toy compare", disable=not progress)
-    per_run: dict[str, list[dict]] = {}
-    for run, seed in bar:
-        bar.set_postfix(run=run.name, seed=seed)
-        data = finetune_dataset(cfg.finetune_items, np.random.default_rng(1000 + seed), cfg.id_skill)
-        args = _train_args(cfg, run, seed, out / "runs" / f"{run.name}-seed{seed}")
-        model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
-        t0 = time.perf_counter()
-        trainer = train(args, model, data, tokenizer=tok)
-        seconds = time.perf_counter() - t0
-        metrics = evaluate(trainer.model)
-        metrics.update(seed=seed, train_seconds=seconds)
-        per_run.setdefault(run.name, []).append(metrics)
-        name = run.name if seed == cfg.seeds[0] else f"{run.name}-seed{seed}"
-        trainer.model.save_pretrained(out / "models" / name)
-        tok.save_pretrained(out / "models" / name)
-        summary = _mean_metrics(per_run[run.name])
-        results["methods"][run.name] = {
-            **summary,
+    per_run: dict[str, dict[int, dict]] = {}
+    specs = {r.name: r for r in cfg.runs}
+
+    def record(name: str, seed: int, metrics: dict) -> None:
+        per_run.setdefault(name, {})[seed] = metrics
+        seeds = [m for _, m in sorted(per_run[name].items())]  # seed order, whatever the finishing order
+        run = specs[name]
+        results["methods"][name] = {
+            **_mean_metrics(seeds),
             "method": run.method,
             "settings": {k: v for k, v in dataclasses.asdict(run).items() if v is not None and k != "name"},
-            "per_seed": per_run[run.name],
+            "per_seed": seeds,
         }
         write_json(out / "results.json", results)
         tqdm.write(
-            f"{run.name} seed {seed}: id_greedy {metrics['id_greedy']:.3f} ood_mean {metrics['ood_mean']:.3f} "
-            f"({seconds:.0f}s)"
+            f"{name} seed {seed}: id_greedy {metrics['id_greedy']:.3f} ood_mean {metrics['ood_mean']:.3f} "
+            f"({metrics['train_seconds']:.0f}s)"
         )
-        del trainer, model
+
+    bar = tqdm(total=len(jobs), desc="toy compare", disable=not progress)
+    if workers == 1:
+        for run, seed in jobs:
+            bar.set_postfix(run=run.name, seed=seed)
+            record(*_finetune_and_evaluate(cfg, run, seed, base_dir, out, 0))
+            bar.update()
+    else:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        threads = max(1, torch.get_num_threads() // workers)
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+            futures = [pool.submit(_finetune_and_evaluate, cfg, r, s, base_dir, out, threads) for r, s in jobs]
+            for fut in as_completed(futures):
+                record(*fut.result())
+                bar.update()
+    bar.close()
+    # the report lists runs in the config's order
+    results["methods"] = {r.name: results["methods"][r.name] for r in cfg.runs if r.name in results["methods"]}
     write_json(out / "results.json", results)
     write_report(results, out / "report.md")
     write_tradeoff_plot(results, out / "tradeoff.png")

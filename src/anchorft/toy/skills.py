@@ -40,7 +40,7 @@ __all__ = [
 LETTERS = string.ascii_lowercase
 COLOURS = ("red", "blue", "green", "pink", "gray", "gold", "teal", "plum")
 KB_SEED = 20260501  # the knowledge base is part of the testbed's "world": fixed, not a run seed
-KB_SIZE = 240
+KB_SIZE = 120
 EVAL_FRACTION = 0.25  # share of each skill's item space that is held out for evaluation
 NAMES = ("ann", "bob", "cal", "dee", "eve", "fay", "gus", "hal", "ivy", "jon")
 OBJECTS = ("pens", "cups", "figs", "nuts", "eggs", "hats", "keys", "toys")
@@ -104,7 +104,7 @@ def _gen_next(rng):
 
 
 def _gen_count(rng):
-    w = _word(rng, 4, 9, "abcd")
+    w = _word(rng, 3, 7, "abcd")
     c = "abcd"[int(rng.integers(0, 4))]
     return f"{c}|{w}", f"count {c} in {w}", str(w.count(c))
 
@@ -153,13 +153,27 @@ def kb_statements() -> list[str]:
     return [f"{name} is {colour}." for name, colour in _KB.items()]
 
 
-RECALL_TEMPLATES = ("colour of {}?", "what colour is {}?", "{} has which colour?")
+RECALL_TEMPLATES = (
+    "colour of {}?",
+    "what colour is {}?",
+    "{} has which colour?",
+    "which colour is {}?",
+    "tell me the colour of {}.",
+    "{}: colour?",
+    "and {} is what colour?",
+    "name the colour of {}.",
+    "{} is which colour?",
+    "what is the colour of {}?",
+    "colour for {}?",
+    "say the colour of {}.",
+)
 
 
 def _gen_recall(rng):
     # The item key is (name, phrasing): evaluation asks about known facts in phrasings held out for that
-    # name, so it tests recall of stored knowledge, not memorised question strings. (Facts stated only
-    # as text, never asked, stay at chance for a model this small: the knowledge-extraction gap.)
+    # name, so it tests recall of stored knowledge, not memorised question strings (with 12 phrasings a
+    # name is asked in about 9 of them in training, which makes the fact, not the string, the thing learnt).
+    # Facts stated only as text, never asked, stay at chance for a model this small: the knowledge-extraction gap.
     name = _KB_NAMES[int(rng.integers(0, len(_KB_NAMES)))]
     t = int(rng.integers(0, len(RECALL_TEMPLATES)))
     return f"{name}|{t}", RECALL_TEMPLATES[t].format(name), _KB[name]

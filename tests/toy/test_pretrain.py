@@ -1,0 +1,52 @@
+"""Packing in pretraining: a packed batch computes what the documents compute one per row."""
+
+import numpy as np
+import pytest
+import torch
+
+from anchorft.toy.pretrain import PretrainConfig, _batch, build_model, build_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    cfg = PretrainConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, batch_size=4, pack_len=64)
+    tok = build_tokenizer(np.random.default_rng(0))
+    model = build_model(cfg, len(tok), tok, seed=0).eval()
+    return cfg, tok, model
+
+
+
+
+def test_packed_batch_matches_one_document_per_row(tiny):
+    cfg, tok, model = tiny
+    ids, labels, pos, mask = _batch(cfg, tok, np.random.default_rng(3))
+    assert ids.shape == (4, 64) and mask.shape == (4, 1, 64, 64)
+    assert (ids != tok.pad_token_id).sum() > 0.6 * ids.numel()  # packing fills the rows
+    with torch.no_grad():
+        packed = model(input_ids=ids, position_ids=pos, attention_mask=mask).logits  # (B, T, V)
+        n_docs = 0
+        for r in range(ids.shape[0]):
+            c = 0
+            while c < ids.shape[1] and ids[r, c] == tok.bos_token_id:
+                n = int((pos[r, c:] == torch.arange(ids.shape[1] - c)).long().cumprod(0).sum())  # run of 0,1,2..
+                alone = model(input_ids=ids[r : r + 1, c : c + n]).logits[0]  # the document on its own
+                torch.testing.assert_close(packed[r, c : c + n], alone, atol=1e-5, rtol=1e-5)
+                c, n_docs = c + n, n_docs + 1
+        assert n_docs > 4  # several documents per row
+
+
+def test_labels_mask_prompt_and_padding(tiny):
+    cfg, tok, _ = tiny
+    ids, labels, pos, _ = _batch(cfg, tok, np.random.default_rng(4))
+    assert (labels[ids == tok.pad_token_id] == -100).all()
+    assert (labels[ids == tok.bos_token_id] == -100).all()
+    eos = ids == tok.eos_token_id
+    assert (labels[eos] == tok.eos_token_id).all()  # the answer's end is learnt
+    # unpacked mode: one document per row, no mask
+    ids0, labels0, pos0, mask0 = _batch(PretrainConfig(batch_size=3, pack_len=0), tok, np.random.default_rng(4))
+    assert ids0.shape[0] == 3 and pos0 is None and mask0 is None
+
+
+def test_pack_len_too_small_is_an_error():
+    with pytest.raises(ValueError, match="pack_len"):
+        PretrainConfig(pack_len=20).validate()
