@@ -122,3 +122,38 @@ def test_workers_give_the_same_results(tmp_path, monkeypatch):
             assert seed_a[key] == seed_b[key], key
     with pytest.raises(ValueError, match="workers"):
         run_compare(cfg, tmp_path / "c", progress=False, workers=0)
+
+
+def _fake_results(methods: dict, seeds=(0,), base_ood=0.9):
+    base = {"id_avg@k": 0.0, "id_pass@k": 0.0, "id_greedy": 0.0, "ood_mean": base_ood, "ood": {"reverse": base_ood}}
+    settings = {"k": 4, "n_samples": 8, "temperature": 0.7, "top_p": 0.95, "id_skill": "math_add3", "id_items": 10,
+                "ood_items": {"reverse": 10}, "seeds": list(seeds), "pretrained": "x"}  # fmt: skip
+    out = {}
+    for name, (idg, ood) in methods.items():
+        m = {"id_avg@k": idg, "id_pass@k": idg, "id_greedy": idg, "ood_mean": ood, "ood": {"reverse": ood}}
+        out[name] = {**m, "train_seconds": 1.0, "std": {}, "method": name.split("-")[0], "settings": {},
+                     "per_seed": [{**m, "seed": s} for s in seeds]}  # fmt: skip
+    return {"base": base, "methods": out, "settings": settings}
+
+
+def test_merge_results_and_report_command(tmp_path):
+    from anchorft.cli import main as cli
+    from anchorft.toy.report import merge_results
+
+    a = _fake_results({"sft": (0.5, 0.6), "l2": (0.2, 0.85)}, seeds=(0, 1))
+    b = _fake_results({"rpsft-k4": (0.4, 0.7)}, seeds=(2,))
+    merged = merge_results([a, b])
+    assert list(merged["methods"]) == ["sft", "l2", "rpsft-k4"] and merged["settings"]["seeds"] == [0, 1, 2]
+    with pytest.raises(ValueError, match="twice"):
+        merge_results([a, a])
+    with pytest.raises(ValueError, match="base scores"):
+        merge_results([a, _fake_results({"x": (0.1, 0.1)}, base_ood=0.5)])
+    for name, r in (("a", a), ("b", b)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(r))
+    assert (
+        cli(["toy", "report", "--from", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "m")]) == 0
+    )
+    text = (tmp_path / "m" / "report.md").read_text()
+    assert "| rpsft-k4 |" in text and "| sft |" in text and (tmp_path / "m" / "tradeoff.png").stat().st_size > 0
+    assert set(json.loads((tmp_path / "m" / "results.json").read_text())["methods"]) == {"sft", "l2", "rpsft-k4"}

@@ -32,21 +32,29 @@ def _parser() -> argparse.ArgumentParser:
         "--workers",
         type=int,
         default=None,
-        help="fine-tunes run at once, one process each (default: the number of CPU cores, at most 4; results "
-        "do not depend on it)",
+        help="fine-tunes run at once, one process each with threads/workers torch threads (default: --threads; "
+        "results do not depend on it)",
     )
+    rep = sub.add_parser("report", help="one report.md + tradeoff.png from several comparisons of the same base")
+    rep.add_argument("--from", dest="sources", nargs="+", required=True, help="comparison folders (results.json)")
+    rep.add_argument("--out", required=True, help="output folder (report.md, tradeoff.png, results.json)")
     sub.add_parser("rl", add_help=False, help="DAPO from a comparison's models, evaluated before/after (rl -h)")
     p.add_argument(
         "--threads",
         type=int,
-        default=1,
-        help="torch CPU threads (default 1: the matrices are tiny and extra threads lose to contention)",
+        default=None,
+        help="torch CPU threads (default: the number of cores, at most 4; on a machine shared with other jobs use 1, "
+        "since extra threads spin-wait under contention)",
     )
     return p
 
 
 def main(argv: list[str]) -> int:
     args, extra = _parser().parse_known_args(argv)
+    if args.threads is None:
+        import os
+
+        args.threads = max(1, min(4, os.cpu_count() or 1))
     if args.cmd == "rl":
         from anchorft.commands.toy_rl import main_rl
 
@@ -58,6 +66,23 @@ def main(argv: list[str]) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
+    if args.cmd == "report":
+        from anchorft.io import write_json
+        from anchorft.toy.report import merge_results, write_report, write_tradeoff_plot
+
+        parts = []
+        for src in args.sources:
+            path = Path(src) / "results.json"
+            if not path.is_file():
+                raise ValueError(f"--from: {path} does not exist")
+            parts.append(json.loads(path.read_text()))
+        merged = merge_results(parts)
+        out = Path(args.out)
+        write_json(out / "results.json", merged, indent=2)
+        write_report(merged, out / "report.md")
+        write_tradeoff_plot(merged, out / "tradeoff.png")
+        print(f"report: {out / 'report.md'}  ({len(merged['methods'])} runs from {len(parts)} comparisons)")
+        return 0
     from anchorft.toy.compare import load_config
 
     cfg = load_config(args.preset)
@@ -81,11 +106,10 @@ def main(argv: list[str]) -> int:
 
     if args.seeds:
         cfg.seeds = list(args.seeds)
-    import os
-
-    workers = args.workers if args.workers is not None else max(1, min(4, os.cpu_count() or 1))
-    if workers > 1:  # each worker gets its share of the threads
-        torch.set_num_threads(max(args.threads, workers))
+    # default: one worker per thread (each fine-tune then runs on one thread, pretraining on all of them)
+    workers = args.workers if args.workers is not None else args.threads
+    if workers < 1:
+        raise ValueError(f"--workers: must be >= 1, got {workers}")
     run_compare(cfg, args.out, methods=args.methods, sweep=args.sweep, workers=workers)
     print(f"report: {Path(args.out) / 'report.md'}  results: {Path(args.out) / 'results.json'}")
     return 0

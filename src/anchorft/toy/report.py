@@ -8,7 +8,7 @@ import numpy as np
 
 from anchorft.io import save_figure, write_text
 
-__all__ = ["write_report", "write_tradeoff_plot", "acceptance"]
+__all__ = ["write_report", "write_tradeoff_plot", "acceptance", "merge_results"]
 
 COLS = (("id_avg@k", "ID Avg@k"), ("id_pass@k", "ID Pass@k"), ("id_greedy", "ID greedy"), ("ood_mean", "OOD mean"))
 
@@ -30,6 +30,31 @@ def acceptance(results: dict) -> dict | None:
     id_gain = 100 * (s["id_greedy"] - b["id_greedy"])
     ood_loss = 100 * (b["ood_mean"] - s["ood_mean"])
     return {"id_gain_points": id_gain, "ood_loss_points": ood_loss, "ok": id_gain >= 10 and ood_loss >= 10}
+
+
+def merge_results(parts: list[dict]) -> dict:
+    """One results dict from several comparisons of the same base and evaluation (e.g. a preset and a sweep).
+
+    The bases must agree (same pretrained model, same evaluation settings and base scores): otherwise their
+    methods are not comparable and this raises ValueError. Methods keep the order of `parts`; a name present
+    in two parts is an error (rename the runs)."""
+    if not parts:
+        raise ValueError("parts: need at least one results dict")
+    first = parts[0]
+    merged = {"base": first["base"], "methods": {}, "settings": first["settings"]}
+    for i, r in enumerate(parts):
+        for key in ("pretrained", "id_skill", "id_items", "ood_items", "k", "n_samples", "temperature", "top_p"):
+            if r["settings"].get(key) != first["settings"].get(key):
+                raise ValueError(f"results {i}: settings[{key!r}] differs from the first ({r['settings'].get(key)!r})")
+        if r["base"]["ood"] != first["base"]["ood"] or r["base"]["id_greedy"] != first["base"]["id_greedy"]:
+            raise ValueError(f"results {i}: its base scores differ from the first: not the same base or evaluation")
+        for name, m in r["methods"].items():
+            if name in merged["methods"]:
+                raise ValueError(f"results {i}: method {name!r} appears twice")
+            merged["methods"][name] = m
+    seeds = sorted({s for r in parts for s in r["settings"].get("seeds", [])})
+    merged["settings"] = {**first["settings"], "seeds": seeds}
+    return merged
 
 
 def write_report(results: dict, path: str | Path) -> None:

@@ -125,8 +125,12 @@ def _bool_eval(terms: list[tuple[bool, bool]], ops: list[str]) -> bool:
 
 
 def _gen_bool(rng):
-    terms = [(bool(rng.integers(0, 2)), bool(rng.integers(0, 2))) for _ in range(3)]
-    ops = ["&" if rng.integers(0, 2) else "|" for _ in range(2)]
+    # 2 to 4 terms (2,336 distinct expressions): with only the 256 three-term ones, a model memorised the 192 of
+    # the training split (100 % on them) and reached 84-93 % on the held-out ones; more distinct expressions make
+    # the rule, not the table, the thing learnt.
+    n_terms = int(rng.choice([2, 3, 4], p=[0.2, 0.4, 0.4]))
+    terms = [(bool(rng.integers(0, 2)), bool(rng.integers(0, 2))) for _ in range(n_terms)]
+    ops = ["&" if rng.integers(0, 2) else "|" for _ in range(n_terms - 1)]
     text = ("~" if terms[0][0] else "") + ("T" if terms[0][1] else "F")
     for op, (neg, v) in zip(ops, terms[1:]):
         text += op + ("~" if neg else "") + ("T" if v else "F")
