@@ -53,11 +53,11 @@ class CompareConfig:
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     runs: list[RunSpec] = field(default_factory=list)
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    id_skill: str = "math_add3"  # the fine-tuning and ID evaluation distribution (see skills.ID_SKILLS)
+    id_skill: str = "math_word"  # the fine-tuning and ID evaluation distribution (see skills.ID_SKILLS)
     finetune_items: int = 2000  # size of the fine-tuning set (train split of id_skill)
     learning_rate: float = 1e-3
     max_steps: int = 300
-    batch_size: int = 64
+    batch_size: int = 32
     warmup_ratio: float = 0.03
     anchor_lambda: float = 1.0
     anchor_targets: str = "all-linear"
@@ -102,8 +102,9 @@ def paper_rank(hidden_size: int) -> int:
     return max(1, round(768 / 4096 * hidden_size))
 
 
-def _default_runs(ranks: list[int]) -> list[RunSpec]:
-    runs = [RunSpec("sft", "sft"), RunSpec("dft", "dft"), RunSpec("iw_sft", "iw_sft"), RunSpec("l2", "l2")]
+def _default_runs(ranks: list[int], l2_lambda: float | None = None) -> list[RunSpec]:
+    runs = [RunSpec("sft", "sft"), RunSpec("dft", "dft"), RunSpec("iw_sft", "iw_sft")]
+    runs.append(RunSpec("l2", "l2", anchor_lambda=l2_lambda))
     runs += [RunSpec(f"rpsft-k{k}", "rpsft", anchor_rank=k) for k in ranks]
     return runs
 
@@ -124,7 +125,10 @@ def _smoke() -> CompareConfig:
 
 def _default() -> CompareConfig:
     pre = PretrainConfig()
-    return CompareConfig(pretrain=pre, runs=_default_runs([4, paper_rank(128), 64]), seeds=[0, 1, 2])
+    # l2 at lambda 0.01: its sum runs over every direction of every matrix, and at lambda 1 it does not move
+    # (session 1); rpsft at the paper's lambda 1 and rank (768/4096 of the width = 24) and a third of it.
+    runs = _default_runs([8, paper_rank(128)], l2_lambda=0.01)
+    return CompareConfig(pretrain=pre, runs=runs, seeds=[0, 1, 2])
 
 
 PRESETS = {"smoke": _smoke, "default": _default}

@@ -77,13 +77,14 @@ def write_report(results: dict, path: str | Path) -> None:
     lines.append("| " + " | ".join(row) + " |")
     for name, m in methods.items():
         sett = ", ".join(f"{a}={b}" for a, b in m["settings"].items() if a != "method")
+        sett = f"{sett or m['method']}, {len(m['per_seed'])} seed(s)"
         cells = []
         for c, _ in COLS:
             sd = m.get("std", {}).get(c, 0.0)
             cells.append(f"{_pct(m[c])} +- {_pct(sd)} ({_delta(m[c], base[c])})")
         cells += [f"{_pct(m['ood'][s])} ({_delta(m['ood'][s], base['ood'][s])})" for s in skills]
         cells.append(f"{m['train_seconds']:.0f}")
-        lines.append(f"| {name} | {sett or m['method']} | " + " | ".join(cells) + " |")
+        lines.append(f"| {name} | {sett} | " + " | ".join(cells) + " |")
     acc = acceptance(results)
     if acc is not None:
         lines += [
