@@ -15,8 +15,6 @@ def tiny():
     return cfg, tok, model
 
 
-
-
 def test_packed_batch_matches_one_document_per_row(tiny):
     cfg, tok, model = tiny
     ids, labels, pos, mask = _batch(cfg, tok, np.random.default_rng(3))
