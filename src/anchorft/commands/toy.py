@@ -107,9 +107,7 @@ def main(argv: list[str]) -> int:
     if args.seeds:
         cfg.seeds = list(args.seeds)
     # default: one worker per thread (each fine-tune then runs on one thread, pretraining on all of them)
-    workers = args.workers if args.workers is not None else args.threads
-    if workers < 1:
-        raise ValueError(f"--workers: must be >= 1, got {workers}")
+    workers = args.workers if args.workers is not None else args.threads  # run_compare checks it
     run_compare(cfg, args.out, methods=args.methods, sweep=args.sweep, workers=workers)
     print(f"report: {Path(args.out) / 'report.md'}  results: {Path(args.out) / 'results.json'}")
     return 0

@@ -24,9 +24,10 @@ import yaml
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM
 
+from anchorft.io import write_json
 from anchorft.toy import skills as sk
 from anchorft.toy.evaluate import EvalSettings, build_eval_sets, evaluate_toy
-from anchorft.toy.pretrain import PretrainConfig, pretrained_model, write_json
+from anchorft.toy.pretrain import PretrainConfig, pretrained_model
 from anchorft.toy.report import write_report, write_tradeoff_plot
 
 __all__ = ["CompareConfig", "RunSpec", "PRESETS", "load_config", "expand_sweeps", "finetune_dataset", "run_compare"]
@@ -370,7 +371,7 @@ def run_compare(
             "settings": {k: v for k, v in dataclasses.asdict(run).items() if v is not None and k != "name"},
             "per_seed": seeds,
         }
-        write_json(out / "results.json", results)
+        write_json(out / "results.json", results, indent=2)
         tqdm.write(
             f"{name} seed {seed}: id_greedy {metrics['id_greedy']:.3f} ood_mean {metrics['ood_mean']:.3f} "
             f"({metrics['train_seconds']:.0f}s)"
@@ -395,7 +396,7 @@ def run_compare(
     bar.close()
     # the report lists runs in the config's order
     results["methods"] = {r.name: results["methods"][r.name] for r in cfg.runs if r.name in results["methods"]}
-    write_json(out / "results.json", results)
+    write_json(out / "results.json", results, indent=2)
     write_report(results, out / "report.md")
     write_tradeoff_plot(results, out / "tradeoff.png")
     return results

@@ -7,10 +7,9 @@ packed row computes exactly what the documents would compute one per row, withou
 (documents here are 10-45 tokens: padding each row to the longest wasted about 40 % of a step).
 The loss is the next-token cross-entropy on the answers (or every token, `loss_on="all"`).
 AdamW with a one-cycle schedule (linear warmup, cosine decay). Randomness comes from an explicit numpy
-Generator (data) and torch.Generator
-(initialisation). The result is saved with `save_pretrained` (safetensors) beside its tokenizer
-and a metrics.json of greedy accuracy per skill; `pretrained_model` caches it under a directory
-keyed by the hash of the config, so that `make demo` pretrains once.
+Generator (data) and torch.Generator (initialisation). The result is saved with `save_pretrained`
+(safetensors) beside its tokenizer and a metrics.json of greedy accuracy per skill; `pretrained_model`
+caches it under a directory keyed by the hash of the config, so that `make demo` pretrains once.
 """
 
 from __future__ import annotations
@@ -31,12 +30,12 @@ import torch
 from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from anchorft.io import write_json as _write_json
+from anchorft.io import write_json
 from anchorft.toy import skills as sk
 from anchorft.toy.evaluate import evaluate_skills
 from anchorft.toy.tokenizer import train_tokenizer
 
-__all__ = ["PretrainConfig", "pretrain", "pretrained_model", "cache_root", "write_json"]
+__all__ = ["PretrainConfig", "pretrain", "pretrained_model", "cache_root"]
 
 DEFAULT_MIX = {  # weights set by the skills' learning speed (docs/toy.md): the slow ones are drawn more often
     "reverse": 0.7,
@@ -102,11 +101,6 @@ def cache_root() -> Path:
     return (Path(base) if base else Path(".cache") / "anchorft") / "toy"
 
 
-def write_json(path: Path, obj) -> None:
-    """Atomic JSON write (tmp file then os.replace)."""
-    _write_json(path, obj, indent=2)
-
-
 def _documents(mix: dict[str, float], n: int, rng: np.random.Generator) -> list[tuple[str, str]]:
     """`n` pretraining documents (context, target) drawn from the mixture (training split only).
 
@@ -155,28 +149,30 @@ def _batch(cfg: PretrainConfig, tok, rng: np.random.Generator):
         labels = torch.tensor([lab + [-100] * (T - len(lab)) for _, lab in docs])
         return ids, labels, None, None
     B, T = cfg.batch_size, cfg.pack_len
-    ids = torch.full((B, T), pad, dtype=torch.long)
-    labels = torch.full((B, T), -100, dtype=torch.long)
-    pos = torch.zeros((B, T), dtype=torch.long)
-    seg = torch.full((B, T), -1, dtype=torch.long)  # document index within the row; -1 on padding
-    row, col, n_doc = 0, 0, 0
-    pending: list = []
-    while row < B:
+    rows: list[list[tuple[list[int], list[int]]]] = [[]]  # whole documents per row, filled greedily
+    used, pending = 0, []
+    while True:
         if not pending:
             pending = _encode_docs(_documents(cfg.mix, 64, rng), tok, cfg.loss_on)[::-1]
-        d_ids, d_lab = pending[-1]
-        n = len(d_ids)
+        n = len(pending[-1][0])
         if n > T:
             raise ValueError(f"pack_len: a document has {n} tokens, more than pack_len={T}")
-        if col + n > T:  # the document does not fit: close this row (its tail stays padding)
-            row, col = row + 1, 0
-            continue
-        pending.pop()
-        ids[row, col : col + n] = torch.tensor(d_ids)
-        labels[row, col : col + n] = torch.tensor(d_lab)
-        pos[row, col : col + n] = torch.arange(n)
-        seg[row, col : col + n] = n_doc
-        col, n_doc = col + n, n_doc + 1
+        if used + n > T:  # the document does not fit: close this row (its tail stays padding)
+            if len(rows) == B:
+                break
+            rows.append([])
+            used = 0
+        rows[-1].append(pending.pop())
+        used += n
+    # one list per row, then one tensor each: (B, T)
+    ids, labels, pos, seg = [], [], [], []
+    for row in rows:
+        pad_n = T - sum(len(d) for d, _ in row)
+        ids.append([t for d, _ in row for t in d] + [pad] * pad_n)
+        labels.append([t for _, lab in row for t in lab] + [-100] * pad_n)
+        pos.append([i for d, _ in row for i in range(len(d))] + [0] * pad_n)
+        seg.append([j for j, (d, _) in enumerate(row) for _ in d] + [-1] * pad_n)  # document index; -1 on padding
+    ids, labels, pos, seg = (torch.tensor(x) for x in (ids, labels, pos, seg))
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     mask = (seg[:, :, None] == seg[:, None, :]) & causal  # (B, T, T): same document, not the future
     mask |= torch.eye(T, dtype=torch.bool)  # padding attends to itself only (no empty softmax rows)
@@ -274,8 +270,8 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, progress: bool = True) ->
         "config": dataclasses.asdict(cfg),
         "key": cfg.key(),
     }
-    write_json(out_dir / "metrics.json", metrics)
-    write_json(out_dir / "pretrain_config.json", dataclasses.asdict(cfg))
+    write_json(out_dir / "metrics.json", metrics, indent=2)
+    write_json(out_dir / "pretrain_config.json", dataclasses.asdict(cfg), indent=2)
     return metrics
 
 

@@ -101,11 +101,7 @@ def write_report(results: dict, path: str | Path) -> None:
         "Trade-off: tradeoff.png (ID greedy gain against OOD retention = OOD mean / base OOD mean; "
         "error bars: std over seeds).",
     ]
-    _atomic_write_text(Path(path), "\n".join(lines) + "\n")
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    write_text(path, text)
+    write_text(path, "\n".join(lines) + "\n")
 
 
 def write_tradeoff_plot(results: dict, path: str | Path) -> None:

@@ -27,11 +27,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from anchorft.io import save_figure
+from anchorft.io import save_figure, write_json
 from anchorft.toy import skills as sk
 from anchorft.toy.compare import CompareConfig, comparison_eval_sets, load_config, paper_rank
 from anchorft.toy.evaluate import evaluate_prompts, evaluate_toy
-from anchorft.toy.pretrain import write_json
 
 __all__ = ["RLStageSettings", "default_methods", "rl_prompts", "run_rl_stage"]
 
@@ -200,14 +199,14 @@ def run_rl_stage(
             "in_compare": {k: compare_results["methods"].get(name, compare_results["base"]).get(k)
                            for k in ("id_greedy", "id_avg@k", "ood_mean")},
         }  # fmt: skip
-        write_json(out / "results.json", results)
+        write_json(out / "results.json", results, indent=2)
         tqdm.write(
             f"{name}: reward {results['methods'][name]['reward_first_quarter']:.3f} -> "
             f"{results['methods'][name]['reward_last_quarter']:.3f}; id_greedy {before['id_greedy']:.3f} -> "
             f"{after['id_greedy']:.3f}; ood_mean {before['ood_mean']:.3f} -> {after['ood_mean']:.3f}"
         )
         del m
-    write_json(out / "results.json", results)
+    write_json(out / "results.json", results, indent=2)
     write_rl_report(results, out / "report.md")
     write_reward_plot(results, out / "reward_curve.png")
     return results
