@@ -148,6 +148,16 @@ def test_merge_results_and_report_command(tmp_path):
         merge_results([a, a])
     with pytest.raises(ValueError, match="base scores"):
         merge_results([a, _fake_results({"x": (0.1, 0.1)}, base_ood=0.5)])
+    # the same run at new seeds: per-seed values pooled, means recomputed (checked against numpy on the values)
+    c = _fake_results({"sft": (0.2, 0.3)}, seeds=(2,))
+    pooled = merge_results([a, c])["methods"]["sft"]
+    assert [s["seed"] for s in pooled["per_seed"]] == [0, 1, 2]
+    assert pooled["id_greedy"] == pytest.approx(np.mean([0.5, 0.5, 0.2]))
+    assert pooled["std"]["ood_mean"] == pytest.approx(np.std([0.6, 0.6, 0.3]))
+    assert pooled["ood"]["reverse"] == pytest.approx(0.5)
+    c["methods"]["sft"]["settings"] = {"learning_rate": 0.1}
+    with pytest.raises(ValueError, match="different methods or settings"):
+        merge_results([a, c])
     for name, r in (("a", a), ("b", b)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "results.json").write_text(json.dumps(r))

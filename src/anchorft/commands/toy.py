@@ -35,7 +35,11 @@ def _parser() -> argparse.ArgumentParser:
         help="fine-tunes run at once, one process each with threads/workers torch threads (default: --threads; "
         "results do not depend on it)",
     )
-    rep = sub.add_parser("report", help="one report.md + tradeoff.png from several comparisons of the same base")
+    rep = sub.add_parser(
+        "report",
+        help="one report.md + tradeoff.png from several comparisons of the same base (a run found in several, "
+        "at different seeds, is pooled over its seeds)",
+    )
     rep.add_argument("--from", dest="sources", nargs="+", required=True, help="comparison folders (results.json)")
     rep.add_argument("--out", required=True, help="output folder (report.md, tradeoff.png, results.json)")
     sub.add_parser("rl", add_help=False, help="DAPO from a comparison's models, evaluated before/after (rl -h)")

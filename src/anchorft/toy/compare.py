@@ -28,7 +28,7 @@ from anchorft.io import write_json
 from anchorft.toy import skills as sk
 from anchorft.toy.evaluate import EvalSettings, build_eval_sets, evaluate_toy
 from anchorft.toy.pretrain import PretrainConfig, pretrained_model
-from anchorft.toy.report import write_report, write_tradeoff_plot
+from anchorft.toy.report import mean_over_seeds, write_report, write_tradeoff_plot
 
 __all__ = ["CompareConfig", "RunSpec", "PRESETS", "load_config", "expand_sweeps", "finetune_dataset", "run_compare"]
 
@@ -263,14 +263,6 @@ def _train_args(cfg: CompareConfig, run: RunSpec, seed: int, out: Path):
     return RPSFTConfig(**kw)
 
 
-def _mean_metrics(per_seed: list[dict]) -> dict:
-    keys = ("id_avg@k", "id_pass@k", "id_greedy", "ood_mean", "train_seconds")
-    out = {k: float(np.mean([m[k] for m in per_seed])) for k in keys if k in per_seed[0]}
-    out["std"] = {k: float(np.std([m[k] for m in per_seed])) for k in keys if k in per_seed[0]}
-    out["ood"] = {s: float(np.mean([m["ood"][s] for m in per_seed])) for s in per_seed[0]["ood"]}
-    return out
-
-
 def _finetune_and_evaluate(cfg: CompareConfig, run: RunSpec, seed: int, base_dir: Path, out: Path, threads: int):
     """One job of the comparison: fine-tune `run` at `seed` from the base model, evaluate, save the model.
 
@@ -366,7 +358,7 @@ def run_compare(
         seeds = [m for _, m in sorted(per_run[name].items())]  # seed order, whatever the finishing order
         run = specs[name]
         results["methods"][name] = {
-            **_mean_metrics(seeds),
+            **mean_over_seeds(seeds),
             "method": run.method,
             "settings": {k: v for k, v in dataclasses.asdict(run).items() if v is not None and k != "name"},
             "per_seed": seeds,
