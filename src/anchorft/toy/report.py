@@ -131,7 +131,8 @@ def write_tradeoff_plot(results: dict, path: str | Path) -> None:
     import matplotlib.pyplot as plt
 
     base = results["base"]
-    fig, ax = plt.subplots(figsize=(7, 5))
+    # a merged report (sweeps) gets more room for its labels
+    fig, ax = plt.subplots(figsize=(7, 5) if len(results["methods"]) <= 10 else (11, 8))
     colours = {"sft": "C0", "dft": "C1", "iw_sft": "C2", "l2": "C3", "rpsft": "C4"}
     for name, m in results["methods"].items():
         seeds = m["per_seed"]
