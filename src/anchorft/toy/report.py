@@ -84,7 +84,8 @@ def write_report(results: dict, path: str | Path) -> None:
     lines = [
         "# Toy testbed: forgetting and its remedies",
         "",
-        f"ID: held-out hard math ({st['id_items']} problems), Avg@{k} and Pass@{k} from n={st['n_samples']} samples "
+        f"ID: {st['id_items']} held-out {st.get('id_skill', 'math')} problems (the fine-tuning distribution), "
+        f"Avg@{k} and Pass@{k} from n={st['n_samples']} samples "
         f"(temperature {st['temperature']}, top_p {st['top_p']}, unbiased estimator), greedy accuracy. "
         f"OOD: greedy accuracy on {', '.join(skills)} and their mean. Seeds: {st['seeds']}. "
         "Values in %, mean over seeds (+- std), change against base in parentheses.",
