@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
             return rc
         done.append(f"weak-to-strong figure: {out / 'w2s-paper' / 'alignment.png'}  (metrics.json beside it)")
     if not args.skip_toy:
+        _announce_toy(args.toy_preset)
         rc = cli(["toy", "compare", "--preset", args.toy_preset, "--out", str(out / "toy-compare")])
         if rc:
             return rc
@@ -41,6 +42,25 @@ def main(argv: list[str] | None = None) -> int:
     for line in done:
         print("  " + line)
     return 0
+
+
+def _announce_toy(preset: str) -> None:
+    """Say what the comparison will do and how long it took on the project's 2-core CPU machine."""
+    from anchorft.toy.compare import load_config
+    from anchorft.toy.pretrain import cache_root
+
+    cfg = load_config(preset)
+    cached = (cache_root() / cfg.pretrain.key() / "model.safetensors").exists()
+    jobs = len(cfg.runs) * len(cfg.seeds)
+    seeds = f"{len(cfg.seeds)} seed" + ("s" if len(cfg.seeds) > 1 else "")
+    msg = f"testbed: {jobs} fine-tunes ({len(cfg.runs)} runs x {seeds})"
+    if preset == "default":
+        msg += ", about 20 min on 2 CPU cores"
+        if not cached:
+            msg += (
+                "; first the testbed model is pretrained (about 13 min, once: cached under " + str(cache_root()) + ")"
+            )
+    print(msg, flush=True)
 
 
 if __name__ == "__main__":
