@@ -21,4 +21,7 @@ def test_demo_says_nothing_of_pretraining_when_cached(tmp_path, monkeypatch, cap
     model_dir.mkdir(parents=True)
     (model_dir / "model.safetensors").write_bytes(b"")
     _announce_toy("default")
+    assert "pretrained" in capsys.readouterr().out  # no metrics.json: pretrained_model would pretrain again
+    (model_dir / "metrics.json").write_text("{}")
+    _announce_toy("default")
     assert "pretrained" not in capsys.readouterr().out

@@ -50,7 +50,8 @@ def _announce_toy(preset: str) -> None:
     from anchorft.toy.pretrain import cache_root
 
     cfg = load_config(preset)
-    cached = (cache_root() / cfg.pretrain.key() / "model.safetensors").exists()
+    path = cache_root() / cfg.pretrain.key()
+    cached = (path / "metrics.json").exists() and (path / "model.safetensors").exists()  # as pretrained_model
     jobs = len(cfg.runs) * len(cfg.seeds)
     seeds = f"{len(cfg.seeds)} seed" + ("s" if len(cfg.seeds) > 1 else "")
     msg = f"testbed: {jobs} fine-tunes ({len(cfg.runs)} runs x {seeds})"
