@@ -71,8 +71,9 @@ def main() -> None:
         loss.backward()
         opt.step()
         tokens += b["input_ids"].numel()
-    bare_step = (time.perf_counter() - t) / (len(batches) - 3)
-    model_rate = 6 * n_params * tokens / (time.perf_counter() - t)
+    elapsed = time.perf_counter() - t
+    bare_step = elapsed / (len(batches) - 3)
+    model_rate = 6 * n_params * tokens / elapsed
     T = batches[0]["input_ids"].numel()
     mm_model = _mm_rate(T, 128, 512, 200)
     mm_big = _mm_rate(1024, 1024, 1024, 20)

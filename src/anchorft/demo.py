@@ -47,17 +47,15 @@ def main(argv: list[str] | None = None) -> int:
 def _announce_toy(preset: str) -> None:
     """Say what the comparison will do and how long it took on the project's 2-core CPU machine."""
     from anchorft.toy.compare import load_config
-    from anchorft.toy.pretrain import cache_root
+    from anchorft.toy.pretrain import cache_root, cached_model
 
     cfg = load_config(preset)
-    path = cache_root() / cfg.pretrain.key()
-    cached = (path / "metrics.json").exists() and (path / "model.safetensors").exists()  # as pretrained_model
     jobs = len(cfg.runs) * len(cfg.seeds)
     seeds = f"{len(cfg.seeds)} seed" + ("s" if len(cfg.seeds) > 1 else "")
     msg = f"testbed: {jobs} fine-tunes ({len(cfg.runs)} runs x {seeds})"
     if preset == "default":
         msg += ", about 20 min on 2 CPU cores"
-        if not cached:
+        if cached_model(cfg.pretrain) is None:
             msg += (
                 "; first the testbed model is pretrained (about 13 min, once: cached under " + str(cache_root()) + ")"
             )

@@ -35,7 +35,7 @@ from anchorft.toy import skills as sk
 from anchorft.toy.evaluate import evaluate_skills
 from anchorft.toy.tokenizer import train_tokenizer
 
-__all__ = ["PretrainConfig", "pretrain", "pretrained_model", "cache_root"]
+__all__ = ["PretrainConfig", "pretrain", "pretrained_model", "cached_model", "cache_root"]
 
 DEFAULT_MIX = {  # weights set by the skills' learning speed (docs/toy.md): the slow ones are drawn more often
     "reverse": 0.7,
@@ -275,12 +275,18 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, progress: bool = True) ->
     return metrics
 
 
+def cached_model(cfg: PretrainConfig) -> Path | None:
+    """The cache directory of `cfg`'s pretrained model when it is complete (weights and metrics), else None."""
+    path = cache_root() / cfg.key()
+    return path if (path / "metrics.json").exists() and (path / "model.safetensors").exists() else None
+
+
 def pretrained_model(cfg: PretrainConfig, progress: bool = True) -> Path:
     """Directory of the pretrained model for `cfg`, pretraining it first when not cached."""
     cfg.validate()
+    if (cached := cached_model(cfg)) is not None:
+        return cached
     path = cache_root() / cfg.key()
-    if (path / "metrics.json").exists() and (path / "model.safetensors").exists():
-        return path
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     pretrain(cfg, tmp, progress=progress)
