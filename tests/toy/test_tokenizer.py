@@ -1,6 +1,8 @@
-"""The testbed tokenizer: character level, BOS added, reloads faithfully through AutoTokenizer."""
+"""The testbed tokenizer: letters one token each, template words whole, BOS added, reloads through AutoTokenizer."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -21,13 +23,37 @@ def _texts():
     return [it.prompt + it.answer for s in sk.SKILLS for it in sk.sample_items(s, 20, "eval", rng)]
 
 
-def test_character_level_and_bos(tok):
+def _expected_tokens(text: str) -> list[str]:
+    """Independent segmentation with re: format markers, then whole template words, else single characters."""
+    markers = "|".join(re.escape(m) for m in sk.FORMAT_TOKENS)
+    out = []
+    for m in re.finditer(rf"{markers}|[a-z]+|.", text, re.S):
+        piece = m.group(0)
+        out += [piece] if piece in sk.FORMAT_TOKENS or piece in sk.WORDS else list(piece)
+    return out
+
+
+def test_letters_one_token_each_template_words_whole_and_bos(tok):
+    n_words = 0
     for t in _texts():
         ids = tok(t)["input_ids"]
         assert ids[0] == tok.bos_token_id
-        assert len(ids) == len(t) + 1  # one token per character
         assert tok.decode(ids, skip_special_tokens=True) == t
-        assert tok.convert_ids_to_tokens(ids[1:]) == list(t)
+        assert tok.convert_ids_to_tokens(ids[1:]) == _expected_tokens(t)
+        n_words += sum(len(p) > 1 for p in _expected_tokens(t))
+    assert n_words > 100  # the words are in use
+    # a template word inside a longer string is spelt out; alone it is one token
+    assert tok.convert_ids_to_tokens(tok("Q:reverse reds\nA:", add_special_tokens=False)["input_ids"]) == [
+        "Q:", "reverse", " ", "r", "e", "d", "s", "\nA:"
+    ]  # fmt: skip
+
+
+def test_random_strings_are_never_template_words():
+    rng = np.random.default_rng(5)
+    for skill in ("reverse", "sort", "next", "count"):
+        for it in sk.sample_items(skill, 3000, "train", rng):
+            assert it.key.split("|")[-1] not in sk.WORDS and it.answer not in sk.WORDS
+    assert not set(sk.knowledge_base()) & set(sk.WORDS)
 
 
 def test_special_tokens_in_text(tok):
@@ -68,6 +94,8 @@ def test_merges_and_bad_input():
         train_tokenizer([])
     with pytest.raises(ValueError, match="merges"):
         train_tokenizer(["abc"], merges=-1)
+    with pytest.raises(ValueError, match="words"):
+        train_tokenizer(["abc"], words=["a b"])
     bpe = train_tokenizer(["abab abab abab"] * 10, merges=2)
     assert len(bpe) == 3 + 3 + 2  # specials + {a, b, ' '} + merges
     assert bpe.decode(bpe("abab")["input_ids"], skip_special_tokens=True) == "abab"

@@ -4,7 +4,9 @@ Every skill draws items from a numpy Generator passed by the caller. Each item h
 makes it that item, e.g. the letters to reverse); a hash of (skill, key) decides once and for all
 whether the item belongs to the training or the evaluation split, so the two splits are disjoint
 by construction whatever the seeds. Prompts are rendered as ``Q:<question>\\nA:`` and answers
-follow directly (the tokenizer is character level).
+follow directly. The tokenizer (`tokenizer.py`) spells every random string letter by letter and
+reads the templates' own words (`WORDS`) and format markers (`FORMAT_TOKENS`) as one token each, so
+random strings are drawn never to be one of those words.
 
 In-domain (ID) skills are math with the answer in ``\\boxed{}``: ``math_easy`` (pretraining level,
 solved in part) and ``math_hard`` (the fine-tuning distribution, the analogue of OpenR1-Math).
@@ -35,6 +37,8 @@ __all__ = [
     "knowledge_base",
     "kb_statements",
     "extract_boxed",
+    "WORDS",
+    "FORMAT_TOKENS",
 ]
 
 LETTERS = string.ascii_lowercase
@@ -44,6 +48,30 @@ KB_SIZE = 120
 EVAL_FRACTION = 0.25  # share of each skill's item space that is held out for evaluation
 NAMES = ("ann", "bob", "cal", "dee", "eve", "fay", "gus", "hal", "ivy", "jon")
 OBJECTS = ("pens", "cups", "figs", "nuts", "eggs", "hats", "keys", "toys")
+RECALL_TEMPLATES = (
+    "colour of {}?",
+    "what colour is {}?",
+    "{} has which colour?",
+    "which colour is {}?",
+    "tell me the colour of {}.",
+    "{}: colour?",
+    "and {} is what colour?",
+    "name the colour of {}.",
+    "{} is which colour?",
+    "what is the colour of {}?",
+    "colour for {}?",
+    "say the colour of {}.",
+)
+# The templates' words and format markers: one token each (tokenizer.py), never drawn as a random string.
+WORDS = tuple(
+    sorted(
+        {"reverse", "sort", "next", "count", "in", "eval", "had", "got", "lost", "is"}
+        | {*NAMES, *OBJECTS, *COLOURS}
+        | {w for t in RECALL_TEMPLATES for w in re.findall("[a-z]+", t)}
+    )
+)
+_WORDS = frozenset(WORDS)
+FORMAT_TOKENS = ("Q:", "\nA:", "\\boxed{")
 
 
 @dataclass(frozen=True)
@@ -80,27 +108,44 @@ def _check_exact(item: Item, response: str) -> bool:
     return response.strip() == item.answer
 
 
-def _word(rng: np.random.Generator, lo: int, hi: int, alphabet: str = LETTERS) -> str:
-    n = int(rng.integers(lo, hi + 1))
-    return "".join(alphabet[i] for i in rng.integers(0, len(alphabet), size=n))
+def _word(rng: np.random.Generator, lo: int, hi: int, alphabet: str = LETTERS, transform=None) -> str:
+    """A random string of `lo`..`hi` letters that is not a template word (nor is `transform` of it): the
+    tokenizer must spell it letter by letter for reversal, sorting, counting and next letter to be about letters."""
+    while True:
+        n = int(rng.integers(lo, hi + 1))
+        w = "".join(alphabet[i] for i in rng.integers(0, len(alphabet), size=n))
+        if w not in _WORDS and (transform is None or transform(w) not in _WORDS):
+            return w
 
 
 # --- generators: rng -> (key, question, answer) -----------------------------------------------
 
 
+def _reversed(w: str) -> str:
+    return w[::-1]
+
+
+def _sorted(w: str) -> str:
+    return "".join(sorted(w))
+
+
+def _shifted(w: str) -> str:
+    return "".join(LETTERS[(LETTERS.index(c) + 1) % 26] for c in w)
+
+
 def _gen_reverse(rng):
-    w = _word(rng, 3, 6)
-    return w, f"reverse {w}", w[::-1]
+    w = _word(rng, 3, 6, transform=_reversed)
+    return w, f"reverse {w}", _reversed(w)
 
 
 def _gen_sort(rng):
-    w = _word(rng, 3, 4)
-    return w, f"sort {w}", "".join(sorted(w))
+    w = _word(rng, 3, 4, transform=_sorted)
+    return w, f"sort {w}", _sorted(w)
 
 
 def _gen_next(rng):
-    w = _word(rng, 2, 5)
-    return w, f"next {w}", "".join(LETTERS[(LETTERS.index(c) + 1) % 26] for c in w)
+    w = _word(rng, 2, 5, transform=_shifted)
+    return w, f"next {w}", _shifted(w)
 
 
 def _gen_count(rng):
@@ -155,22 +200,6 @@ _KB_NAMES = tuple(_KB)
 def kb_statements() -> list[str]:
     """The knowledge base as plain text documents (all facts, in the pretraining corpus)."""
     return [f"{name} is {colour}." for name, colour in _KB.items()]
-
-
-RECALL_TEMPLATES = (
-    "colour of {}?",
-    "what colour is {}?",
-    "{} has which colour?",
-    "which colour is {}?",
-    "tell me the colour of {}.",
-    "{}: colour?",
-    "and {} is what colour?",
-    "name the colour of {}.",
-    "{} is which colour?",
-    "what is the colour of {}?",
-    "colour for {}?",
-    "say the colour of {}.",
-)
 
 
 def _gen_recall(rng):
