@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_toy_finetune.py [--steps 40] [--threads 1]
 
-One `toy compare` job fine-tunes the 1.07M-parameter testbed model (default PretrainConfig, random
+One `toy compare` job fine-tunes the 1.08M-parameter testbed model (default PretrainConfig, random
 weights here: the cost of a step does not depend on them) for 300 steps of 32 word problems on one thread.
 This script times, on the same batches and in one process:
 - `anchorft.rpsft.train.train` (TRL's SFTTrainer through RPSFTTrainer, method sft), per step;
