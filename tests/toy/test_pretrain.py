@@ -48,3 +48,12 @@ def test_labels_mask_prompt_and_padding(tiny):
 def test_pack_len_too_small_is_an_error():
     with pytest.raises(ValueError, match="pack_len"):
         PretrainConfig(pack_len=20).validate()
+
+
+def test_cache_key_changes_with_the_corpus_version(monkeypatch):
+    import anchorft.toy.pretrain as pretrain
+
+    key = PretrainConfig().key()
+    assert PretrainConfig(eval_every=100).key() == key  # logging only
+    monkeypatch.setattr(pretrain, "CORPUS_VERSION", pretrain.CORPUS_VERSION + 1)
+    assert PretrainConfig().key() != key  # a model built from other documents or tokens is not reused
