@@ -57,7 +57,7 @@ def _announce_toy(preset: str) -> None:
         msg += ", about 12 min on 2 CPU cores"
         if cached_model(cfg.pretrain) is None:
             msg += (
-                "; first the testbed model is pretrained (about 9 min, once: cached under " + str(cache_root()) + ")"
+                "; first the testbed model is pretrained (about 8 min, once: cached under " + str(cache_root()) + ")"
             )
     print(msg, flush=True)
 
