@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import string
 import time
 
 
@@ -44,11 +43,10 @@ def main() -> None:
 
     from anchorft.toy import skills as sk
     from anchorft.toy.pretrain import PretrainConfig, _batch, build_model, build_tokenizer
-    from anchorft.toy.tokenizer import train_tokenizer
 
     torch.set_num_threads(args.threads)
     words = build_tokenizer(np.random.default_rng(0))
-    letters = train_tokenizer([string.ascii_lowercase + string.digits + " \n.,:?=+-*&|~\\{}()QATF"])
+    letters = build_tokenizer(np.random.default_rng(0), whole_words=False)
     cfg = PretrainConfig()
     items = sk.sample_items("math_word", 32 * (args.steps + 2), "train", np.random.default_rng(1))
     per_doc = {}

@@ -99,3 +99,10 @@ def test_merges_and_bad_input():
     bpe = train_tokenizer(["abab abab abab"] * 10, merges=2)
     assert len(bpe) == 3 + 3 + 2  # specials + {a, b, ' '} + merges
     assert bpe.decode(bpe("abab")["input_ids"], skip_special_tokens=True) == "abab"
+
+
+def test_letters_only_baseline():
+    letters = build_tokenizer(np.random.default_rng(0), whole_words=False)  # the benchmarks' baseline
+    for t in _texts():
+        ids = letters(t)["input_ids"]
+        assert letters.convert_ids_to_tokens(ids[1:]) == list(t)  # one token per character

@@ -184,13 +184,16 @@ def _batch(cfg: PretrainConfig, tok, rng: np.random.Generator):
     return ids, labels, pos, mask[:, None]
 
 
-def build_tokenizer(rng: np.random.Generator) -> PreTrainedTokenizerFast:
+def build_tokenizer(rng: np.random.Generator, whole_words: bool = True) -> PreTrainedTokenizerFast:
     """Character-level tokenizer trained on a sample of the corpus plus the full character set, with the
-    templates' words and format markers as one token each (`skills.WORDS`, `skills.FORMAT_TOKENS`)."""
+    templates' words and format markers as one token each (`skills.WORDS`, `skills.FORMAT_TOKENS`);
+    `whole_words=False`: letters only (the testbed's tokenizer before session 4, the benchmarks' baseline)."""
     charset = string.ascii_lowercase + string.digits + " \n.,:?=+-*&|~\\{}()QATF"
     # a fixed list (not sk.SKILLS), so that adding a skill does not change the random stream of pretraining
     kinds = ("math_easy", "math_hard", "reverse", "sort", "next", "count", "boolean", "recall", "kb_fact")
     texts = [a + b for a, b in _documents(dict.fromkeys(kinds, 1.0), 400, rng)] + [charset]
+    if not whole_words:
+        return train_tokenizer(texts)
     return train_tokenizer(texts, words=sk.WORDS, symbols=sk.FORMAT_TOKENS)
 
 
