@@ -2,35 +2,41 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+CORE := $(VENV)/.installed-core
+DEV := $(VENV)/.installed-dev
 
 .PHONY: demo test test-all lint format bench clean
 
-$(STAMP): pyproject.toml
+# the demo needs the package only; the tests add pytest, ruff and lm-eval (35 s more to install here)
+$(CORE): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
-	touch $(STAMP)
+	$(BIN)/pip install -q -e .
+	touch $(CORE)
 
-demo: $(STAMP)
+$(DEV): $(CORE)
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(DEV)
+
+demo: $(CORE)
 	$(BIN)/python -m anchorft.demo --out runs/demo
 
-test: $(STAMP)
+test: $(DEV)
 	$(BIN)/python -m pytest -q
 
-test-all: $(STAMP)
+test-all: $(DEV)
 	$(BIN)/python -m pytest -q -m ''
 
-lint: $(STAMP)
+lint: $(DEV)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 
-format: $(STAMP)
+format: $(DEV)
 	$(BIN)/ruff check --fix src tests benchmarks
 	$(BIN)/ruff format src tests benchmarks
 
-bench: $(STAMP)
+bench: $(DEV)
 	for f in benchmarks/*.py; do $(BIN)/python $$f || exit 1; done
 
 clean:

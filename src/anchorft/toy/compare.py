@@ -57,7 +57,7 @@ class CompareConfig:
     id_skill: str = "math_word"  # the fine-tuning and ID evaluation distribution (see skills.ID_SKILLS)
     finetune_items: int = 2000  # size of the fine-tuning set (train split of id_skill)
     learning_rate: float = 1e-3
-    max_steps: int = 300
+    max_steps: int = 200
     batch_size: int = 32
     warmup_ratio: float = 0.03
     anchor_lambda: float = 1.0
@@ -111,7 +111,7 @@ def _default_runs(ranks: list[int], l2_lambda: float | None = None) -> list[RunS
 
 
 def _smoke() -> CompareConfig:
-    pre = PretrainConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, steps=60, batch_size=32,
+    pre = PretrainConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, steps=60, batch_size=20,
                          eval_items=10)  # fmt: skip
     return CompareConfig(
         pretrain=pre,
