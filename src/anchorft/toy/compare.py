@@ -56,7 +56,7 @@ class CompareConfig:
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     id_skill: str = "math_word"  # the fine-tuning and ID evaluation distribution (see skills.ID_SKILLS)
     finetune_items: int = 2000  # size of the fine-tuning set (train split of id_skill)
-    learning_rate: float = 1e-3
+    learning_rate: float = 5e-4
     max_steps: int = 200
     batch_size: int = 32
     warmup_ratio: float = 0.03
