@@ -21,9 +21,7 @@ from bench_toy_tokens import _step_seconds  # the same timed step
 
 def _close_at_misfit(cfg, tok, rng):
     """The sessions 2-4 packing (baseline): whole documents in drawing order, a row closed at the first misfit."""
-    import torch
-
-    from anchorft.toy.pretrain import _documents, _encode_docs
+    from anchorft.toy.pretrain import _documents, _encode_docs, _packed_tensors
 
     B, T, pad = cfg.batch_size, cfg.pack_len, tok.pad_token_id
     rows, used, pending = [[]], 0, []
@@ -38,17 +36,7 @@ def _close_at_misfit(cfg, tok, rng):
             used = 0
         rows[-1].append(pending.pop())
         used += n
-    ids, labels, pos, seg = [], [], [], []
-    for row in rows:
-        pad_n = T - sum(len(d) for d, _ in row)
-        ids.append([t for d, _ in row for t in d] + [pad] * pad_n)
-        labels.append([t for _, lab in row for t in lab] + [-100] * pad_n)
-        pos.append([i for d, _ in row for i in range(len(d))] + [0] * pad_n)
-        seg.append([j for j, (d, _) in enumerate(row) for _ in d] + [-1] * pad_n)
-    ids, labels, pos, seg = (torch.tensor(x) for x in (ids, labels, pos, seg))
-    mask = (seg[:, :, None] == seg[:, None, :]) & torch.ones(T, T, dtype=torch.bool).tril()
-    mask |= torch.eye(T, dtype=torch.bool)
-    return ids, labels, pos, mask[:, None]
+    return _packed_tensors(rows, T, pad)
 
 
 def main() -> None:

@@ -183,6 +183,12 @@ def _batch(cfg: PretrainConfig, tok, rng: np.random.Generator, carry: list | Non
         room[r] -= n
         misses = 0
     carry.extend(queue)
+    return _packed_tensors(rows, T, pad)
+
+
+def _packed_tensors(rows: list[list[tuple[list[int], list[int]]]], T: int, pad: int):
+    """Rows of whole (ids, labels) documents -> (input_ids, labels, position_ids, 4-D block-causal mask), each row
+    right-padded to T: positions restart at 0 per document, and a token attends to its own document's past only."""
     # one list per row, then one tensor each: (B, T)
     ids, labels, pos, seg = [], [], [], []
     for row in rows:
