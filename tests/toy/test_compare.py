@@ -51,10 +51,23 @@ def test_load_config_and_validation(tmp_path):
         load_config({"preset": "smoke", "nope": 1})
     with pytest.raises(ValueError, match="preset"):
         load_config("no-such-preset")
+    with pytest.raises(ValueError, match="preset"):
+        load_config({"preset": "nope"})
     bad = load_config("smoke")
     bad.runs = [RunSpec("x", "nope")]
     with pytest.raises(ValueError, match="method"):
         bad.validate()
+
+
+def test_default_rank_sweep_follows_the_width():
+    # the paper's rank is 768/4096 of the width: 24 at 128, 36 at 192; the sweep adds a third of it
+    ranks = lambda cfg: [r.anchor_rank for r in cfg.runs if r.method == "rpsft"]  # noqa: E731
+    assert ranks(load_config("default")) == [8, 24]
+    assert ranks(load_config({"pretrain": {"hidden_size": 192}})) == [12, 36]
+    assert ranks(load_config({"learning_rate": 1e-3})) == [8, 24]
+    one = [{"name": "r", "method": "rpsft", "anchor_rank": 5}]
+    given = load_config({"pretrain": {"hidden_size": 192}, "runs": one})
+    assert ranks(given) == [5]
 
 
 def test_yaml_presets_match_code():
@@ -67,6 +80,28 @@ def test_yaml_presets_match_code():
         text = (root / f"{name}.yaml").read_text()
         assert text.startswith("# anchorft toy compare")
         assert yaml.safe_load(text)["preset"] == name
+
+
+def test_every_toy_config_loads_and_names_its_command():
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    for path in sorted((root / "configs" / "toy").glob("*.yaml")):
+        rel = path.relative_to(root).as_posix()
+        first = path.read_text().splitlines()[0]
+        assert first.startswith("# ") and f"anchorft toy compare --preset {rel}" in first, rel
+        cfg = load_config(str(path))
+        cfg.validate()
+        if path.stem.startswith("large"):  # the 2.4M testbed: its rank follows the width 192
+            assert sum(p.numel() for p in _shape_params(cfg)) > 2_000_000
+            assert paper_rank(cfg.pretrain.hidden_size) in [r.anchor_rank for r in cfg.runs]
+
+
+def _shape_params(cfg):
+    from anchorft.toy.pretrain import build_model, build_tokenizer
+
+    tok = build_tokenizer(np.random.default_rng(0))
+    return build_model(cfg.pretrain, len(tok), tok, seed=0).parameters()
 
 
 def test_finetune_dataset_is_prompt_completion_of_hard_math():

@@ -124,12 +124,16 @@ def _smoke() -> CompareConfig:
     )
 
 
+def _width_runs(hidden_size: int) -> list[RunSpec]:
+    # l2 at lambda 0.01: its sum runs over every direction of every matrix, and at lambda 1 it does not move
+    # (session 1); rpsft at the paper's lambda 1 and rank (768/4096 of the width: 24 at 128) and a third of it.
+    k = paper_rank(hidden_size)
+    return _default_runs([max(1, k // 3), k], l2_lambda=0.01)
+
+
 def _default() -> CompareConfig:
     pre = PretrainConfig()
-    # l2 at lambda 0.01: its sum runs over every direction of every matrix, and at lambda 1 it does not move
-    # (session 1); rpsft at the paper's lambda 1 and rank (768/4096 of the width = 24) and a third of it.
-    runs = _default_runs([8, paper_rank(128)], l2_lambda=0.01)
-    return CompareConfig(pretrain=pre, runs=runs, seeds=[0, 1, 2])
+    return CompareConfig(pretrain=pre, runs=_width_runs(pre.hidden_size), seeds=[0, 1, 2])
 
 
 PRESETS = {"smoke": _smoke, "default": _default}
@@ -153,7 +157,10 @@ def load_config(spec: str | dict | CompareConfig) -> CompareConfig:
     if not isinstance(spec, dict):
         raise ValueError(f"preset: expected a name, a YAML path or a dict, got {type(spec).__name__}")
     spec = dict(spec)
-    cfg = PRESETS[spec.pop("preset", "default")]()
+    preset = spec.pop("preset", "default")
+    if preset not in PRESETS:
+        raise ValueError(f"preset: must be one of {sorted(PRESETS)}, got {preset!r}")
+    cfg = PRESETS[preset]()
     known = {f.name for f in dataclasses.fields(CompareConfig)}
     for key, value in spec.items():
         if key not in known:
@@ -166,6 +173,8 @@ def load_config(spec: str | dict | CompareConfig) -> CompareConfig:
             cfg.runs = [RunSpec(**r) for r in value]
         else:
             setattr(cfg, key, value)
+    if preset == "default" and "runs" not in spec:  # the rank sweep follows a width set by the file
+        cfg.runs = _width_runs(cfg.pretrain.hidden_size)
     return cfg
 
 
