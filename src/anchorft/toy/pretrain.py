@@ -146,10 +146,10 @@ def _batch(cfg: PretrainConfig, tok, rng: np.random.Generator, carry: list | Non
     Rows are filled first-fit: each document, in the order drawn from the mixture, goes into the first of the
     `batch_size` rows of `pack_len` tokens with room for it, until `_MISSES` documents in a row found no room.
     The documents that found none, and the drawn ones not yet tried, wait in `carry` (a list the caller keeps
-    across steps) and are tried first at the next step: every document drawn is trained on, usually a step late
-    at most, so the mixture is not tilted toward short documents, and rows of 64 end ~94 % full (closing a row at the
-    first document that does not fit, as before session 5, left them 80 % full). Each token attends causally
-    to its own document only (block-diagonal mask, True = attend) and positions restart at 0 per document, so
+    across steps) and are tried first at the next step: every document drawn is trained on (a carried one usually
+    one step later), so the mixture is not tilted toward short documents, and rows of 64 end ~94 % full (closing
+    a row at the first document that does not fit, as before session 5, left them 80 % full). Each token attends
+    causally to its own document only (block-diagonal mask, True = attend) and positions restart at 0 per document, so
     packing changes no computation. With pack_len 0, one document per row, right padded, and no mask (causal
     attention never lets a real token see the right padding).
     """
