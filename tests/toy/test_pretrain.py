@@ -84,3 +84,24 @@ def test_cache_key_changes_with_the_corpus_version(monkeypatch):
     assert PretrainConfig(eval_every=100).key() == key  # logging only
     monkeypatch.setattr(pretrain, "CORPUS_VERSION", pretrain.CORPUS_VERSION + 1)
     assert PretrainConfig().key() != key  # a model built from other documents or tokens is not reused
+
+
+def test_cli_pretrain_seed_and_steps_override_the_preset(tmp_path, monkeypatch, capsys):
+    """`anchorft toy pretrain --seed S --steps N` pretrains that config (its own cache entry), not the preset's."""
+    import json
+
+    from safetensors.torch import load_file
+
+    from anchorft.cli import main as cli
+
+    monkeypatch.setenv("ANCHORFT_CACHE", str(tmp_path / "cache"))
+    torch.set_num_threads(1)
+    for seed in (0, 1):
+        argv = ["toy", "pretrain", "--preset", "smoke", "--steps", "3", "--seed", str(seed)]
+        assert cli([*argv, "--out", str(tmp_path / f"s{seed}")]) == 0
+    assert "greedy accuracy:" in capsys.readouterr().out
+    cfgs = [json.loads((tmp_path / f"s{s}" / "pretrain_config.json").read_text()) for s in (0, 1)]
+    assert [c["seed"] for c in cfgs] == [0, 1] and [c["steps"] for c in cfgs] == [3, 3]
+    assert len(list((tmp_path / "cache").rglob("model.safetensors"))) == 2  # one cache entry per seed
+    w0, w1 = (load_file(tmp_path / f"s{s}" / "model.safetensors") for s in (0, 1))
+    assert any(not torch.equal(w0[k], w1[k]) for k in w0)

@@ -16,6 +16,9 @@ def _parser() -> argparse.ArgumentParser:
     pre.add_argument("--out", required=True, help="output directory (model, tokenizer, metrics.json)")
     pre.add_argument("--preset", default="default", help="smoke | default | a YAML file (its pretrain: section)")
     pre.add_argument("--steps", type=int, default=None, help="override the number of pretraining steps")
+    pre.add_argument(
+        "--seed", type=int, default=None, help="override the pretraining seed (corpus draws, tokenizer, init)"
+    )
     pre.add_argument("--no-cache", action="store_true", help="pretrain again even when cached")
     cmp_ = sub.add_parser("compare", help="fine-tune base with every method, evaluate, write the report")
     cmp_.add_argument("--out", required=True, help="output directory")
@@ -93,7 +96,11 @@ def main(argv: list[str]) -> int:
     if args.cmd == "pretrain":
         from anchorft.toy.pretrain import pretrain, pretrained_model
 
-        pre = cfg.pretrain if args.steps is None else dataclasses.replace(cfg.pretrain, steps=args.steps)
+        pre = cfg.pretrain
+        if args.steps is not None:
+            pre = dataclasses.replace(pre, steps=args.steps)
+        if args.seed is not None:
+            pre = dataclasses.replace(pre, seed=args.seed)
         out = Path(args.out)
         if args.no_cache:
             metrics = pretrain(pre, out)
