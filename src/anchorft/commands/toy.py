@@ -96,11 +96,8 @@ def main(argv: list[str]) -> int:
     if args.cmd == "pretrain":
         from anchorft.toy.pretrain import pretrain, pretrained_model
 
-        pre = cfg.pretrain
-        if args.steps is not None:
-            pre = dataclasses.replace(pre, steps=args.steps)
-        if args.seed is not None:
-            pre = dataclasses.replace(pre, seed=args.seed)
+        overrides = {k: v for k, v in (("steps", args.steps), ("seed", args.seed)) if v is not None}
+        pre = dataclasses.replace(cfg.pretrain, **overrides)
         out = Path(args.out)
         if args.no_cache:
             metrics = pretrain(pre, out)
