@@ -79,18 +79,34 @@ def last_boxed(text: str) -> str | None:
 _CHOICE_LINE = re.compile(r"^\s*([A-Z]|\d{1,2})[.)]\s+(.*\S)\s*$")
 
 
+def _next_label(label: str) -> str:
+    return str(int(label) + 1) if label.isdigit() else chr(ord(label) + 1)
+
+
 def parse_choices(question: str) -> dict[str, str]:
-    """Option label -> text, from the lines after the last "Choices:" in a question ({} if none)."""
+    """Option label -> text, from the lines after the last "Choices:" in a question ({} if none).
+
+    Options are labelled in sequence (A., B., ... or 1., 2., ...). An option runs up to the line that
+    starts the next label, so its text may span lines and blank lines (a letter, a list, a `$$`
+    display); the last option ends at its first blank line (the instruction after the options)."""
     at = question.rfind("Choices:")
     if at < 0:
         return {}
-    out: dict[str, str] = {}
-    for line in question[at + len("Choices:") :].splitlines():
+    lines = question[at + len("Choices:") :].splitlines()
+    starts: list[tuple[int, str, str]] = []  # (line number, label, first-line text)
+    for i, line in enumerate(lines):
         m = _CHOICE_LINE.match(line)
-        if m:
-            out[m.group(1)] = m.group(2)
-        elif out and line.strip():
-            break  # the instruction after the options
+        if m and (not starts or m.group(1) == _next_label(starts[-1][1])):
+            starts.append((i, m.group(1), m.group(2)))
+    out: dict[str, str] = {}
+    for j, (i, label, head) in enumerate(starts):
+        end = starts[j + 1][0] if j + 1 < len(starts) else len(lines)
+        body = []
+        for line in lines[i + 1 : end]:
+            if j + 1 == len(starts) and not line.strip():
+                break
+            body.append(line.strip())
+        out[label] = "\n".join([head] + body).strip()
     return out
 
 
