@@ -2,6 +2,7 @@
 
 anchorft data openr1-math --out data/openr1-math-4k [--size 4000] [--seed 0] [--limit N]
                           [--source open-r1/OpenR1-Math-220k | PATH.jsonl | PATH.parquet | DIR]
+anchorft data dapo-math --out data/dapo [--source wh-zhu/dapo | PATH.jsonl | PATH.parquet] [--prompt-style boxed]
 """
 
 from __future__ import annotations
@@ -31,11 +32,37 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--limit", type=int, default=None, help="read only the first N source rows")
     o.add_argument("--format", dest="fmt", choices=FORMATS, default="prompt-completion")
     o.add_argument("--no-progress", action="store_true")
+    from anchorft.data.dapo import HUB_NAME as DAPO_HUB
+
+    d = sub.add_parser(
+        "dapo-math",
+        help="DAPO-Math-17k (the release's RL data) -> RL prompts with gold answers for `anchorft rl`",
+        description="Write DIR/train.jsonl (the paper's benchmark format: prompt messages, reward_model.ground_truth), "
+        "config.json, metrics.json; duplicated problems are dropped and counted.",
+    )
+    d.add_argument("--out", required=True, help="output folder")
+    d.add_argument("--source", default=DAPO_HUB, help=f"hub dataset name or local .jsonl/.parquet/folder ({DAPO_HUB})")
+    d.add_argument("--split", default="train")
+    d.add_argument("--limit", type=int, default=None, help="read only the first N source rows")
+    d.add_argument("--prompt-style", dest="prompt_style", choices=["boxed", "original"], default="boxed",
+                   help="boxed: the boxed system prompt + the bare problem (default); original: the row's messages")
+    d.add_argument("--keep-duplicates", dest="dedupe", action="store_false")
     return p
 
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    if args.dataset == "dapo-math":
+        from anchorft.data.dapo import prepare_dapo_math
+
+        try:
+            stats = prepare_dapo_math(args.out, source=args.source, split=args.split, limit=args.limit,
+                                      prompt_style=args.prompt_style, dedupe=args.dedupe)  # fmt: skip
+        except (ValueError, FileNotFoundError) as err:
+            print(f"anchorft data: error: {err}", file=sys.stderr)
+            return 2
+        print(json.dumps(stats, indent=2))
+        return 0
     from anchorft.data.openr1 import prepare_openr1_math
 
     try:
