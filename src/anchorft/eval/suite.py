@@ -309,6 +309,12 @@ def _run_pair(backend, tokenizer, bench: Bench, sub: Path, s: SuiteSettings, che
     return metrics
 
 
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
 def _calibrate(backend, tokenizer, benches: Sequence[Bench], s: SuiteSettings, n_models: int, log) -> dict:
     """Time a short generation and extrapolate (an estimate: every sample assumed to run to the token limit)."""
     bench = benches[0]
@@ -330,7 +336,8 @@ def _calibrate(backend, tokenizer, benches: Sequence[Bench], s: SuiteSettings, n
     )  # fmt: skip
     log(
         f"calibration: {len(items) * n_cal} rows x {tok_cal} tokens in {dt:.1f} s ({rate:.0f} tokens/s); "
-        f"estimate for {n_models} model(s) x {len(benches)} benchmark(s): at most {est['estimate_hours_upper']:.1f} h"
+        f"estimate for {n_models} model(s) x {len(benches)} benchmark(s): at most "
+        f"{_duration(est['estimate_hours_upper'] * 3600)} (every sample at the token limit)"
     )
     return est
 
