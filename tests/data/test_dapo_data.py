@@ -26,7 +26,9 @@ def _verl_row(problem: str, gold: str, idx: str) -> dict:
 
 
 def test_problem_text_strips_dapo_wrapper():
-    assert problem_text([{"role": "user", "content": WRAP.format(p="Find $x$ if $2x = 4$.")}]) == "Find $x$ if $2x = 4$."
+    assert (
+        problem_text([{"role": "user", "content": WRAP.format(p="Find $x$ if $2x = 4$.")}]) == "Find $x$ if $2x = 4$."
+    )
     assert problem_text("What is 1 + 1?") == "What is 1 + 1?"
     assert problem_text([{"role": "system", "content": "s"}]) is None
 
@@ -46,8 +48,12 @@ def test_command_writes_rl_prompts_and_counts(tmp_path, capsys):
     from anchorft.commands.data import main
     from anchorft.rpsft.rl import load_rl_dataset
 
-    rows = [_verl_row("Find $x$.", "2", "a"), _verl_row("Find $x$.", "2", "b"), _verl_row("Find $y$.", "\\frac{1}{2}", "c"),
-            {"data_source": "math_dapo", "prompt": [{"role": "user", "content": "q"}], "reward_model": {}}]  # fmt: skip
+    rows = [
+        _verl_row("Find $x$.", "2", "a"),
+        _verl_row("Find $x$.", "2", "b"),
+        _verl_row("Find $y$.", "\\frac{1}{2}", "c"),
+        {"data_source": "math_dapo", "prompt": [{"role": "user", "content": "q"}], "reward_model": {}},
+    ]
     src = tmp_path / "dapo.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "out"

@@ -114,7 +114,7 @@ def test_vllm_requests_params_sharding_and_mapping():
 
 
 def test_vllm_greedy_request_and_result_checks():
-    (p, kw), = build_requests([[5]], [0], n=1, temperature=0.0, top_p=0.95, max_new_tokens=4, seed=0)
+    ((p, kw),) = build_requests([[5]], [0], n=1, temperature=0.0, top_p=0.95, max_new_tokens=4, seed=0)
     assert p == {"prompt_token_ids": [5]} and kw["top_p"] == 1.0 and kw["temperature"] == 0.0
     with pytest.raises(RuntimeError, match="completions"):
         map_results([SimpleNamespace(outputs=[SimpleNamespace(index=0, text="a")])], n=2)

@@ -48,12 +48,12 @@ def bench_dir(tmp_path) -> Path:
     root = tmp_path / "benches"
     (root / "id").mkdir(parents=True)
     (root / "ood").mkdir()
-    (root / "id" / "adds.jsonl").write_text(
-        "\n".join(_line(f"what is {a} + {a}?", 2 * a) for a in range(1, 4)) + "\n"
-    )
+    (root / "id" / "adds.jsonl").write_text("\n".join(_line(f"what is {a} + {a}?", 2 * a) for a in range(1, 4)) + "\n")
     (root / "id" / "olymp.jsonl").write_text(_line("what is 1 + 1?", ["2"]) + "\n")
     mc = "Which is a fruit?\n\nChoices:\nA. apple\nB. stone\n\nAnswer with the option letter."
-    (root / "ood" / "pick_test.jsonl").write_text(_line(mc, "A") + "\n" + _line(mc.replace("apple", "rock"), "B") + "\n")
+    (root / "ood" / "pick_test.jsonl").write_text(
+        _line(mc, "A") + "\n" + _line(mc.replace("apple", "rock"), "B") + "\n"
+    )
     return root
 
 
@@ -201,7 +201,9 @@ def test_gpqa_asked_but_absent_is_one_line_error(toy_model, bench_dir, tmp_path,
     assert "GPQA is not shipped" in _err_line(capsys)
 
 
-def test_vllm_without_vllm_or_cuda_is_one_line_error(toy_model, bench_dir, tmp_path, capsys, no_model_load, monkeypatch):
+def test_vllm_without_vllm_or_cuda_is_one_line_error(
+    toy_model, bench_dir, tmp_path, capsys, no_model_load, monkeypatch
+):
     import importlib.util
 
     import torch

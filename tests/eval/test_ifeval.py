@@ -31,7 +31,9 @@ CASES = {
     ),
     "change_case:english_lowercase": ({}, "", "all of this is lower case.", "Not All Lower Case."),
     "startend:quotation": ({}, "", '"wrapped in quotes"', "not wrapped in quotes"),
-    "keywords:frequency": ({"keyword": "cat", "frequency": 2, "relation": "at least"}, "", "A cat and a cat.", "A cat."),
+    "keywords:frequency": (
+        {"keyword": "cat", "frequency": 2, "relation": "at least"}, "", "A cat and a cat.", "A cat."
+    ),
     "keywords:existence": ({"keywords": ["moon", "sun"]}, "", "The moon and the sun.", "The moon alone."),
     "detectable_format:title": ({}, "", "<<Rain Song>>\nDrops fall.", "Rain Song\nDrops fall."),
     "keywords:letter_frequency": (

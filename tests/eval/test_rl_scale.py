@@ -57,7 +57,9 @@ def test_release_settings_map_to_trl(tmp_path):
     with pytest.raises(ValueError, match="vLLM rollouts need"):
         grpo_kwargs(RLSettings(use_vllm="true"), tmp_path, cuda=False, has_vllm=False)
     with pytest.raises(ValueError, match="micro-batches"):
-        grpo_kwargs(RLSettings(prompts_per_step=4, num_generations=3, micro_batch=5), tmp_path, cuda=False, has_vllm=False)
+        grpo_kwargs(
+            RLSettings(prompts_per_step=4, num_generations=3, micro_batch=5), tmp_path, cuda=False, has_vllm=False
+        )
 
 
 def test_mini_batched_updates_run(tiny_model_dir, tmp_path):
@@ -78,8 +80,10 @@ def test_memory_estimate_at_8b(tmp_path, capsys):
     from anchorft.commands.rl import main
 
     # Llama-3.1-8B's shapes (config only: the command counts parameters on the meta device)
-    LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=False).save_pretrained(tmp_path)  # fmt: skip
+    shapes = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32)
+    LlamaConfig(**shapes, num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=False).save_pretrained(
+        tmp_path
+    )
     assert main(["--model", str(tmp_path), "--estimate", "--config", str(REPO / "configs" / "rl" / "dapo.yaml")]) == 0
     one, eight = capsys.readouterr().out.strip().splitlines()
     assert "8.03B" in one and "ZeRO-3" in one and "FSDP2" in one

@@ -37,15 +37,20 @@ def _parser() -> argparse.ArgumentParser:
     d = sub.add_parser(
         "dapo-math",
         help="DAPO-Math-17k (the release's RL data) -> RL prompts with gold answers for `anchorft rl`",
-        description="Write DIR/train.jsonl (the paper's benchmark format: prompt messages, reward_model.ground_truth), "
-        "config.json, metrics.json; duplicated problems are dropped and counted.",
+        description="Write DIR/train.jsonl (the paper's benchmark format: prompt messages, "
+        "reward_model.ground_truth), config.json, metrics.json; duplicated problems are dropped and counted.",
     )
     d.add_argument("--out", required=True, help="output folder")
     d.add_argument("--source", default=DAPO_HUB, help=f"hub dataset name or local .jsonl/.parquet/folder ({DAPO_HUB})")
     d.add_argument("--split", default="train")
     d.add_argument("--limit", type=int, default=None, help="read only the first N source rows")
-    d.add_argument("--prompt-style", dest="prompt_style", choices=["boxed", "original"], default="boxed",
-                   help="boxed: the boxed system prompt + the bare problem (default); original: the row's messages")
+    d.add_argument(
+        "--prompt-style",
+        dest="prompt_style",
+        choices=["boxed", "original"],
+        default="boxed",
+        help="boxed: the boxed system prompt + the bare problem (default); original: the row's messages",
+    )
     d.add_argument("--keep-duplicates", dest="dedupe", action="store_false")
     return p
 

@@ -21,7 +21,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Run every model on every benchmark of the RPSFT paper's protocol (resumable: rerun the same "
         "command after an interruption) and write the main table (table.json, table.md, table.png).",
     )
-    p.add_argument("--models", nargs="+", required=True, metavar="NAME=DIR", help="the first is the base of the deltas")
+    p.add_argument(
+        "--models", nargs="+", required=True, metavar="NAME=DIR", help="the first is the base of the deltas"
+    )
     p.add_argument("--bench-dir", required=True, help="folder with id/ and ood/ JSONL files in the paper's format")
     p.add_argument("--out", required=True, help="output folder (reuse it to resume)")
     p.add_argument("--preset", choices=["paper"], default="paper", help="the release's protocol (the defaults)")

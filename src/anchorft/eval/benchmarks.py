@@ -257,8 +257,11 @@ def resolve_backend(backend: str) -> str:
     import torch
 
     has_vllm = importlib.util.find_spec("vllm") is not None
-    if backend == "vllm" and not has_vllm:
-        raise ValueError("backend 'vllm' asked but vllm is not installed: pip install 'anchorft[vllm]'")
+    if backend == "vllm":
+        from anchorft.eval.vllm_backend import check_vllm
+
+        check_vllm()  # one-line error without vllm or without CUDA
+        return "vllm"
     return "vllm" if has_vllm and torch.cuda.is_available() else "hf"
 
 

@@ -80,8 +80,9 @@ def generate_sorted(
     add_special_tokens: bool = False,
     progress: bool = False,
 ) -> list[list[str]]:
-    """Complete each prompt (text, or token ids) `n` times; returns, per prompt, its `n` completions. `keys` (default 0..P-1)
-    name the prompts in the seeds: pass stable ids (item indices) so that a resumed run draws the same."""
+    """Complete each prompt (text, or token ids) `n` times; returns, per prompt, its `n` completions.
+    `keys` (default 0..P-1) name the prompts in the seeds: pass stable ids (item indices) so that a
+    resumed run draws the same."""
     if n < 1 or max_new_tokens < 1 or batch_size < 1:
         raise ValueError("n, max_new_tokens and batch_size must be >= 1")
     keys = list(range(len(prompts))) if keys is None else list(keys)

@@ -133,7 +133,9 @@ def resolve_benches(bench_dir: str | Path, names: Sequence[str] | None = None) -
     out = []
     for raw in names:
         nm = raw[: -len(".jsonl")] if raw.endswith(".jsonl") else raw
-        hits = [(nm, dom, root / dom / f"{nm}.jsonl") for dom in ("id", "ood") if (root / dom / f"{nm}.jsonl").is_file()]
+        hits = [
+            (nm, dom, root / dom / f"{nm}.jsonl") for dom in ("id", "ood") if (root / dom / f"{nm}.jsonl").is_file()
+        ]
         if not hits:
             if nm.startswith("gpqa"):
                 raise ValueError(f"--benches {nm}: not found. " + GPQA_NOTE.format(dir=root / "ood"))
@@ -299,7 +301,8 @@ def _run_pair(backend, tokenizer, bench: Bench, sub: Path, s: SuiteSettings, che
             rows = [{"index": it.index, "responses": r} for it, r in zip(part, texts)]
             _append_lines(gen_file, rows)
             done.update({r["index"]: r["responses"] for r in rows})
-            log(f"  {sub.parent.name}/{bench.name}: {len(done)}/{len(bench.items)} items ({time.perf_counter() - t0:.1f} s)")
+            dt = time.perf_counter() - t0
+            log(f"  {sub.parent.name}/{bench.name}: {len(done)}/{len(bench.items)} items ({dt:.1f} s)")
     responses = {it.index: done[it.index] for it in bench.items}
     records = score_bench(bench, responses, None, checker)
     metrics = summarize(records, s.k)
