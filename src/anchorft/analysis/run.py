@@ -309,7 +309,7 @@ def run_analysis(cfg: AnalysisConfig, progress: bool = True) -> dict:
     # ---- rank sensitivity -------------------------------------------------------------------------
     if results is not None:
         full = max(min(s) for s in shapes.values())
-        analysis["rank_sensitivity"] = rank_sensitivity(results, cfg.compare, full)
+        analysis["rank_sensitivity"] = rank_sensitivity(results, full)
         if cfg.plots and analysis["rank_sensitivity"]["points"]:
             figures.append(plots.rank_plot(analysis["rank_sensitivity"], out / "rank_sensitivity.png"))
     analysis["figures"] = [Path(f).name for f in figures]
