@@ -119,10 +119,9 @@ def load_rl_dataset(path: str | Path, skip_bad: bool = False, limit: int | None 
 
 
 def _plot_rewards(steps: Sequence[int], rewards: Sequence[float], path: Path) -> None:
-    import matplotlib
+    from anchorft.io import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(5, 3.2))
     ax.plot(steps, rewards, marker=".")

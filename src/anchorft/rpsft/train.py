@@ -49,10 +49,9 @@ def _write_run_artifacts(trainer: RPSFTTrainer, out: str, final_drift: dict | No
     steps = [h for h in hist if "loss" in h]
     if not steps:
         return
-    import matplotlib
+    from anchorft.io import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     keys = [k for k in ("loss", "anchor/penalty", "anchor/drift_max") if k in steps[-1]]
     fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3), squeeze=False)

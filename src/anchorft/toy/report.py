@@ -126,10 +126,9 @@ def write_report(results: dict, path: str | Path) -> None:
 
 def write_tradeoff_plot(results: dict, path: str | Path) -> None:
     """ID gain (points of greedy accuracy) against OOD retention, one point per run, seed spread as bars."""
-    import matplotlib
+    from anchorft.io import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     base = results["base"]
     # a merged report (sweeps) gets more room for its labels

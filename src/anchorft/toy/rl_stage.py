@@ -276,10 +276,9 @@ def write_rl_report(results: dict, path: Path) -> None:
 
 def write_reward_plot(results: dict, path: Path) -> None:
     """Per-step mean correctness of the sampled responses, raw (faint) and a 10-step moving mean."""
-    import matplotlib
+    from anchorft.io import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for name, m in results["methods"].items():
