@@ -9,9 +9,7 @@ and its settings: an anchor below full rank sits at `settings["anchor_rank"]`, a
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 
 __all__ = ["load_results", "method_rank", "rank_sensitivity", "METRICS"]
 
@@ -19,13 +17,12 @@ METRICS = ("id_avg@k", "id_pass@k", "id_greedy", "ood_mean")
 
 
 def load_results(compare_dir: str | os.PathLike) -> dict:
-    """results.json of a comparison directory; ValueError naming what is missing."""
-    p = Path(compare_dir) / "results.json"
-    if not p.is_file():
-        raise ValueError(f"--compare: {p} not found")
-    res = json.loads(p.read_text())
-    if not isinstance(res.get("methods"), dict) or not res["methods"]:
-        raise ValueError(f"{p}: field 'methods' is missing or empty")
+    """results.json of a comparison directory (`anchorft.toy.results`); ValueError naming what is missing."""
+    from anchorft.toy.results import load_results as load
+
+    res = load(compare_dir).to_dict()
+    if not res["methods"]:
+        raise ValueError(f"--compare: {compare_dir}: field 'methods' is empty")
     return res
 
 

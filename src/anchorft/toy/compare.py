@@ -25,12 +25,12 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM
 
 from anchorft.dataclass_yaml import read_yaml_mapping, update
-from anchorft.io import write_json
 from anchorft.rpsft.methods import METHODS, RUN_KEYS, get_method
 from anchorft.toy import skills as sk
 from anchorft.toy.evaluate import EvalSettings, build_eval_sets, evaluate_toy
 from anchorft.toy.pretrain import PretrainConfig, pretrained_model
-from anchorft.toy.report import mean_over_seeds, write_report, write_tradeoff_plot
+from anchorft.toy.report import write_report, write_tradeoff_plot
+from anchorft.toy.results import RESULTS_FILE, CompareResults, save_results
 
 __all__ = ["CompareConfig", "RunSpec", "PRESETS", "load_config", "expand_sweeps", "finetune_dataset", "run_compare"]
 
@@ -335,10 +335,9 @@ def run_compare(
     base["pretrain"] = {k: pretrain_metrics[k] for k in ("params", "greedy_accuracy", "train_seconds", "key")}
     del base_model
 
-    results = {
-        "base": base,
-        "methods": {},
-        "settings": {
+    results = CompareResults(
+        base=base,
+        settings={
             "k": cfg.eval.k,
             "n_samples": cfg.eval.n_samples,
             "temperature": cfg.eval.temperature,
@@ -349,7 +348,7 @@ def run_compare(
             "seeds": cfg.seeds,
             "pretrained": str(base_dir),
         },
-    }
+    )
     jobs = list(itertools.product(cfg.runs, cfg.seeds))
     per_run: dict[str, dict[int, dict]] = {}
     specs = {r.name: r for r in cfg.runs}
@@ -358,13 +357,9 @@ def run_compare(
         per_run.setdefault(name, {})[seed] = metrics
         seeds = [m for _, m in sorted(per_run[name].items())]  # seed order, whatever the finishing order
         run = specs[name]
-        results["methods"][name] = {
-            **mean_over_seeds(seeds),
-            "method": run.method,
-            "settings": {k: v for k, v in dataclasses.asdict(run).items() if v is not None and k != "name"},
-            "per_seed": seeds,
-        }
-        write_json(out / "results.json", results, indent=2)
+        settings = {k: v for k, v in dataclasses.asdict(run).items() if v is not None and k != "name"}
+        results.record(name, run.method, settings, seeds)
+        save_results(results, out / RESULTS_FILE)
         tqdm.write(
             f"{name} seed {seed}: id_greedy {metrics['id_greedy']:.3f} ood_mean {metrics['ood_mean']:.3f} "
             f"({metrics['train_seconds']:.0f}s)"
@@ -388,8 +383,8 @@ def run_compare(
                 bar.update()
     bar.close()
     # the report lists runs in the config's order
-    results["methods"] = {r.name: results["methods"][r.name] for r in cfg.runs if r.name in results["methods"]}
-    write_json(out / "results.json", results, indent=2)
-    write_report(results, out / "report.md")
-    write_tradeoff_plot(results, out / "tradeoff.png")
-    return results
+    results.methods = {r.name: results.methods[r.name] for r in cfg.runs if r.name in results.methods}
+    save_results(results, out / RESULTS_FILE)
+    write_report(results.to_dict(), out / "report.md")
+    write_tradeoff_plot(results.to_dict(), out / "tradeoff.png")
+    return results.to_dict()

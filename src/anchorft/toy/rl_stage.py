@@ -17,7 +17,6 @@ after RL, in ID and OOD, than the SFT-initialised one?
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from anchorft.io import save_figure, write_json
 from anchorft.toy import skills as sk
 from anchorft.toy.compare import CompareConfig, comparison_eval_sets, load_config, paper_rank
 from anchorft.toy.evaluate import evaluate_prompts, evaluate_toy
+from anchorft.toy.results import load_results
 
 __all__ = ["RLStageSettings", "default_methods", "rl_prompts", "run_rl_stage"]
 
@@ -142,7 +142,7 @@ def run_rl_stage(
     for f in ("results.json", "config.yaml"):
         if not (cdir / f).is_file():
             raise ValueError(f"compare_dir: {cdir / f} missing (run `anchorft toy compare --out {cdir}` first)")
-    compare_results = json.loads((cdir / "results.json").read_text())
+    compare_results = load_results(cdir).to_dict()
     cfg = load_config(str(cdir / "config.yaml"))
     methods = list(methods) if methods else default_methods(compare_results, cfg)
     for name in methods:
