@@ -126,7 +126,7 @@ def main(argv: list[str]) -> int:
     if missing:
         print(f"anchorft train: missing --{' --'.join(missing)}", file=sys.stderr)
         return 2
-    from anchorft.rpsft.data import load_tokenizer
+    from anchorft.eval.loading import load_tokenizer
     from anchorft.rpsft.train import train
 
     tok = None

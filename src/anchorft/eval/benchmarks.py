@@ -295,9 +295,9 @@ def run_eval(
     )  # fmt: skip
     write_json(out_dir / "config.json", config, indent=2)
 
-    from transformers import AutoTokenizer
+    from anchorft.eval.loading import load_tokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
+    tokenizer = load_tokenizer(model_dir)
     prompts_by_bench = [format_prompts(tokenizer, b.items) for b in benches]
     if backend == "vllm":
         from anchorft.eval.generate import generate_vllm

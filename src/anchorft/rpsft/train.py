@@ -9,10 +9,11 @@ import datasets
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
+from anchorft.eval.loading import load_tokenizer
 from anchorft.io import save_figure, write_json
 from anchorft.rpsft.anchor import select_parameters
 from anchorft.rpsft.config import RPSFTConfig
-from anchorft.rpsft.data import load_sft_dataset, load_tokenizer, validate_sft_dataset
+from anchorft.rpsft.data import load_sft_dataset, validate_sft_dataset
 from anchorft.rpsft.trainer import RPSFTTrainer, frozen_copy
 
 __all__ = ["train", "load_model"]

@@ -269,7 +269,7 @@ def _finetune_and_evaluate(cfg: CompareConfig, run: RunSpec, seed: int, base_dir
 
     A top-level function so that a worker process can run it; everything it uses is rebuilt from its
     arguments (same seed, same result, whichever process runs it). Returns (run name, seed, metrics)."""
-    from anchorft.rpsft.data import load_tokenizer
+    from anchorft.eval.loading import load_tokenizer
     from anchorft.rpsft.train import train
 
     if threads:
@@ -323,7 +323,7 @@ def run_compare(
 
     base_dir = pretrained_model(cfg.pretrain, progress=progress)
     pretrain_metrics = json.loads((base_dir / "metrics.json").read_text())
-    from anchorft.rpsft.data import load_tokenizer
+    from anchorft.eval.loading import load_tokenizer
 
     tok = load_tokenizer(str(base_dir))
     eval_sets = comparison_eval_sets(cfg)
