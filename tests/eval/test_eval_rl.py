@@ -134,7 +134,7 @@ def test_rl_on_the_testbed_reward_rises(tmp_path):
     )
     after = evaluate_toy(m["model"], tok, sets, es, torch.Generator().manual_seed(0))
     easy = build_eval_sets([skill], 200, np.random.default_rng(6))[skill]
-    from anchorft.toy.evaluate import evaluate_prompts
+    from anchorft.eval.pipeline import evaluate_prompts
 
     def acc(model):
         check = lambda i, c: sk.SKILLS[skill].check(easy[i], c)  # noqa: E731

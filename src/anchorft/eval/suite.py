@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from anchorft.eval.benchmarks import Bench, load_bench, score_bench, summarize
-from anchorft.io import save_figure, write_json, write_text
+from anchorft.io import save_figure, write_json, write_jsonl, write_text
 
 __all__ = [
     "PAPER_ID",
@@ -307,7 +307,7 @@ def _run_pair(backend, tokenizer, bench: Bench, sub: Path, s: SuiteSettings, che
     records = score_bench(bench, responses, None, checker)
     metrics = summarize(records, s.k)
     metrics.update(bench=str(bench.path), n_bad_lines=bench.n_bad, kind=sorted({r["kind"] for r in records}))
-    write_text(sub / "records.jsonl", "".join(json.dumps(r) + "\n" for r in records))
+    write_jsonl(sub / "records.jsonl", records)
     write_json(metrics_file, metrics, indent=2)
     return metrics
 
@@ -360,9 +360,8 @@ def run_suite(
     """Every (model, benchmark) pair, then the main table. Inputs are all checked before a model loads.
 
     `backend_factory(model_dir, tokenizer, settings)` replaces the generation backend (tests)."""
-    from transformers import AutoTokenizer
-
     from anchorft.eval.answers import default_checker
+    from anchorft.eval.loading import load_eval_tokenizer
 
     s = settings or SuiteSettings()
     s.validate()
@@ -378,11 +377,9 @@ def run_suite(
     kind = "custom" if backend_factory is not None else resolve_suite_backend(backend)
     tokenizers = {}
     for name, path in models.items():
-        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+        tok = load_eval_tokenizer(path)
         if not getattr(tok, "chat_template", None):
             raise ValueError(f"--models {name}={path}: the tokenizer has no chat_template")
-        if tok.pad_token is None:
-            tok.pad_token = tok.eos_token
         tokenizers[name] = tok
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -467,12 +464,11 @@ def table_markdown(table: dict) -> str:
 
 
 def plot_table(table: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
+    from anchorft.io import pyplot
+
+    plt = pyplot()
     doms = table["domains"]
     benches = [b for b in doms if doms[b] == "id"] + [b for b in doms if doms[b] == "ood"] + ["ID mean", "OOD mean"]
     models = list(table["models"])

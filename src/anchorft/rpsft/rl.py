@@ -214,10 +214,9 @@ def format_memory_estimate(est: dict) -> str:
 
 
 def _plot_rewards(steps: Sequence[int], rewards: Sequence[float], path: Path) -> None:
-    import matplotlib
+    from anchorft.io import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(5, 3.2))
     ax.plot(steps, rewards, marker=".")
@@ -246,8 +245,10 @@ def run_rl(
     """
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
+
+    from anchorft.eval.loading import load_tokenizer
 
     settings = settings or RLSettings()
     settings.validate()
@@ -261,7 +262,7 @@ def run_rl(
         model_dir = Path(model)
         if not (model_dir / "config.json").is_file():
             raise ValueError(f"model {model_dir}: no config.json there")
-        tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
+        tokenizer = tokenizer or load_tokenizer(model_dir)
         # fp32 master weights (bf16 autocast compute through bf16=True): lr 1e-6 updates round away in bf16
         dtype = torch.bfloat16 if cuda and settings.master_dtype == "bf16" else torch.float32
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, trust_remote_code=False)

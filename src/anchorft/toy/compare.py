@@ -24,12 +24,13 @@ import yaml
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM
 
-from anchorft.io import write_json
+from anchorft.dataclass_yaml import read_yaml_mapping, update
 from anchorft.rpsft.methods import METHODS, RUN_KEYS, get_method
 from anchorft.toy import skills as sk
 from anchorft.toy.evaluate import EvalSettings, build_eval_sets, evaluate_toy
 from anchorft.toy.pretrain import PretrainConfig, pretrained_model
-from anchorft.toy.report import mean_over_seeds, write_report, write_tradeoff_plot
+from anchorft.toy.report import write_report, write_tradeoff_plot
+from anchorft.toy.results import RESULTS_FILE, CompareResults, save_results
 
 __all__ = ["CompareConfig", "RunSpec", "PRESETS", "load_config", "expand_sweeps", "finetune_dataset", "run_compare"]
 
@@ -108,70 +109,66 @@ def _default_runs(ranks: list[int], l2_lambda: float | None = None) -> list[RunS
     return runs
 
 
-def _smoke() -> CompareConfig:
-    pre = PretrainConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, steps=60, batch_size=20,
-                         eval_items=10)  # fmt: skip
-    return CompareConfig(
-        pretrain=pre,
-        runs=_default_runs([2, paper_rank(32)]),
-        seeds=[0],
-        finetune_items=64,
-        max_steps=4,
-        batch_size=16,
-        eval=EvalSettings(n_samples=2, k=2, id_items=12, ood_items=8, max_new_tokens=12),
-    )
-
-
 def _width_runs(hidden_size: int) -> list[RunSpec]:
-    # l2 at lambda 0.01: its sum runs over every direction of every matrix, and at lambda 1 it does not move
-    # (session 1); rpsft at the paper's lambda 1 and rank (768/4096 of the width: 24 at 128) and a third of it.
+    # l2 at lambda 0.01: its sum runs over every direction of every matrix, and at lambda 1 it does not move;
+    # rpsft at the paper's lambda 1 and rank (768/4096 of the width: 24 at 128) and a third of it.
     k = paper_rank(hidden_size)
     return _default_runs([max(1, k // 3), k], l2_lambda=0.01)
 
 
-def _default() -> CompareConfig:
-    pre = PretrainConfig()
-    return CompareConfig(pretrain=pre, runs=_width_runs(pre.hidden_size), seeds=[0, 1, 2])
-
-
-PRESETS = {"smoke": _smoke, "default": _default}
+PRESET_DIR = Path(__file__).resolve().parents[3] / "configs" / "toy"
+# the presets are the YAML files of configs/toy/, loaded by name (`smoke`, `default`, `sweep`, ...) or by path
+PRESETS = tuple(sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
 
 
 def _to_plain(cfg: CompareConfig) -> dict:
     return dataclasses.asdict(cfg)
 
 
+def _preset_path(name: str) -> Path:
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return path
+    if (PRESET_DIR / f"{name}.yaml").is_file():
+        return PRESET_DIR / f"{name}.yaml"
+    raise ValueError(f"preset: {name!r} is neither a preset {list(PRESETS)} nor a YAML file")
+
+
+def _merged_mapping(spec: dict, chain: tuple[str, ...] = ()) -> tuple[dict, bool]:
+    """(the mapping of `spec` over its `preset:` base, recursively; whether any level set `runs`)."""
+    spec = dict(spec)
+    base_name = spec.pop("preset", None)
+    merged: dict = {}
+    has_runs = False
+    if base_name is not None:
+        path = _preset_path(str(base_name))
+        if str(path.resolve()) in chain:
+            raise ValueError(f"preset: {base_name!r} names itself through {list(chain)}")
+        merged, has_runs = _merged_mapping(read_yaml_mapping(path, "preset"), chain + (str(path.resolve()),))
+    for key, value in spec.items():  # nested sections (pretrain, eval) merge key by key
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged, has_runs or "runs" in spec
+
+
 def load_config(spec: str | dict | CompareConfig) -> CompareConfig:
-    """A CompareConfig from a preset name, a YAML path, a dict (preset "base" + overrides) or itself."""
+    """A CompareConfig from a preset name (configs/toy/NAME.yaml), a YAML path, a dict, or itself.
+
+    A mapping may name a base preset with `preset: NAME`; its own keys override the base's (nested sections key
+    by key) and are coerced to the fields' types (`anchorft.dataclass_yaml`; unknown keys are a ValueError with
+    the closest known ones). Without `runs` anywhere in the chain, the runs follow the width: sft, dft, iw_sft,
+    l2 (lambda 0.01) and rpsft at the paper's rank scaled to `pretrain.hidden_size` and at a third of it."""
     if isinstance(spec, CompareConfig):
         return copy.deepcopy(spec)
-    if isinstance(spec, str) and spec in PRESETS:
-        return PRESETS[spec]()
     if isinstance(spec, str):
-        path = Path(spec)
-        if not path.is_file():
-            raise ValueError(f"preset: {spec!r} is neither a preset {sorted(PRESETS)} nor a YAML file")
-        spec = yaml.safe_load(path.read_text()) or {}
+        spec = {"preset": spec}
     if not isinstance(spec, dict):
         raise ValueError(f"preset: expected a name, a YAML path or a dict, got {type(spec).__name__}")
-    spec = dict(spec)
-    preset = spec.pop("preset", "default")
-    if preset not in PRESETS:
-        raise ValueError(f"preset: must be one of {sorted(PRESETS)}, got {preset!r}")
-    cfg = PRESETS[preset]()
-    known = {f.name for f in dataclasses.fields(CompareConfig)}
-    for key, value in spec.items():
-        if key not in known:
-            raise ValueError(f"config: unknown field {key!r}; known: {sorted(known)}")
-        if key == "pretrain":
-            cfg.pretrain = dataclasses.replace(cfg.pretrain, **value)
-        elif key == "eval":
-            cfg.eval = dataclasses.replace(cfg.eval, **value)
-        elif key == "runs":
-            cfg.runs = [RunSpec(**r) for r in value]
-        else:
-            setattr(cfg, key, value)
-    if preset == "default" and "runs" not in spec:  # the rank sweep follows a width set by the file
+    merged, has_runs = _merged_mapping(spec)
+    cfg = update(CompareConfig(), merged, "toy compare config")
+    if not has_runs:  # the rank sweep follows the width
         cfg.runs = _width_runs(cfg.pretrain.hidden_size)
     return cfg
 
@@ -272,7 +269,7 @@ def _finetune_and_evaluate(cfg: CompareConfig, run: RunSpec, seed: int, base_dir
 
     A top-level function so that a worker process can run it; everything it uses is rebuilt from its
     arguments (same seed, same result, whichever process runs it). Returns (run name, seed, metrics)."""
-    from anchorft.rpsft.data import load_tokenizer
+    from anchorft.eval.loading import load_tokenizer
     from anchorft.rpsft.train import train
 
     if threads:
@@ -326,7 +323,7 @@ def run_compare(
 
     base_dir = pretrained_model(cfg.pretrain, progress=progress)
     pretrain_metrics = json.loads((base_dir / "metrics.json").read_text())
-    from anchorft.rpsft.data import load_tokenizer
+    from anchorft.eval.loading import load_tokenizer
 
     tok = load_tokenizer(str(base_dir))
     eval_sets = comparison_eval_sets(cfg)
@@ -338,10 +335,9 @@ def run_compare(
     base["pretrain"] = {k: pretrain_metrics[k] for k in ("params", "greedy_accuracy", "train_seconds", "key")}
     del base_model
 
-    results = {
-        "base": base,
-        "methods": {},
-        "settings": {
+    results = CompareResults(
+        base=base,
+        settings={
             "k": cfg.eval.k,
             "n_samples": cfg.eval.n_samples,
             "temperature": cfg.eval.temperature,
@@ -352,7 +348,7 @@ def run_compare(
             "seeds": cfg.seeds,
             "pretrained": str(base_dir),
         },
-    }
+    )
     jobs = list(itertools.product(cfg.runs, cfg.seeds))
     per_run: dict[str, dict[int, dict]] = {}
     specs = {r.name: r for r in cfg.runs}
@@ -361,13 +357,9 @@ def run_compare(
         per_run.setdefault(name, {})[seed] = metrics
         seeds = [m for _, m in sorted(per_run[name].items())]  # seed order, whatever the finishing order
         run = specs[name]
-        results["methods"][name] = {
-            **mean_over_seeds(seeds),
-            "method": run.method,
-            "settings": {k: v for k, v in dataclasses.asdict(run).items() if v is not None and k != "name"},
-            "per_seed": seeds,
-        }
-        write_json(out / "results.json", results, indent=2)
+        settings = {k: v for k, v in dataclasses.asdict(run).items() if v is not None and k != "name"}
+        results.record(name, run.method, settings, seeds)
+        save_results(results, out / RESULTS_FILE)
         tqdm.write(
             f"{name} seed {seed}: id_greedy {metrics['id_greedy']:.3f} ood_mean {metrics['ood_mean']:.3f} "
             f"({metrics['train_seconds']:.0f}s)"
@@ -391,8 +383,8 @@ def run_compare(
                 bar.update()
     bar.close()
     # the report lists runs in the config's order
-    results["methods"] = {r.name: results["methods"][r.name] for r in cfg.runs if r.name in results["methods"]}
-    write_json(out / "results.json", results, indent=2)
-    write_report(results, out / "report.md")
-    write_tradeoff_plot(results, out / "tradeoff.png")
-    return results
+    results.methods = {r.name: results.methods[r.name] for r in cfg.runs if r.name in results.methods}
+    save_results(results, out / RESULTS_FILE)
+    write_report(results.to_dict(), out / "report.md")
+    write_tradeoff_plot(results.to_dict(), out / "tradeoff.png")
+    return results.to_dict()

@@ -253,7 +253,6 @@ def _gen_math_word(rng):
 @dataclass(frozen=True)
 class Skill:
     name: str
-    domain: str  # "id" or "ood"
     generate: Callable[[np.random.Generator], tuple[str, str, str]]
     checker: Callable[[Item, str], bool]
 
@@ -267,16 +266,16 @@ class Skill:
 
 
 SKILLS: dict[str, Skill] = {
-    "math_easy": Skill("math_easy", "id", _gen_math_easy, _check_boxed),
-    "math_hard": Skill("math_hard", "id", _gen_math_hard, _check_boxed),
-    "math_word": Skill("math_word", "id", _gen_math_word, _check_boxed),
-    "math_add3": Skill("math_add3", "id", _gen_math_add3, _check_boxed),
-    "reverse": Skill("reverse", "ood", _gen_reverse, _check_exact),
-    "sort": Skill("sort", "ood", _gen_sort, _check_exact),
-    "next": Skill("next", "ood", _gen_next, _check_exact),
-    "count": Skill("count", "ood", _gen_count, _check_exact),
-    "boolean": Skill("boolean", "ood", _gen_bool, _check_exact),
-    "recall": Skill("recall", "ood", _gen_recall, _check_exact),
+    "math_easy": Skill("math_easy", _gen_math_easy, _check_boxed),
+    "math_hard": Skill("math_hard", _gen_math_hard, _check_boxed),
+    "math_word": Skill("math_word", _gen_math_word, _check_boxed),
+    "math_add3": Skill("math_add3", _gen_math_add3, _check_boxed),
+    "reverse": Skill("reverse", _gen_reverse, _check_exact),
+    "sort": Skill("sort", _gen_sort, _check_exact),
+    "next": Skill("next", _gen_next, _check_exact),
+    "count": Skill("count", _gen_count, _check_exact),
+    "boolean": Skill("boolean", _gen_bool, _check_exact),
+    "recall": Skill("recall", _gen_recall, _check_exact),
 }
 ID_SKILLS = ("math_add3", "math_hard", "math_word")  # fine-tuning / in-domain evaluation distributions
 OOD_SKILLS = ("reverse", "sort", "next", "count", "boolean", "recall")
