@@ -170,3 +170,28 @@ def test_vllm_backend_through_the_suite_resumes(toy_model_for_suite, tmp_path):
 @pytest.fixture(scope="module")
 def toy_model_for_suite(tiny_model_dir):
     return tiny_model_dir
+
+
+def test_rows_that_end_leave_the_batch(tiny):
+    # EOS := the greedy first token of one prompt, so that row ends at once while the others go on: the
+    # shrinking batch (rows and KV cache dropped) must give what the fixed-batch loop of eval.generate gives
+    import copy
+
+    from anchorft.eval.generate import generate
+
+    model, tok = tiny
+    enc = tok(PROMPTS[0], add_special_tokens=False, return_tensors="pt")
+    with torch.no_grad():
+        first = int(model(**enc).logits[0, -1].argmax())
+    tok2 = copy.deepcopy(tok)
+    tok2.eos_token = tok2.convert_ids_to_tokens(first)
+    assert tok2.eos_token_id == first
+    ref = generate(model, tok2, PROMPTS, n=1, temperature=0.0, max_new_tokens=8, batch_size=8, add_special_tokens=False)
+    assert ref[0] == [""] and any(r[0] for r in ref[1:])
+    for bs in (1, 4):
+        got = generate_sorted(model, tok2, PROMPTS, n=1, temperature=0.0, max_new_tokens=8, batch_size=bs)
+        assert got == ref
+    kw = dict(n=3, temperature=0.05, top_p=0.95, max_new_tokens=8, seed=2)
+    assert generate_sorted(model, tok2, PROMPTS, batch_size=12, **kw) == generate_sorted(
+        model, tok2, PROMPTS, batch_size=1, **kw
+    )

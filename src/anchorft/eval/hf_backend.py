@@ -7,7 +7,8 @@ does not depend on which other samples share its batch, on the batch size, or on
 resumed; only the model's floating-point logits (which a different padding can move in the last
 bits) tie it to the batch. Rows are sorted by prompt length (longest first) and packed into batches
 of at most `batch_size` rows whose padded size (rows x (longest prompt + max_new_tokens)) stays under
-`max_batch_tokens`, so short prompts share large batches and long ones small batches.
+`max_batch_tokens`, so short prompts share large batches and long ones small batches; a row that ends
+(EOS) leaves its batch and the KV cache (`Cache.batch_select_indices`), so the batch shrinks as it runs.
 """
 
 from __future__ import annotations
@@ -106,24 +107,32 @@ def generate_sorted(
         input_ids = torch.tensor([[pad_id] * (width - len(x)) + x for x in ids], device=device)
         mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=device)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        done = torch.zeros(len(batch), dtype=torch.bool, device=device)
-        new_tokens, past, step_ids = [], None, input_ids
+        toks: list[list[int]] = [[] for _ in batch]
+        active = list(range(len(batch)))  # rows still generating; finished rows leave the batch and its cache
+        done = torch.zeros(len(batch), dtype=torch.bool, device=device)  # used where the cache cannot shrink
+        past, step_ids = None, input_ids
         for _ in range(max_new_tokens):
             res = model(input_ids=step_ids, attention_mask=mask, position_ids=pos, use_cache=True, **{cache_kw: past})
             past = res.cache if getattr(res, "cache", None) is not None else res.past_key_values
-            nxt = sample_rows(res.logits[:, -1, :], temperature, top_p, gens)
-            nxt = torch.where(done, torch.full_like(nxt, pad_id), nxt)
-            new_tokens.append(nxt)
-            if eos_id is not None:
-                done |= nxt == eos_id
-            if bool(done.all()):
+            nxt = sample_rows(res.logits[:, -1, :], temperature, top_p, [gens[a] for a in active])
+            keep = []
+            for i, (a, t) in enumerate(zip(active, nxt.tolist())):
+                if done[i] or (eos_id is not None and t == eos_id):
+                    done[i] = True
+                    continue
+                toks[a].append(t)
+                keep.append(i)
+            if not keep:
                 break
-            step_ids, pos = nxt[:, None], pos[:, -1:] + 1
+            if len(keep) < len(active) and hasattr(past, "batch_select_indices"):
+                idx = torch.tensor(keep, device=device)
+                past.batch_select_indices(idx)
+                nxt, pos, mask, done = nxt[idx], pos[idx], mask[idx], done[idx]
+                active = [active[i] for i in keep]
+            step_ids, pos = torch.where(done, torch.full_like(nxt, pad_id), nxt)[:, None], pos[:, -1:] + 1
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-        for r, toks in zip(batch, torch.stack(new_tokens, dim=1).tolist()):
-            if eos_id is not None and eos_id in toks:
-                toks = toks[: toks.index(eos_id)]
+        for r, t in zip(batch, toks):
             i, j = rows[r]
-            out[i][j] = tokenizer.decode(toks, skip_special_tokens=True)
+            out[i][j] = tokenizer.decode(t, skip_special_tokens=True)
     model.train(was_training)
     return out
