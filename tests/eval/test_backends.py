@@ -186,7 +186,7 @@ def test_rows_that_end_leave_the_batch(tiny):
     tok2 = copy.deepcopy(tok)
     tok2.eos_token = tok2.convert_ids_to_tokens(first)
     assert tok2.eos_token_id == first
-    ref = generate(model, tok2, PROMPTS, n=1, temperature=0.0, max_new_tokens=8, batch_size=8, add_special_tokens=False)
+    ref = generate(model, tok2, PROMPTS, n=1, temperature=0, max_new_tokens=8, batch_size=8, add_special_tokens=False)
     assert ref[0] == [""] and any(r[0] for r in ref[1:])
     for bs in (1, 4):
         got = generate_sorted(model, tok2, PROMPTS, n=1, temperature=0.0, max_new_tokens=8, batch_size=bs)
