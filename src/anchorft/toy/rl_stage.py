@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from anchorft.eval.answers import last_boxed
 from anchorft.io import save_figure, write_json
 from anchorft.toy import skills as sk
-from anchorft.toy.compare import CompareConfig, comparison_eval_sets, load_config, paper_rank
+from anchorft.toy.compare_config import CompareConfig, comparison_eval_sets, load_config, paper_rank
 from anchorft.toy.evaluate import evaluate_toy, greedy_accuracy
 from anchorft.toy.results import load_results
 
