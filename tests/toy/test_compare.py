@@ -9,15 +9,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from anchorft.toy.compare import (
-    PRESETS,
-    RunSpec,
-    expand_sweeps,
-    finetune_dataset,
-    load_config,
-    paper_rank,
-    run_compare,
-)
+from anchorft.toy.compare import finetune_dataset, run_compare
+from anchorft.toy.compare_config import PRESETS, RunSpec, expand_sweeps, load_config, paper_rank
 from anchorft.toy.report import acceptance
 
 

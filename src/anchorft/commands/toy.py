@@ -90,7 +90,7 @@ def main(argv: list[str]) -> int:
         write_tradeoff_plot(merged, out / "tradeoff.png")
         print(f"report: {out / 'report.md'}  ({len(merged['methods'])} runs from {len(parts)} comparisons)")
         return 0
-    from anchorft.toy.compare import load_config
+    from anchorft.toy.compare_config import load_config
 
     cfg = load_config(args.preset)
     if args.cmd == "pretrain":

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 
 def _estimate(argv: list[str]) -> int:
-    from anchorft.rpsft.estimate import estimate, format_estimate, load_config
+    from anchorft.rpsft.estimate import estimate, format_estimate, read_model_config
 
     p = argparse.ArgumentParser(prog="anchorft train --estimate", description="anchor memory and FLOPs, no weights")
     p.add_argument("--estimate", action="store_true")
@@ -34,7 +34,7 @@ def _estimate(argv: list[str]) -> int:
     try:
         for path in a.model_config:
             res = estimate(
-                load_config(path),
+                read_model_config(path),
                 rank=a.anchor_rank,
                 tokens_per_step=a.tokens_per_step,
                 seq_len=a.seq_len,

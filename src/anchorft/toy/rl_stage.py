@@ -26,9 +26,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from anchorft.eval.answers import last_boxed
 from anchorft.io import save_figure, write_json
 from anchorft.toy import skills as sk
-from anchorft.toy.compare import CompareConfig, comparison_eval_sets, load_config, paper_rank
+from anchorft.toy.compare_config import CompareConfig, comparison_eval_sets, load_config, paper_rank
 from anchorft.toy.evaluate import evaluate_toy, greedy_accuracy
 from anchorft.toy.results import load_results
 
@@ -106,7 +107,7 @@ def rl_prompts(skills: Sequence[str], n: int, rng: np.random.Generator) -> list[
     content of the gold \\boxed{} (graded by math-verify in `boxed_math_reward`)."""
     per = [sk.sample_items(s, -(-n // len(skills)), "train", rng) for s in skills]
     items = [it for group in zip(*per) for it in group][:n]
-    return [{"prompt": it.prompt, "answer": sk.extract_boxed(it.answer)} for it in items]
+    return [{"prompt": it.prompt, "answer": last_boxed(it.answer)} for it in items]
 
 
 def _se(p: float, n: int) -> float:

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from anchorft.eval.answers import last_boxed
+
 __all__ = [
     "Item",
     "Skill",
@@ -36,7 +38,6 @@ __all__ = [
     "sample_items",
     "knowledge_base",
     "kb_statements",
-    "extract_boxed",
     "WORDS",
     "FORMAT_TOKENS",
 ]
@@ -93,14 +94,8 @@ def split_of(skill: str, key: str, eval_fraction: float = EVAL_FRACTION) -> str:
     return "eval" if h / 2.0**64 < eval_fraction else "train"
 
 
-def extract_boxed(text: str) -> str | None:
-    """Content of the last \\boxed{...} in `text` (no nesting needed here), or None."""
-    found = re.findall(r"\\boxed\{([^{}]*)\}", text)
-    return found[-1].strip() if found else None
-
-
 def _check_boxed(item: Item, response: str) -> bool:
-    got, want = extract_boxed(response), extract_boxed(item.answer)
+    got, want = last_boxed(response), last_boxed(item.answer)
     return got is not None and got == want
 
 
