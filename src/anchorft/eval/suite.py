@@ -279,7 +279,7 @@ def _run_pair(backend, tokenizer, bench: Bench, sub: Path, s: SuiteSettings, che
     metrics_file = sub / "metrics.json"
     if metrics_file.is_file():
         m = json.loads(metrics_file.read_text(encoding="utf-8"))
-        if m.get("n_items") == len(bench.items):
+        if m.get("n_items") == len(bench.items) and m.get("k") == s.k:
             log(f"  {sub.parent.name}/{bench.name}: done before, kept")
             return m
     gen_file = sub / "generations.jsonl"
