@@ -136,6 +136,16 @@ def zero(stage: str, tok_dir: str, out: str) -> None:
     )
     tr = RPSFTTrainer(model, args, train_dataset=pc_dataset(16), processing_class=tok)
     assert tr.is_deepspeed_enabled and tr.accelerator.state.deepspeed_plugin.zero_stage == int(stage)
+    import anchorft.rpsft.anchor as anchor_mod
+
+    svd_wrappers = []  # for each SVD: the type of the trainer's wrapped model (DeepSpeedEngine once prepared)
+    top_k = anchor_mod.top_k_bases
+
+    def counted(*a, **k):
+        svd_wrappers.append(type(tr.model_wrapped).__name__)
+        return top_k(*a, **k)
+
+    anchor_mod.top_k_bases = counted
     tr.train()
     import deepspeed
 
@@ -146,7 +156,10 @@ def zero(stage: str, tok_dir: str, out: str) -> None:
     if tr.args.process_index == 0:
         save_file(weights, os.path.join(out, "w.safetensors"))
         with open(os.path.join(out, "log.json"), "w") as f:
-            json.dump({"log": tr.state.log_history, "zero3_params": len(z3), "mode": tr._anchor_mode}, f)
+            json.dump(
+                {"log": tr.state.log_history, "zero3_params": len(z3), "mode": tr._anchor_mode, "svd": svd_wrappers},
+                f,
+            )
 
 
 def zero3_anchor(out: str) -> None:

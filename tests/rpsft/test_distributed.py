@@ -97,6 +97,8 @@ def test_deepspeed_zero_two_processes_match_one(stage, rp, tokenizer_dir, tokeni
     ds_w = load_file(str(out / "w.safetensors"))
     ds = json.loads((out / "log.json").read_text())
     assert ds["mode"] == "autograd"
+    # the anchor is built once the engine exists (after accelerator.prepare): one SVD per matrix, none before
+    assert len(ds["svd"]) == 15 and set(ds["svd"]) == {"DeepSpeedEngine"}
     assert (ds["zero3_params"] > 0) == (stage == 3)  # ZeRO-3 really partitioned the parameters
     args = rp.base_args(str(tmp_path / "one"), **zero_kwargs(per_device=4))
     tr = RPSFTTrainer(

@@ -441,8 +441,13 @@ def dry_run(
     family = real["model_type"]
     # data: the configured dataset's columns are checked when it is on disk; training uses stand-in rows
     pd_bs = int(args.get("per_device_train_batch_size", 8))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
     accum = int(args.get("gradient_accumulation_steps", 1))
-    n_rows = steps * pd_bs * accum * int(os.environ.get("WORLD_SIZE", "1"))  # enough for `steps` under DDP too
+    if args.get("effective_batch_size") is not None:  # as RPSFTConfig derives it; an unreachable batch stops here
+        from anchorft.rpsft.config import accumulation_for
+
+        accum = accumulation_for(args["effective_batch_size"], pd_bs, world)
+    n_rows = steps * pd_bs * accum * world  # enough for `steps` under DDP too
     data_src = dataset or args.get("dataset")
     checked_dataset = None
     if data_src is not None and (dataset is not None or Path(str(data_src)).exists()):
