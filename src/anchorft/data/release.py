@@ -109,7 +109,8 @@ def convert_release_rows(
 ) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """Convert rows in order; returns (examples, {"rows", "written", "skipped"})."""
     out, n = [], 0
-    for n, row in enumerate(rows, start=1):
+    for row in rows:
+        n += 1
         question, trace = release_question(row), release_trace(row)
         if not question or not trace:
             continue

@@ -47,8 +47,8 @@ class RPSFTTrainer(SFTTrainer):
 
     Extra arguments: `ref_model` (frozen reference, required by iw_sft) and `anchor` (a precomputed
     `SubspaceAnchor`; otherwise built from the starting weights when training begins, after the model is
-    prepared, or reloaded from the checkpoint on resume, never recomputed from tuned weights). The anchor is saved in every
-    checkpoint under `checkpoint-N/anchor/`. Logs `anchor/penalty` (R without lambda) and
+    prepared, or reloaded from the checkpoint on resume, never recomputed from tuned weights). The anchor is saved
+    in every checkpoint under `checkpoint-N/anchor/`. Logs `anchor/penalty` (R without lambda) and
     `anchor/drift_max` (max over matrices of ||D||_F / ||S_ref||_F) and, for iw_sft, `iw/weight_mean`.
     """
 
