@@ -258,7 +258,7 @@ def test_find_model_config() -> None:
 def test_dry_run_main_and_overrides(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     leaf = RPSFT / "qwen2.5-3b-instruct" / "sft.yaml"
     rc = dry_run_main(
-        ["--config", str(leaf), "--dry-run", "--output_dir", str(tmp_path), "--gradient_accumulation_steps", "1"]
+        ["--config", str(leaf), "--dry-run", "--output_dir", str(tmp_path), "--effective_batch_size", "2"]
     )
     assert rc == 0 and "dry run OK" in capsys.readouterr().out
     assert json.loads((tmp_path / "rpsft_config.json").read_text())["gradient_accumulation_steps"] == 1

@@ -46,6 +46,13 @@ def test_unreachable_effective_batch(tmp_path, monkeypatch, capsys, no_loading) 
     monkeypatch.setenv("WORLD_SIZE", "1")
     args = RPSFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, effective_batch_size=16)
     assert args.gradient_accumulation_steps == 8
+    with pytest.raises(ValueError, match="contradicts effective_batch_size 16"):
+        RPSFTConfig(
+            output_dir=str(tmp_path),
+            per_device_train_batch_size=2,
+            effective_batch_size=16,
+            gradient_accumulation_steps=2,
+        )
     rc = train_main(
         ["--config", str(LEAF), "--dry-run", "--output_dir", str(tmp_path / "d"), "--effective_batch_size", "5"]
     )

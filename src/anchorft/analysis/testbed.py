@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-__all__ = ["testbed_prompt_files"]
+__all__ = ["testbed_prompt_files", "testbed_ood_fisher_file"]
 
 
 def _write(path: Path, items) -> str:
@@ -59,3 +59,17 @@ def testbed_prompt_files(
     fisher_skill = sk.ID_SKILLS[0]
     train = sk.sample_items(fisher_skill, n_items, "train", np.random.default_rng(seed))
     return files, _write(out / f"fisher_{fisher_skill}.jsonl", train)
+
+
+def testbed_ood_fisher_file(out_dir: str | os.PathLike, n_items: int = 64, seed: int = 0) -> str:
+    """Writes fisher_ood.jsonl: `n_items` training-split items (prompt + answer) spread evenly over the OOD skills,
+    drawn from numpy's generator seeded with `seed` + 1 (the OOD loss whose empirical Fisher projects G)."""
+    from anchorft.toy import skills as sk
+
+    rng = np.random.default_rng(seed + 1)
+    per = -(-n_items // len(sk.OOD_SKILLS))
+    items = [it for s in sk.OOD_SKILLS for it in sk.sample_items(s, per, "train", rng)]
+    order = rng.permutation(len(items))[:n_items]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return _write(out / "fisher_ood.jsonl", [items[int(i)] for i in order])

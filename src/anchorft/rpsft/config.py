@@ -82,7 +82,8 @@ class RPSFTConfig(SFTConfig):
         metadata={
             "help": "Sequences per optimiser step. When set, gradient_accumulation_steps is derived from it as "
             "effective_batch_size / (per_device_train_batch_size x processes) (processes: $WORLD_SIZE, 1 without a "
-            "launcher); a count it cannot be reached with is an error before anything is loaded."
+            "launcher); a count it cannot be reached with, or another gradient_accumulation_steps than 1, is an "
+            "error before anything is loaded."
         },
     )
     iw_ref_model: str | None = field(
@@ -96,9 +97,14 @@ class RPSFTConfig(SFTConfig):
         self._validate_rpsft_fields()
         if self.effective_batch_size is not None:
             world = int(os.environ.get("WORLD_SIZE", "1"))
-            self.gradient_accumulation_steps = accumulation_for(
-                self.effective_batch_size, self.per_device_train_batch_size, world
-            )
+            accum = accumulation_for(self.effective_batch_size, self.per_device_train_batch_size, world)
+            if self.gradient_accumulation_steps not in (1, accum):
+                raise ValueError(
+                    f"gradient_accumulation_steps {self.gradient_accumulation_steps} contradicts effective_batch_size "
+                    f"{self.effective_batch_size} ({self.per_device_train_batch_size} per device x {world} "
+                    f"process(es) needs {accum}); set only one of them (--effective_batch_size null to drop it)"
+                )
+            self.gradient_accumulation_steps = accum
         if self.method == "dft":
             self.loss_type = "dft"
         elif self.loss_type == "dft":
