@@ -111,7 +111,9 @@ def main(argv: list[str]) -> int:
             if args.fisher_ood_data is None:
                 from anchorft.analysis.testbed import testbed_ood_fisher_file
 
-                args.fisher_ood_data = testbed_ood_fisher_file(Path(args.out) / "testbed_prompts", seed=args.seed)
+                args.fisher_ood_data = testbed_ood_fisher_file(
+                    Path(args.out) / "testbed_prompts", seed=args.seed, compare_dir=args.compare
+                )
         cfg = AnalysisConfig(
             base=base,
             tuned=tuned,
