@@ -81,4 +81,3 @@ def testbed_ood_fisher_file(
     path = Path(out_dir) / "fisher_ood.jsonl"
     write_jsonl(path, _rows([items[int(i)] for i in order]))
     return str(path)
-
