@@ -79,6 +79,10 @@ def test_fsdp2_shard_aware_penalty_grad(tmp_path):
     assert res["sharded"] == "DTensor"
     assert res["got"]["penalty"] == pytest.approx(res["want"]["penalty"], rel=1e-5)
     assert res["max_rel_err"] < 1e-4
+    # built on the sharded parameters (each matrix gathered once): the bases and fingerprint of the unsharded
+    # model, and a shard-aware penalty of 0 at the weights it was built from
+    assert res["after_shard_fingerprint_equal"] and res["after_shard_bases_err"] < 1e-5
+    assert abs(res["after_shard_penalty"]) < 1e-8
 
 
 @pytest.mark.slow
