@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from anchorft.data.openr1 import SYSTEM_PROMPT, load_source, to_conversation
+from anchorft.io import write_json, write_text
 
 __all__ = [
     "RELEASE_HUB_NAME",
@@ -131,7 +132,7 @@ def prepare_release_set(
 ) -> dict[str, Any]:
     """Write `out_dir/train.jsonl` (the release's set in TRL's conversational form), `config.json`,
     `metrics.json` (rows read, written, skipped, sha256 of train.jsonl) and `lengths.png`."""
-    from anchorft.data.openr1 import _plot_lengths, _write_atomic
+    from anchorft.data.openr1 import _plot_lengths
 
     ds = load_source(source, subset="default", split=split, limit=limit)
     check_release_columns(ds.column_names, source)
@@ -141,11 +142,11 @@ def prepare_release_set(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     text = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
-    _write_atomic(out / "train.jsonl", text)
+    write_text(out / "train.jsonl", text)
     config = {"sampler": "release", "source": source, "split": split, "limit": limit, "format": fmt}
     config["system_prompt"] = SYSTEM_PROMPT
-    _write_atomic(out / "config.json", json.dumps(config, indent=2) + "\n")
+    write_json(out / "config.json", config, indent=2)
     metrics = {**counts, "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
-    _write_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    write_json(out / "metrics.json", metrics, indent=2)
     _plot_lengths(rows, out / "lengths.png")
     return metrics
