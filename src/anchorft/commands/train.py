@@ -19,7 +19,13 @@ from collections.abc import Sequence
 
 
 def _estimate(argv: list[str]) -> int:
-    from anchorft.rpsft.estimate import estimate, format_estimate, format_memory, load_config, memory_per_gpu
+    from anchorft.rpsft.estimate import (
+        estimate,
+        format_estimate,
+        format_memory,
+        memory_per_gpu,
+        read_model_config,
+    )
 
     p = argparse.ArgumentParser(prog="anchorft train --estimate", description="anchor memory and FLOPs, no weights")
     p.add_argument("--estimate", action="store_true")
@@ -38,7 +44,7 @@ def _estimate(argv: list[str]) -> int:
     try:
         for path in a.model_config:
             res = estimate(
-                load_config(path),
+                read_model_config(path),
                 rank=a.anchor_rank,
                 tokens_per_step=a.tokens_per_step,
                 seq_len=a.seq_len,
@@ -48,7 +54,7 @@ def _estimate(argv: list[str]) -> int:
             )
             print(format_estimate(res, name=path))
             mem = memory_per_gpu(
-                load_config(path), a.stage, a.gpus, a.per_device, a.seq_len, res["bytes"], a.iw_reference
+                read_model_config(path), a.stage, a.gpus, a.per_device, a.seq_len, res["bytes"], a.iw_reference
             )
             print(format_memory(mem, a.stage, a.gpus, a.per_device, a.seq_len))
             print()
@@ -134,7 +140,7 @@ def main(argv: list[str]) -> int:
     if missing:
         print(f"anchorft train: missing --{' --'.join(missing)}", file=sys.stderr)
         return 2
-    from anchorft.rpsft.data import load_tokenizer
+    from anchorft.eval.loading import load_tokenizer
     from anchorft.rpsft.train import train
 
     tok = None
