@@ -106,7 +106,8 @@ class RPSFTTrainer(SFTTrainer):
         torch.distributed: every rank calls it)."""
         a = self.args
         rank = 2**62 if a.method_spec.full_rank else a.anchor_rank  # l2: full rank everywhere
-        gen = torch.Generator(device=self.model.device.type).manual_seed(a.seed)
+        # on the device that holds the weights (randomized SVD draws there): cuda:r on rank r
+        gen = torch.Generator(device=next(self.model.parameters()).device).manual_seed(a.seed)
         anchor = SubspaceAnchor.from_model(
             self.model,
             rank=rank,
