@@ -129,10 +129,12 @@ def test_l2_is_full_rank_and_targets_checked_early(rp, tokenizer, dataset, tmp_p
     model = rp.tiny_model("llama", len(tokenizer))
     tr = RPSFTTrainer(
         model,
-        rp.base_args(str(tmp_path), method="l2", anchor_targets="mlp"),
+        rp.base_args(str(tmp_path), method="l2", anchor_targets="mlp", max_steps=1),
         train_dataset=dataset,
         processing_class=tokenizer,
     )
+    assert tr.anchor is None  # built when training begins
+    tr.train()
     assert all(e.fallback for e in tr.anchor.entries) and len(tr.anchor.entries) == 6
     with pytest.raises(ValueError, match="matches no trainable"):
         RPSFTTrainer(

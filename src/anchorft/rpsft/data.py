@@ -56,7 +56,10 @@ def validate_sft_dataset(ds: datasets.Dataset, tokenizer=None, field: str = "tra
             raise ValueError(f"{field}: column 'messages' must hold lists of {{'role', 'content'}} dicts")
         form = "messages"
     else:
-        raise ValueError(f"{field} must have columns 'prompt' and 'completion', or 'messages'; it has {sorted(cols)}")
+        hint = "; convert it first: anchorft data openr1-math --source FILE --out DIR" if "target" in cols else ""
+        raise ValueError(
+            f"{field} must have columns 'prompt' and 'completion', or 'messages'; it has {sorted(cols)}{hint}"
+        )
     if form != "prompt_completion" and tokenizer is not None and getattr(tokenizer, "chat_template", None) is None:
         raise ValueError(f"{field} is conversational ({form}) but the tokenizer has no chat_template")
     return form
