@@ -8,7 +8,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from anchorft.eval.answers import MathChecker, extract_choice, grade, last_boxed, math_equal, parse_choices
+from anchorft.eval.answers import (
+    MathChecker,
+    extract_choice,
+    grade,
+    last_boxed,
+    math_equal,
+    parse_choices,
+    parsed_equal,
+)
 
 
 @pytest.mark.parametrize(
@@ -84,6 +92,82 @@ def test_extract_choice_numeric_labels_accept_letters():
 )
 def test_math_equal(gold, answer, expected):
     assert math_equal(gold, answer) is expected
+
+
+# differently written answers that math-verify must parse as equal (gold first): no two strings are identical,
+# so the string shortcut never decides and each case goes through the parser
+EQUIVALENT = [
+    (r"\frac12", "0.5"),
+    (r"\frac{1}{2}", r"\frac12"),
+    (r"\frac{1}{2}", r"\dfrac{1}{2}"),
+    ("0.5", r"\dfrac12"),
+    ("1.5", r"\frac{3}{2}"),
+    (r"\frac{\sqrt{3}}{2}", r"\frac{\sqrt3}2"),
+    (r"3\sqrt{2}", r"\sqrt{18}"),
+    ("3", "x=3"),
+    ("x=3", "3"),
+    ("3", "x = 3"),
+    ("(2, 5]", "(2,5]"),
+    (r"[1, \infty)", r"[1,\infty)"),
+    (r"(-\infty, 2) \cup (3, \infty)", r"(-\infty,2)\cup(3,\infty)"),
+    (r"\{1,2\}", r"\{2,1\}"),
+    ("10", r"10\text{ cm}"),
+    (r"10\text{ cm}", "10"),
+    ("10", r"10 \text{ dollars}"),
+    ("90", r"90^\circ"),
+    ("5", r"\$5"),
+    ("25", r"25\%"),
+    ("10000", "10,000"),
+    ("10000", "10{,}000"),
+]
+# near misses: one symbol, bound, sign or digit off
+NEAR_MISS = [
+    (r"\frac{1}{2}", r"\frac{1}{3}"),
+    ("0.5", "0.51"),
+    ("2", "2.0001"),
+    ("x=3", "x=4"),
+    ("3", "-3"),
+    ("(2,5]", "[2,5]"),
+    ("(2,5]", "(2,5)"),
+    (r"[1,\infty)", r"(1,\infty)"),
+    ("10", r"11\text{ cm}"),
+    (r"\sqrt{2}", "1.414"),
+    (r"\pi", "3.14159"),
+]
+
+
+@pytest.mark.parametrize("gold, answer", EQUIVALENT)
+def test_parser_accepts_differently_written_equivalents(gold, answer):
+    assert gold.strip() != answer.strip()
+    assert parsed_equal(gold, answer) is True
+    assert math_equal(gold, answer) is True
+
+
+@pytest.mark.parametrize("gold, answer", NEAR_MISS)
+def test_parser_rejects_near_misses(gold, answer):
+    assert parsed_equal(gold, answer) is False
+    assert math_equal(gold, answer) is False
+
+
+def test_string_shortcut_decides_identical_strings_only(monkeypatch):
+    """math_equal: identical (stripped) strings are equal without parsing; anything else goes to math-verify."""
+    import anchorft.eval.answers as answers
+
+    calls = []
+    monkeypatch.setattr(answers, "parsed_equal", lambda g, a: calls.append((g, a)) or False)
+    assert answers.math_equal(" 27 ", "27") is True and calls == []
+    assert answers.math_equal("27", "27.0") is False and calls == [("27", "27.0")]
+    assert answers.math_equal("27", " ") is False  # an empty answer is never equal
+
+
+def test_parse_only_checker_has_no_shortcut(tmp_path, monkeypatch):
+    """MathChecker(string_shortcut=False) sends identical strings to its check function too."""
+    (tmp_path / "anchorft_mv_never.py").write_text("def never(gold, answer):\n    return False\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with MathChecker(check_fn="anchorft_mv_never:never", string_shortcut=False) as strict:
+        assert strict.check("27", "27") is False
+    with MathChecker(check_fn="anchorft_mv_never:never") as default:
+        assert default.check("27", "27") is True and default._proc is None  # decided without a worker
 
 
 def test_checker_off_the_main_thread_matches_direct_calls(checker):

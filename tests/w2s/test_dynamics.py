@@ -73,9 +73,52 @@ def test_orthogonal_subspaces_lambda_one_nontarget_do_not_move(tiny):
     moved_tgt = (res.weights[:, ~non] - pb.w0[:, ~non]).abs().max()
     assert moved_non < 1e-12
     assert moved_tgt > 1e-2
-    # the dense sampler at lambda = 1 gives the same result (inputs in V_kappa exactly)
-    cfg_dense = apply_overrides(cfg, {"modes": ["w2s"]})
-    assert cfg_dense.lambda_kappa == 1.0
+
+
+def test_dense_sampler_at_lambda_one_leaves_nontarget_neurons_in_place(tiny):
+    """The same result through the dense path: dense_step on generative_dense(lambda = 1) inputs (in V_kappa
+    exactly) with the weak model's labels moves the target neurons and leaves the non-target ones in place."""
+    cfg = apply_overrides(tiny, {"rho": 0.0, "lambda_kappa": 1.0, "dtype": "float64"})
+    pb = build_problem(cfg)
+    act, weak_act = get_activation(cfg.activation), get_activation(cfg.weak_activation)
+    gens = make_generators(pb.seeds, 1, torch.device("cpu"))
+    w = pb.w0.clone()
+    for _ in range(25):
+        for x in generative_dense(gens, pb.bases[:, 0], 1.0, 8, cfg.batch_size):
+            y = weak_act.value(x @ pb.weak_u.mT).mean(-1)
+            w, _ = dense_step(w, x, y, pb.a, act, 0.5)
+    non = pb.groups > 0
+    assert (w[:, non] - pb.w0[:, non]).abs().max() < 1e-12
+    assert (w[:, ~non] - pb.w0[:, ~non]).abs().max() > 1e-2
+
+
+def _block_penalty(w: torch.Tensor, w0: torch.Tensor, k: int) -> np.ndarray:
+    """R(W) = ||U_0^T (W - W_0) V_0||_F^2 per seed, from NumPy's SVD of W_0 (independent of anchorft.rpsft)."""
+    out = []
+    for ws, w0s in zip(w.double().numpy(), w0.double().numpy()):
+        u, _, vt = np.linalg.svd(w0s, full_matrices=False)
+        out.append(float(np.sum((u[:, :k].T @ (ws - w0s) @ vt[:k].T) ** 2)))
+    return np.array(out)
+
+
+def test_sft_anchor_pulls_the_top_k_block_back_to_w0(tiny):
+    """The RPSFT anchor inside the simulator: weight 0 is SFT exactly (same inputs); a positive weight keeps the
+    top-k block of W near W_0, more so the larger the weight (a flipped or mis-scaled penalty gradient fails)."""
+    cfg = apply_overrides(tiny, {"dtype": "float64", "steps": 100})
+    pb = build_problem(cfg)
+    k = cfg.anchor_rank
+    sft = train(cfg, pb, "sft", progress=False).weights
+    off = train(apply_overrides(cfg, {"anchor_weight": 0.0}), pb, "sft_anchor", progress=False).weights
+    torch.testing.assert_close(off, sft, atol=0, rtol=0)
+
+    def anchored(weight: float) -> np.ndarray:
+        res = train(apply_overrides(cfg, {"anchor_weight": weight}), pb, "sft_anchor", progress=False)
+        return _block_penalty(res.weights, pb.w0, k)
+
+    r_sft, r_half, r_two = _block_penalty(sft, pb.w0, k), anchored(0.5), anchored(2.0)
+    assert (r_sft > 1.0).all()  # SFT alone moves the block (measured: 4.4 and 5.4)
+    assert (r_half < 0.05 * r_sft).all()  # measured: 0.061 and 0.021
+    assert (r_two < 0.5 * r_half).all()  # measured: 0.0086 and 0.0035
 
 
 def test_same_seed_same_metrics(tiny):
