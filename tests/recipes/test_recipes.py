@@ -11,6 +11,7 @@ import pytest
 import torch
 import yaml
 
+from anchorft.rpsft import methods as methods_table
 from anchorft.rpsft import recipes
 from anchorft.rpsft.recipes import (
     build_stand_in,
@@ -33,7 +34,7 @@ HUB = {
     "qwen2.5-7b-instruct": "Qwen/Qwen2.5-7B-Instruct",
     "qwen2.5-3b-instruct": "Qwen/Qwen2.5-3B-Instruct",
 }
-METHODS = ("sft", "dft", "iw_sft", "l2", "rpsft")
+METHODS = tuple(methods_table.METHODS)  # every method of the table has a recipe leaf per model
 LEAVES = sorted(p for p in RPSFT.glob("*/*.yaml") if p.parent.name != "_base")
 OTHER_CONFIGS = sorted(p for p in RPSFT.rglob("*.yaml") if "_base" not in p.parts and p not in LEAVES)
 # configs/rpsft/ files written by the trainer's engineer (issue 3), not by the recipe set: each must pass its dry

@@ -181,11 +181,13 @@ def load_recipe(path: str | os.PathLike, validate: bool = True) -> tuple[dict[st
                 if key == "warmup_ratio":
                     hint = "; transformers 5 takes a ratio as a float warmup_steps (e.g. warmup_steps: 0.03)"
                 raise ValueError(f"unknown field {key!r} in {origin.get(key, path)}{hint}")
-        from anchorft.rpsft.losses import METHODS
+        from anchorft.rpsft.methods import METHODS
 
         method = merged.get("method", "rpsft")
         if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r} (in {origin.get('method', path)})")
+            raise ValueError(
+                f"method must be one of {tuple(METHODS)}, got {method!r} (in {origin.get('method', path)})"
+            )
     return merged, meta
 
 

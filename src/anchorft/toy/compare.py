@@ -25,15 +25,13 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM
 
 from anchorft.io import write_json
+from anchorft.rpsft.methods import METHODS, RUN_KEYS, get_method
 from anchorft.toy import skills as sk
 from anchorft.toy.evaluate import EvalSettings, build_eval_sets, evaluate_toy
 from anchorft.toy.pretrain import PretrainConfig, pretrained_model
 from anchorft.toy.report import mean_over_seeds, write_report, write_tradeoff_plot
 
 __all__ = ["CompareConfig", "RunSpec", "PRESETS", "load_config", "expand_sweeps", "finetune_dataset", "run_compare"]
-
-METHODS = ("sft", "dft", "iw_sft", "l2", "rpsft")
-RUN_KEYS = ("anchor_rank", "anchor_lambda", "anchor_targets", "anchor_include_embeddings", "learning_rate")
 
 
 @dataclass
@@ -76,9 +74,9 @@ class CompareConfig:
             raise ValueError(f"runs: names must be unique and not 'base', got {names}")
         for r in self.runs:
             if r.method not in METHODS:
-                raise ValueError(f"runs[{r.name}].method: must be one of {METHODS}, got {r.method!r}")
-            if r.method == "rpsft" and not r.anchor_rank:
-                raise ValueError(f"runs[{r.name}].anchor_rank: rpsft needs a rank")
+                raise ValueError(f"runs[{r.name}].method: must be one of {tuple(METHODS)}, got {r.method!r}")
+            if get_method(r.method).uses_rank and not r.anchor_rank:
+                raise ValueError(f"runs[{r.name}].anchor_rank: {r.method} needs a rank")
         if self.id_skill not in sk.ID_SKILLS:
             raise ValueError(f"id_skill: must be one of {sk.ID_SKILLS}, got {self.id_skill!r}")
         if not self.seeds:
@@ -190,8 +188,9 @@ def _parse_value(text: str):
 def expand_sweeps(runs: list[RunSpec], sweeps: list[str]) -> list[RunSpec]:
     """Expand runs by `key=v1,v2,...` sweeps (product over sweeps).
 
-    anchor_* keys apply to the anchored methods (l2, rpsft; anchor_rank to rpsft only), learning_rate
-    to every method. A run that a sweep applies to becomes one run per value, named NAME-key=value.
+    A key applies to the runs whose method lists it in the methods table's `sweep_keys` (anchor_* keys to
+    the anchored methods l2 and rpsft, anchor_rank to rpsft only, learning_rate to every method). A run
+    that a sweep applies to becomes one run per value, named NAME-key=value.
     """
     parsed = []
     for s in sweeps:
@@ -205,12 +204,7 @@ def expand_sweeps(runs: list[RunSpec], sweeps: list[str]) -> list[RunSpec]:
     for key, values in parsed:
         new = []
         for r in out:
-            applies = (
-                key == "learning_rate"
-                or (key == "anchor_rank" and r.method == "rpsft")
-                or (key != "anchor_rank" and key.startswith("anchor_") and r.method in ("l2", "rpsft"))
-            )
-            if not applies:
+            if key not in get_method(r.method).sweep_keys:
                 new.append(r)
                 continue
             short = {"anchor_lambda": "lam", "learning_rate": "lr", "anchor_targets": "tgt"}.get(key, "emb")
@@ -265,9 +259,10 @@ def _train_args(cfg: CompareConfig, run: RunSpec, seed: int, out: Path):
         anchor_targets=pick("anchor_targets"),
         anchor_include_embeddings=pick("anchor_include_embeddings"),
     )
-    if run.method == "rpsft":
+    method = get_method(run.method)
+    if method.uses_rank:
         kw["anchor_rank"] = run.anchor_rank
-    if run.method == "iw_sft":
+    if method.needs_reference:
         kw["iw_ref_model"] = "copy"
     return RPSFTConfig(**kw)
 
@@ -319,7 +314,7 @@ def run_compare(
     if methods:
         bad = [m for m in methods if m not in METHODS and m not in {r.name for r in cfg.runs}]
         if bad:
-            raise ValueError(f"methods: unknown {bad}; choose from {METHODS} or run names")
+            raise ValueError(f"methods: unknown {bad}; choose from {tuple(METHODS)} or run names")
         cfg.runs = [r for r in cfg.runs if r.method in methods or r.name in methods]
     cfg.runs = expand_sweeps(cfg.runs, list(sweep or []))
     cfg.validate()
