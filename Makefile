@@ -47,23 +47,23 @@ MUTANTS ?= \
 	'anchorft.subspace.*' \
 	'anchorft.rpsft.losses.*' \
 	'anchorft.eval.metrics.*' \
-	'anchorft.eval.answers.x_last_boxed__*' 'anchorft.eval.answers.x__balanced__*' \
-	'anchorft.eval.answers.x_parsed_equal__*' 'anchorft.eval.answers.x_math_equal__*' \
-	'anchorft.eval.answers.x?MathChecker?check__*' 'anchorft.eval.answers.x_grade__*' \
-	'anchorft.rpsft.anchor.x?SubspaceAnchor?_blocks__*' 'anchorft.rpsft.anchor.x?SubspaceAnchor?penalty_terms__*' \
-	'anchorft.rpsft.anchor.x?SubspaceAnchor?_summary__*' 'anchorft.rpsft.anchor.x?SubspaceAnchor?check_model__*' \
-	'anchorft.rpsft.anchor.x_select_parameters__*' 'anchorft.rpsft.anchor.x__named_matrices__*' \
-	'anchorft.rpsft.anchor.x_weights_fingerprint__*' \
-	'anchorft.rpsft.trainer.x?RPSFTTrainer?_anchor_due__*' 'anchorft.rpsft.trainer.x?RPSFTTrainer?training_step__*' \
-	'anchorft.rpsft.trainer.x?RPSFTTrainer?compute_loss__*' \
-	'anchorft.w2s.fused.x?ReducedStepper?step__*' 'anchorft.w2s.fused.x?ReducedStepper?losses__*' \
-	'anchorft.w2s.fused.x?ReducedStepper?weights__*' 'anchorft.w2s.fused.x?ReducedStepper?reset__*' \
-	'anchorft.w2s.fused.x?ReducedStepper?prepare_labels__*' \
-	'anchorft.w2s.dynamics.x_dense_step__*' 'anchorft.w2s.dynamics.x_reduced_step__*' \
-	'anchorft.w2s.dynamics.x__sphere_factors__*' 'anchorft.w2s.dynamics.x__coefficients__*' \
-	'anchorft.w2s.dynamics.x__residual__*' 'anchorft.w2s.dynamics.x_renormalise_reduced__*' \
-	'anchorft.w2s.dynamics.x_step_scale__*' 'anchorft.w2s.dynamics.x_schedule_factor__*' \
-	'anchorft.w2s.dynamics.x__transform__*'
+	'anchorft.eval.answers.x_last_boxed*' 'anchorft.eval.answers.x__balanced*' \
+	'anchorft.eval.answers.x_parsed_equal*' 'anchorft.eval.answers.x_math_equal*' \
+	'anchorft.eval.answers.x?MathChecker?check*' 'anchorft.eval.answers.x_grade*' \
+	'anchorft.rpsft.anchor.x?SubspaceAnchor?_blocks*' 'anchorft.rpsft.anchor.x?SubspaceAnchor?penalty_terms*' \
+	'anchorft.rpsft.anchor.x?SubspaceAnchor?_summary*' 'anchorft.rpsft.anchor.x?SubspaceAnchor?check_model*' \
+	'anchorft.rpsft.anchor.x_select_parameters*' 'anchorft.rpsft.anchor.x__named_matrices*' \
+	'anchorft.rpsft.anchor.x_weights_fingerprint*' \
+	'anchorft.rpsft.trainer.x?RPSFTTrainer?_anchor_due*' 'anchorft.rpsft.trainer.x?RPSFTTrainer?training_step*' \
+	'anchorft.rpsft.trainer.x?RPSFTTrainer?compute_loss*' \
+	'anchorft.w2s.fused.x?ReducedStepper?step*' 'anchorft.w2s.fused.x?ReducedStepper?losses*' \
+	'anchorft.w2s.fused.x?ReducedStepper?weights*' 'anchorft.w2s.fused.x?ReducedStepper?reset*' \
+	'anchorft.w2s.fused.x?ReducedStepper?prepare_labels*' \
+	'anchorft.w2s.dynamics.x_dense_step*' 'anchorft.w2s.dynamics.x_reduced_step*' \
+	'anchorft.w2s.dynamics.x__sphere_factors*' 'anchorft.w2s.dynamics.x__coefficients*' \
+	'anchorft.w2s.dynamics.x__residual*' 'anchorft.w2s.dynamics.x_renormalise_reduced*' \
+	'anchorft.w2s.dynamics.x_step_scale*' 'anchorft.w2s.dynamics.x_schedule_factor*' \
+	'anchorft.w2s.dynamics.x__transform*'
 
 mutants: $(DEV)
 	ANCHORFT_BENCHMARKS=$${ANCHORFT_BENCHMARKS:-$(abspath ../shared/benchmarks)} OMP_NUM_THREADS=1 \
