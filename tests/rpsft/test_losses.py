@@ -58,6 +58,26 @@ def test_pure_losses_against_formulas():
     torch.testing.assert_close(y.grad, -(w[:, None] * mask) / n)
 
 
+def test_losses_divide_by_num_items_and_iw_defaults():
+    """num_items (the whole accumulation batch's token count) is the divisor when given; one target token gives
+    -log p itself; no target token gives 0; IW-SFT's defaults are T = 1 and clip 16 (a ratio of e^3 is clipped)."""
+    lp = torch.tensor([[-0.5, -1.0, -2.0], [-0.25, -3.0, 0.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, True, True], [True, True, False]])
+    total = -float(lp[mask].sum())
+    assert float(nll_loss(lp, mask, num_items=7)) == pytest.approx(total / 7)
+    one = torch.zeros_like(mask)
+    one[0, 1] = True
+    assert float(nll_loss(lp * one, one)) == pytest.approx(1.0)
+    assert float(dft_loss(lp * one, one)) == pytest.approx(math.exp(-1.0) * 1.0)
+    none = torch.zeros_like(mask)
+    assert float(nll_loss(lp * none, none)) == 0.0
+    ref = lp - torch.tensor([[3.0], [0.5]], dtype=torch.float64) * mask  # mean log-ratios 3 and 0.5
+    loss, w = iw_sft_loss(lp, ref, mask, num_items=7)
+    torch.testing.assert_close(w, torch.tensor([16.0, math.exp(0.5)], dtype=torch.float64))
+    per_seq = -(lp * mask).sum(-1)
+    assert float(loss) == pytest.approx(float((w * per_seq).sum()) / 7)
+
+
 def test_dft_equals_trl(rp, tokenizer, dataset, tmp_path):
     model = rp.tiny_model("llama", len(tokenizer))
     args = rp.base_args(str(tmp_path / "a"), method="dft")

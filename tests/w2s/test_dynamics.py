@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from anchorft.w2s.config import apply_overrides
-from anchorft.w2s.dynamics import dense_step, log_steps, reduced_step, schedule_factor, train
+from anchorft.w2s.dynamics import dense_step, log_steps, reduced_step, schedule_factor, step_scale, train
 from anchorft.w2s.hermite import get_activation
 from anchorft.w2s.problem import build_problem
 from anchorft.w2s.sampling import generative_dense, generative_reduced, lift, make_generators
@@ -176,6 +176,19 @@ def test_schedule_and_log_steps(tiny):
     assert schedule_factor(apply_overrides(cfg, {"schedule": "constant"}), 99, 100) == 1.0
     pts = log_steps(1000, 20)
     assert pts[0] == 0 and pts[-1] == 1000 and pts == sorted(set(pts))
+    # the decay starts at the last step or later: no decay (and no 0 / 0)
+    late = apply_overrides(cfg, {"anneal_start": 0.95})  # t0 = 9 of 10 steps
+    assert schedule_factor(late, 9, 10) == 1.0
+    assert schedule_factor(apply_overrides(cfg, {"anneal_start": 1.0}), 9, 10) == 1.0
+
+
+def test_step_scale_is_eta_n_kappa_over_c_s_or_c_d(tiny):
+    """eta_w2s N_kappa / (c s) under W2S, eta_sft N_kappa / (c d) under SFT and SFT + anchor (N_kappa = 4 here)."""
+    cfg = apply_overrides(tiny, {"eta_w2s": 0.3, "eta_sft": 0.7, "c": 0.2})
+    assert cfg.group_sizes == [4, 6] and cfg.s == 8 and cfg.d == 48
+    assert step_scale(cfg, "w2s") == pytest.approx(0.3 * 4 / (0.2 * 8))
+    assert step_scale(cfg, "sft") == pytest.approx(0.7 * 4 / (0.2 * 48))
+    assert step_scale(cfg, "sft_anchor") == pytest.approx(0.7 * 4 / (0.2 * 48))
 
 
 def test_hit_threshold_stops_early(tiny):
