@@ -12,7 +12,7 @@ import pytest
 
 from anchorft.eval.answers import MathChecker, last_boxed, parsed_equal
 from anchorft.eval.benchmarks import load_bench, read_responses, run_eval, score_bench, summarize
-from anchorft.eval.metrics import mean_pass_at_k, pass_at_k
+from anchorft.eval.metrics import accuracy, avg_at_k, mean_pass_at_k, pass_at_k
 
 ID_FILES = ["id/math500.jsonl", "id/aime-24.jsonl", "id/aime-25.jsonl", "id/amc.jsonl"]
 OOD_FILES = [
@@ -41,6 +41,14 @@ def test_pass_at_k_is_the_subset_average():
     for k in range(1, len(correct) + 1):
         brute = np.mean([any(s) for s in itertools.combinations(correct, k)])
         assert pass_at_k(len(correct), sum(correct), k) == pytest.approx(brute, abs=1e-12)
+
+
+def test_accuracy_and_empty_inputs():
+    assert accuracy([True]) == 1.0 and accuracy([True, False, False, True]) == 0.5
+    assert avg_at_k([[True]]) == 1.0 and mean_pass_at_k([[True]], 1) == 1.0
+    for score in (accuracy, avg_at_k, lambda c: mean_pass_at_k(c, 1)):
+        with pytest.raises(ValueError, match="^no problems to score$"):
+            score([])
 
 
 def test_summarize_known_counts():
