@@ -35,6 +35,25 @@ def test_dense_step_is_the_projected_gradient_step():
         torch.testing.assert_close(new.norm(dim=-1), torch.ones(S, N, dtype=torch.float64))
 
 
+def test_dense_step_with_an_extra_gradient():
+    """With `extra_grad` E (the anchor's dR/dW): the projected step of the autograd data gradient plus E."""
+    g = torch.Generator().manual_seed(2)
+    S, b, N, d = 2, 8, 5, 20
+    act = get_activation("he2+he4")
+    w = _unit_rows(torch.randn(S, N, d, generator=g, dtype=torch.float64))
+    x = torch.randn(S, b, d, generator=g, dtype=torch.float64)
+    y = torch.randn(S, b, generator=g, dtype=torch.float64)
+    a = torch.rand(N, generator=g, dtype=torch.float64)
+    extra = torch.randn(S, N, d, generator=g, dtype=torch.float64)
+    wr = w.clone().requires_grad_(True)
+    lval = (0.5 * (act.value(x @ wr.mT) @ a - y) ** 2).mean(-1)
+    (grad,) = torch.autograd.grad(lval.sum(), wr)
+    full = grad + extra
+    ref = _unit_rows(w - 0.3 * (full - (full * w).sum(-1, keepdim=True) * w))
+    new, _ = dense_step(w, x, y, a, act, 0.3, "squared", extra)
+    torch.testing.assert_close(new, ref, atol=1e-12, rtol=0)
+
+
 def test_reduced_step_equals_dense_step_on_lifted_inputs():
     g = torch.Generator().manual_seed(1)
     S, b, N, d, s = 2, 8, 6, 30, 5
@@ -176,6 +195,10 @@ def test_schedule_and_log_steps(tiny):
     assert schedule_factor(apply_overrides(cfg, {"schedule": "constant"}), 99, 100) == 1.0
     pts = log_steps(1000, 20)
     assert pts[0] == 0 and pts[-1] == 1000 and pts == sorted(set(pts))
+    # geometric in between: anneal_final ** ((t - t0) / (steps - 1 - t0)), t0 = 50
+    assert schedule_factor(cfg, 74, 100) == pytest.approx(0.1 ** (24 / 49), rel=1e-12)
+    # a one-step decay (t0 = steps - 2) reaches anneal_final at the last step
+    assert schedule_factor(apply_overrides(cfg, {"anneal_start": 0.8}), 9, 10) == pytest.approx(0.1)
     # the decay starts at the last step or later: no decay (and no 0 / 0)
     late = apply_overrides(cfg, {"anneal_start": 0.95})  # t0 = 9 of 10 steps
     assert schedule_factor(late, 9, 10) == 1.0
