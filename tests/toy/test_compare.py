@@ -9,15 +9,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from anchorft.toy.compare import (
-    PRESETS,
-    RunSpec,
-    expand_sweeps,
-    finetune_dataset,
-    load_config,
-    paper_rank,
-    run_compare,
-)
+from anchorft.toy.compare import finetune_dataset, run_compare
+from anchorft.toy.compare_config import PRESETS, RunSpec, expand_sweeps, load_config, paper_rank
 from anchorft.toy.report import acceptance
 
 
@@ -47,8 +40,8 @@ def test_load_config_and_validation(tmp_path):
     y.write_text("# anchorft toy compare --preset c.yaml --out x\npreset: smoke\nmax_steps: 7\npretrain: {steps: 5}\n")
     cfg = load_config(str(y))
     assert cfg.max_steps == 7 and cfg.pretrain.steps == 5 and cfg.pretrain.hidden_size == 32
-    with pytest.raises(ValueError, match="unknown field"):
-        load_config({"preset": "smoke", "nope": 1})
+    with pytest.raises(ValueError, match="unknown toy compare config key 'max_step', did you mean 'max_steps'"):
+        load_config({"preset": "smoke", "max_step": 1})
     with pytest.raises(ValueError, match="preset"):
         load_config("no-such-preset")
     with pytest.raises(ValueError, match="preset"):
@@ -76,10 +69,15 @@ def test_yaml_presets_match_code():
     import yaml
 
     root = pathlib.Path(__file__).resolve().parents[2] / "configs" / "toy"
-    for name in PRESETS:
-        text = (root / f"{name}.yaml").read_text()
-        assert text.startswith("# anchorft toy compare")
-        assert yaml.safe_load(text)["preset"] == name
+    assert {"smoke", "default"} <= set(PRESETS)
+    for name in PRESETS:  # the presets are the YAML files: by name or by path, the same config
+        path = root / f"{name}.yaml"
+        assert "anchorft toy compare" in path.read_text().splitlines()[0]
+        assert load_config(name) == load_config(str(path))
+    smoke = load_config("smoke")  # the preset's own values, not the defaults
+    assert smoke.pretrain.hidden_size == 32 and smoke.seeds == [0] and smoke.eval.id_items == 12
+    assert [r.anchor_rank for r in smoke.runs if r.method == "rpsft"] == [2, paper_rank(32)]
+    assert yaml.safe_load((root / "sweep.yaml").read_text())["preset"] == "default"
 
 
 def test_every_toy_config_loads_and_names_its_command():
@@ -201,11 +199,11 @@ def _fake_results(methods: dict, seeds=(0,), base_ood=0.9):
 
 def test_merge_results_and_report_command(tmp_path):
     from anchorft.cli import main as cli
-    from anchorft.toy.report import merge_results
+    from anchorft.toy.results import merge_results
 
     a = _fake_results({"sft": (0.5, 0.6), "l2": (0.2, 0.85)}, seeds=(0, 1))
     b = _fake_results({"rpsft-k4": (0.4, 0.7)}, seeds=(2,))
-    merged = merge_results([a, b])
+    merged = merge_results([a, b]).to_dict()
     assert list(merged["methods"]) == ["sft", "l2", "rpsft-k4"] and merged["settings"]["seeds"] == [0, 1, 2]
     with pytest.raises(ValueError, match="twice"):
         merge_results([a, a])
@@ -213,7 +211,7 @@ def test_merge_results_and_report_command(tmp_path):
         merge_results([a, _fake_results({"x": (0.1, 0.1)}, base_ood=0.5)])
     # the same run at new seeds: per-seed values pooled, means recomputed (checked against numpy on the values)
     c = _fake_results({"sft": (0.2, 0.3)}, seeds=(2,))
-    pooled = merge_results([a, c])["methods"]["sft"]
+    pooled = merge_results([a, c]).methods["sft"]
     assert [s["seed"] for s in pooled["per_seed"]] == [0, 1, 2]
     assert pooled["id_greedy"] == pytest.approx(np.mean([0.5, 0.5, 0.2]))
     assert pooled["std"]["ood_mean"] == pytest.approx(np.std([0.6, 0.6, 0.3]))

@@ -12,9 +12,22 @@ from trl import SFTConfig
 
 from anchorft.rpsft.methods import METHODS, get_method
 
-__all__ = ["RPSFTConfig"]
+__all__ = ["RPSFTConfig", "ScriptArguments"]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ScriptArguments:
+    """The model and data of `anchorft train` (parsed by TrlParser beside `RPSFTConfig`)."""
+
+    model_name_or_path: str | None = field(default=None, metadata={"help": "Model: a local path or hub name."})
+    dataset: str | None = field(
+        default=None,
+        metadata={"help": "Training data: .jsonl / .json / .parquet file, save_to_disk folder, or hub name."},
+    )
+    eval_dataset: str | None = field(default=None, metadata={"help": "Optional evaluation data (same forms)."})
+    tokenizer_name_or_path: str | None = field(default=None, metadata={"help": "Tokenizer (default: the model's)."})
 
 
 @dataclass
