@@ -108,7 +108,7 @@ def test_comparison_fine_tunes_on_word_problems_with_their_answers(preset, tmp_p
     completions are the boxed answers of the prompts' word problems (recomputed here from the text)."""
     import re
 
-    import anchorft.rpsft.data
+    import anchorft.eval.loading
     from anchorft.toy import compare
 
     class Captured(Exception):
@@ -120,7 +120,7 @@ def test_comparison_fine_tunes_on_word_problems_with_their_answers(preset, tmp_p
         got.append((args, kw, finetune_dataset(n, rng, *args, **kw)))
         raise Captured
 
-    monkeypatch.setattr(anchorft.rpsft.data, "load_tokenizer", lambda path: None)
+    monkeypatch.setattr(anchorft.eval.loading, "load_tokenizer", lambda path: None)
     monkeypatch.setattr(compare, "finetune_dataset", spy)
     cfg = load_config(preset)
     with pytest.raises(Captured):
