@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -215,21 +214,18 @@ def test_checker_timeout_kills_and_recovers_off_main_thread(tmp_path, monkeypatc
     (tmp_path / "anchorft_mv_slow.py").write_text(SLOW_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))  # the worker process inherits sys.path
     checker = MathChecker(timeout_s=0.5, check_fn="anchorft_mv_slow:slow_equal")
-    out: list[tuple[bool, float]] = []
+    out: list[bool] = []
 
     def run():
-        t0 = time.perf_counter()
-        out.append((checker.check("30", "a"), time.perf_counter() - t0))  # sleeps 30 s: must time out
-        out.append((checker.check("0", "b"), 0.0))  # a fresh worker answers
+        out.append(checker.check("30", "a"))  # sleeps 30 s, then says True: False means it timed out
+        out.append(checker.check("0", "b"))  # a fresh worker answers
 
     t = threading.Thread(target=run)
     t.start()
     t.join(timeout=120)
     checker.close()
     assert not t.is_alive()
-    (timed_out, elapsed), (fresh, _) = out
-    assert timed_out is False and elapsed < 10
-    assert fresh is True
+    assert out == [False, True]  # no wall-clock assertion: the machine may be loaded
     assert checker.n_timeouts == 1
 
 
