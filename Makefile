@@ -42,20 +42,16 @@ bench: $(DEV)
 # Mutation testing of the core functions (docs/testing.md; not part of CI): mutmut 3, configured in
 # pyproject.toml ([tool.mutmut]: the files and their test files); MUTANTS names the functions, one glob each
 # (mutmut's names: module.x_function__mutmut_N, module.xǁClassǁmethod__mutmut_N; `?` stands for ǁ).
-# One module at a time: make mutants MUTANTS='anchorft.subspace.*'. Results: mutants/, `mutmut results`.
+# One module at a time: make mutants MUTANTS='anchorft.subspace.*'; the slower rest: MUTANTS='$(MUTANTS_MORE)'.
 MUTANTS ?= \
 	'anchorft.subspace.*' \
 	'anchorft.rpsft.losses.*' \
 	'anchorft.eval.metrics.*' \
 	'anchorft.eval.answers.x_last_boxed*' 'anchorft.eval.answers.x__balanced*' \
-	'anchorft.eval.answers.x_parsed_equal*' 'anchorft.eval.answers.x_math_equal*' \
-	'anchorft.eval.answers.x?MathChecker?check*' 'anchorft.eval.answers.x_grade*' \
-	'anchorft.rpsft.anchor.x?SubspaceAnchor?_blocks*' 'anchorft.rpsft.anchor.x?SubspaceAnchor?penalty_terms*' \
-	'anchorft.rpsft.anchor.x?SubspaceAnchor?_summary*' 'anchorft.rpsft.anchor.x?SubspaceAnchor?check_model*' \
-	'anchorft.rpsft.anchor.x_select_parameters*' 'anchorft.rpsft.anchor.x__named_matrices*' \
-	'anchorft.rpsft.anchor.x_weights_fingerprint*' \
+	'anchorft.eval.answers.x_parsed_equal*' 'anchorft.eval.answers.x_math_equal*' 'anchorft.eval.answers.x_grade*' \
+	'anchorft.rpsft.anchor.x?SubspaceAnchor?penalty_terms*' 'anchorft.rpsft.anchor.x?SubspaceAnchor?_summary*' \
+	'anchorft.rpsft.anchor.x?SubspaceAnchor?check_model*' \
 	'anchorft.rpsft.trainer.x?RPSFTTrainer?_anchor_due*' 'anchorft.rpsft.trainer.x?RPSFTTrainer?training_step*' \
-	'anchorft.rpsft.trainer.x?RPSFTTrainer?compute_loss*' \
 	'anchorft.w2s.fused.x?ReducedStepper?step*' 'anchorft.w2s.fused.x?ReducedStepper?losses*' \
 	'anchorft.w2s.fused.x?ReducedStepper?weights*' 'anchorft.w2s.fused.x?ReducedStepper?reset*' \
 	'anchorft.w2s.fused.x?ReducedStepper?prepare_labels*' \
@@ -64,6 +60,11 @@ MUTANTS ?= \
 	'anchorft.w2s.dynamics.x__residual*' 'anchorft.w2s.dynamics.x_renormalise_reduced*' \
 	'anchorft.w2s.dynamics.x_step_scale*' 'anchorft.w2s.dynamics.x_schedule_factor*' \
 	'anchorft.w2s.dynamics.x__transform*'
+MUTANTS_MORE = \
+	'anchorft.eval.answers.x?MathChecker?check*' \
+	'anchorft.rpsft.anchor.x?SubspaceAnchor?_blocks*' 'anchorft.rpsft.anchor.x_select_parameters*' \
+	'anchorft.rpsft.anchor.x__named_matrices*' 'anchorft.rpsft.anchor.x_weights_fingerprint*' \
+	'anchorft.rpsft.trainer.x?RPSFTTrainer?compute_loss*'
 
 mutants: $(DEV)
 	ANCHORFT_BENCHMARKS=$${ANCHORFT_BENCHMARKS:-$(abspath ../shared/benchmarks)} OMP_NUM_THREADS=1 \
