@@ -148,6 +148,15 @@ def test_parser_rejects_near_misses(gold, answer):
     assert math_equal(gold, answer) is False
 
 
+def test_parser_alone_rejects_unparsed_answers_and_works_off_the_main_thread():
+    assert parsed_equal("3", "$") is False and parsed_equal("3", "}") is False  # nothing parsed: wrong
+    out: list[bool] = []
+    t = threading.Thread(target=lambda: out.append(parsed_equal(r"\frac12", "0.5")))
+    t.start()
+    t.join()
+    assert out == [True]  # math-verify's signal timeouts are off (they fail off the main thread)
+
+
 def test_string_shortcut_decides_identical_strings_only(monkeypatch):
     """math_equal: identical (stripped) strings are equal without parsing; anything else goes to math-verify."""
     import anchorft.eval.answers as answers

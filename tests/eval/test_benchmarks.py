@@ -49,6 +49,10 @@ def test_accuracy_and_empty_inputs():
     for score in (accuracy, avg_at_k, lambda c: mean_pass_at_k(c, 1)):
         with pytest.raises(ValueError, match="^no problems to score$"):
             score([])
+    with pytest.raises(ValueError, match=r"^need 0 <= c <= n, got c=4, n=3$"):
+        pass_at_k(3, 4, 1)
+    with pytest.raises(ValueError, match=r"^need 1 <= k <= n, got k=4, n=3$"):
+        pass_at_k(3, 1, 4)
 
 
 def test_summarize_known_counts():
