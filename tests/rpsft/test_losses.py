@@ -82,6 +82,26 @@ def test_iw_sft_gradient_through_the_weight():
     assert not torch.allclose(want_released, want_detached)
 
 
+def test_losses_divide_by_num_items_and_iw_defaults():
+    """num_items (the whole accumulation batch's token count) is the divisor when given; one target token gives
+    -log p itself; no target token gives 0; IW-SFT's defaults are T = 1 and clip 16 (a ratio of e^3 is clipped)."""
+    lp = torch.tensor([[-0.5, -1.0, -2.0], [-0.25, -3.0, 0.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, True, True], [True, True, False]])
+    total = -float(lp[mask].sum())
+    assert float(nll_loss(lp, mask, num_items=7)) == pytest.approx(total / 7)
+    one = torch.zeros_like(mask)
+    one[0, 1] = True
+    assert float(nll_loss(lp * one, one)) == pytest.approx(1.0)
+    assert float(dft_loss(lp * one, one)) == pytest.approx(math.exp(-1.0) * 1.0)
+    none = torch.zeros_like(mask)
+    assert float(nll_loss(lp * none, none)) == 0.0
+    ref = lp - torch.tensor([[3.0], [0.5]], dtype=torch.float64) * mask  # mean log-ratios 3 and 0.5
+    loss, w = iw_sft_loss(lp, ref, mask, num_items=7)
+    torch.testing.assert_close(w, torch.tensor([16.0, math.exp(0.5)], dtype=torch.float64))
+    per_seq = -(lp * mask).sum(-1)
+    assert float(loss) == pytest.approx(float((w * per_seq).sum()) / 7)
+
+
 def test_dft_equals_trl(rp, tokenizer, dataset, tmp_path):
     model = rp.tiny_model("llama", len(tokenizer))
     args = rp.base_args(str(tmp_path / "a"), method="dft")
@@ -137,8 +157,9 @@ def test_iw_sft_loss_in_trainer(rp, tokenizer, dataset, tmp_path):
     logp, mask = token_logps(model, inputs)
     ref_logp, _ = token_logps(ref_indep, inputs)
     mean = ((logp - ref_logp) * mask).sum(-1) / mask.sum(-1)
-    w = torch.exp(0.7 * mean).clamp(0, 1.5)
-    assert (w < 1.5).any() or (w == 1.5).any()
+    raw = torch.exp(0.7 * mean)
+    assert (raw > 1.5).any() and (raw < 1.5).any()  # the batch exercises both sides of the clip
+    w = raw.clamp(0, 1.5)
     want = (w * -(logp * mask).sum(-1)).sum() / mask.sum()
     torch.testing.assert_close(loss.detach(), want, rtol=1e-5, atol=1e-6)
     assert tr._metrics["train"]["iw/weight_mean"][-1] == pytest.approx(float(w.mean()), rel=1e-5)
