@@ -31,6 +31,7 @@ __all__ = [
     "get_activation",
     "hermite_normalised",
     "hermite_coefficients",
+    "measured_coefficients",
     "information_exponent",
     "generative_exponent",
     "get_transform",
@@ -181,6 +182,49 @@ def hermite_coefficients(
     w = w / math.sqrt(2.0 * math.pi)
     fz = np.asarray(f(z), dtype=np.float64)
     return np.array([np.sum(w * fz * hermite_normalised(j, z)) for j in range(max_degree + 1)])
+
+
+def measured_coefficients(
+    z: np.ndarray | torch.Tensor,
+    y: np.ndarray | torch.Tensor,
+    n_max: int,
+    normalised: bool = False,
+    weights: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Hermite coefficients of labels y along a direction, measured from samples (z_i, y_i), z_i ~ N(0, 1).
+
+    Normalisation (default, `normalised=False`): the probabilists' series y ~ sum_n c_n He_n(z),
+
+        c_n = E[y He_n(z)] / n!,   n = 0..n_max,
+
+    the convention of `numpy.polynomial.hermite_e` (so a polynomial y = hermeval(z, c) gives back c). With
+    `normalised=True`: c_n = E[y h_n(z)] = E[y He_n(z)] / sqrt(n!), the orthonormal basis of
+    `hermite_coefficients`. In the simulator z = theta_kappa^T x; the labels may also depend on directions
+    orthogonal to theta_kappa, which the projection averages out (E over them at fixed z).
+
+    Returns (c, se), arrays of length n_max + 1: the sample means and their standard errors
+    std(y He_n(z) / n!, ddof=1) / sqrt(n_samples). With `weights` (non-negative, summing to 1, e.g. Gauss-Hermite
+    weights / sqrt(2 pi) at the nodes z), c is the weighted mean and se is not defined (NaN).
+    """
+    z = np.asarray(z.detach().double().cpu() if isinstance(z, torch.Tensor) else z, dtype=np.float64).ravel()
+    y = np.asarray(y.detach().double().cpu() if isinstance(y, torch.Tensor) else y, dtype=np.float64).ravel()
+    if z.shape != y.shape:
+        raise ValueError(f"z and y must have the same number of samples, got {z.size} and {y.size}")
+    if n_max < 0:
+        raise ValueError(f"n_max must be >= 0, got {n_max}")
+    if weights is None and z.size < 2:
+        raise ValueError("need at least 2 samples for a standard error")
+    c, se = np.empty(n_max + 1), np.empty(n_max + 1)
+    for n in range(n_max + 1):
+        e = np.zeros(n + 1)
+        e[n] = 1.0
+        scale = math.sqrt(math.factorial(n)) if normalised else math.factorial(n)
+        v = y * H.hermeval(z, e) / scale
+        if weights is None:
+            c[n], se[n] = v.mean(), v.std(ddof=1) / math.sqrt(v.size)
+        else:
+            c[n], se[n] = float(np.sum(np.asarray(weights) * v)), math.nan
+    return c, se
 
 
 def _first_nonzero(c: np.ndarray, tol: float) -> int | None:
