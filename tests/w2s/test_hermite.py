@@ -7,6 +7,7 @@ from scipy import integrate
 
 from anchorft.w2s.hermite import (
     generative_exponent,
+    transformed_information_exponent,
     get_activation,
     get_transform,
     hermite_coefficients,
@@ -55,11 +56,24 @@ def test_transformed_coefficients_match_quad():
 
 def test_exponents():
     assert information_exponent("he4") == 4
-    assert generative_exponent("he4", "zexp", clip=2.0) == 2
+    assert transformed_information_exponent("he4", "zexp", clip=2.0) == 2
     assert information_exponent("he3") == 3
-    assert generative_exponent("he3", "zexp", clip=2.0) == 1
-    assert generative_exponent("he4", "identity", clip=None) == 4
+    assert transformed_information_exponent("he3", "zexp", clip=2.0) == 1
+    assert transformed_information_exponent("he4", "identity", clip=None) == 4
     assert information_exponent("he2+he4") == 2
+
+
+def test_generative_exponent_is_a_minimum_over_polynomial_transforms():
+    # Damian et al. 2024: every polynomial link has generative exponent <= 2; He_3 (odd) reaches 1 through y^3
+    assert generative_exponent("he4") == (2, 2)
+    assert generative_exponent("he3") == (1, 3)
+    assert generative_exponent("he1") == (1, 1)
+    assert generative_exponent("he3", max_power=1) == (3, 1)  # the class of linear transforms: the information exponent
+    # independent check of He_3 -> 1: E[He_3(z)^3 z] by Monte Carlo is far from 0
+    z = np.random.default_rng(0).standard_normal(200_000)
+    he3 = (z**3 - 3 * z) / math.sqrt(6)
+    v = he3**3 * z
+    assert abs(v.mean()) > 10 * v.std() / math.sqrt(v.size)
 
 
 def test_torch_activation_matches_numpy_and_autograd():
