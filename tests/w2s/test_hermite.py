@@ -7,12 +7,12 @@ from scipy import integrate
 
 from anchorft.w2s.hermite import (
     generative_exponent,
-    transformed_information_exponent,
     get_activation,
     get_transform,
     hermite_coefficients,
     hermite_normalised,
     information_exponent,
+    transformed_information_exponent,
 )
 
 
@@ -68,7 +68,10 @@ def test_generative_exponent_is_a_minimum_over_polynomial_transforms():
     assert generative_exponent("he4") == (2, 2)
     assert generative_exponent("he3") == (1, 3)
     assert generative_exponent("he1") == (1, 1)
-    assert generative_exponent("he3", max_power=1) == (3, 1)  # the class of linear transforms: the information exponent
+    assert generative_exponent("he3", max_power=1) == (
+        3,
+        1,
+    )  # the class of linear transforms: the information exponent
     # independent check of He_3 -> 1: E[He_3(z)^3 z] by Monte Carlo is far from 0
     z = np.random.default_rng(0).standard_normal(200_000)
     he3 = (z**3 - 3 * z) / math.sqrt(6)

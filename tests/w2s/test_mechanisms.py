@@ -68,7 +68,11 @@ def test_measured_label_coefficients_match_the_idealised_ones_for_a_perfect_weak
     assert main(args) == 0
     r = json.loads(capsys.readouterr().out)
     lab = r["labels"]
-    ideal, meas, se = (np.array(lab["idealised"]["c"]), np.array(lab["measured"]["c"]), np.array(lab["measured"]["se"]))
+    ideal, meas, se = (
+        np.array(lab["idealised"]["c"]),
+        np.array(lab["measured"]["c"]),
+        np.array(lab["measured"]["se"]),
+    )
     assert np.all(np.abs(meas - ideal) < 4.5 * se + 1e-6), (meas, ideal, se)
     assert r["generative_exponent"] == 2 and r["transformed_information_exponent"] == 2
     assert r["information_exponent"] == 4
@@ -157,11 +161,24 @@ def _write(tmp_path, name, spec):
 
 
 ABLATION = {
-    "base": {"preset": "paper", **TINY, "steps": 24, "n_seeds": 2, "modes": ["w2s"], "label_samples": 2000,
-             "risk_samples": 500, "center_samples": 2000},
+    "base": {
+        "preset": "paper",
+        **TINY,
+        "steps": 24,
+        "n_seeds": 2,
+        "modes": ["w2s"],
+        "label_samples": 2000,
+        "risk_samples": 500,
+        "center_samples": 2000,
+    },
     "variants": {"clip2": {"clip": 2.0}, "bounded2": {"clip": 0.0, "weak_bound": 2.0}},
-    "factors": {"transform": ["identity", "zexp"], "variant": ["clip2", "bounded2"], "center": ["none", "mean"],
-                "weak_norm": ["unit"], "loss": ["correlation"]},
+    "factors": {
+        "transform": ["identity", "zexp"],
+        "variant": ["clip2", "bounded2"],
+        "center": ["none", "mean"],
+        "weak_norm": ["unit"],
+        "loss": ["correlation"],
+    },
 }
 
 
@@ -169,8 +186,18 @@ def test_ablation_sweep_end_to_end(tmp_path):
     res = run_sweep("ablation", tmp_path / "out", progress=False, spec_path=_write(tmp_path, "a.yaml", ABLATION))
     assert len(res["rows"]) == 8
     row = res["rows"][0]
-    for key in ("transform", "variant", "center", "weak_norm", "loss", "target", "nontarget", "nontarget_to_theta1",
-                "labels_c2", "labels_mean"):
+    for key in (
+        "transform",
+        "variant",
+        "center",
+        "weak_norm",
+        "loss",
+        "target",
+        "nontarget",
+        "nontarget_to_theta1",
+        "labels_c2",
+        "labels_mean",
+    ):
         assert key in row
     centred = [r for r in res["rows"] if r["center"] == "mean"]
     assert all(abs(r["labels_mean"]) < 0.1 for r in centred)
@@ -179,8 +206,15 @@ def test_ablation_sweep_end_to_end(tmp_path):
 
 
 RACE = {
-    "base": {"preset": "paper", **TINY, "steps": 40, "n_seeds": 2, "schedule": "constant", "label_samples": 1000,
-             "risk_samples": 500},
+    "base": {
+        "preset": "paper",
+        **TINY,
+        "steps": 40,
+        "n_seeds": 2,
+        "schedule": "constant",
+        "label_samples": 1000,
+        "risk_samples": 500,
+    },
     "rho_sqrt_s": [0.0, 2.0],
     "group_sizes": [[4, 6]],
     "factors": {"loss": ["correlation"]},
@@ -229,9 +263,11 @@ def test_race_bad_input_fails_before_work(tmp_path, patch, match):
     assert not (tmp_path / "out").exists()
 
 
-def test_cli_sweep_bad_input_exits_2(tmp_path, capsys):
-    assert main(["sweep", "--kind", "ablation", "--out", str(tmp_path / "o"), "--quick", "loss=hinge"]) == 2
-    assert "loss" in capsys.readouterr().err
+@pytest.mark.parametrize("override", ["loss=hinge", "steps=0", "colour=red"])
+def test_cli_sweep_bad_input_exits_2(tmp_path, capsys, override):
+    assert main(["sweep", "--kind", "ablation", "--out", str(tmp_path / "o"), "--quick", override]) == 2
+    assert override.split("=")[0] in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 def test_shipped_mechanism_specs_validate():
@@ -245,9 +281,20 @@ def test_shipped_mechanism_specs_validate():
 
 def test_weak_quality_sweep_end_to_end(tmp_path):
     spec = {
-        "base": {"preset": "paper", **TINY, "group_sizes": [4], "n_tasks": 1, "pi": [1.0], "links": ["he4"],
-                 "modes": ["w2s", "ceiling"], "steps": 24, "n_seeds": 2, "weak_steps": 16, "label_samples": 1000,
-                 "risk_samples": 1000},
+        "base": {
+            "preset": "paper",
+            **TINY,
+            "group_sizes": [4],
+            "n_tasks": 1,
+            "pi": [1.0],
+            "links": ["he4"],
+            "modes": ["w2s", "ceiling"],
+            "steps": 24,
+            "n_seeds": 2,
+            "weak_steps": 16,
+            "label_samples": 1000,
+            "risk_samples": 1000,
+        },
         "weak_alignment": [0.5, 0.9],
         "weak_steps": [16],
     }

@@ -84,7 +84,9 @@ def run_experiment(
             res = train(config, problem, mode, progress=progress)
             metrics[mode] = summarise(res, time.perf_counter() - t1)
             center = res.extra.get("label_center")
-            center_t = None if center is None else torch.tensor(center, dtype=problem.w0.dtype, device=problem.w0.device)
+            center_t = (
+                None if center is None else torch.tensor(center, dtype=problem.w0.dtype, device=problem.w0.device)
+            )
             metrics[mode]["labels"] = label_report(config, problem, mode, center_t)
             weights[mode] = res.weights
             if res.diverged_at is not None:

@@ -74,7 +74,9 @@ def validate_mech_spec(spec: dict) -> None:
         if mode not in ("w2s", "sft"):
             raise ValueError(f"sweep {kind!r}: eta grid for unknown mode {mode!r} (w2s, sft)")
         if not isinstance(grid, list) or not grid or any(not _num(e) or e <= 0 for e in grid):
-            raise ValueError(f"sweep {kind!r}: eta grid for {mode} must be a non-empty list of positive numbers, got {grid!r}")
+            raise ValueError(
+                f"sweep {kind!r}: eta grid for {mode} must be a non-empty list of positive numbers, got {grid!r}"
+            )
     for name in ("rho_sqrt_s", "weak_alignment"):
         for v in spec.get(name) or []:
             if not _num(v) or v < 0:
@@ -101,6 +103,18 @@ def expand(spec: dict) -> list[dict]:
     pts = [{"weak": "planted", "weak_alignment": a} for a in spec.get("weak_alignment") or []]
     pts += [{"weak": "trained", "weak_steps": n} for n in spec.get("weak_steps") or []]
     return pts
+
+
+def _controlled(spec: dict) -> set[str]:
+    """Config keys that the sweep's points set (a command-line override of one of them would be silently lost)."""
+    if spec["kind"] == "race":
+        return {"modes", "loss", "rho", "group_sizes", "eta_w2s", "eta_sft"}
+    if spec["kind"] == "weak-quality":
+        return {"weak", "weak_alignment", "weak_steps"}
+    keys = {FACTORS[n][0] for n in (spec.get("factors") or {}) if n != "variant"}
+    for v in (spec.get("variants") or {}).values():
+        keys |= set(v)
+    return keys
 
 
 def _point_overrides(spec: dict, pt: dict) -> dict:
@@ -212,7 +226,11 @@ def _ablation_row(rec: dict) -> dict:
     e = rec["w2s"]
     fps = e["final_per_seed"]
     row = dict(rec["point"])
-    for key, name in (("target_alignment", "target"), ("nontarget_alignment", "nontarget"), ("nontarget_target_alignment", "nontarget_to_theta1")):
+    for key, name in (
+        ("target_alignment", "target"),
+        ("nontarget_alignment", "nontarget"),
+        ("nontarget_target_alignment", "nontarget_to_theta1"),
+    ):
         st = _stat(fps[key])
         row[name], row[f"{name}_std"] = st["mean"], st["std"]
     row["nontarget_to_theta1_init"] = e["init"]["nontarget_target_alignment"]
@@ -260,7 +278,9 @@ def _race_rows(spec: dict, recs: list[dict]) -> list[dict]:
                 "turn_per_seed": best["times"]["turn"],
                 "lose_per_seed": best["times"]["lose"],
                 "winner": winner,
-                "all_eta": [{"eta": r["eta"], "learn": r["learn_median"], "forget": r["forget_median"]} for r in items],
+                "all_eta": [
+                    {"eta": r["eta"], "learn": r["learn_median"], "forget": r["forget_median"]} for r in items
+                ],
             }
         )
     return rows
@@ -310,7 +330,12 @@ TABLE_COLS = {
     "weak-quality": [
         *("weak", "weak_alignment", "weak_steps", "w2s_target", "ceiling_target"),
         *("isotropic_risk_weak", "isotropic_risk_w2s@link", "isotropic_risk_ceiling@link", "isotropic_pgr_link"),
-        *("isotropic_surpasses_teacher_link", "generative_risk_weak", "generative_risk_w2s@link", "generative_pgr_link"),
+        *(
+            "isotropic_surpasses_teacher_link",
+            "generative_risk_weak",
+            "generative_risk_w2s@link",
+            "generative_pgr_link",
+        ),
     ],
 }
 
@@ -321,8 +346,14 @@ def run_mech_sweep(
     """Run a mechanism sweep (spec from `sweeps.load_sweep`); write results.json, table.md and <kind>.png."""
     kind = spec["kind"]
     if overrides:
-        extra = apply_overrides(W2SConfig(), overrides)
-        spec["base"] = {**spec["base"], **{i.split("=", 1)[0].strip(): getattr(extra, i.split("=", 1)[0].strip()) for i in overrides}}
+        extra = apply_overrides(W2SConfig(), overrides)  # unknown keys and uncoercible values fail here
+        keys = [i.split("=", 1)[0].strip() for i in overrides]
+        taken = sorted(set(keys) & _controlled(spec))
+        if taken:
+            raise ValueError(
+                f"sweep {kind!r}: {', '.join(taken)} set by the sweep's factors; edit the sweep file instead"
+            )
+        spec["base"] = {**spec["base"], **{k: getattr(extra, k) for k in keys}}
     validate_mech_spec(spec)
     out = Path(out_dir)
     cache = out / "cache"

@@ -20,7 +20,9 @@ SHORT = {"identity": "id", "zexp": "zexp", "none": "raw", "mean": "centred", "pl
 def _ablation(result: dict) -> plt.Figure:
     rows = result["rows"]
     losses = sorted({r["loss"] for r in rows})
-    fig, axes = plt.subplots(1, len(losses), figsize=(6.5 * len(losses), 0.28 * len(rows) / len(losses) + 2), squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(losses), figsize=(6.5 * len(losses), 0.28 * len(rows) / len(losses) + 2), squeeze=False
+    )
     for ax, loss in zip(axes[0], losses):
         sub = [r for r in rows if r["loss"] == loss]
         y = np.arange(len(sub))
@@ -59,7 +61,9 @@ def _race(result: dict) -> plt.Figure:
             ax.scatter(r["rho_sqrt_s"], r["chi"], s=140, color=colors[r["winner"]])
             lm = "cens" if r["learn_samples"] is None else f"{r['learn_samples'] / 1000:.0f}k"
             fm = "cens" if r["forget_samples"] is None else f"{r['forget_samples'] / 1000:.0f}k"
-            ax.annotate(f"L {lm}\nF {fm}", (r["rho_sqrt_s"], r["chi"]), fontsize=6, xytext=(6, -6), textcoords="offset points")
+            ax.annotate(
+                f"L {lm}\nF {fm}", (r["rho_sqrt_s"], r["chi"]), fontsize=6, xytext=(6, -6), textcoords="offset points"
+            )
         ax.set_yscale("log")
         ax.set_xlabel("rho sqrt(s)")
         ax.set_ylabel("chi_2 = N_1 / N_2")
@@ -106,4 +110,3 @@ def plot_mech(result: dict, path: str | os.PathLike) -> None:
     else:
         fig = _weak_quality(result)
     save_figure(fig, path)
-

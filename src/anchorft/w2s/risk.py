@@ -12,9 +12,9 @@ of r*_kappa there: 0 is perfect, 1 is no better than a constant. The strong mode
 its kappa group, g(x) = sum_{j in group kappa} a_j sigma(w_j^T x); beside it, "MODE@link" reads the same first
 layer out through the task's link, sum_j a_j sigma*_kappa(w_j^T x): with sigma = h2 + h4 and sigma* = h4 the
 model as it is cannot go below risk 1/2 even at perfect alignment (its h2 part is unexplained variance), while
-the first layer read through the link can reach 0, like the weak model (activation h4). Risks are measured on x ~ N(0, I_d) and,
-beside it, on the generative distribution; standard errors are over test samples (and, for the PGR's
-denominator, of the paired per-sample difference).
+the first layer read through the link can reach 0, like the weak model (activation h4). Risks are measured on
+x ~ N(0, I_d) and, beside it, on the generative distribution; standard errors are over test samples (and, for
+the PGR's denominator, the larger of the paired per-sample and the between-seed standard error).
 """
 
 from __future__ import annotations
@@ -127,6 +127,8 @@ def risk_report(config: W2SConfig, problem: Problem, weights: dict[str, torch.Te
                 if mode == "ceiling":
                     continue
                 ok = den > 3.0 * den_se
-                entry["pgr"][name] = pgr(entry["risk"]["weak"], entry["risk"][name], entry["risk"][ceil]) if ok else None
+                entry["pgr"][name] = (
+                    pgr(entry["risk"]["weak"], entry["risk"][name], entry["risk"][ceil]) if ok else None
+                )
         report[dist] = entry
     return report

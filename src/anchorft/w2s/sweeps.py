@@ -1,4 +1,4 @@
-"""Sweeps of the weak-to-strong simulator: scaling laws and phase diagrams (issue 5, docs/w2s.md "Sweeps").
+"""Sweeps of the weak-to-strong simulator: scaling laws and phase diagrams (docs/w2s.md "Sweeps").
 
 A sweep is a YAML file configs/w2s/sweep-<kind>.yaml: `base` (overrides of a preset), `points` (a list of
 overrides, one per point), the measurement, and a `quick` variant. Kinds:
@@ -34,6 +34,7 @@ from anchorft.w2s.config import PRESET_DIR, W2SConfig, apply_overrides, config_h
 from anchorft.w2s.dynamics import train, train_weak
 from anchorft.w2s.experiments import run_experiment, write_json
 from anchorft.w2s.mechanisms import MECH_KINDS, run_mech_sweep, validate_mech_spec
+from anchorft.w2s.mechanisms import expand as expand_mech
 from anchorft.w2s.problem import build_problem
 from anchorft.w2s.theory import predicted_slopes
 
@@ -72,6 +73,7 @@ def load_sweep(kind: str, quick: bool = False, path: str | os.PathLike | None = 
     if kind in MECH_KINDS:
         spec.setdefault("base", {})
         validate_mech_spec(spec)
+        spec["points"] = expand_mech(spec)
         return spec
     if "grid" in spec:
         if spec.get("points"):
