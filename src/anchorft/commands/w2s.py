@@ -108,7 +108,12 @@ def _sweep(args: argparse.Namespace) -> int:
     _threads(args.threads)
     try:
         result = run_sweep(
-            args.kind, args.out, quick=args.quick, overrides=list(args.overrides), progress=not args.quiet
+            args.kind,
+            args.out,
+            quick=args.quick,
+            overrides=list(args.overrides),
+            progress=not args.quiet,
+            spec_path=args.spec,
         )
     except ValueError as e:
         print(f"anchorft w2s sweep: {e}", file=sys.stderr)
@@ -145,7 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--kind", required=True, help="s-scaling | d-scaling | chi | overlap | rpsft | ablation | race | weak-quality"
     )
     s.add_argument("--out", required=True)
-    s.add_argument("--quick", action="store_true", help="tiny grid (under a minute)")
+    s.add_argument("--quick", action="store_true", help="the sweep file's quick variant (a small grid)")
+    s.add_argument("--spec", default=None, help="a sweep YAML file instead of configs/w2s/sweep-<kind>.yaml")
     s.add_argument("--threads", type=int, default=1)
     s.add_argument("--quiet", action="store_true")
     s.add_argument("overrides", nargs="*", help="overrides of the sweep's base config, key=value")
