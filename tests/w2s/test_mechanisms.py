@@ -32,10 +32,15 @@ def test_centred_labels_have_mean_zero_on_independent_samples(tiny):
     assert rep["center"] == pytest.approx([float(c) for c in center])
 
 
-def test_centring_reaches_the_training_labels(tiny):
-    cfg = dataclasses.replace(tiny, label_center="mean", modes=["w2s"], steps=8).validate()
-    m = run_experiment(cfg, None, progress=False)
-    assert m["w2s"]["label_center"] is not None and abs(m["w2s"]["labels"]["mean"]) < 4 * m["w2s"]["labels"]["mean_se"]
+@pytest.mark.parametrize("lam", [1.0, 0.5])  # the reduced and the dense W2S path
+def test_centring_reaches_the_training_labels(tiny, lam):
+    cfg = dataclasses.replace(tiny, modes=["w2s"], steps=200, lambda_kappa=lam, center_samples=50_000).validate()
+    raw = run_experiment(cfg, None, progress=False)["w2s"]
+    m = run_experiment(dataclasses.replace(cfg, label_center="mean"), None, progress=False)["w2s"]
+    assert m["label_center"] is not None and abs(m["labels"]["mean"]) < 4 * m["labels"]["mean_se"]
+    # the labels SGD saw (200 steps x 8 per seed): raw ones have the mean, centred ones about 0
+    assert min(raw["train_label_mean"]) > 0.15
+    assert max(abs(v) for v in m["train_label_mean"]) < 0.1
 
 
 def test_unit_weak_norm_inside_the_subspace_keeps_the_alignment(tiny):
@@ -302,3 +307,21 @@ def test_weak_quality_sweep_end_to_end(tmp_path):
     assert len(res["rows"]) == 3
     assert all("isotropic_risk_weak" in r and "isotropic_pgr_link" in r for r in res["rows"])
     assert not math.isnan(res["rows"][0]["isotropic_risk_w2s"])
+
+
+def test_cli_ablation_and_race_with_a_spec_file(tmp_path, capsys):
+    for kind, spec in (("ablation", ABLATION), ("race", RACE)):
+        path = _write(tmp_path, f"{kind}.yaml", spec)
+        out = tmp_path / kind
+        assert main(["sweep", "--kind", kind, "--spec", str(path), "--out", str(out), "--quiet"]) == 0
+        printed = capsys.readouterr().out
+        assert printed.startswith("| ") and "results.json" in printed
+        assert json.loads((out / "results.json").read_text())["rows"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["ablation", "race", "weak-quality"])
+def test_quick_mechanism_sweeps(tmp_path, kind):
+    assert main(["sweep", "--kind", kind, "--quick", "--out", str(tmp_path / kind), "--quiet"]) == 0
+    rows = json.loads((tmp_path / kind / "results.json").read_text())["rows"]
+    assert rows and (tmp_path / kind / f"{kind}.png").exists()

@@ -282,13 +282,18 @@ def train(
             return w
 
     center = label_mean(config, problem) if mode == "w2s" and config.label_center == "mean" else None
+    label_sum = torch.zeros(n_seeds, dtype=torch.float64)  # mean of the labels trained on, per seed (reported)
 
     def labels(x: torch.Tensor, weak_first: torch.Tensor) -> torch.Tensor:
         if mode == "w2s":
             fw = weak_output(x, weak_first, config.weak_activation, config.weak_bound)
             y = transform_labels(fw, config.transform, config.clip)
-            return y if center is None else y - center.unsqueeze(-1)
-        return pi0 * link.value((x @ (theta0_b if reduced else theta0)).squeeze(-1))
+            y = y if center is None else y - center.unsqueeze(-1)
+        else:
+            y = pi0 * link.value((x @ (theta0_b if reduced else theta0)).squeeze(-1))
+        seed_axis = 0 if y.dim() == 2 else 1  # (S, n b) in the reduced path, (n, S, b) in the dense one
+        label_sum.add_(y.double().movedim(seed_axis, 0).reshape(n_seeds, -1).sum(-1).cpu())
+        return y
 
     logger = _Logger(problem.groups, config.n_tasks, batch)
     marks = log_steps(steps, config.n_log)
@@ -369,6 +374,7 @@ def train(
     extra = {"hit_step": hit, "steps_run": t} if hit_threshold is not None else {"steps_run": t}
     if center is not None:
         extra["label_center"] = [float(v) for v in center.cpu()]
+    extra["train_label_mean"] = [float(v) / max(t * batch, 1) for v in label_sum]
     return RunResult(mode=mode, log=logger.log, weights=weights(), diverged_at=diverged, extra=extra)
 
 
