@@ -259,6 +259,8 @@ def test_ablation_bad_factor_values_fail_before_work(tmp_path, patch, match):
         ({"thresholds": {"turn": 0.0}}, r"threshold turn must be in \(0, 1\)"),
         ({"eta": {"sft": [0.5, 0.0]}}, "positive numbers"),
         ({"eta": {"sft": [-1.0]}}, "positive numbers"),
+        ({"eta": {}}, "eta must be non-empty"),
+        ({"rho_sqrt_s": []}, "rho_sqrt_s must be non-empty"),
     ],
 )
 def test_race_bad_input_fails_before_work(tmp_path, patch, match):

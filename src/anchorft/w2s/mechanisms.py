@@ -77,6 +77,14 @@ def validate_mech_spec(spec: dict) -> None:
             raise ValueError(
                 f"sweep {kind!r}: eta grid for {mode} must be a non-empty list of positive numbers, got {grid!r}"
             )
+    if kind == "ablation" and not factors:
+        raise ValueError(f"sweep {kind!r}: factors must list at least one factor")
+    if kind == "race":
+        for name in ("rho_sqrt_s", "group_sizes", "eta"):
+            if not spec.get(name):
+                raise ValueError(f"sweep {kind!r}: {name} must be non-empty")
+    if kind == "weak-quality" and not (spec.get("weak_alignment") or spec.get("weak_steps")):
+        raise ValueError(f"sweep {kind!r}: give weak_alignment and/or weak_steps values")
     for name in ("rho_sqrt_s", "weak_alignment"):
         for v in spec.get(name) or []:
             if not _num(v) or v < 0:
