@@ -68,12 +68,13 @@ def test_nan_run_exits_nonzero_and_keeps_metrics(tmp_path, capsys):
 
 
 def test_theory_prints_json(capsys):
-    assert main(["theory", "--link", "he4", "--transform", "zexp", "--d", "1024", "--s", "128"]) == 0
+    assert main(["theory", "--json", "--link", "he4", "--transform", "zexp", "--d", "1024", "--s", "128"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["information_exponent"] == 4 and r["generative_exponent"] == 2
     assert abs(r["hermite_coefficients"][4] - 1.0) < 1e-9
     assert r["predicted_sample_complexity"]["w2s"]["value"] == 128**1.5
     assert r["predicted_sample_complexity"]["sft"]["value"] == 1024.0**3
-    assert main(["theory", "--link", "he3", "--transform", "identity", "--clip", "0"]) == 0
+    assert main(["theory", "--json", "--link", "he3", "--transform", "identity", "--clip", "0"]) == 0
     r = json.loads(capsys.readouterr().out)
-    assert r["information_exponent"] == 3 and r["generative_exponent"] == 3
+    assert r["information_exponent"] == 3 and r["transformed_information_exponent"] == 3
+    assert r["generative_exponent"] == 1  # min over polynomial transforms (y^3)

@@ -33,6 +33,7 @@ from anchorft.subspace import reference_block, subspace_penalty_grad, top_k_base
 from anchorft.w2s.config import W2SConfig
 from anchorft.w2s.fused import ReducedStepper
 from anchorft.w2s.hermite import Activation, get_activation
+from anchorft.w2s.labels import label_mean, transform_labels, weak_output
 from anchorft.w2s.problem import Problem
 from anchorft.w2s.sampling import generative_dense, generative_reduced, isotropic, make_generators
 
@@ -48,7 +49,8 @@ __all__ = [
     "train_weak",
 ]
 
-STREAMS = {"w2s": 1, "sft": 2, "sft_anchor": 2, "weak": 3}  # SFT and SFT+anchor see the same inputs
+# SFT and SFT+anchor see the same inputs; the ceiling (W2S inputs, true labels) sees W2S's
+STREAMS = {"w2s": 1, "sft": 2, "sft_anchor": 2, "weak": 3, "ceiling": 1}
 QUANTILES = (0.1, 0.5, 0.9)
 
 
@@ -70,7 +72,7 @@ def log_steps(steps: int, n_log: int) -> list[int]:
 def step_scale(config: W2SConfig, mode: str) -> float:
     """Base step size: eta_w2s N_kappa / (c s) under W2S, eta_sft N_kappa / (c d) under SFT."""
     n_kappa = config.group_sizes[0]
-    if mode == "w2s":
+    if mode in ("w2s", "ceiling"):
         return config.eta_w2s * n_kappa / (config.c * config.s)
     return config.eta_sft * n_kappa / (config.c * config.d)
 
@@ -171,12 +173,6 @@ def renormalise_reduced(c: torch.Tensor, r: torch.Tensor, q: torch.Tensor) -> tu
     return c / n.unsqueeze(-1), r / n
 
 
-def _transform(y: torch.Tensor, name: str, clip: float) -> torch.Tensor:
-    if clip > 0:
-        y = y.clamp(-clip, clip)
-    return y * torch.exp(y) if name == "zexp" else y
-
-
 class _Logger:
     """Alignment of each group with every theta_k (mean and quantiles), loss, samples, at the logged steps."""
 
@@ -230,7 +226,8 @@ class _Logger:
 def train(
     config: W2SConfig, problem: Problem, mode: str, progress: bool = True, hit_threshold: float | None = None
 ) -> RunResult:
-    """Run `config.steps` online SGD steps of the strong model in `mode` ("w2s", "sft", "sft_anchor").
+    """Run `config.steps` online SGD steps of the strong model in `mode` ("w2s", "sft", "sft_anchor", "ceiling":
+    W2S's inputs with the true labels, the reference of the performance gap recovered).
 
     All seeds of `problem` run as one batched computation. A non-finite loss or weight stops the run: the
     result has `diverged_at` (the first bad step) and the metrics logged before it. With `hit_threshold`, the
@@ -242,9 +239,8 @@ def train(
         raise ValueError(f"mode must be 'w2s', 'sft' or 'sft_anchor', got {mode!r}")
     dev, dtype = problem.w0.device, problem.w0.dtype
     act, link = get_activation(config.activation), get_activation(config.links[0])
-    weak_act = get_activation(config.weak_activation)
     steps, batch, n_seeds = config.steps, config.batch_size, problem.n_seeds
-    reduced = mode == "w2s" and config.lambda_kappa == 1.0
+    reduced = mode in ("w2s", "ceiling") and config.lambda_kappa == 1.0
     gens = make_generators(problem.seeds, STREAMS[mode], dev)
     b0, thetas, a = problem.bases[:, 0], problem.thetas, problem.a
     theta0 = thetas[:, 0, :].unsqueeze(-1)  # (S, d, 1)
@@ -260,6 +256,7 @@ def train(
         b_theta = (thetas @ b0).mT  # (S, s, K)
         p_theta = w0 @ thetas.mT - c0 @ b_theta  # (S, N, K)
         weak_b = problem.weak_u @ b0  # (S, M, s)
+        theta0_b = b_theta[:, :, :1]  # (S, s, 1): theta_kappa in the coordinates z of x = B z
         stepper = ReducedStepper(c0, torch.ones_like(q), a, act, config.loss, batch, config.chunk)
         zbuf = torch.empty(n_seeds, config.chunk, batch, config.s, dtype=dtype, device=dev)
 
@@ -284,11 +281,19 @@ def train(
         def weights() -> torch.Tensor:
             return w
 
+    center = label_mean(config, problem) if mode == "w2s" and config.label_center == "mean" else None
+    label_sum = torch.zeros(n_seeds, dtype=torch.float64)  # mean of the labels trained on, per seed (reported)
+
     def labels(x: torch.Tensor, weak_first: torch.Tensor) -> torch.Tensor:
         if mode == "w2s":
-            fw = weak_act.value(x @ weak_first.mT).mean(-1)
-            return _transform(fw, config.transform, config.clip)
-        return pi0 * link.value((x @ theta0).squeeze(-1))
+            fw = weak_output(x, weak_first, config.weak_activation, config.weak_bound)
+            y = transform_labels(fw, config.transform, config.clip)
+            y = y if center is None else y - center.unsqueeze(-1)
+        else:
+            y = pi0 * link.value((x @ (theta0_b if reduced else theta0)).squeeze(-1))
+        seed_axis = 0 if y.dim() == 2 else 1  # (S, n b) in the reduced path, (n, S, b) in the dense one
+        label_sum.add_(y.double().movedim(seed_axis, 0).reshape(n_seeds, -1).sum(-1).cpu())
+        return y
 
     logger = _Logger(problem.groups, config.n_tasks, batch)
     marks = log_steps(steps, config.n_log)
@@ -315,7 +320,7 @@ def train(
             grams = (zs @ zs.mT).transpose(0, 1)
             per_step = list(zip(noise.unbind(0), grams.unbind(0), ys.unbind(0)))  # views made once per chunk
         else:
-            if mode == "w2s":
+            if mode in ("w2s", "ceiling"):
                 noise = generative_dense(gens, b0, config.lambda_kappa, n, batch)
             else:
                 noise = isotropic(gens, n, batch, config.d, dtype, dev)
@@ -367,6 +372,9 @@ def train(
         bar.update(n)
     bar.close()
     extra = {"hit_step": hit, "steps_run": t} if hit_threshold is not None else {"steps_run": t}
+    if center is not None:
+        extra["label_center"] = [float(v) for v in center.cpu()]
+    extra["train_label_mean"] = [float(v) / max(t * batch, 1) for v in label_sum]
     return RunResult(mode=mode, log=logger.log, weights=weights(), diverged_at=diverged, extra=extra)
 
 

@@ -13,10 +13,12 @@ import torch
 from anchorft.io import write_json
 from anchorft.w2s.config import W2SConfig, config_hash, save_config
 from anchorft.w2s.dynamics import RunResult, train, train_weak
+from anchorft.w2s.labels import label_report, unit_weak_in_subspace
 from anchorft.w2s.plots import plot_alignment
-from anchorft.w2s.problem import build_problem
+from anchorft.w2s.problem import Problem, build_problem
+from anchorft.w2s.risk import risk_report
 
-__all__ = ["run_experiment", "summarise"]
+__all__ = ["run_experiment", "summarise", "prepare_weak"]
 
 SUMMARY_KEYS = ("target_alignment", "nontarget_alignment", "nontarget_target_alignment")
 
@@ -31,6 +33,17 @@ def summarise(result: RunResult, wall_s: float) -> dict:
     log["wall_s"] = wall_s
     log.update(result.extra)
     return log
+
+
+def prepare_weak(config: W2SConfig, problem: Problem, progress: bool = False) -> dict | None:
+    """Set the weak model of `problem` in place: trained from scratch (`weak: trained`), then, with
+    `weak_norm: unit`, moved to unit norm inside V_kappa at the same alignment. Returns the training info."""
+    info = None
+    if config.weak in ("trained", "scratch"):
+        problem.weak_u, info = train_weak(config, problem, progress=progress)
+    if config.weak_norm == "unit":
+        problem.weak_u = unit_weak_in_subspace(problem.weak_u, problem.thetas[:, 0], problem.bases[:, 0])
+    return info
 
 
 def run_experiment(
@@ -56,17 +69,26 @@ def run_experiment(
         "torch_threads": torch.get_num_threads(),
         "diverged": None,
     }
-    if config.weak == "scratch":
-        problem.weak_u, info = train_weak(config, problem, progress=progress)
+    info = prepare_weak(config, problem, progress=progress)
+    if info is not None:
         metrics["weak"] = info
+    weights = {}
     with torch.no_grad():
         for mode in config.modes:
             t1 = time.perf_counter()
             res = train(config, problem, mode, progress=progress)
             metrics[mode] = summarise(res, time.perf_counter() - t1)
+            center = res.extra.get("label_center")
+            center_t = (
+                None if center is None else torch.tensor(center, dtype=problem.w0.dtype, device=problem.w0.device)
+            )
+            metrics[mode]["labels"] = label_report(config, problem, mode, center_t)
+            weights[mode] = res.weights
             if res.diverged_at is not None:
                 metrics["diverged"] = {"mode": mode, "step": res.diverged_at}
                 break
+        if metrics["diverged"] is None:
+            metrics["risks"] = risk_report(config, problem, weights)
     metrics["wall_s"] = time.perf_counter() - t0
     if out is not None:
         write_json(out / "metrics.json", metrics, indent=1)

@@ -1,4 +1,4 @@
-"""Sweeps of the weak-to-strong simulator: scaling laws and phase diagrams (issue 5, docs/w2s.md "Sweeps").
+"""Sweeps of the weak-to-strong simulator: scaling laws and phase diagrams (docs/w2s.md "Sweeps").
 
 A sweep is a YAML file configs/w2s/sweep-<kind>.yaml: `base` (overrides of a preset), `points` (a list of
 overrides, one per point), the measurement, and a `quick` variant. Kinds:
@@ -34,6 +34,8 @@ from anchorft.io import write_json
 from anchorft.w2s.config import PRESET_DIR, W2SConfig, apply_overrides, config_hash, load_config
 from anchorft.w2s.dynamics import train, train_weak
 from anchorft.w2s.experiments import run_experiment
+from anchorft.w2s.mechanisms import MECH_KINDS, run_mech_sweep, validate_mech_spec
+from anchorft.w2s.mechanisms import expand as expand_mech
 from anchorft.w2s.problem import build_problem
 from anchorft.w2s.theory import predicted_slopes
 
@@ -49,7 +51,7 @@ __all__ = [
     "phase_boundary",
 ]
 
-KINDS = ("s-scaling", "d-scaling", "chi", "overlap", "rpsft")
+KINDS = ("s-scaling", "d-scaling", "chi", "overlap", "rpsft", "ablation", "race", "weak-quality")
 SCALING = ("s-scaling", "d-scaling")
 
 
@@ -61,9 +63,19 @@ def load_sweep(kind: str, quick: bool = False, path: str | os.PathLike | None = 
     spec = yaml.safe_load(p.read_text())
     if quick:
         q = spec.get("quick", {})
-        spec = {**spec, **{k: v for k, v in q.items() if k != "base"}, "base": {**spec["base"], **q.get("base", {})}}
+        merged = {**spec, **{k: v for k, v in q.items() if k not in ("base", "factors")}}
+        merged["base"] = {**spec.get("base", {}), **q.get("base", {})}
+        if "factors" in spec or "factors" in q:  # a quick factor list replaces that factor only
+            merged["factors"] = {**spec.get("factors", {}), **q.get("factors", {})}
+        spec = merged
     spec.pop("quick", None)
     spec["kind"] = kind
+    spec["quick_run"] = quick
+    if kind in MECH_KINDS:
+        spec.setdefault("base", {})
+        validate_mech_spec(spec)
+        spec["points"] = expand_mech(spec)
+        return spec
     if "grid" in spec:
         if spec.get("points"):
             raise ValueError(f"sweep {kind!r}: give either points or grid, not both")
@@ -237,8 +249,11 @@ def run_sweep(
     progress: bool = True,
     spec_path: str | os.PathLike | None = None,
 ) -> dict:
-    """Run sweep `kind`, write DIR/sweep.json and DIR/<kind>.png, return the sweep dict."""
+    """Run sweep `kind`, write DIR/sweep.json and DIR/<kind>.png (mechanism kinds: DIR/results.json, DIR/table.md
+    and DIR/<kind>.png, see anchorft.w2s.mechanisms), return the sweep dict."""
     spec = load_sweep(kind, quick, spec_path)
+    if kind in MECH_KINDS:
+        return run_mech_sweep(spec, out_dir, overrides, progress)
     if overrides:
         base = dict(spec["base"])
         extra = apply_overrides(W2SConfig(), overrides)  # validates the keys and coerces the types
