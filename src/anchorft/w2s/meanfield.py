@@ -57,6 +57,7 @@ __all__ = [
     "solve_order_parameters",
     "predict",
     "crossing_time",
+    "check_supported",
 ]
 
 
@@ -107,6 +108,12 @@ def _poly(name: str) -> np.ndarray:
     if act.poly is None:
         raise ValueError(f"the mean-field theory needs a polynomial activation, got {name!r}")
     return np.asarray(act.poly, dtype=float)
+
+
+def check_supported(config: W2SConfig) -> None:
+    """Raise ValueError (before any work) if the theory cannot be solved for `config` (a non-polynomial student
+    activation: the first-order expectations are closed-form for polynomials only)."""
+    _poly(config.activation)
 
 
 def label_model(

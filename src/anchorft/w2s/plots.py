@@ -28,7 +28,8 @@ def save_figure(fig: plt.Figure, path: str | os.PathLike) -> None:
 
 
 def plot_alignment(metrics: dict, path: str | os.PathLike, title: str | None = None) -> None:
-    """One panel per mode: alignments against samples (log x), mean over seeds with a min-max band over seeds."""
+    """One panel per mode: alignments against samples (log x), mean over seeds with a min-max band over seeds;
+    the mean-field prediction dashed where metrics has an `ode` entry for the mode."""
     modes = [m for m in ("w2s", "sft", "sft_anchor") if m in metrics]
     fig, axes = plt.subplots(1, len(modes), figsize=(5.2 * len(modes), 3.8), sharey=True, squeeze=False)
     for ax, mode in zip(axes[0], modes):
@@ -38,6 +39,12 @@ def plot_alignment(metrics: dict, path: str | os.PathLike, title: str | None = N
             per_seed = np.asarray(m[f"{key}_seeds"], dtype=float)  # (logs, S)
             ax.plot(x, per_seed.mean(1), color=color, label=label)
             ax.fill_between(x, per_seed.min(1), per_seed.max(1), color=color, alpha=0.2, lw=0)
+            ode = metrics.get("ode", {}).get(mode, {})
+            if key in ode:
+                xo = np.maximum(np.asarray(ode["samples"], dtype=float), 1.0)
+                ax.plot(
+                    xo, ode[key], color=color, ls="--", lw=1.2, label="mean-field ODE" if key == CURVES[0][0] else None
+                )
         name = TITLES.get(mode, mode)
         if m.get("diverged_at") is not None:
             name += f" (diverged at step {m['diverged_at']})"
