@@ -227,16 +227,42 @@ class _Logger:
             lg[f"{key}_alignment_seeds"].append([float(x) for x in val])
 
 
+def _thresholds(hit_threshold: float | list[float] | tuple[float, ...] | None) -> list[float]:
+    if hit_threshold is None:
+        return []
+    return sorted(float(x) for x in (hit_threshold if isinstance(hit_threshold, (list, tuple)) else [hit_threshold]))
+
+
+def _record_hits(hits: dict[float, list], values: list[float], t: int) -> bool:
+    """Set, per threshold and seed, the first checked step t where the value reached it; True when all did."""
+    for thr, hs in hits.items():
+        for i, v in enumerate(values):
+            if hs[i] is None and v >= thr:
+                hs[i] = t
+    return all(h is not None for hs in hits.values() for h in hs)
+
+
+def _hit_extra(hits: dict[float, list]) -> dict:
+    if not hits:
+        return {}
+    return {"hit_step": hits[min(hits)], "hit_steps": {str(k): v for k, v in hits.items()}}
+
+
 def train(
-    config: W2SConfig, problem: Problem, mode: str, progress: bool = True, hit_threshold: float | None = None
+    config: W2SConfig,
+    problem: Problem,
+    mode: str,
+    progress: bool = True,
+    hit_threshold: float | list[float] | None = None,
 ) -> RunResult:
     """Run `config.steps` online SGD steps of the strong model in `mode` ("w2s", "sft", "sft_anchor").
 
     All seeds of `problem` run as one batched computation. A non-finite loss or weight stops the run: the
-    result has `diverged_at` (the first bad step) and the metrics logged before it. With `hit_threshold`, the
-    target alignment of each seed is checked at every chunk end; `extra["hit_step"]` holds, per seed, the first
-    checked step where it reached the threshold (None: censored at the budget), and the run stops once every
-    seed has reached it.
+    result has `diverged_at` (the first bad step) and the metrics logged before it. With `hit_threshold` (one
+    value or several), the target alignment of each seed is checked at every chunk end; `extra["hit_step"]`
+    holds, per seed, the first checked step where it reached the lowest threshold (None: censored at the
+    budget), `extra["hit_steps"]` the same for every threshold (keyed by str(threshold)), and the run stops
+    once every seed has reached every threshold.
     """
     if mode not in STREAMS or mode == "weak":
         raise ValueError(f"mode must be 'w2s', 'sft' or 'sft_anchor', got {mode!r}")
@@ -296,7 +322,7 @@ def train(
     losses = torch.zeros(steps, n_seeds, dtype=torch.float64)
     logger.record(0, alignment(), None, base * schedule_factor(config, 0, steps))  # no loss before step 1
     last, t, diverged = 0, 0, None
-    hit: list[int | None] = [None] * n_seeds
+    hits: dict[float, list] = {thr: [None] * n_seeds for thr in _thresholds(hit_threshold)}
     bar = tqdm(total=steps, desc=mode, disable=not progress, leave=False, mininterval=1.0)
 
     def take_losses(ys: torch.Tensor, chunk_losses: list[torch.Tensor], i0: int, i1: int) -> torch.Tensor:
@@ -348,12 +374,9 @@ def train(
             stepper.reset(*renormalise_reduced(*stepper.weights(), q))
         else:
             w = w / w.norm(dim=-1, keepdim=True)
-        if hit_threshold is not None and diverged is None:
+        if hits and diverged is None:
             tgt = alignment()[:, problem.groups == 0, 0].abs().mean(-1).cpu()
-            for i, v in enumerate(tgt.tolist()):
-                if hit[i] is None and v >= hit_threshold:
-                    hit[i] = t
-            if all(h is not None for h in hit):
+            if _record_hits(hits, tgt.tolist(), t):
                 if not logger.log["steps"] or logger.log["steps"][-1] != t:
                     logger.record(t, alignment(), float(losses[last:t].mean()) if t > last else None, eta)
                 bar.update(n)
@@ -366,12 +389,12 @@ def train(
                 diverged = t - (n - flushed) + int(bad.nonzero()[0, 0]) + 1
         bar.update(n)
     bar.close()
-    extra = {"hit_step": hit, "steps_run": t} if hit_threshold is not None else {"steps_run": t}
+    extra = {**_hit_extra(hits), "steps_run": t}
     return RunResult(mode=mode, log=logger.log, weights=weights(), diverged_at=diverged, extra=extra)
 
 
 def train_weak(
-    config: W2SConfig, problem: Problem, progress: bool = True, hit_threshold: float | None = None
+    config: W2SConfig, problem: Problem, progress: bool = True, hit_threshold: float | list[float] | None = None
 ) -> tuple[torch.Tensor, dict]:
     """Train the weak model from scratch: M neurons u_j uniform on S^{d-1}, f_weak = mean_j sigma_w(u_j^T x),
     online spherical SGD on isotropic inputs with the true labels pi_kappa sigma*_kappa(theta_kappa^T x), step
@@ -392,7 +415,7 @@ def train_weak(
     theta0 = problem.thetas[:, 0, :].unsqueeze(-1)
     gens = make_generators(problem.seeds, STREAMS["weak"], dev)
     eta = config.weak_eta * m / d
-    hit: list[int | None] = [None] * problem.n_seeds
+    hits: dict[float, list] = {thr: [None] * problem.n_seeds for thr in _thresholds(hit_threshold)}
     t = 0
     bar = tqdm(total=config.weak_steps, desc="weak", disable=not progress, leave=False, mininterval=1.0)
     while t < config.weak_steps:
@@ -407,11 +430,12 @@ def train_weak(
         al = (u @ theta0).squeeze(-1).abs().mean(-1).cpu()
         if not torch.isfinite(al).all():
             raise FloatingPointError(f"weak model training diverged (non-finite weights) by step {t}")
-        if hit_threshold is not None:
-            for i, v in enumerate(al.tolist()):
-                if hit[i] is None and v >= hit_threshold:
-                    hit[i] = t
-            if all(h is not None for h in hit):
-                break
+        if hits and _record_hits(hits, al.tolist(), t):
+            break
     bar.close()
-    return u, {"hit_step": hit, "steps_run": t, "final_alignment": al.tolist()}
+    return u, {
+        "hit_step": hits[min(hits)] if hits else [None] * problem.n_seeds,
+        **_hit_extra(hits),
+        "steps_run": t,
+        "final_alignment": al.tolist(),
+    }

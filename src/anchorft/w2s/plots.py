@@ -60,6 +60,10 @@ def plot_alignment(metrics: dict, path: str | os.PathLike, title: str | None = N
     save_figure(fig, path)
 
 
+def _num(v: float | None) -> str:
+    return "open" if v is None else f"{v:.2f}"
+
+
 def _plot_scaling(result: dict, ax: plt.Axes) -> None:
     colors = {"w2s": "C0", "sft": "C3", "weak": "C2"}
     for series, fit in result["fits"].items():
@@ -80,7 +84,7 @@ def _plot_scaling(result: dict, ax: plt.Axes) -> None:
                 grid,
                 np.exp(fit["intercept"]) * grid ** fit["slope"],
                 color=color,
-                label=f"{series}: slope {fit['slope']:.2f} [{fit['ci'][0]:.2f}, {fit['ci'][1]:.2f}]",
+                label=f"{series}: slope {fit['slope']:.2f} [{_num(fit['ci'][0])}, {_num(fit['ci'][1])}]",
             )
             th = result["theories"][series]["slope"]
             ok = [pt["series"][series]["median_samples"] for pt in result["points"]]
