@@ -13,20 +13,22 @@ eps uncorrelated with every function of nu and of variance E[y^2] - sum_n c_n^2:
 directions orthogonal to theta_kappa (the weak model's other components) is projected out and kept only as
 label noise. The coefficients are measured from the simulator's own labels (`label_model`).
 
-One step c_j <- ((1 + eta R_j) c_j - eta gamma_j) / n_j with gamma_j = mean_b G_bj z_b, R_j = c_j^T gamma_j (the
-unit norm of w_j), n_j^2 = 1 + eta^2 (||gamma_j||^2 - R_j^2) (`dynamics.reduced_step`), gives, per step, to first
-order in eta plus the finite-step noise term of order eta^2 D (the only second-order term that grows with D):
+One step w_j <- (w_j - eta g_t,j) / ||w_j - eta g_t,j|| with g_j = mean_b G_bj x_b and its tangential part
+g_t,j = g_j - (w_j^T g_j) w_j (`dynamics.reduced_step`) gives, per step, exactly to second order in eta:
 
-    dQ_jk/dt = eta ((R_j + R_k) Q_jk - H_jk - H_kj) + eta^2 (N_jk - (N_jj + N_kk) Q_jk / 2)
-    dM_jk/dt = eta (R_j M_jk - P_kj) - eta^2 N_jj M_jk / 2
+    dQ_jk/dt = eta ((R_j + R_k) Q_jk - H_jk - H_kj) + eta^2 (Nc_jk - (Nf_j + Nf_k) Q_jk / 2)
+    dM_jk/dt = eta (R_j M_jk - P_kj) - eta^2 Nf_j M_jk / 2
 
-with H_kj = E[G_j lambda_k], R_j = H_jj, P_kj = E[G_j v_k^T z] and N_jk = E[gamma_j^T gamma_k] ~ (D / b) E[G_j G_k].
+with H_kj = E[G_j lambda_k], R_j = H_jj, P_kj = E[G_j v_k^T z], Nc_jk = E[(gamma_j - R_j c_j)^T (gamma_k - R_k c_k)]
+(the tangential gradients' parts in the input space, gamma_j = mean_b G_bj z_b) and Nf_j = E||g_t,j||^2. The
+second-order terms carry the finite-step noise: their leading part is (D / b) E[G_j G_k], of order eta^2 D, the
+only second-order term that grows with D; the rest (the tangential projection, the product of the means) is kept.
 G_j = (f - y) a_j sigma'(lambda_j) (squared loss) or -y a_j sigma'(lambda_j) (correlation loss). The first-order
 expectations are exact: by Stein's lemma they reduce to two-field expectations E[F(X) G(Y)] =
 sum_n F~_n(Var X) G~_n(Var Y) Cov(X, Y)^n with F~_n(q) = E[F^(n)(sqrt(q) t)] / sqrt(n!) (Mehler's formula, in a
-form without division by the variances), closed-form for polynomial activations. The noise term E[G_j G_k] (four
-fields) is a Monte Carlo average over fixed draws of the fields (common random numbers: the right-hand side is a
-deterministic, smooth function of the state), which `scipy.integrate.solve_ivp` integrates.
+form without division by the variances), closed-form for polynomial activations. The second-order terms (up to
+four fields and ||x||^2) are Monte Carlo averages over fixed draws of the fields (common random numbers: the
+right-hand side is a deterministic, smooth function of the state), which `scipy.integrate.solve_ivp` integrates.
 
 Validity: D large (fluctuations of the order parameters are O(D^{-1/2}), the same order as a target neuron's
 initial overlap s^{-1/2}, so at small D single runs scatter around the curve), eta D small enough that the
@@ -223,25 +225,52 @@ class _RHS:
             H = -a[None, :] * (np.outer(m, D) + Q * E[None, :])
             P = -a[None, :] * (np.outer(self.T[0], D) + M.T * E[None, :])
         R = np.diag(H)
-        # noise term: E[G_j G_k] over fixed draws of the fields (symmetric square root of their covariance)
-        C = np.empty((self.n + 1, self.n + 1))
-        C[: self.n, : self.n], C[: self.n, -1], C[-1, : self.n], C[-1, -1] = Q, m, m, 1.0
+        self.last = {"R": R, "P": P}  # the first-order expectations at the last evaluation (for inspection)
+        # second-order terms over fixed draws xi of the fields: fields = xi S, S = C^(1/2) (symmetric root), so
+        # lambda_j = s_j^T xi with s_j = S[:, j] (s_j^T s_k = Q_jk) and x = (its part in the fields' span, Pi xi
+        # in these coordinates) + an independent rest with E||rest||^2 = D - rank
+        n = self.n
+        C = np.empty((n + 1, n + 1))
+        C[:n, :n], C[:n, -1], C[-1, :n], C[-1, -1] = Q, m, m, 1.0
         lam, U = np.linalg.eigh(C)
-        fields = self.xi @ ((U * np.sqrt(np.clip(lam, 0.0, None))) @ U.T)
-        u, nu = fields[:, : self.n], fields[:, -1]
+        keep = lam > 1e-9 * max(lam.max(), 1e-300)
+        S = (U * np.sqrt(np.clip(lam, 0.0, None))) @ U.T
+        fields = self.xi @ S
+        u, nu = fields[:, :n], fields[:, -1]
+        xi_p = self.xi @ U[:, keep]  # coordinates of Pi xi in the range of C
+        pn2 = np.sum(xi_p * xi_p, axis=1)  # ||Pi xi||^2
+        rest = max(self.dim - int(keep.sum()), 0)
         gy = np.polynomial.hermite_e.hermeval(nu, self.g / np.sqrt([math.factorial(i) for i in range(len(self.g))]))
-        ds = np.polynomial.polynomial.polyval(u, self.dsig) * a
+        G = np.polynomial.polynomial.polyval(u, self.dsig) * a
         if self.squared:
-            res = np.polynomial.polynomial.polyval(u, self.sig) @ a - gy
+            G *= (np.polynomial.polynomial.polyval(u, self.sig) @ a - gy)[:, None]
         else:
-            res = -gy
-        w = res * res + self.noise_var
-        EGG = (ds * w[:, None]).T @ ds / len(nu)
+            G *= -gy[:, None]
+        nmc = len(nu)
+        # one sample: g_j = G_j x; tangential c-parts (z - lambda_j c_j) G_j, whose products are
+        # G_j G_k (||z||^2 - lambda_j^2 - lambda_k^2 + lambda_j lambda_k Q_jk); full tangential norm G_j^2 (||z||^2 -
+        # lambda_j^2); the label noise eps adds E[eps^2] a_j a_k sigma'_j sigma'_k times the same factors
+        Gn = np.polynomial.polynomial.polyval(u, self.dsig) * a * math.sqrt(self.noise_var)
+
+        def prod(wgt: np.ndarray | float, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+            return ((G * left * wgt).T @ (G * right) + (Gn * left * wgt).T @ (Gn * right)) / nmc
+
+        one = np.ones((nmc, 1))
+        Ez = prod((rest + pn2)[:, None], one, one)
+        T1 = prod(1.0, u * u, one)  # E[G_j G_k lambda_j^2]
+        T2 = prod(1.0, u, u)  # E[G_j G_k lambda_j lambda_k]
+        single_c = Ez - T1 - T1.T + T2 * Q
+        single_f = np.diag(Ez) - np.diag(T2)
+        # batch mean: (1 / b) one sample + (1 - 1 / b) product of the means; mean gradient in xi coordinates
+        e = (G.T @ xi_p) @ U[:, keep].T / nmc  # (N, n + 1)
+        Rm = np.einsum("jk,kj->j", e, S[:, :n])
+        mc = e - Rm[:, None] * S[:, :n].T
+        b = self.b
+        Nc = single_c / b + (1.0 - 1.0 / b) * (mc @ mc.T)
+        Nf = single_f / b + (1.0 - 1.0 / b) * (np.sum(e * e, axis=1) - Rm * Rm)
         eta = self.eta(t)
-        Nn = (self.dim / self.b) * EGG
-        nd = np.diag(Nn)
-        dQ = eta * ((R[:, None] + R[None, :]) * Q - H - H.T) + eta * eta * (Nn - 0.5 * (nd[:, None] + nd[None, :]) * Q)
-        dM = eta * (R[:, None] * M - P.T) - 0.5 * eta * eta * nd[:, None] * M
+        dQ = eta * ((R[:, None] + R[None, :]) * Q - H - H.T) + eta * eta * (Nc - 0.5 * (Nf[:, None] + Nf[None, :]) * Q)
+        dM = eta * (R[:, None] * M - P.T) - 0.5 * eta * eta * Nf[:, None] * M
         return np.concatenate([dQ.ravel(), dM.ravel()])
 
 
