@@ -17,7 +17,8 @@ Reduced representation at lambda = 1: every input is x = B z, so every gradient 
 stays w_j = r_j p_j + B c_j with p_j = (I - B B^T) w_j(0) fixed: the step only updates c_j (s numbers) and the
 scalar r_j (the renormalisation), O(s N) per sample, while alignments theta_k^T w_j = r_j theta_k^T p_j +
 (B^T theta_k)^T c_j stay exact in R^d. `train` runs this path with `anchorft.w2s.fused.ReducedStepper` (the same
-update with a deferred per-neuron scale and preallocated buffers; tested equal to `reduced_step`).
+update with a deferred per-neuron scale and preallocated buffers; tested equal to `reduced_step`) and every other
+mode with `fused.DenseStepper` (the same interface around `dense_step`): one loop for every mode.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from tqdm.auto import tqdm
 
 from anchorft.rpsft.subspace import reference_block, subspace_penalty_grad, top_k_bases
 from anchorft.w2s.config import W2SConfig
-from anchorft.w2s.fused import ReducedStepper
+from anchorft.w2s.fused import DenseStepper, ReducedStepper
 from anchorft.w2s.hermite import Activation, get_activation
 from anchorft.w2s.problem import Problem
 from anchorft.w2s.sampling import generative_dense, generative_reduced, isotropic, make_generators
@@ -299,16 +300,21 @@ def train(
             return torch.bmm(c.sub_(r * c0), b0.mT).addcmul_(r, w0)
 
     else:
-        w = problem.w0.clone()
-        if mode == "sft_anchor":
+        extra_grad = None
+        if mode == "sft_anchor" and config.anchor_weight > 0:
             u0, _, v0 = top_k_bases(problem.w0, config.anchor_rank)
             s_ref = reference_block(problem.w0, u0, v0)
 
+            def extra_grad(w: torch.Tensor) -> torch.Tensor:
+                return config.anchor_weight * subspace_penalty_grad(w, u0, v0, s_ref)
+
+        stepper = DenseStepper(problem.w0, a, act, config.loss, config.chunk, dense_step, extra_grad)
+
         def alignment() -> torch.Tensor:
-            return w @ thetas.mT
+            return stepper.weights() @ thetas.mT
 
         def weights() -> torch.Tensor:
-            return w
+            return stepper.weights()
 
     def labels(x: torch.Tensor, weak_first: torch.Tensor) -> torch.Tensor:
         if mode == "w2s":
@@ -325,11 +331,9 @@ def train(
     hits: dict[float, list] = {thr: [None] * n_seeds for thr in _thresholds(hit_threshold)}
     bar = tqdm(total=steps, desc=mode, disable=not progress, leave=False, mininterval=1.0)
 
-    def take_losses(ys: torch.Tensor, chunk_losses: list[torch.Tensor], i0: int, i1: int) -> torch.Tensor:
+    def take_losses(ys: torch.Tensor, i0: int, i1: int) -> torch.Tensor:
         """Losses (i1 - i0, S) of the chunk's steps i0..i1-1 (not yet stored), in float64 on the CPU."""
-        if reduced:
-            return stepper.losses(ys, i0, i1).double().cpu()
-        return torch.stack(chunk_losses).double().cpu()
+        return stepper.losses(ys, i0, i1).double().cpu()
 
     while t < steps and diverged is None:
         n = min(config.chunk, steps - t)
@@ -347,22 +351,15 @@ def train(
                 noise = isotropic(gens, n, batch, config.d, dtype, dev)
             ys = labels(noise, problem.weak_u)  # labels do not depend on W: whole chunk at once
             grams = noise @ noise.mT  # (n, S, b, b) Gram matrices of the batches, for the fused renormalisation
-        chunk_losses: list[torch.Tensor] = []
+            per_step = list(zip(noise.unbind(0), grams.unbind(0), ys.unbind(0)))
         flushed = 0  # steps of this chunk whose losses are stored in `losses`
         for i in range(n):
             eta = base * schedule_factor(config, t, steps)
-            if reduced:
-                stepper.step(i, *per_step[i], eta)
-            else:
-                extra = None
-                if mode == "sft_anchor" and config.anchor_weight > 0:
-                    extra = config.anchor_weight * subspace_penalty_grad(w, u0, v0, s_ref)
-                w, lval = dense_step(w, noise[i], ys[i], a, act, eta, config.loss, extra, grams[i])
-                chunk_losses.append(lval)
+            stepper.step(i, *per_step[i], eta)
             t += 1
             if t in mark_set:
-                losses[t - (i + 1 - flushed) : t] = take_losses(ys, chunk_losses, flushed, i + 1)
-                chunk_losses, flushed = [], i + 1
+                losses[t - (i + 1 - flushed) : t] = take_losses(ys, flushed, i + 1)
+                flushed = i + 1
                 al = alignment()
                 bad = ~torch.isfinite(losses[last:t]).all(-1)
                 if bad.any() or not torch.isfinite(al).all():
@@ -373,7 +370,7 @@ def train(
         if reduced:  # fold the deferred scale back and renormalise exactly, once per chunk
             stepper.reset(*renormalise_reduced(*stepper.weights(), q))
         else:
-            w = w / w.norm(dim=-1, keepdim=True)
+            stepper.end_chunk()
         if hits and diverged is None:
             tgt = alignment()[:, problem.groups == 0, 0].abs().mean(-1).cpu()
             if _record_hits(hits, tgt.tolist(), t):
@@ -382,7 +379,7 @@ def train(
                 bar.update(n)
                 break
         if flushed < n and diverged is None:
-            cl = take_losses(ys, chunk_losses, flushed, n)
+            cl = take_losses(ys, flushed, n)
             losses[t - (n - flushed) : t] = cl
             bad = ~torch.isfinite(cl).all(-1)
             if bad.any():
