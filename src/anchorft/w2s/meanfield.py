@@ -285,13 +285,14 @@ def solve_order_parameters(
     rtol: float = 1e-4,
 ) -> dict:
     """Integrate the ODE from `state` (initial_state) over steps [0, max(t_eval)] with scipy's RK45; returns
-    the alignments of every neuron with every theta_k at t_eval: "align" (len(t_eval), N, K), and "t"."""
+    the alignments of every neuron with every theta_k at the reached t_eval: "align" (T, N, K) and "t" (T), and
+    "failed" (None, or the solver's message when it stopped early: the ODE blows up where the step is so large
+    that the second-order expansion of the step fails)."""
     rhs = _RHS(config, mode, state, labels, n_mc, mc_seed)
     y0 = np.concatenate([state["Q"].ravel(), state["M"].ravel()])
     t_eval = np.asarray(t_eval, dtype=float)
-    sol = solve_ivp(rhs, (0.0, float(t_eval.max())), y0, t_eval=t_eval, rtol=rtol, atol=1e-8, method="RK45")
-    if not sol.success:
-        raise RuntimeError(f"mean-field ODE failed: {sol.message}")
+    with np.errstate(all="ignore"):
+        sol = solve_ivp(rhs, (0.0, float(t_eval.max())), y0, t_eval=t_eval, rtol=rtol, atol=1e-8, method="RK45")
     aligns = []
     for y in sol.y.T:
         Q, M = rhs.unpack(y)
@@ -299,7 +300,8 @@ def solve_order_parameters(
         with np.errstate(divide="ignore", invalid="ignore"):
             r = np.where(state["p_norm2"] > 1e-12, np.sqrt((1.0 - qd) / state["p_norm2"]), 0.0)
         aligns.append(r[:, None] * state["p_theta"] + M)
-    return {"t": sol.t, "align": np.abs(np.stack(aligns)), "n_rhs": int(sol.nfev)}
+    align = np.abs(np.stack(aligns)) if aligns else np.zeros((0, len(state["a"]), state["M"].shape[1]))
+    return {"t": sol.t, "align": align, "n_rhs": int(sol.nfev), "failed": None if sol.success else str(sol.message)}
 
 
 def crossing_time(t: np.ndarray, v: np.ndarray, level: float) -> float | None:
@@ -330,21 +332,24 @@ def predict(
     groups = problem.groups.cpu().numpy()
     non = groups > 0
     per: dict[str, list] = {"target_alignment": [], "nontarget_alignment": [], "nontarget_target_alignment": []}
-    escape, coefs, n_rhs = [], [], []
+    escape, coefs, n_rhs, failed = [], [], [], []
     for i in range(problem.n_seeds):
         labels = label_model(config, problem, mode, n_samples=n_label_samples, seed_index=i)
         coefs.append([float(c) for c in labels.coef])
         state = initial_state(config, problem, mode, i)
         out = solve_order_parameters(config, mode, state, labels, steps, n_mc=n_mc, mc_seed=i)
-        al = out["align"]  # (T, N, K)
+        al = out["align"]  # (T', N, K), T' <= T where the solver stopped early
         n_rhs.append(out["n_rhs"])
+        failed.append(None if out["failed"] is None else {"message": out["failed"], "steps_reached": len(out["t"])})
+        if len(al) < len(steps):
+            al = np.concatenate([al, np.full((len(steps) - len(al), *al.shape[1:]), np.nan)])
         tgt = al[:, groups == 0, 0].mean(-1)
         per["target_alignment"].append(tgt.tolist())
         if non.any():
             own = np.take_along_axis(al[:, non, :], groups[non][None, :, None], axis=-1)[..., 0]
             per["nontarget_alignment"].append(own.mean(-1).tolist())
             per["nontarget_target_alignment"].append(al[:, non, 0].mean(-1).tolist())
-        hit = crossing_time(out["t"], tgt, threshold)
+        hit = crossing_time(out["t"], tgt[: len(out["t"])], threshold)
         escape.append(None if hit is None else hit * config.batch_size)
     result: dict = {
         "steps": [int(s) for s in steps],
@@ -353,10 +358,11 @@ def predict(
         "escape_samples_per_seed": escape,
         "label_coefficients_per_seed": coefs,
         "n_rhs_evaluations": n_rhs,
+        "failed_per_seed": failed,
     }
     for key, vals in per.items():
         if vals:
             arr = np.asarray(vals)  # (S, T)
-            result[key] = arr.mean(0).tolist()
+            result[key] = arr.mean(0).tolist()  # NaN after a seed's solver stopped
             result[f"{key}_seeds"] = arr.T.tolist()
     return result
