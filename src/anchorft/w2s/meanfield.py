@@ -193,6 +193,9 @@ class _RHS:
         self.gd = np.array([self.g[n + 1] * math.sqrt(n + 1) for n in range(len(self.g) - 1)])
         self.xi = np.random.default_rng(mc_seed).standard_normal((n_mc, self.n + 1))
         self.base = step_scale(config, mode)
+        # SFT: c_j = w_j is a unit vector, so Q_jj = 1 exactly; the ODE's Q_jj = 1 is an unstable fixed point where
+        # R_j > 0 (dQ_jj = 2 eta R_j (Q_jj - 1) + ...), so the state is read on the sphere and diag(dQ) = 0
+        self.sphere = mode != "w2s"
 
     def eta(self, t: float) -> float:
         return self.base * schedule_factor(self.cfg, t, self.cfg.steps)
@@ -200,7 +203,11 @@ class _RHS:
     def unpack(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         n = self.n
         q = y[: n * n].reshape(n, n)
-        return 0.5 * (q + q.T), y[n * n :].reshape(n, self.k)
+        Q, M = 0.5 * (q + q.T), y[n * n :].reshape(n, self.k)
+        if self.sphere:
+            dq = np.sqrt(np.clip(np.diag(Q), 1e-12, None))
+            Q, M = Q / np.outer(dq, dq), M / dq[:, None]
+        return Q, M
 
     def __call__(self, t: float, y: np.ndarray) -> np.ndarray:
         Q, M = self.unpack(y)
@@ -271,6 +278,8 @@ class _RHS:
         eta = self.eta(t)
         dQ = eta * ((R[:, None] + R[None, :]) * Q - H - H.T) + eta * eta * (Nc - 0.5 * (Nf[:, None] + Nf[None, :]) * Q)
         dM = eta * (R[:, None] * M - P.T) - 0.5 * eta * eta * Nf[:, None] * M
+        if self.sphere:
+            np.fill_diagonal(dQ, 0.0)
         return np.concatenate([dQ.ravel(), dM.ravel()])
 
 
