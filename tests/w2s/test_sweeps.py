@@ -102,6 +102,15 @@ def _fake_hits(best_eta):
     return hits, asked
 
 
+def test_two_thresholds_and_eta_grid_write_fits_and_one_panel_each(tmp_path):
+    p = _tiny_spec(tmp_path, thresholds=[0.3, 0.5], eta_grid={"factor": 2, "width": 0, "max_widen": 0})
+    res = run_sweep("s-scaling", tmp_path / "out", spec_path=p, progress=False)
+    assert set(res["fits_by_threshold"]["w2s"]) == {"0.3", "0.5"}
+    for pt in res["points"]:
+        assert set(pt["series"]["w2s"]["best"]) == {"0.3", "0.5"}
+    assert (tmp_path / "out" / "s-scaling.png").stat().st_size > 1000
+
+
 def test_eta_grid_picks_the_best_eta_and_widens_at_the_edge(tmp_path, monkeypatch):
     p = _tiny_spec(tmp_path, thresholds=[0.5, 0.9], eta_grid={"factor": 2, "width": 1, "max_widen": 2})
     spec = load_sweep("s-scaling", path=p)

@@ -64,13 +64,27 @@ def _num(v: float | None) -> str:
     return "open" if v is None else f"{v:.2f}"
 
 
-def _plot_scaling(result: dict, ax: plt.Axes) -> None:
+def _scaling_thresholds(result: dict) -> list[str]:
+    spec = result["spec"]
+    thr = spec.get("thresholds", spec.get("threshold"))
+    return [str(float(t)) for t in (thr if isinstance(thr, list) else [thr])]
+
+
+def _plot_scaling(result: dict, ax: plt.Axes, thr: str | None = None) -> None:
+    """Hitting samples against the swept axis at threshold `thr` (default the first): per point the median over
+    seeds at the best eta (open triangle at the budget: censored), the seeds' range, the fitted line with its
+    interval and the theory's slope (dashed)."""
     colors = {"w2s": "C0", "sft": "C3", "weak": "C2"}
+    thr = thr or _scaling_thresholds(result)[0]
+    by_thr = result.get("fits_by_threshold")
     for series, fit in result["fits"].items():
+        if by_thr is not None:
+            fit = by_thr[series][thr]
         color = colors.get(series, "C4")
         xs = np.array([pt["x"] for pt in result["points"]], dtype=float)
         for x, pt in zip(xs, result["points"]):
             e = pt["series"][series]
+            e = {**e, **e.get("best", {}).get(thr, {})}
             vals = [v for v in e["samples_per_seed"] if v is not None]
             if e["censored"]:
                 ax.scatter([x], [e["budget_samples"]], marker="^", color=color, facecolors="none", s=50)
@@ -87,7 +101,10 @@ def _plot_scaling(result: dict, ax: plt.Axes) -> None:
                 label=f"{series}: slope {fit['slope']:.2f} [{_num(fit['ci'][0])}, {_num(fit['ci'][1])}]",
             )
             th = result["theories"][series]["slope"]
-            ok = [pt["series"][series]["median_samples"] for pt in result["points"]]
+            ok = [
+                pt["series"][series].get("best", {}).get(thr, pt["series"][series])["median_samples"]
+                for pt in result["points"]
+            ]
             x0 = [x for x, m in zip(xs, ok) if m is not None]
             y0 = [m for m in ok if m is not None]
             if x0:  # theory line through the geometric mean of the measured points
@@ -103,7 +120,7 @@ def _plot_scaling(result: dict, ax: plt.Axes) -> None:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("s" if result["kind"] == "s-scaling" else "d")
-    ax.set_ylabel(f"samples to alignment {result['spec']['threshold']} (median; open triangles: censored)")
+    ax.set_ylabel(f"samples to alignment {thr} (median; open triangles: censored)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
 
@@ -229,11 +246,13 @@ def plot_sweep(result: dict, path: str | os.PathLike) -> None:
     elif kind == "rpsft":
         fig, axes = plt.subplots(1, 3, figsize=(15, 4), sharey=True)
         _plot_rpsft(result, axes)
+    elif kind in ("s-scaling", "d-scaling", "d-scaling-w2s"):
+        thrs = _scaling_thresholds(result)
+        fig, axes = plt.subplots(1, len(thrs), figsize=(6.5 * len(thrs), 4.5), squeeze=False)
+        for ax, thr in zip(axes[0], thrs):
+            _plot_scaling(result, ax, thr)
     else:
         fig, ax = plt.subplots(figsize=(6.5, 4.5))
-        if kind in ("s-scaling", "d-scaling"):
-            _plot_scaling(result, ax)
-        else:
-            _plot_summary(result, ax)
+        _plot_summary(result, ax)
     fig.suptitle(f"sweep {kind}" + (" (quick)" if result.get("quick") else ""), fontsize=10)
     save_figure(fig, path)
