@@ -307,7 +307,7 @@ def _scaling_series(spec: dict, config: W2SConfig, series: str, cache_dir: Path 
         samples = runs[k]["samples"][str(thr)]
         med = median_censored(samples)
         edge = None
-        if grid is not None and len(ks) > 1:
+        if grid is not None and len(ks) > 1 and any(v is not None for v in samples):  # all censored: no optimum
             edge = "low" if k == min(ks) else "high" if k == max(ks) else None
         out["best"][str(thr)] = {
             "eta": eta0 * factor**k,
