@@ -30,6 +30,14 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"anchorft w2s run: {e}", file=sys.stderr)
         return 2
+    if args.ode:
+        from anchorft.w2s.meanfield import check_supported
+
+        try:
+            check_supported(config)
+        except ValueError as e:
+            print(f"anchorft w2s run: --ode: {e}", file=sys.stderr)
+            return 2
     if config.device.startswith("cuda"):
         import torch
 
@@ -38,7 +46,9 @@ def _run(args: argparse.Namespace) -> int:
             return 2
     _threads(args.threads)
     header = " ".join(["anchorft w2s run", "--preset", args.preset, "--out", args.out, *overrides])
-    metrics = run_experiment(config, args.out, progress=not args.quiet, header=header)
+    if args.ode:
+        header += " --ode"
+    metrics = run_experiment(config, args.out, progress=not args.quiet, header=header, ode=args.ode)
     for mode in config.modes:
         if mode in metrics:
             i, f = metrics[mode]["init"], metrics[mode]["final"]
@@ -47,6 +57,12 @@ def _run(args: argparse.Namespace) -> int:
                 f"non-target (own theta) {i['nontarget_alignment']:.3f} -> {f['nontarget_alignment']:.3f}   "
                 f"non-target (theta_kappa) {i['nontarget_target_alignment']:.3f} -> "
                 f"{f['nontarget_target_alignment']:.3f}   [{metrics[mode]['wall_s']:.1f} s]"
+            )
+    for mode, e in metrics.get("ode", {}).items():
+        if "escape_samples_per_seed" in e:
+            print(
+                f"{mode:>10}: escape (target 0.5) samples per seed: mean-field {e['escape_samples_per_seed']}, "
+                f"measured {e['escape_samples_measured']}"
             )
     print(f"wrote {args.out}/config.yaml, {args.out}/metrics.json, {args.out}/alignment.png")
     if metrics["diverged"] is not None:
@@ -143,11 +159,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--threads", type=int, default=1, help="torch CPU threads (default 1: small matmuls; 0 = torch default)"
     )
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument(
+        "--ode",
+        action="store_true",
+        help="also solve the mean-field ODE: dashed on alignment.png, `ode` in metrics.json",
+    )
     r.add_argument("overrides", nargs="*", help="config overrides key=value")
     r.set_defaults(func=_run)
-    s = sub.add_parser("sweep", help="scaling sweeps: s-scaling, d-scaling, chi, overlap, rpsft")
+    s = sub.add_parser("sweep", help="sweeps: s-scaling, d-scaling, d-scaling-w2s, chi, overlap, rpsft, mechanisms")
     s.add_argument(
-        "--kind", required=True, help="s-scaling | d-scaling | chi | overlap | rpsft | ablation | race | weak-quality"
+        "--kind",
+        required=True,
+        help="s-scaling | d-scaling | d-scaling-w2s | chi | overlap | rpsft | ablation | race | weak-quality",
     )
     s.add_argument("--out", required=True)
     s.add_argument("--quick", action="store_true", help="the sweep file's quick variant (a small grid)")

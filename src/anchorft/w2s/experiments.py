@@ -18,7 +18,7 @@ from anchorft.w2s.plots import plot_alignment
 from anchorft.w2s.problem import Problem, build_problem
 from anchorft.w2s.risk import risk_report
 
-__all__ = ["run_experiment", "summarise", "prepare_weak"]
+__all__ = ["run_experiment", "summarise", "prepare_weak", "ode_metrics"]
 
 SUMMARY_KEYS = ("target_alignment", "nontarget_alignment", "nontarget_target_alignment")
 
@@ -47,9 +47,18 @@ def prepare_weak(config: W2SConfig, problem: Problem, progress: bool = False) ->
 
 
 def run_experiment(
-    config: W2SConfig, out_dir: str | os.PathLike | None, progress: bool = True, header: str | None = None
+    config: W2SConfig,
+    out_dir: str | os.PathLike | None,
+    progress: bool = True,
+    header: str | None = None,
+    ode: bool = False,
 ) -> dict:
     """Run every mode of `config` and return the metrics dict (the content of metrics.json).
+
+    With `ode`, metrics["ode"][mode] holds the mean-field prediction (`anchorft.w2s.meanfield.predict`) on the
+    same logged steps for W2S (at lambda = 1) and SFT: curves, per-seed predicted escape samples (target
+    alignment 0.5) beside the measured ones (`escape_samples_measured`, interpolated in log samples between
+    logged steps), drawn dashed on alignment.png.
 
     With `out_dir`, writes config.yaml (first line `header`), metrics.json and alignment.png there. If a mode
     diverges (non-finite loss or weights) the later modes are skipped; metrics["diverged"] names the mode and the
@@ -89,8 +98,36 @@ def run_experiment(
                 break
         if metrics["diverged"] is None:
             metrics["risks"] = risk_report(config, problem, weights)
+    if ode:
+        metrics["ode"] = ode_metrics(config, problem, metrics)
     metrics["wall_s"] = time.perf_counter() - t0
     if out is not None:
         write_json(out / "metrics.json", metrics, indent=1)
         plot_alignment(metrics, out / "alignment.png", title=f"d={config.d}, s={config.s}, {config.n_seeds} seeds")
     return metrics
+
+
+def ode_metrics(config: W2SConfig, problem, metrics: dict, threshold: float = 0.5) -> dict:
+    """The `ode` entry of metrics.json: per mode the mean-field curves on the logged steps and the predicted
+    and measured escape samples per seed; modes the theory does not cover get a `skipped` reason."""
+    from anchorft.w2s.meanfield import crossing_time, predict
+
+    out: dict[str, Any] = {}
+    for mode in config.modes:
+        if mode not in metrics:
+            continue
+        if mode == "sft_anchor" or (mode == "w2s" and config.lambda_kappa != 1.0):
+            out[mode] = {"skipped": "the mean-field theory covers W2S at lambda_kappa = 1 and SFT"}
+            continue
+        t1 = time.perf_counter()
+        pred = predict(config, problem, mode, metrics[mode]["steps"], threshold=threshold)
+        steps = metrics[mode]["steps"]
+        per_seed = list(zip(*metrics[mode]["target_alignment_seeds"]))  # (S, T)
+        measured = []
+        for curve in per_seed:
+            hit = crossing_time(steps, curve, threshold)
+            measured.append(None if hit is None else hit * config.batch_size)
+        pred["escape_samples_measured"] = measured
+        pred["wall_s"] = time.perf_counter() - t1
+        out[mode] = pred
+    return out
