@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+import anchorft.eval.answers as answers_module
 from anchorft.eval.answers import (
     MathChecker,
     extract_choice,
@@ -26,9 +27,14 @@ from anchorft.eval.answers import (
         (r"\boxed{\boxed{5}}", "5"),
         (r"\fbox{7} at the end", "7"),
         (r"\boxed{\{1, 2\}}", r"\{1, 2\}"),
+        (r"\boxed{\left\{ x > 0 \right.}", r"\left\{ x > 0 \right."),  # an escaped brace without its pair
         (r"\boxed{ \left( 3, \frac{\pi}{2} \right) }", r"\left( 3, \frac{\pi}{2} \right)"),
         (r"\boxed{3} and a truncated \boxed{\frac{1}{", "3"),
         (r"\boxed 5.", "5"),
+        (r"so \boxed X.", "X"),  # only trailing dots and commas are stripped
+        (r"\boxed{3} then \boxed", "3"),  # a command at the very end is no box
+        (r"\boxed{3} then \boxed ", "3"),
+        (r"\boxed{3}, not \boxed(4)", "3"),  # neither a brace nor a space after the command
         ("no box here", None),
         (r"\boxedx{3}", None),
     ],
@@ -243,3 +249,20 @@ def test_grade(checker):
     assert grade("27", "27 without a box") == (None, False)
     assert grade("C", r"\boxed{C}", parse_choices(QUESTION)) == ("C", True)
     assert grade("B", r"\boxed{C}", parse_choices(QUESTION)) == ("C", False)
+
+
+def test_grade_asks_the_given_checker_else_the_default_one(monkeypatch):
+    class Recorder:
+        def __init__(self):
+            self.calls = []
+
+        def check(self, gold, answer):
+            self.calls.append((gold, answer))
+            return True
+
+    given, default = Recorder(), Recorder()
+    monkeypatch.setattr(answers_module, "default_checker", lambda: default)
+    assert grade("27", r"\boxed{28}", checker=given) == ("28", True)
+    assert given.calls == [("27", "28")] and default.calls == []
+    assert grade(27, r"\boxed{28}") == ("28", True)
+    assert default.calls == [("27", "28")]

@@ -104,6 +104,34 @@ def test_full_rank_equals_l2(rp):
     assert float(anchor.penalty(model)) == pytest.approx(l2, rel=1e-6)
 
 
+@pytest.mark.parametrize("k", [3, 1000])
+def test_drift_max_is_the_largest_relative_drift(k, rp):
+    """drift_max = max_l ||U^T (W - W_0) V||_F / ||U^T W_0 V||_F (||W - W_0||_F / ||W_0||_F for L2 fallbacks),
+    from numpy's SVD; the same from `drift`, `summarize(penalty_terms)` and `add_penalty_grad_`."""
+    model = rp.tiny_model("llama", 64)
+    names = [n for n, _ in select_parameters(model)]
+    w0s = {n: p.detach().double().numpy().copy() for n, p in model.named_parameters() if n in names}
+    anchor = SubspaceAnchor.from_model(model, rank=k)
+    perturb(model)
+    params = dict(model.named_parameters())
+    rel = []
+    for name, w0 in w0s.items():
+        w = params[name].detach().double().numpy()
+        if k >= min(w0.shape):
+            rel.append(np.linalg.norm(w - w0) / np.linalg.norm(w0))
+            continue
+        u, _, vt = np.linalg.svd(w0)
+        uk, vk = u[:, :k], vt[:k].T
+        rel.append(np.linalg.norm(uk.T @ (w - w0) @ vk) / np.linalg.norm(uk.T @ w0 @ vk))
+    want = max(rel)
+    assert want > 0
+    model.zero_grad()
+    terms = anchor.penalty_terms(model)
+    for got in (anchor.drift(model), anchor.summarize(terms), anchor.add_penalty_grad_(model, 1.0)):
+        assert got["drift_max"] == pytest.approx(want, rel=1e-4)
+        assert got["penalty"] == pytest.approx(numpy_penalty(w0s, model, k), rel=1e-5)
+
+
 def test_tied_weights_count_once_and_memory(rp):
     model = rp.tiny_model("qwen2", 64, tie=True)
     anchor = SubspaceAnchor.from_model(model, rank=4)

@@ -102,6 +102,24 @@ def test_losses_divide_by_num_items_and_iw_defaults():
     assert float(loss) == pytest.approx(float((w * per_seq).sum()) / 7)
 
 
+def test_iw_sft_weights_defaults_one_token_rows_and_the_gradient_by_default():
+    """iw_sft_weights' own defaults are T = 1 and clip 16 (a mean log-ratio of 3 is clipped, 0.5 gives e^0.5); a row
+    with one target token averages over that token and keeps its weight (only a row without target tokens gets 1);
+    iw_sft_loss lets the gradient flow through the weight by default (as detach_weight=False)."""
+    lp = torch.tensor([[-0.5, -1.0, -2.0], [-0.25, 0.0, 0.0], [0.0, 0.0, 0.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, True, True], [True, False, False], [False, False, False]])
+    ref = lp - torch.tensor([[3.0], [0.5], [0.0]], dtype=torch.float64) * mask
+    want = torch.tensor([16.0, math.exp(0.5), 1.0], dtype=torch.float64)
+    torch.testing.assert_close(iw_sft_weights(lp, ref, mask), want)
+    grads = {}
+    for key, kw in (("default", {}), ("released", {"detach_weight": False}), ("detached", {"detach_weight": True})):
+        y = lp.clone().requires_grad_(True)
+        iw_sft_loss(y, ref, mask, **kw)[0].backward()
+        grads[key] = y.grad
+    torch.testing.assert_close(grads["default"], grads["released"])
+    assert not torch.allclose(grads["default"], grads["detached"])  # the one-token row is below the clip
+
+
 def test_dft_equals_trl(rp, tokenizer, dataset, tmp_path):
     model = rp.tiny_model("llama", len(tokenizer))
     args = rp.base_args(str(tmp_path / "a"), method="dft")

@@ -206,10 +206,12 @@ def test_schedule_and_log_steps(tiny):
 
 
 def test_step_scale_is_eta_n_kappa_over_c_s_or_c_d(tiny):
-    """eta_w2s N_kappa / (c s) under W2S, eta_sft N_kappa / (c d) under SFT and SFT + anchor (N_kappa = 4 here)."""
+    """eta_w2s N_kappa / (c s) under W2S and its ceiling (W2S inputs, true labels), eta_sft N_kappa / (c d) under SFT
+    and SFT + anchor (N_kappa = 4 here)."""
     cfg = apply_overrides(tiny, {"eta_w2s": 0.3, "eta_sft": 0.7, "c": 0.2})
     assert cfg.group_sizes == [4, 6] and cfg.s == 8 and cfg.d == 48
     assert step_scale(cfg, "w2s") == pytest.approx(0.3 * 4 / (0.2 * 8))
+    assert step_scale(cfg, "ceiling") == pytest.approx(0.3 * 4 / (0.2 * 8))
     assert step_scale(cfg, "sft") == pytest.approx(0.7 * 4 / (0.2 * 48))
     assert step_scale(cfg, "sft_anchor") == pytest.approx(0.7 * 4 / (0.2 * 48))
 
