@@ -75,6 +75,7 @@ def main(argv: list[str]) -> int:
     torch.set_num_threads(args.threads)
     if args.cmd == "report":
         from anchorft.io import write_json
+        from anchorft.provenance import with_provenance
         from anchorft.toy.report import merge_results, write_report, write_tradeoff_plot
 
         parts = []
@@ -83,7 +84,7 @@ def main(argv: list[str]) -> int:
             if not path.is_file():
                 raise ValueError(f"--from: {path} does not exist")
             parts.append(json.loads(path.read_text()))
-        merged = merge_results(parts)
+        merged = with_provenance(merge_results(parts))
         out = Path(args.out)
         write_json(out / "results.json", merged, indent=2)
         write_report(merged, out / "report.md")

@@ -27,6 +27,7 @@ import numpy as np
 
 from anchorft.eval.answers import last_boxed
 from anchorft.io import save_figure, write_text
+from anchorft.provenance import with_provenance
 
 __all__ = [
     "SYSTEM_PROMPT",
@@ -263,6 +264,6 @@ def prepare_openr1_math(
     metrics["short_by"] = max(0, size - stats.kept)
     metrics["verify_timeouts"] = checker.n_timeouts
     metrics["sha256"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    _write_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    _write_atomic(out / "metrics.json", json.dumps(with_provenance(metrics), indent=2) + "\n")
     _plot_lengths(rows, out / "lengths.png")
     return metrics

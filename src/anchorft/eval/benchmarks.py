@@ -20,6 +20,7 @@ from pathlib import Path
 from anchorft.eval.answers import MathChecker, default_checker, grade, parse_choices
 from anchorft.eval.metrics import accuracy, avg_at_k, mean_pass_at_k
 from anchorft.io import save_figure, write_text
+from anchorft.provenance import with_provenance
 
 __all__ = [
     "BenchItem",
@@ -380,6 +381,6 @@ def run_eval(
         sub.mkdir(exist_ok=True)
         _atomic_write(sub / "records.jsonl", "".join(json.dumps(r) + "\n" for r in records))
         _atomic_write(sub / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    _atomic_write(out_dir / "metrics.json", json.dumps(all_metrics, indent=2) + "\n")
+    _atomic_write(out_dir / "metrics.json", json.dumps(with_provenance(all_metrics), indent=2) + "\n")
     plot_metrics(all_metrics, out_dir / "metrics.png")
     return all_metrics

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from anchorft.io import save_figure, write_json
+from anchorft.provenance import write_metrics
 
 __all__ = ["RLSettings", "boxed_math_reward", "make_reward_func", "load_rl_dataset", "run_rl"]
 
@@ -240,7 +241,7 @@ def run_rl(
         "reward_first": rewards[0] if rewards else None,
         "reward_last": rewards[-1] if rewards else None,
     }
-    write_json(out_dir / "metrics.json", metrics, indent=2)
+    write_metrics(out_dir / "metrics.json", metrics, indent=2)
     if steps:
         _plot_rewards(steps, rewards, out_dir / "reward.png")
     if s.save_model:

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM
 
 from anchorft.io import write_json
+from anchorft.provenance import provenance
 from anchorft.toy import skills as sk
 from anchorft.toy.evaluate import EvalSettings, build_eval_sets, evaluate_toy
 from anchorft.toy.pretrain import PretrainConfig, pretrained_model
@@ -357,6 +358,7 @@ def run_compare(
             "seeds": cfg.seeds,
             "pretrained": str(base_dir),
         },
+        "provenance": provenance(),
     }
     jobs = list(itertools.product(cfg.runs, cfg.seeds))
     per_run: dict[str, dict[int, dict]] = {}

@@ -32,11 +32,17 @@ def acceptance(results: dict) -> dict | None:
     return {"id_gain_points": id_gain, "ood_loss_points": ood_loss, "ok": id_gain >= 10 and ood_loss >= 10}
 
 
+def sample_std(values) -> float:
+    """Sample standard deviation (ddof = 1) of `values`; 0.0 for a single value (no spread measured)."""
+    values = np.asarray(values, dtype=float)
+    return float(np.std(values, ddof=1)) if values.size > 1 else 0.0
+
+
 def mean_over_seeds(per_seed: list[dict]) -> dict:
-    """Mean and std over seeds of the metrics a comparison reports, and the mean per OOD skill."""
+    """Mean and sample std (ddof = 1) over seeds of the metrics a comparison reports, and the mean per OOD skill."""
     keys = ("id_avg@k", "id_pass@k", "id_greedy", "ood_mean", "train_seconds")
     out = {k: float(np.mean([m[k] for m in per_seed])) for k in keys if k in per_seed[0]}
-    out["std"] = {k: float(np.std([m[k] for m in per_seed])) for k in keys if k in per_seed[0]}
+    out["std"] = {k: sample_std([m[k] for m in per_seed]) for k in keys if k in per_seed[0]}
     out["ood"] = {s: float(np.mean([m["ood"][s] for m in per_seed])) for s in per_seed[0]["ood"]}
     return out
 
@@ -77,7 +83,7 @@ def merge_results(parts: list[dict]) -> dict:
 
 
 def write_report(results: dict, path: str | Path) -> None:
-    """Markdown table: each model's metrics (mean over seeds, +- std) and change against base."""
+    """Markdown table: each model's metrics (mean over seeds, +- sample std) and change against base."""
     base, methods, st = results["base"], results["methods"], results["settings"]
     skills = list(base["ood"])
     k = st["k"]
@@ -88,7 +94,7 @@ def write_report(results: dict, path: str | Path) -> None:
         f"Avg@{k} and Pass@{k} from n={st['n_samples']} samples "
         f"(temperature {st['temperature']}, top_p {st['top_p']}, unbiased estimator), greedy accuracy. "
         f"OOD: greedy accuracy on {', '.join(skills)} and their mean. Seeds: {st['seeds']}. "
-        "Values in %, mean over seeds (+- std), change against base in parentheses.",
+        "Values in %, mean over seeds (+- sample std, ddof 1), change against base in parentheses.",
         "",
         "| model | settings | " + " | ".join(c for _, c in COLS) + " | " + " | ".join(skills) + " | train s |",
         "|---|---|" + "---|" * (len(COLS) + len(skills) + 1),
@@ -119,7 +125,7 @@ def write_report(results: dict, path: str | Path) -> None:
     lines += [
         "",
         "Trade-off: tradeoff.png (ID greedy gain against OOD retention = OOD mean / base OOD mean; "
-        "error bars: std over seeds).",
+        "error bars: sample std over seeds).",
     ]
     write_text(path, "\n".join(lines) + "\n")
 
@@ -140,7 +146,8 @@ def write_tradeoff_plot(results: dict, path: str | Path) -> None:
         gains = np.array([100 * (s["id_greedy"] - base["id_greedy"]) for s in seeds])
         keep = np.array([s["ood_mean"] / max(base["ood_mean"], 1e-9) for s in seeds])
         c = colours.get(m["method"], "k")
-        ax.errorbar(keep.mean(), gains.mean(), xerr=keep.std(), yerr=gains.std(), fmt="o", color=c, capsize=3)
+        xerr, yerr = sample_std(keep), sample_std(gains)
+        ax.errorbar(keep.mean(), gains.mean(), xerr=xerr, yerr=yerr, fmt="o", color=c, capsize=3)
         ax.scatter(keep, gains, s=8, color=c, alpha=0.35)
         ax.annotate(name, (keep.mean(), gains.mean()), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.scatter([1.0], [0.0], marker="*", s=120, color="k")

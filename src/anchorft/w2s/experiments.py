@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from anchorft.io import write_json as _write_json
+from anchorft.provenance import write_metrics
 from anchorft.w2s.config import W2SConfig, config_hash, save_config
 from anchorft.w2s.dynamics import RunResult, train, train_weak
 from anchorft.w2s.plots import plot_alignment
@@ -74,6 +75,6 @@ def run_experiment(
                 break
     metrics["wall_s"] = time.perf_counter() - t0
     if out is not None:
-        write_json(metrics, out / "metrics.json")
+        write_metrics(out / "metrics.json", metrics, allow_nan=True)
         plot_alignment(metrics, out / "alignment.png", title=f"d={config.d}, s={config.s}, {config.n_seeds} seeds")
     return metrics

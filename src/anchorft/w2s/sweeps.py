@@ -30,6 +30,7 @@ import numpy as np
 import torch
 import yaml
 
+from anchorft.provenance import write_metrics
 from anchorft.w2s.config import PRESET_DIR, W2SConfig, apply_overrides, config_hash, load_config
 from anchorft.w2s.dynamics import train, train_weak
 from anchorft.w2s.experiments import run_experiment, write_json
@@ -267,7 +268,7 @@ def run_sweep(
         result["summary"] = _summary(kind, points)
         if kind == "overlap" and len({r["s"] for r in result["summary"]}) > 1:
             result["phase"] = phase_boundary(result["summary"], spec.get("phase", {}))
-    write_json(result, out / "sweep.json")
+    write_metrics(out / "sweep.json", result, allow_nan=True)
     from anchorft.w2s.plots import plot_sweep
 
     plot_sweep(result, out / f"{kind}.png")
