@@ -36,7 +36,7 @@ HUB = {
 METHODS = ("sft", "dft", "iw_sft", "l2", "rpsft")
 LEAVES = sorted(p for p in RPSFT.glob("*/*.yaml") if p.parent.name != "_base")
 OTHER_CONFIGS = sorted(p for p in RPSFT.rglob("*.yaml") if "_base" not in p.parts and p not in LEAVES)
-# configs/rpsft/ files written by the trainer's engineer (issue 3), not by the recipe set: each must pass its dry
+# configs/rpsft/ files outside the recipe set (written with the trainer, not generated): each must pass its dry
 # run too. Known failures (strict: the test fails once they are fixed, so that the mark goes):
 KNOWN_BROKEN: dict[str, str] = {}  # config file name -> why it cannot pass its dry run (none at present)
 # the paper's settings (rpsft-notes.md), written out independently of the YAML files

@@ -126,8 +126,8 @@ def _smoke() -> CompareConfig:
 
 
 def _width_runs(hidden_size: int) -> list[RunSpec]:
-    # l2 at lambda 0.01: its sum runs over every direction of every matrix, and at lambda 1 it does not move
-    # (session 1); rpsft at the paper's lambda 1 and rank (768/4096 of the width: 24 at 128) and a third of it.
+    # l2 at lambda 0.01: its sum runs over every direction of every matrix, and at lambda 1 the model barely
+    # moves from the base; rpsft at the paper's lambda 1 and rank (768/4096 of the width: 24 at 128) and a third of it.
     k = paper_rank(hidden_size)
     return _default_runs([max(1, k // 3), k], l2_lambda=0.01)
 

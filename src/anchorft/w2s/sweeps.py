@@ -1,4 +1,4 @@
-"""Sweeps of the weak-to-strong simulator: scaling laws and phase diagrams (issue 5, docs/w2s.md "Sweeps").
+"""Sweeps of the weak-to-strong simulator: scaling laws and phase diagrams (docs/w2s.md "Sweeps").
 
 A sweep is a YAML file configs/w2s/sweep-<kind>.yaml: `base` (overrides of a preset), `points` (a list of
 overrides, one per point), the measurement, and a `quick` variant. Kinds:
