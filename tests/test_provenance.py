@@ -28,8 +28,10 @@ def test_git_state_commit_and_dirty(tmp_path):
     _git(repo, "commit", "-q", "-m", "first")
     ref = (repo / ".git" / "HEAD").read_text().split()[1]  # "ref: refs/heads/<branch>", whatever its name
     expected = (repo / ".git" / ref).read_text().strip()
-    (repo / "sub").mkdir()
-    assert git_state(repo / "sub") == {"commit": expected, "dirty": False}
+    assert git_state(repo) == {"commit": expected, "dirty": False}
+    (repo / "copy").mkdir()  # a directory with no tracked file (e.g. a copy of the code in an ignored folder)
+    (repo / "copy" / "b.txt").write_text("copied\n")
+    assert git_state(repo / "copy") == {"commit": None, "dirty": None}
     (repo / "new.txt").write_text("untracked\n")  # untracked files do not make the tree dirty
     assert git_state(repo)["dirty"] is False
     (repo / "a.txt").write_text("two\n")

@@ -37,11 +37,12 @@ def _git(root: Path, *args: str) -> str | None:
 
 def git_state(root: str | os.PathLike | None = None) -> dict[str, Any]:
     """{"commit": sha or None, "dirty": bool or None} of the git checkout holding `root` (default: this package's
-    source directory, i.e. the code that runs). None where `root` is not in a git checkout (an installed wheel, a
-    tarball) or git is missing. "dirty" counts changes to tracked files only, not untracked ones."""
+    source directory, i.e. the code that runs). None where `root` holds no file tracked by a git checkout (an
+    installed wheel, a tarball, a copy inside an ignored folder) or git is missing. "dirty" counts changes to
+    tracked files only, not untracked ones."""
     root = Path(root) if root is not None else Path(__file__).resolve().parent
     commit = _git(root, "rev-parse", "HEAD")
-    if commit is None:
+    if commit is None or not _git(root, "ls-files", "--", "."):
         return {"commit": None, "dirty": None}
     status = _git(root, "status", "--porcelain", "--untracked-files=no")
     return {"commit": commit.strip(), "dirty": None if status is None else bool(status.strip())}
