@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from anchorft.rpsft.rl import RLSettings, boxed_math_reward, load_rl_dataset, make_reward_func, run_rl
 
@@ -62,6 +63,24 @@ def test_run_rl_one_step_with_dapo_settings(tiny_model_dir, tmp_path):
         assert (tmp_path / "rl" / name).is_file(), name
 
 
+def _weights(model_dir):
+    from transformers import AutoModelForCausalLM
+
+    return {n: p.detach().clone() for n, p in AutoModelForCausalLM.from_pretrained(model_dir).named_parameters()}
+
+
+def test_one_dapo_step_moves_the_weights_only_when_rewards_differ(tiny_model_dir, tmp_path):
+    """Rewards that differ inside a group give non-zero advantages and an update; equal rewards (beta 0) give none."""
+    s = RLSettings(steps=1, num_generations=4, prompts_per_step=2, max_completion_length=6, learning_rate=1e-2)
+    start = _weights(tiny_model_dir)
+    m = run_rl(str(tiny_model_dir), _prompts(), tmp_path / "dense", s, reward_fn=_count_a)
+    moved = _weights(tmp_path / "dense" / "model")
+    assert max(float((moved[n] - start[n]).abs().max()) for n in start) > 1e-4, m["reward"]
+    run_rl(str(tiny_model_dir), _prompts(), tmp_path / "flat", s, reward_fn=lambda completion, answer: 1.0)
+    flat = _weights(tmp_path / "flat" / "model")
+    assert all(torch.equal(flat[n], start[n]) for n in start)
+
+
 def test_rl_command(tiny_model_dir, tmp_path, capsys):
     from anchorft.commands.rl import main
 
@@ -106,6 +125,7 @@ def test_rl_on_the_testbed_reward_rises(tmp_path):
     import numpy as np
     import torch
 
+    from anchorft.eval.answers import last_boxed
     from anchorft.toy import skills as sk
     from anchorft.toy.evaluate import EvalSettings, build_eval_sets, evaluate_toy
     from anchorft.toy.pretrain import PretrainConfig, pretrained_model
@@ -120,7 +140,7 @@ def test_rl_on_the_testbed_reward_rises(tmp_path):
     steps = int(os.environ.get("ANCHORFT_TOY_RL_STEPS", "40"))
     lr = float(os.environ.get("ANCHORFT_TOY_RL_LR", "1e-4"))
     items = sk.sample_items(skill, 512, "train", np.random.default_rng(0))
-    data = [{"prompt": it.prompt, "answer": sk.extract_boxed(it.answer)} for it in items]
+    data = [{"prompt": it.prompt, "answer": last_boxed(it.answer)} for it in items]
     pps = int(os.environ.get("ANCHORFT_TOY_RL_PROMPTS", "8"))
     s = RLSettings(steps=steps, num_generations=8, prompts_per_step=pps, max_completion_length=16, learning_rate=lr)
     m = run_rl(model_dir, data, tmp_path / "rl", s)
@@ -134,7 +154,7 @@ def test_rl_on_the_testbed_reward_rises(tmp_path):
     )
     after = evaluate_toy(m["model"], tok, sets, es, torch.Generator().manual_seed(0))
     easy = build_eval_sets([skill], 200, np.random.default_rng(6))[skill]
-    from anchorft.toy.evaluate import evaluate_prompts
+    from anchorft.eval.pipeline import evaluate_prompts
 
     def acc(model):
         check = lambda i, c: sk.SKILLS[skill].check(easy[i], c)  # noqa: E731

@@ -10,15 +10,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from anchorft.toy.compare import (
-    PRESETS,
-    RunSpec,
-    expand_sweeps,
-    finetune_dataset,
-    load_config,
-    paper_rank,
-    run_compare,
-)
+from anchorft.toy.compare import finetune_dataset, run_compare
+from anchorft.toy.compare_config import PRESETS, RunSpec, expand_sweeps, load_config, paper_rank
 from anchorft.toy.report import acceptance
 
 
@@ -48,8 +41,8 @@ def test_load_config_and_validation(tmp_path):
     y.write_text("# anchorft toy compare --preset c.yaml --out x\npreset: smoke\nmax_steps: 7\npretrain: {steps: 5}\n")
     cfg = load_config(str(y))
     assert cfg.max_steps == 7 and cfg.pretrain.steps == 5 and cfg.pretrain.hidden_size == 32
-    with pytest.raises(ValueError, match="unknown field"):
-        load_config({"preset": "smoke", "nope": 1})
+    with pytest.raises(ValueError, match="unknown toy compare config key 'max_step', did you mean 'max_steps'"):
+        load_config({"preset": "smoke", "max_step": 1})
     with pytest.raises(ValueError, match="preset"):
         load_config("no-such-preset")
     with pytest.raises(ValueError, match="preset"):
@@ -77,10 +70,15 @@ def test_yaml_presets_match_code():
     import yaml
 
     root = pathlib.Path(__file__).resolve().parents[2] / "configs" / "toy"
-    for name in PRESETS:
-        text = (root / f"{name}.yaml").read_text()
-        assert text.startswith("# anchorft toy compare")
-        assert yaml.safe_load(text)["preset"] == name
+    assert {"smoke", "default"} <= set(PRESETS)
+    for name in PRESETS:  # the presets are the YAML files: by name or by path, the same config
+        path = root / f"{name}.yaml"
+        assert "anchorft toy compare" in path.read_text().splitlines()[0]
+        assert load_config(name) == load_config(str(path))
+    smoke = load_config("smoke")  # the preset's own values, not the defaults
+    assert smoke.pretrain.hidden_size == 32 and smoke.seeds == [0] and smoke.eval.id_items == 12
+    assert [r.anchor_rank for r in smoke.runs if r.method == "rpsft"] == [2, paper_rank(32)]
+    assert yaml.safe_load((root / "sweep.yaml").read_text())["preset"] == "default"
 
 
 def test_every_toy_config_loads_and_names_its_command():
@@ -105,10 +103,38 @@ def _shape_params(cfg):
     return build_model(cfg.pretrain, len(tok), tok, seed=0).parameters()
 
 
-def test_finetune_dataset_is_prompt_completion_of_hard_math():
-    ds = finetune_dataset(50, np.random.default_rng(0))
-    assert ds.column_names == ["prompt", "completion"] and len(ds) == 50
-    assert all(c.startswith("\\boxed{") for c in ds["completion"])
+@pytest.mark.parametrize("preset", ["smoke", "default"])
+def test_comparison_fine_tunes_on_word_problems_with_their_answers(preset, tmp_path, monkeypatch):
+    """The data a comparison job trains on (captured inside the job): the preset's id_skill, math_word, whose
+    completions are the boxed answers of the prompts' word problems (recomputed here from the text)."""
+    import re
+
+    import anchorft.eval.loading
+    from anchorft.toy import compare
+
+    class Captured(Exception):
+        pass
+
+    got = []
+
+    def spy(n, rng, *args, **kw):
+        got.append((args, kw, finetune_dataset(n, rng, *args, **kw)))
+        raise Captured
+
+    monkeypatch.setattr(anchorft.eval.loading, "load_tokenizer", lambda path: None)
+    monkeypatch.setattr(compare, "finetune_dataset", spy)
+    cfg = load_config(preset)
+    with pytest.raises(Captured):
+        compare._finetune_and_evaluate(cfg, cfg.runs[0], cfg.seeds[0], tmp_path, tmp_path, 0)
+    ((args, kw, ds),) = got
+    assert cfg.id_skill == "math_word" and (list(args) + list(kw.values())) == ["math_word"]
+    assert ds.column_names == ["prompt", "completion"] and len(ds) == cfg.finetune_items
+    word = re.compile(r"^Q:\w+ had (\d+) (\w+), (got|lost) (\d+)\. \2\?\nA:$")
+    for prompt, completion in zip(ds["prompt"], ds["completion"]):
+        m = word.match(prompt)
+        assert m, prompt
+        a, b = int(m.group(1)), int(m.group(4))
+        assert completion == f"\\boxed{{{a + b if m.group(3) == 'got' else a - b}}}", prompt
 
 
 def test_acceptance():
@@ -175,11 +201,11 @@ def _fake_results(methods: dict, seeds=(0,), base_ood=0.9):
 
 def test_merge_results_and_report_command(tmp_path):
     from anchorft.cli import main as cli
-    from anchorft.toy.report import merge_results
+    from anchorft.toy.results import merge_results
 
     a = _fake_results({"sft": (0.5, 0.6), "l2": (0.2, 0.85)}, seeds=(0, 1))
     b = _fake_results({"rpsft-k4": (0.4, 0.7)}, seeds=(2,))
-    merged = merge_results([a, b])
+    merged = merge_results([a, b]).to_dict()
     assert list(merged["methods"]) == ["sft", "l2", "rpsft-k4"] and merged["settings"]["seeds"] == [0, 1, 2]
     with pytest.raises(ValueError, match="twice"):
         merge_results([a, a])
@@ -187,7 +213,7 @@ def test_merge_results_and_report_command(tmp_path):
         merge_results([a, _fake_results({"x": (0.1, 0.1)}, base_ood=0.5)])
     # the same run at new seeds: per-seed values pooled, means recomputed (checked against numpy on the values)
     c = _fake_results({"sft": (0.2, 0.3)}, seeds=(2,))
-    pooled = merge_results([a, c])["methods"]["sft"]
+    pooled = merge_results([a, c]).methods["sft"]
     assert [s["seed"] for s in pooled["per_seed"]] == [0, 1, 2]
     assert pooled["id_greedy"] == pytest.approx(np.mean([0.5, 0.5, 0.2]))
     assert pooled["std"]["ood_mean"] == pytest.approx(statistics.stdev([0.6, 0.6, 0.3]))  # sample std, ddof 1
@@ -203,12 +229,14 @@ def test_merge_results_and_report_command(tmp_path):
     )
     text = (tmp_path / "m" / "report.md").read_text()
     assert "| rpsft-k4 |" in text and "| sft |" in text and (tmp_path / "m" / "tradeoff.png").stat().st_size > 0
-    assert set(json.loads((tmp_path / "m" / "results.json").read_text())["methods"]) == {"sft", "l2", "rpsft-k4"}
+    saved = json.loads((tmp_path / "m" / "results.json").read_text())
+    assert set(saved["methods"]) == {"sft", "l2", "rpsft-k4"}
+    assert saved["provenance"]["anchorft"] and saved["provenance"]["parts"] == [None, None]  # the parts had none
 
 
 def test_sample_std_is_ddof_one():
     """Spreads over seeds are sample standard deviations (n - 1), not population ones; one seed has none."""
-    from anchorft.toy.report import sample_std
+    from anchorft.toy.results import sample_std
 
     assert sample_std([0.1, 0.4, 0.7]) == pytest.approx(statistics.stdev([0.1, 0.4, 0.7]))
     assert sample_std([0.5]) == 0.0

@@ -74,24 +74,23 @@ def main(argv: list[str]) -> int:
 
     torch.set_num_threads(args.threads)
     if args.cmd == "report":
-        from anchorft.io import write_json
-        from anchorft.provenance import with_provenance
-        from anchorft.toy.report import merge_results, write_report, write_tradeoff_plot
+        from anchorft.toy.report import write_report, write_tradeoff_plot
+        from anchorft.toy.results import RESULTS_FILE, load_results, merge_results, save_results
 
         parts = []
         for src in args.sources:
-            path = Path(src) / "results.json"
+            path = Path(src) / RESULTS_FILE
             if not path.is_file():
                 raise ValueError(f"--from: {path} does not exist")
-            parts.append(json.loads(path.read_text()))
-        merged = with_provenance(merge_results(parts))
+            parts.append(load_results(path))
+        merged = merge_results(parts).to_dict()
         out = Path(args.out)
-        write_json(out / "results.json", merged, indent=2)
+        save_results(merged, out / RESULTS_FILE)
         write_report(merged, out / "report.md")
         write_tradeoff_plot(merged, out / "tradeoff.png")
         print(f"report: {out / 'report.md'}  ({len(merged['methods'])} runs from {len(parts)} comparisons)")
         return 0
-    from anchorft.toy.compare import load_config
+    from anchorft.toy.compare_config import load_config
 
     cfg = load_config(args.preset)
     if args.cmd == "pretrain":

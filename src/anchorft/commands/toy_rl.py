@@ -59,7 +59,3 @@ def main_rl(argv: list[str]) -> int:
     out = Path(args.out) if args.out else Path(args.compare) / "rl"
     print(f"report: {out / 'report.md'}  results: {out / 'results.json'}  plot: {out / 'reward_curve.png'}")
     return 0
-
-
-def main(argv: list[str]) -> int:
-    return main_rl(argv)

@@ -6,29 +6,26 @@ anchorft train --estimate --model_config configs/models/llama-3.1-8b-instruct.js
 anchorft train --config configs/rpsft/qwen2.5-3b-instruct/rpsft.yaml --dry-run   (two steps on a tiny stand-in)
 
 Recipes in configs/rpsft/ name their parents with `_base_`; they are flattened into one ordinary TRL
-config before TrlParser reads them (anchorft.rpsft.recipes).
+config before TrlParser reads them (anchorft.rpsft.recipes); `--dry-run` runs a recipe on a stand-in
+model (anchorft.rpsft.stand_in).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass, field
-
-
-@dataclass
-class ScriptArguments:
-    model_name_or_path: str | None = field(default=None, metadata={"help": "Model: a local path or hub name."})
-    dataset: str | None = field(
-        default=None,
-        metadata={"help": "Training data: .jsonl / .json / .parquet file, save_to_disk folder, or hub name."},
-    )
-    eval_dataset: str | None = field(default=None, metadata={"help": "Optional evaluation data (same forms)."})
-    tokenizer_name_or_path: str | None = field(default=None, metadata={"help": "Tokenizer (default: the model's)."})
+import tempfile
+from collections.abc import Sequence
 
 
 def _estimate(argv: list[str]) -> int:
-    from anchorft.rpsft.estimate import estimate, format_estimate, load_config
+    from anchorft.rpsft.estimate import (
+        estimate,
+        format_estimate,
+        format_memory,
+        memory_per_gpu,
+        read_model_config,
+    )
 
     p = argparse.ArgumentParser(prog="anchorft train --estimate", description="anchor memory and FLOPs, no weights")
     p.add_argument("--estimate", action="store_true")
@@ -39,11 +36,15 @@ def _estimate(argv: list[str]) -> int:
     p.add_argument("--anchor_every", type=int, default=1)
     p.add_argument("--bytes_per_number", type=int, default=4, help="4 = fp32 bases (default), 2 = bf16")
     p.add_argument("--no_embeddings", action="store_true", help="exclude embeddings and lm_head")
+    p.add_argument("--stage", choices=("zero2", "ddp"), default="zero2", help="memory per GPU: ZeRO-2 or DDP")
+    p.add_argument("--gpus", type=int, default=8, help="memory per GPU: GPUs sharing ZeRO-2's partitions")
+    p.add_argument("--per_device", type=int, default=2, help="memory per GPU: sequences per device")
+    p.add_argument("--iw_reference", action="store_true", help="memory per GPU: add IW-SFT's bf16 reference copy")
     a = p.parse_args(argv)
     try:
         for path in a.model_config:
             res = estimate(
-                load_config(path),
+                read_model_config(path),
                 rank=a.anchor_rank,
                 tokens_per_step=a.tokens_per_step,
                 seq_len=a.seq_len,
@@ -52,6 +53,10 @@ def _estimate(argv: list[str]) -> int:
                 anchor_every=a.anchor_every,
             )
             print(format_estimate(res, name=path))
+            mem = memory_per_gpu(
+                read_model_config(path), a.stage, a.gpus, a.per_device, a.seq_len, res["bytes"], a.iw_reference
+            )
+            print(format_memory(mem, a.stage, a.gpus, a.per_device, a.seq_len))
             print()
     except ValueError as e:
         print(f"anchorft train --estimate: {e}", file=sys.stderr)
@@ -59,10 +64,58 @@ def _estimate(argv: list[str]) -> int:
     return 0
 
 
+def dry_run_main(argv: Sequence[str]) -> int:
+    """`anchorft train --config X.yaml --dry-run [--dry_run_steps N] [--output_dir D] [--field value ...]`.
+
+    Any other `--field value` pair overrides the recipe (validated like the recipe's own keys)."""
+    import yaml
+
+    from anchorft.rpsft.stand_in import dry_run
+
+    p = argparse.ArgumentParser(prog="anchorft train --dry-run")
+    p.add_argument("--config", required=True)
+    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--dry_run_steps", "--dry-run-steps", type=int, default=2)
+    p.add_argument("--output_dir", default=None, help="default: a fresh temporary folder")
+    p.add_argument("--dataset", default=None, help="train on the first rows of this local dataset instead")
+    p.add_argument("--model_config", default=None, help="the real config.json (default: the recipe's)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (a tiny model: 1 is fastest)")
+    ns, rest = p.parse_known_args(list(argv))
+    if len(rest) % 2 or not all(r.startswith("--") for r in rest[::2]):
+        p.error(f"overrides must be --field value pairs, got {rest}")
+    overrides = {k[2:]: yaml.safe_load(v) for k, v in zip(rest[::2], rest[1::2])}
+    out = ns.output_dir or tempfile.mkdtemp(prefix="anchorft-dry-run-")
+    import torch
+
+    torch.set_num_threads(ns.threads)
+    try:
+        s = dry_run(
+            ns.config,
+            out,
+            steps=ns.dry_run_steps,
+            overrides=overrides,
+            dataset=ns.dataset,
+            model_config=ns.model_config,
+        )
+    except ValueError as err:
+        print(f"anchorft train --dry-run: error: {err}", file=sys.stderr)
+        return 2
+    si = s["stand_in"]
+    print(
+        f"dry run OK: {s['config']} ({s['method']}, {s['family']}) on a stand-in of {s['parameters']:,} parameters "
+        f"(hidden {si['hidden_size']}, {si['num_hidden_layers']} layers, {si['num_attention_heads']}/"
+        f"{si['num_key_value_heads']} heads, intermediate {si['intermediate_size']}, vocab {si['vocab_size']}); "
+        f"anchor_rank {s['anchor_rank']['recipe']} -> {s['anchor_rank']['stand_in']}; "
+        f"{s['global_step']} steps, losses {[round(x, 4) for x in s['losses']]}; {s['seconds']:.1f} s; "
+        f"summary in {out}/dry_run.json"
+    )
+    if not s["same_branches_as_real"]:
+        print(f"note: SVD/fallback branch differs from full size for {s['branch_mismatches']}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if "--dry-run" in argv:
-        from anchorft.rpsft.recipes import dry_run_main
-
         return dry_run_main(argv)
     if "--estimate" in argv:
         return _estimate(argv)
@@ -75,7 +128,7 @@ def main(argv: list[str]) -> int:
         return 2
     from trl import TrlParser
 
-    from anchorft.rpsft.config import RPSFTConfig
+    from anchorft.rpsft.config import RPSFTConfig, ScriptArguments
 
     parser = TrlParser((ScriptArguments, RPSFTConfig), prog="anchorft train")
     try:
@@ -87,7 +140,7 @@ def main(argv: list[str]) -> int:
     if missing:
         print(f"anchorft train: missing --{' --'.join(missing)}", file=sys.stderr)
         return 2
-    from anchorft.rpsft.data import load_tokenizer
+    from anchorft.eval.loading import load_tokenizer
     from anchorft.rpsft.train import train
 
     tok = None

@@ -11,22 +11,20 @@ unbiased estimator of Chen et al. (2021, eq. 1) from n >= k samples, and greedy 
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from anchorft.eval.answers import MathChecker, default_checker, grade, parse_choices
 from anchorft.eval.metrics import accuracy, avg_at_k, mean_pass_at_k
-from anchorft.io import save_figure, write_text
-from anchorft.provenance import with_provenance
+from anchorft.io import iter_jsonl, save_figure, write_json, write_jsonl
+from anchorft.provenance import write_metrics
 
 __all__ = [
     "BenchItem",
     "Bench",
     "benchmarks_dir",
-    "iter_jsonl",
     "load_bench",
     "read_responses",
     "score_bench",
@@ -43,10 +41,12 @@ class BenchItem:
     gold: str
     choices: dict[str, str] = field(default_factory=dict)  # label -> text; {} for a math item
     solution: str | None = None
+    instructions: list[dict] | None = None  # IFEval items: reward_model.instructions
+    alt_golds: list[str] = field(default_factory=list)  # further answers of a list ground_truth (olympiadBench)
 
     @property
     def kind(self) -> str:
-        return "choice" if self.choices else "math"
+        return "ifeval" if self.instructions is not None else "choice" if self.choices else "math"
 
 
 @dataclass
@@ -66,38 +66,6 @@ def benchmarks_dir() -> Path:
     return Path(__file__).resolve().parents[3].parent / "shared" / "benchmarks"
 
 
-def iter_jsonl(
-    path: str | Path, skip_bad: bool = False, bad: list[str] | None = None
-) -> Iterator[tuple[int, int, dict]]:
-    """Yield (index, line number, object) for each non-blank line of a JSONL file.
-
-    A line that is not a JSON object raises ValueError naming the file and line, or with `skip_bad`
-    is skipped and described in `bad`.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such JSONL file: {path}")
-    index = 0
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                if not isinstance(obj, dict):
-                    raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
-            except ValueError as e:
-                msg = f"{path}: line {lineno}: malformed JSON line ({e})"
-                if not skip_bad:
-                    raise ValueError(msg + "; pass --skip-bad to skip such lines") from None
-                if bad is not None:
-                    bad.append(f"line {lineno}: {e}")
-                index += 1
-                continue
-            yield index, lineno, obj
-            index += 1
-
-
 def _item(index: int, lineno: int, obj: dict) -> BenchItem:
     msgs = obj.get("prompt")
     if isinstance(msgs, str):
@@ -108,6 +76,17 @@ def _item(index: int, lineno: int, obj: dict) -> BenchItem:
         if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
             raise ValueError("field 'prompt' must hold {'role': str, 'content': str} messages")
     rm = obj.get("reward_model")
+    if isinstance(rm, dict) and isinstance(rm.get("instructions"), list) and rm["instructions"]:
+        ok = all(isinstance(i, dict) and isinstance(i.get("instruction_id"), str) for i in rm["instructions"])
+        if not ok:
+            raise ValueError("field 'reward_model.instructions' must hold {'instruction_id': str, 'kwargs': {}}")
+        return BenchItem(index=index, line=lineno, messages=msgs, gold="", instructions=rm["instructions"])
+    golds: list[str] = []
+    if isinstance(rm, dict) and isinstance(rm.get("ground_truth"), list):  # olympiadBench: a list of answers
+        golds = [str(g).strip() for g in rm["ground_truth"] if isinstance(g, (str, int, float))]
+        if not golds or len(golds) != len(rm["ground_truth"]):
+            raise ValueError("field 'reward_model.ground_truth' is an empty list or holds non-scalars")
+        rm = {**rm, "ground_truth": golds[0]}
     if not isinstance(rm, dict) or rm.get("ground_truth") is None or isinstance(rm["ground_truth"], (dict, list)):
         raise ValueError("field 'reward_model.ground_truth' is missing or not a string/number")
     gold = str(rm["ground_truth"]).strip()
@@ -116,7 +95,9 @@ def _item(index: int, lineno: int, obj: dict) -> BenchItem:
     if gold not in choices:
         choices = {}
     solution = obj.get("solution") if isinstance(obj.get("solution"), str) else None
-    return BenchItem(index=index, line=lineno, messages=msgs, gold=gold, choices=choices, solution=solution)
+    return BenchItem(
+        index=index, line=lineno, messages=msgs, gold=gold, choices=choices, solution=solution, alt_golds=golds[1:]
+    )
 
 
 def load_bench(path: str | Path, skip_bad: bool = False, limit: int | None = None, name: str | None = None) -> Bench:
@@ -166,6 +147,22 @@ def read_responses(path: str | Path, skip_bad: bool = False) -> tuple[dict[int, 
     return out, bad
 
 
+def _grade_item(it: BenchItem, response: str, checker: MathChecker) -> tuple[str | None, bool]:
+    """(answer, correct): IFEval items by lm-eval's loose checkers (answer: the response itself, or None
+    when empty), the others by `grade`; a list of golds counts any of them."""
+    if it.kind == "ifeval":
+        from anchorft.eval.ifeval import ifeval_follows
+
+        user = "\n".join(m["content"] for m in it.messages if m["role"] == "user")
+        return (response if response.strip() else None), ifeval_follows(response, it.instructions, user)[0]
+    answer, ok = grade(it.gold, response, it.choices, checker)
+    for g in it.alt_golds:
+        if ok or answer is None:
+            break
+        ok = grade(g, response, it.choices, checker)[1]
+    return answer, ok
+
+
 def score_bench(
     bench: Bench,
     responses: dict[int, Sequence[str]],
@@ -181,7 +178,7 @@ def score_bench(
     records = []
     for idx in sorted(responses):
         it = by_index[idx]
-        graded = [grade(it.gold, r, it.choices, checker) for r in responses[idx]]
+        graded = [_grade_item(it, r, checker) for r in responses[idx]]
         rec = {
             "index": idx,
             "kind": it.kind,
@@ -192,7 +189,7 @@ def score_bench(
             "n_correct": sum(c for _, c in graded),
         }
         if greedy is not None and idx in greedy:
-            answer, ok = grade(it.gold, greedy[idx], it.choices, checker)
+            answer, ok = _grade_item(it, greedy[idx], checker)
             rec.update(greedy=greedy[idx], greedy_answer=answer, greedy_correct=ok)
         records.append(rec)
     return records
@@ -236,10 +233,6 @@ def format_prompts(tokenizer, items: Sequence[BenchItem]) -> list[str]:
 # ---------------------------------------------------------------- running a model on the sets
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    write_text(path, text)
-
-
 def _bench_names(paths: Sequence[Path]) -> list[str]:
     """File stems, prefixed with the parent folder where two files share a stem."""
     stems = [p.stem for p in paths]
@@ -260,16 +253,18 @@ def resolve_backend(backend: str) -> str:
     import torch
 
     has_vllm = importlib.util.find_spec("vllm") is not None
-    if backend == "vllm" and not has_vllm:
-        raise ValueError("backend 'vllm' asked but vllm is not installed: pip install 'anchorft[vllm]'")
+    if backend == "vllm":
+        from anchorft.eval.vllm_backend import check_vllm
+
+        check_vllm()  # one-line error without vllm or without CUDA
+        return "vllm"
     return "vllm" if has_vllm and torch.cuda.is_available() else "hf"
 
 
 def plot_metrics(all_metrics: dict[str, dict], path: Path) -> None:
-    import matplotlib
+    from anchorft.io import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import numpy as np
 
     names = list(all_metrics)
@@ -333,11 +328,11 @@ def run_eval(
         max_new_tokens=max_new_tokens, batch_size=batch_size, limit=limit, seed=seed, greedy=greedy,
         backend=backend, skip_bad=skip_bad,
     )  # fmt: skip
-    _atomic_write(out_dir / "config.json", json.dumps(config, indent=2) + "\n")
+    write_json(out_dir / "config.json", config, indent=2)
 
-    from transformers import AutoTokenizer
+    from anchorft.eval.loading import load_tokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
+    tokenizer = load_tokenizer(model_dir)
     prompts_by_bench = [format_prompts(tokenizer, b.items) for b in benches]
     if backend == "vllm":
         from anchorft.eval.generate import generate_vllm
@@ -379,8 +374,8 @@ def run_eval(
         all_metrics[bench.name] = metrics
         sub = out_dir / bench.name
         sub.mkdir(exist_ok=True)
-        _atomic_write(sub / "records.jsonl", "".join(json.dumps(r) + "\n" for r in records))
-        _atomic_write(sub / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    _atomic_write(out_dir / "metrics.json", json.dumps(with_provenance(all_metrics), indent=2) + "\n")
+        write_jsonl(sub / "records.jsonl", records)
+        write_json(sub / "metrics.json", metrics, indent=2)
+    write_metrics(out_dir / "metrics.json", all_metrics, indent=2)
     plot_metrics(all_metrics, out_dir / "metrics.png")
     return all_metrics

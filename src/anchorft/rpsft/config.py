@@ -1,23 +1,42 @@
-"""`RPSFTConfig`: TRL's SFTConfig plus the method and the anchor's settings (defaults from the paper)."""
+"""`RPSFTConfig`: TRL's SFTConfig plus the method and the anchor's settings (defaults from the paper).
+
+It configures every method of the methods table (`anchorft.rpsft.methods`), not only RPSFT."""
 
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 
 import torch
 from trl import SFTConfig
 
-from anchorft.rpsft.losses import METHODS
+from anchorft.rpsft.methods import METHODS, get_method
 
-__all__ = ["RPSFTConfig"]
+__all__ = ["RPSFTConfig", "ScriptArguments", "accumulation_for"]
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
+class ScriptArguments:
+    """The model and data of `anchorft train` (parsed by TrlParser beside `RPSFTConfig`)."""
+
+    model_name_or_path: str | None = field(default=None, metadata={"help": "Model: a local path or hub name."})
+    dataset: str | None = field(
+        default=None,
+        metadata={"help": "Training data: .jsonl / .json / .parquet file, save_to_disk folder, or hub name."},
+    )
+    eval_dataset: str | None = field(default=None, metadata={"help": "Optional evaluation data (same forms)."})
+    tokenizer_name_or_path: str | None = field(default=None, metadata={"help": "Tokenizer (default: the model's)."})
+
+
+@dataclass
 class RPSFTConfig(SFTConfig):
     """SFTConfig with the fine-tuning method and the subspace anchor (Jin et al., arXiv:2605.10973).
+
+    The name is the paper's, but it runs every method of the table `anchorft.rpsft.methods.METHODS`
+    (sft, dft, iw_sft, l2, rpsft, and any registered one); `method` selects the row.
 
     On a machine without a GPU, `use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False`
     are chosen automatically (TRL would otherwise refuse to start). Every field is checked here, so a
@@ -27,9 +46,9 @@ class RPSFTConfig(SFTConfig):
     method: str = field(
         default="rpsft",
         metadata={
-            "help": "Fine-tuning method: 'sft' (NLL), 'dft' (dynamic fine-tuning), 'iw_sft' (importance-weighted "
-            "SFT, needs a reference model), 'l2' (NLL + lambda ||W - W0||^2), 'rpsft' (NLL + lambda "
-            "||U0^T (W - W0) V0||^2 on the top-k singular subspaces).",
+            "help": "Fine-tuning method (anchorft.rpsft.methods): "
+            + ", ".join(f"'{m.name}' ({m.help})" for m in METHODS.values())
+            + ".",
             "choices": list(METHODS),
         },
     )
@@ -69,6 +88,22 @@ class RPSFTConfig(SFTConfig):
     )
     iw_temperature: float = field(default=1.0, metadata={"help": "IW-SFT temperature T in exp(T * mean log ratio)."})
     iw_clip: float = field(default=16.0, metadata={"help": "IW-SFT clip of the sequence weight (paper: 16)."})
+    iw_detach_weight: bool = field(
+        default=False,
+        metadata={
+            "help": "IW-SFT: detach the sequence weight (no gradient through it). Default False, as in the paper's "
+            "release, where the gradient also flows through the weight."
+        },
+    )
+    effective_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Sequences per optimiser step. When set, gradient_accumulation_steps is derived from it as "
+            "effective_batch_size / (per_device_train_batch_size x processes) (processes: $WORLD_SIZE, 1 without a "
+            "launcher); a count it cannot be reached with, or another gradient_accumulation_steps than 1, is an "
+            "error before anything is loaded."
+        },
+    )
     iw_ref_model: str | None = field(
         default=None,
         metadata={
@@ -78,10 +113,25 @@ class RPSFTConfig(SFTConfig):
 
     def __post_init__(self):
         self._validate_rpsft_fields()
-        if self.method == "dft":
-            self.loss_type = "dft"
-        elif self.loss_type == "dft":
-            raise ValueError(f"loss_type='dft' conflicts with method={self.method!r}: use method='dft'")
+        if self.effective_batch_size is not None:
+            world = int(os.environ.get("WORLD_SIZE", "1"))
+            accum = accumulation_for(self.effective_batch_size, self.per_device_train_batch_size, world)
+            if self.gradient_accumulation_steps not in (1, accum):
+                raise ValueError(
+                    f"gradient_accumulation_steps {self.gradient_accumulation_steps} contradicts effective_batch_size "
+                    f"{self.effective_batch_size} ({self.per_device_train_batch_size} per device x {world} "
+                    f"process(es) needs {accum}); set only one of them (--effective_batch_size null to drop it)"
+                )
+            self.gradient_accumulation_steps = accum
+        spec = get_method(self.method)
+        if spec.loss_type != "nll":
+            self.loss_type = spec.loss_type
+        else:
+            owner = next((m.name for m in METHODS.values() if m.loss_type == self.loss_type != "nll"), None)
+            if owner is not None:
+                raise ValueError(
+                    f"loss_type={self.loss_type!r} conflicts with method={self.method!r}: use method={owner!r}"
+                )
         if not torch.cuda.is_available():
             if self.bf16 or self.fp16 or not self.use_cpu:
                 logger.info("no GPU: using use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False")
@@ -90,8 +140,7 @@ class RPSFTConfig(SFTConfig):
         super().__post_init__()
 
     def _validate_rpsft_fields(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        get_method(self.method)  # ValueError listing the methods
         if isinstance(self.anchor_rank, bool) or not isinstance(self.anchor_rank, int) or self.anchor_rank < 1:
             raise ValueError(f"anchor_rank must be an integer >= 1, got {self.anchor_rank!r}")
         if not isinstance(self.anchor_lambda, (int, float)) or not self.anchor_lambda >= 0:
@@ -112,10 +161,29 @@ class RPSFTConfig(SFTConfig):
             raise ValueError(f"iw_clip must be > 0, got {self.iw_clip!r}")
 
     @property
+    def method_spec(self):
+        """The method's row of the methods table (`anchorft.rpsft.methods.Method`)."""
+        return get_method(self.method)
+
+    @property
     def anchored(self) -> bool:
-        """True for the methods with a weight anchor (rpsft, l2)."""
-        return self.method in ("rpsft", "l2")
+        """True for the methods with a weight anchor (the table's `anchored`: rpsft, l2)."""
+        return self.method_spec.anchored
 
     @property
     def anchor_torch_dtype(self) -> torch.dtype:
         return getattr(torch, self.anchor_dtype)
+
+
+def accumulation_for(effective_batch: int, per_device: int, processes: int) -> int:
+    """Gradient-accumulation steps that give `effective_batch` sequences a step; ValueError (one line) if none do."""
+    if isinstance(effective_batch, bool) or not isinstance(effective_batch, int) or effective_batch < 1:
+        raise ValueError(f"effective_batch_size must be an integer >= 1, got {effective_batch!r}")
+    per_step = per_device * processes
+    if per_step < 1 or effective_batch % per_step:
+        raise ValueError(
+            f"effective_batch_size {effective_batch} cannot be reached with {per_device} sequence(s) per device on "
+            f"{processes} process(es) ({per_device} x {processes} = {per_step} does not divide {effective_batch}); "
+            "change --per_device_train_batch_size, the number of GPUs, or --effective_batch_size"
+        )
+    return effective_batch // per_step

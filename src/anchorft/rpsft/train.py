@@ -9,14 +9,15 @@ import datasets
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
+from anchorft.eval.loading import load_tokenizer
 from anchorft.io import save_figure, write_json
 from anchorft.provenance import write_metrics
 from anchorft.rpsft.anchor import select_parameters
 from anchorft.rpsft.config import RPSFTConfig
-from anchorft.rpsft.data import load_sft_dataset, load_tokenizer, validate_sft_dataset
+from anchorft.rpsft.data import load_sft_dataset, validate_sft_dataset
 from anchorft.rpsft.trainer import RPSFTTrainer, frozen_copy
 
-__all__ = ["train", "load_model"]
+__all__ = ["train", "load_model", "check_model_folder"]
 
 logger = logging.getLogger(__name__)
 
@@ -27,11 +28,36 @@ def load_model(spec: str | PreTrainedModel, args: RPSFTConfig, field: str = "mod
         return spec
     if not isinstance(spec, (str, os.PathLike)):
         raise ValueError(f"{field} must be a PreTrainedModel, a local path or a hub name, got {type(spec).__name__}")
+    check_model_folder(spec, field)
     kwargs = dict(args.model_init_kwargs or {})
     kwargs["trust_remote_code"] = bool(args.trust_remote_code)
     if not torch.cuda.is_available():
         kwargs["dtype"] = torch.float32
     return AutoModelForCausalLM.from_pretrained(os.fspath(spec), **kwargs)
+
+
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+
+
+def check_model_folder(spec: str | os.PathLike, field: str = "model") -> None:
+    """One-line ValueError for a local model folder that holds no weights (checked before anything is loaded).
+
+    A hub name (no such local folder) is left to `from_pretrained`."""
+    path = os.fspath(spec)
+    if not os.path.isdir(path):
+        return
+    names = set(os.listdir(path))
+    if not names & set(WEIGHT_FILES) and not any(n.endswith(".safetensors") for n in names):
+        has = "config.json only" if "config.json" in names else f"{len(names)} file(s), no config.json"
+        raise ValueError(
+            f"{field}: {path} holds no weights ({has}; expected one of {list(WEIGHT_FILES)}); "
+            "pass the folder a model was saved to, or a hub name"
+        )
 
 
 def _write_json(path: str, obj) -> None:
@@ -50,10 +76,9 @@ def _write_run_artifacts(trainer: RPSFTTrainer, out: str, final_drift: dict | No
     steps = [h for h in hist if "loss" in h]
     if not steps:
         return
-    import matplotlib
+    from anchorft.io import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     keys = [k for k in ("loss", "anchor/penalty", "anchor/drift_max") if k in steps[-1]]
     fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3), squeeze=False)
@@ -76,7 +101,7 @@ def train(
 ) -> RPSFTTrainer:
     """Fine-tune `model` with `args.method` and return the trainer after `trainer.train()`.
 
-    - args: an `RPSFTConfig` (method "sft" | "dft" | "iw_sft" | "l2" | "rpsft", anchor_* and iw_* fields;
+    - args: an `RPSFTConfig` (method: a row of `anchorft.rpsft.methods.METHODS`, anchor_* and iw_* fields;
       its fields are validated when it is built; CPU-safe settings are chosen there when no GPU is present).
     - model: a PreTrainedModel, or a local path / hub name loaded with AutoModelForCausalLM
       (trust_remote_code only if `args.trust_remote_code`).
@@ -85,7 +110,7 @@ def train(
     - tokenizer: defaults to the model's own (a PreTrainedTokenizerFast saved by `tokenizers` is
       loaded as such). Without a pad token, the eos token pads.
     - ref_model: the frozen IW-SFT reference (a model or path); else `args.iw_ref_model` ("copy" for a
-      frozen copy of the starting model). Required for method "iw_sft".
+      frozen copy of the starting model). Required for methods that need a reference (iw_sft).
 
     Everything is checked before training: the dataset's columns, the anchor targets (a ValueError
     listing the names available), the reference model. rpsft anchors rank `args.anchor_rank`; l2 is
@@ -96,11 +121,17 @@ def train(
         raise ValueError(f"args must be an RPSFTConfig, got {type(args).__name__}")
     train_ds = load_sft_dataset(train_dataset, field="train_dataset")
     eval_ds = load_sft_dataset(eval_dataset, split="test", field="eval_dataset") if eval_dataset is not None else None
-    if args.method == "iw_sft" and ref_model is None and args.iw_ref_model is None:
+    if args.method_spec.needs_reference and ref_model is None and args.iw_ref_model is None:
         raise ValueError(
-            "method='iw_sft' needs a reference model: pass ref_model=, or set iw_ref_model "
+            f"method={args.method!r} needs a reference model: pass ref_model=, or set iw_ref_model "
             "(a path / hub name, or 'copy' for a frozen copy of the starting model)"
         )
+    # everything that can be checked without weights is checked before loading them
+    validate_sft_dataset(train_ds, None, field="train_dataset")
+    if eval_ds is not None:
+        validate_sft_dataset(eval_ds, None, field="eval_dataset")
+    if isinstance(model, (str, os.PathLike)):
+        check_model_folder(model)
     model_obj = load_model(model, args)
     if tokenizer is None:
         src = model if isinstance(model, (str, os.PathLike)) else getattr(model_obj, "name_or_path", None)
@@ -117,7 +148,7 @@ def train(
     if args.anchored:
         select_parameters(model_obj, args.anchor_targets, args.anchor_include_embeddings)
     ref = None
-    if args.method == "iw_sft":
+    if args.method_spec.needs_reference:
         spec = ref_model if ref_model is not None else args.iw_ref_model
         ref_dtype = torch.bfloat16 if args.bf16 else None
         ref = frozen_copy(model_obj, ref_dtype) if spec == "copy" else load_model(spec, args, field="ref_model")

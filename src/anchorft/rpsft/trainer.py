@@ -1,4 +1,5 @@
-"""`RPSFTTrainer`: TRL's SFTTrainer with the RPSFT anchor and the DFT / IW-SFT / L2 baselines.
+"""`RPSFTTrainer`: TRL's SFTTrainer running every method of the methods table (`anchorft.rpsft.methods`):
+the RPSFT anchor and the DFT / IW-SFT / L2 baselines, and any registered method.
 
 Once per optimiser step. transformers' loop runs `training_step` for each micro-batch and, after the
 last one (`accelerator.sync_gradients` is True; under DDP the backward of that micro-batch has just
@@ -11,6 +12,12 @@ engine) the penalty enters the loss of the step's last micro-batch instead, in a
 the logged loss unchanged; under ZeRO-3 each matrix is gathered (read-only) for its term and its
 gradient flows back to the partitioned parameter through DeepSpeed's own reduce-scatter (docs/rpsft.md,
 "DeepSpeed").
+
+The anchor is built when training begins (`on_train_begin`), after `accelerator.prepare` has placed,
+cast, wrapped or sharded the model: its SVDs run in fp32 on the device that holds each weight, from
+the weights the optimiser will move (under DeepSpeed bf16 those are the engine's bf16 weights), so the
+penalty is exactly 0 at step 0 and bases and weights never sit on different devices. On resume the
+anchor is read from the checkpoint and fingerprint-checked against the starting weights instead.
 """
 
 from __future__ import annotations
@@ -21,13 +28,13 @@ import os
 
 import torch
 from torch import nn
+from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 from trl import SFTTrainer
 from trl.trainer.utils import add_fused_lm_head
 
 from anchorft.rpsft.anchor import SubspaceAnchor, select_parameters
 from anchorft.rpsft.config import RPSFTConfig
-from anchorft.rpsft.losses import iw_sft_loss
 
 __all__ = ["RPSFTTrainer", "ANCHOR_DIR"]
 
@@ -36,13 +43,16 @@ ANCHOR_DIR = "anchor"
 
 
 class RPSFTTrainer(SFTTrainer):
-    """SFTTrainer applying `args.method` ("sft", "dft", "iw_sft", "l2", "rpsft").
+    """SFTTrainer applying `args.method`: any row of the methods table (sft, dft, iw_sft, l2, rpsft, or one
+    registered with `anchorft.rpsft.methods.register`), not only RPSFT. What it does per method is read from
+    the table: TRL's loss type, a custom loss, a reference model, the anchor and its rank.
 
-    Extra arguments: `ref_model` (frozen reference, required by iw_sft) and `anchor` (a precomputed
-    `SubspaceAnchor`; otherwise built from the model's weights when training starts, or reloaded from
-    the checkpoint on resume, never recomputed from tuned weights). The anchor is saved in every
-    checkpoint under `checkpoint-N/anchor/`. Logs `anchor/penalty` (R without lambda) and
-    `anchor/drift_max` (max over matrices of ||D||_F / ||S_ref||_F) and, for iw_sft, `iw/weight_mean`.
+    Extra arguments: `ref_model` (frozen reference, required by methods that need one, e.g. iw_sft) and
+    `anchor` (a precomputed `SubspaceAnchor`; otherwise built from the starting weights when training begins,
+    after the model is prepared, or reloaded from the checkpoint on resume, never recomputed from tuned
+    weights). The anchor is saved in every checkpoint under `checkpoint-N/anchor/`. Logs `anchor/penalty`
+    (R without lambda), `anchor/drift_max` (max over matrices of ||D||_F / ||S_ref||_F) and the mean of each
+    per-sequence tensor a custom loss returns (iw_sft: `iw/weight_mean`).
     """
 
     def __init__(
@@ -56,9 +66,9 @@ class RPSFTTrainer(SFTTrainer):
     ):
         if not isinstance(args, RPSFTConfig):
             raise ValueError(f"args must be an RPSFTConfig, got {type(args).__name__}")
-        if args.method == "iw_sft" and ref_model is None:
+        if args.method_spec.needs_reference and ref_model is None:
             raise ValueError(
-                "method='iw_sft' needs a reference model: pass ref_model=, or set iw_ref_model "
+                f"method={args.method!r} needs a reference model: pass ref_model=, or set iw_ref_model "
                 "(a path, or 'copy' for a frozen copy of the starting model) when using anchorft.rpsft.train"
             )
         super().__init__(model, args, *pos, **kwargs)
@@ -68,7 +78,7 @@ class RPSFTTrainer(SFTTrainer):
         self._anchor = anchor
         if anchor is not None:
             anchor.check_model(self.model, check_fingerprint=False)
-            anchor.to(model=self.model)
+        self.add_callback(_AnchorAfterPrepare(self))
         self._anchor_last: dict[str, float] | None = None
         self._anchor_mode = args.anchor_mode
         if args.anchored:
@@ -79,7 +89,7 @@ class RPSFTTrainer(SFTTrainer):
             if self.is_fsdp_enabled and getattr(self.accelerator.state.fsdp_plugin, "fsdp_version", 1) != 2:
                 raise ValueError("RPSFT under FSDP needs fsdp_version 2 (DTensor parameters, sharded by rows)")
         self.ref_model = None
-        if args.method == "iw_sft":
+        if args.method_spec.needs_reference:
             ref_model.eval().requires_grad_(False)
             ref_model.to(self.args.device)
             add_fused_lm_head(ref_model)
@@ -88,23 +98,36 @@ class RPSFTTrainer(SFTTrainer):
     # ------------------------------------------------------------------ anchor
     @property
     def anchor(self) -> SubspaceAnchor | None:
-        """The anchor (built from the current weights on first access for rpsft / l2; None otherwise)."""
-        if self._anchor is None and self.args.anchored:
-            a = self.args
-            rank = a.anchor_rank if a.method == "rpsft" else 2**62  # l2: full rank everywhere
-            gen = torch.Generator(device=self.model.device.type).manual_seed(a.seed)
-            self._anchor = SubspaceAnchor.from_model(
-                self.model,
-                rank=rank,
-                targets=a.anchor_targets,
-                include_embeddings=a.anchor_include_embeddings,
-                svd=a.anchor_svd,
-                dtype=a.anchor_torch_dtype,
-                generator=gen,
-                progress=not a.disable_tqdm,
-            )
-            logger.info("built %r", self._anchor)
+        """The anchor: None before training begins (and for methods without one)."""
         return self._anchor
+
+    def _build_anchor(self) -> SubspaceAnchor:
+        """SVD of the weights as they are now (called once the model is prepared; a collective under
+        torch.distributed: every rank calls it)."""
+        a = self.args
+        rank = 2**62 if a.method_spec.full_rank else a.anchor_rank  # l2: full rank everywhere
+        # on the device that holds the weights (randomized SVD draws there): cuda:r on rank r
+        gen = torch.Generator(device=next(self.model.parameters()).device).manual_seed(a.seed)
+        anchor = SubspaceAnchor.from_model(
+            self.model,
+            rank=rank,
+            targets=a.anchor_targets,
+            include_embeddings=a.anchor_include_embeddings,
+            svd=a.anchor_svd,
+            dtype=a.anchor_torch_dtype,
+            generator=gen,
+            progress=not a.disable_tqdm,
+        )
+        logger.info("built %r", anchor)
+        return anchor
+
+    def _anchor_on_train_begin(self) -> None:
+        """Build the anchor from the prepared model (or place a given / reloaded one next to its weights)."""
+        if not self.args.anchored:
+            return
+        if self._anchor is None:
+            self._anchor = self._build_anchor()
+        self._anchor.to(model=self.model)
 
     def _anchor_due(self) -> bool:
         return (
@@ -120,7 +143,8 @@ class RPSFTTrainer(SFTTrainer):
         return float(self.args.anchor_lambda) * self.args.anchor_every
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs):
-        """Resolve the checkpoint; reload its anchor (or build the anchor from the starting weights); train."""
+        """Resolve the checkpoint and reload its anchor (fingerprint-checked); train. A new anchor is built when
+        training begins, once the model is prepared."""
         if resume_from_checkpoint is False:
             resume_from_checkpoint = None
         if resume_from_checkpoint is True:
@@ -136,9 +160,8 @@ class RPSFTTrainer(SFTTrainer):
                         "recomputed from tuned weights"
                     )
                 # the model still holds the starting weights here: the fingerprint check applies
+                # (the tensors are moved next to the weights once the model is prepared)
                 self._anchor = SubspaceAnchor.load(path, model=self.model)
-            else:
-                _ = self.anchor
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
 
     def _save_checkpoint(self, model, trial):
@@ -158,8 +181,8 @@ class RPSFTTrainer(SFTTrainer):
         return loss
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if self.args.method == "iw_sft" and self.model.training:
-            loss = self._iw_sft_loss(model, inputs, num_items_in_batch)
+        if self.args.method_spec.loss is not None and self.model.training:
+            loss = self._method_loss(model, inputs, num_items_in_batch)
             outputs = None
         else:
             res = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
@@ -180,26 +203,24 @@ class RPSFTTrainer(SFTTrainer):
             self._anchor_last = self.anchor.summarize(terms)
         return (loss, outputs) if return_outputs else loss
 
-    def _iw_sft_loss(self, model, inputs, num_items_in_batch):
+    def _method_loss(self, model, inputs, num_items_in_batch):
+        """The method's custom loss on per-token log-probabilities (TRL's fused LM head), with the reference
+        model's when the method needs one."""
         inputs = {**inputs, "use_cache": False}
         outputs = model(**inputs, fused_lm_head=True)
-        with torch.no_grad():
-            ref = self.ref_model(**inputs, fused_lm_head=True)
+        ref_log_probs = None
+        if self.ref_model is not None:
+            with torch.no_grad():
+                ref_log_probs = self.ref_model(**inputs, fused_lm_head=True).log_probs
         mask = (
             outputs.label_mask if getattr(outputs, "label_mask", None) is not None else inputs["labels"][:, 1:] != -100
         )
-        loss, w = iw_sft_loss(
-            outputs.log_probs,
-            ref.log_probs,
-            mask,
-            num_items=num_items_in_batch,
-            temperature=self.args.iw_temperature,
-            clip=self.args.iw_clip,
-        )
+        loss, logs = self.args.method_spec.loss(self.args, outputs.log_probs, mask, num_items_in_batch, ref_log_probs)
         # like SFTTrainer: num_items_in_batch counts every rank's tokens and DDP averages the gradients
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
             loss = loss * self.accelerator.num_processes
-        self._metrics["train"]["iw/weight_mean"].append(self.accelerator.gather_for_metrics(w).mean().item())
+        for name, value in logs.items():
+            self._metrics["train"][name].append(self.accelerator.gather_for_metrics(value).mean().item())
         return loss
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
@@ -207,6 +228,16 @@ class RPSFTTrainer(SFTTrainer):
             logs["anchor/penalty"] = self._anchor_last["penalty"]
             logs["anchor/drift_max"] = self._anchor_last["drift_max"]
         super().log(logs, start_time)
+
+
+class _AnchorAfterPrepare(TrainerCallback):
+    """Builds (or places) the trainer's anchor at `on_train_begin`: after `accelerator.prepare`, before step 0."""
+
+    def __init__(self, trainer: RPSFTTrainer):
+        self._trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._trainer._anchor_on_train_begin()
 
 
 def frozen_copy(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:

@@ -1,5 +1,7 @@
 """The method comparison on the testbed: base, sft, dft, iw_sft, l2 and rpsft (rank / lambda sweeps).
 
+Orchestration only: the configuration is `anchorft.toy.compare_config`, the results file `anchorft.toy.results`.
+
 Every fine-tune goes through `anchorft.rpsft.train.train` (the `anchorft train` code path) with a
 prompt/completion `datasets.Dataset` of the hard math distribution; every model is evaluated with
 `anchorft.toy.evaluate.evaluate_toy` on the same held-out items. Writes, under `out_dir`:
@@ -9,12 +11,10 @@ models/NAME-seedS/) and runs/NAME-seedS/ (the trainer's own config, metrics.json
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import itertools
 import json
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
@@ -24,208 +24,21 @@ import yaml
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM
 
-from anchorft.io import write_json
-from anchorft.provenance import provenance
+from anchorft.rpsft.methods import METHODS, get_method
 from anchorft.toy import skills as sk
-from anchorft.toy.evaluate import EvalSettings, build_eval_sets, evaluate_toy
-from anchorft.toy.pretrain import PretrainConfig, pretrained_model
-from anchorft.toy.report import mean_over_seeds, write_report, write_tradeoff_plot
+from anchorft.toy.compare_config import (
+    CompareConfig,
+    RunSpec,
+    comparison_eval_sets,
+    expand_sweeps,
+    load_config,
+)
+from anchorft.toy.evaluate import evaluate_toy
+from anchorft.toy.pretrain import pretrained_model
+from anchorft.toy.report import write_report, write_tradeoff_plot
+from anchorft.toy.results import RESULTS_FILE, CompareResults, save_results
 
-__all__ = ["CompareConfig", "RunSpec", "PRESETS", "load_config", "expand_sweeps", "finetune_dataset", "run_compare"]
-
-METHODS = ("sft", "dft", "iw_sft", "l2", "rpsft")
-RUN_KEYS = ("anchor_rank", "anchor_lambda", "anchor_targets", "anchor_include_embeddings", "learning_rate")
-
-
-@dataclass
-class RunSpec:
-    """One fine-tuning run: a method and its settings (None: the CompareConfig's default)."""
-
-    name: str
-    method: str
-    anchor_rank: int | None = None
-    anchor_lambda: float | None = None
-    anchor_targets: str | None = None
-    anchor_include_embeddings: bool | None = None
-    learning_rate: float | None = None
-
-
-@dataclass
-class CompareConfig:
-    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
-    runs: list[RunSpec] = field(default_factory=list)
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    id_skill: str = "math_word"  # the fine-tuning and ID evaluation distribution (see skills.ID_SKILLS)
-    finetune_items: int = 2000  # size of the fine-tuning set (train split of id_skill)
-    learning_rate: float = 5e-4
-    max_steps: int = 200
-    batch_size: int = 32
-    warmup_ratio: float = 0.03
-    anchor_lambda: float = 1.0
-    anchor_targets: str = "all-linear"
-    anchor_include_embeddings: bool = True
-    eval: EvalSettings = field(default_factory=EvalSettings)
-    eval_seed: int = 12345  # the held-out items and the sampling generator of the evaluation
-
-    def validate(self) -> None:
-        self.pretrain.validate()
-        self.eval.validate()
-        if not self.runs:
-            raise ValueError("runs: need at least one fine-tuning run")
-        names = [r.name for r in self.runs]
-        if len(set(names)) != len(names) or "base" in names:
-            raise ValueError(f"runs: names must be unique and not 'base', got {names}")
-        for r in self.runs:
-            if r.method not in METHODS:
-                raise ValueError(f"runs[{r.name}].method: must be one of {METHODS}, got {r.method!r}")
-            if r.method == "rpsft" and not r.anchor_rank:
-                raise ValueError(f"runs[{r.name}].anchor_rank: rpsft needs a rank")
-        if self.id_skill not in sk.ID_SKILLS:
-            raise ValueError(f"id_skill: must be one of {sk.ID_SKILLS}, got {self.id_skill!r}")
-        if not self.seeds:
-            raise ValueError("seeds: need at least one seed")
-        for name in ("finetune_items", "max_steps", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
-        if self.learning_rate <= 0:
-            raise ValueError(f"learning_rate: must be > 0, got {self.learning_rate}")
-
-
-def comparison_eval_sets(cfg: CompareConfig) -> dict:
-    """The held-out items a comparison scores every model on (fixed by `cfg.eval_seed`)."""
-    sets = build_eval_sets([cfg.id_skill, *sk.OOD_SKILLS], cfg.eval.id_items, np.random.default_rng(cfg.eval_seed))
-    for s in sk.OOD_SKILLS:
-        sets[s] = sets[s][: cfg.eval.ood_items]
-    return sets
-
-
-def paper_rank(hidden_size: int) -> int:
-    """The paper's best rank (768 of Llama-3.1-8B's hidden size 4096) scaled to `hidden_size`."""
-    return max(1, round(768 / 4096 * hidden_size))
-
-
-def _default_runs(ranks: list[int], l2_lambda: float | None = None) -> list[RunSpec]:
-    runs = [RunSpec("sft", "sft"), RunSpec("dft", "dft"), RunSpec("iw_sft", "iw_sft")]
-    runs.append(RunSpec("l2", "l2", anchor_lambda=l2_lambda))
-    runs += [RunSpec(f"rpsft-k{k}", "rpsft", anchor_rank=k) for k in ranks]
-    return runs
-
-
-def _smoke() -> CompareConfig:
-    pre = PretrainConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, steps=60, batch_size=20,
-                         eval_items=10)  # fmt: skip
-    return CompareConfig(
-        pretrain=pre,
-        runs=_default_runs([2, paper_rank(32)]),
-        seeds=[0],
-        finetune_items=64,
-        max_steps=4,
-        batch_size=16,
-        eval=EvalSettings(n_samples=2, k=2, id_items=12, ood_items=8, max_new_tokens=12),
-    )
-
-
-def _width_runs(hidden_size: int) -> list[RunSpec]:
-    # l2 at lambda 0.01: its sum runs over every direction of every matrix, and at lambda 1 the model barely
-    # moves from the base; rpsft at the paper's lambda 1 and rank (768/4096 of the width: 24 at 128) and a third of it.
-    k = paper_rank(hidden_size)
-    return _default_runs([max(1, k // 3), k], l2_lambda=0.01)
-
-
-def _default() -> CompareConfig:
-    pre = PretrainConfig()
-    return CompareConfig(pretrain=pre, runs=_width_runs(pre.hidden_size), seeds=[0, 1, 2])
-
-
-PRESETS = {"smoke": _smoke, "default": _default}
-
-
-def _to_plain(cfg: CompareConfig) -> dict:
-    return dataclasses.asdict(cfg)
-
-
-def load_config(spec: str | dict | CompareConfig) -> CompareConfig:
-    """A CompareConfig from a preset name, a YAML path, a dict (preset "base" + overrides) or itself."""
-    if isinstance(spec, CompareConfig):
-        return copy.deepcopy(spec)
-    if isinstance(spec, str) and spec in PRESETS:
-        return PRESETS[spec]()
-    if isinstance(spec, str):
-        path = Path(spec)
-        if not path.is_file():
-            raise ValueError(f"preset: {spec!r} is neither a preset {sorted(PRESETS)} nor a YAML file")
-        spec = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(spec, dict):
-        raise ValueError(f"preset: expected a name, a YAML path or a dict, got {type(spec).__name__}")
-    spec = dict(spec)
-    preset = spec.pop("preset", "default")
-    if preset not in PRESETS:
-        raise ValueError(f"preset: must be one of {sorted(PRESETS)}, got {preset!r}")
-    cfg = PRESETS[preset]()
-    known = {f.name for f in dataclasses.fields(CompareConfig)}
-    for key, value in spec.items():
-        if key not in known:
-            raise ValueError(f"config: unknown field {key!r}; known: {sorted(known)}")
-        if key == "pretrain":
-            cfg.pretrain = dataclasses.replace(cfg.pretrain, **value)
-        elif key == "eval":
-            cfg.eval = dataclasses.replace(cfg.eval, **value)
-        elif key == "runs":
-            cfg.runs = [RunSpec(**r) for r in value]
-        else:
-            setattr(cfg, key, value)
-    if preset == "default" and "runs" not in spec:  # the rank sweep follows a width set by the file
-        cfg.runs = _width_runs(cfg.pretrain.hidden_size)
-    return cfg
-
-
-def _parse_value(text: str):
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
-
-
-def expand_sweeps(runs: list[RunSpec], sweeps: list[str]) -> list[RunSpec]:
-    """Expand runs by `key=v1,v2,...` sweeps (product over sweeps).
-
-    anchor_* keys apply to the anchored methods (l2, rpsft; anchor_rank to rpsft only), learning_rate
-    to every method. A run that a sweep applies to becomes one run per value, named NAME-key=value.
-    """
-    parsed = []
-    for s in sweeps:
-        key, sep, vals = s.partition("=")
-        if not sep or not vals:
-            raise ValueError(f"sweep: expected key=v1,v2,..., got {s!r}")
-        if key not in RUN_KEYS:
-            raise ValueError(f"sweep: unknown key {key!r}; choose from {RUN_KEYS}")
-        parsed.append((key, [_parse_value(v) for v in vals.split(",")]))
-    out = list(runs)
-    for key, values in parsed:
-        new = []
-        for r in out:
-            applies = (
-                key == "learning_rate"
-                or (key == "anchor_rank" and r.method == "rpsft")
-                or (key != "anchor_rank" and key.startswith("anchor_") and r.method in ("l2", "rpsft"))
-            )
-            if not applies:
-                new.append(r)
-                continue
-            short = {"anchor_lambda": "lam", "learning_rate": "lr", "anchor_targets": "tgt"}.get(key, "emb")
-            for v in values:
-                base = r.name.split("-k")[0] if key == "anchor_rank" else r.name
-                name = f"{base}-k{v}" if key == "anchor_rank" else f"{base}-{short}{v}"
-                new.append(dataclasses.replace(r, name=name, **{key: v}))
-        # keep the first of duplicate names (e.g. a rank sweep over several rpsft runs)
-        seen, out = set(), []
-        for r in new:
-            if r.name not in seen:
-                seen.add(r.name)
-                out.append(r)
-    return out
+__all__ = ["finetune_dataset", "run_compare"]
 
 
 def finetune_dataset(n: int, rng: np.random.Generator, skill: str = "math_hard") -> datasets.Dataset:
@@ -266,9 +79,10 @@ def _train_args(cfg: CompareConfig, run: RunSpec, seed: int, out: Path):
         anchor_targets=pick("anchor_targets"),
         anchor_include_embeddings=pick("anchor_include_embeddings"),
     )
-    if run.method == "rpsft":
+    method = get_method(run.method)
+    if method.uses_rank:
         kw["anchor_rank"] = run.anchor_rank
-    if run.method == "iw_sft":
+    if method.needs_reference:
         kw["iw_ref_model"] = "copy"
     return RPSFTConfig(**kw)
 
@@ -278,7 +92,7 @@ def _finetune_and_evaluate(cfg: CompareConfig, run: RunSpec, seed: int, base_dir
 
     A top-level function so that a worker process can run it; everything it uses is rebuilt from its
     arguments (same seed, same result, whichever process runs it). Returns (run name, seed, metrics)."""
-    from anchorft.rpsft.data import load_tokenizer
+    from anchorft.eval.loading import load_tokenizer
     from anchorft.rpsft.train import train
 
     if threads:
@@ -320,19 +134,18 @@ def run_compare(
     if methods:
         bad = [m for m in methods if m not in METHODS and m not in {r.name for r in cfg.runs}]
         if bad:
-            raise ValueError(f"methods: unknown {bad}; choose from {METHODS} or run names")
+            raise ValueError(f"methods: unknown {bad}; choose from {tuple(METHODS)} or run names")
         cfg.runs = [r for r in cfg.runs if r.method in methods or r.name in methods]
     cfg.runs = expand_sweeps(cfg.runs, list(sweep or []))
     cfg.validate()
     out = Path(out_dir)
     (out / "models").mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(
-        f"# anchorft toy compare --out {out} --preset <this file>\n" + yaml.safe_dump(_to_plain(cfg), sort_keys=False)
-    )
+    head = f"# anchorft toy compare --out {out} --preset <this file>\n"
+    (out / "config.yaml").write_text(head + yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
 
     base_dir = pretrained_model(cfg.pretrain, progress=progress)
     pretrain_metrics = json.loads((base_dir / "metrics.json").read_text())
-    from anchorft.rpsft.data import load_tokenizer
+    from anchorft.eval.loading import load_tokenizer
 
     tok = load_tokenizer(str(base_dir))
     eval_sets = comparison_eval_sets(cfg)
@@ -344,10 +157,9 @@ def run_compare(
     base["pretrain"] = {k: pretrain_metrics[k] for k in ("params", "greedy_accuracy", "train_seconds", "key")}
     del base_model
 
-    results = {
-        "base": base,
-        "methods": {},
-        "settings": {
+    results = CompareResults(
+        base=base,
+        settings={
             "k": cfg.eval.k,
             "n_samples": cfg.eval.n_samples,
             "temperature": cfg.eval.temperature,
@@ -358,8 +170,7 @@ def run_compare(
             "seeds": cfg.seeds,
             "pretrained": str(base_dir),
         },
-        "provenance": provenance(),
-    }
+    )
     jobs = list(itertools.product(cfg.runs, cfg.seeds))
     per_run: dict[str, dict[int, dict]] = {}
     specs = {r.name: r for r in cfg.runs}
@@ -368,13 +179,9 @@ def run_compare(
         per_run.setdefault(name, {})[seed] = metrics
         seeds = [m for _, m in sorted(per_run[name].items())]  # seed order, whatever the finishing order
         run = specs[name]
-        results["methods"][name] = {
-            **mean_over_seeds(seeds),
-            "method": run.method,
-            "settings": {k: v for k, v in dataclasses.asdict(run).items() if v is not None and k != "name"},
-            "per_seed": seeds,
-        }
-        write_json(out / "results.json", results, indent=2)
+        settings = {k: v for k, v in dataclasses.asdict(run).items() if v is not None and k != "name"}
+        results.record(name, run.method, settings, seeds)
+        save_results(results, out / RESULTS_FILE)
         tqdm.write(
             f"{name} seed {seed}: id_greedy {metrics['id_greedy']:.3f} ood_mean {metrics['ood_mean']:.3f} "
             f"({metrics['train_seconds']:.0f}s)"
@@ -398,8 +205,8 @@ def run_compare(
                 bar.update()
     bar.close()
     # the report lists runs in the config's order
-    results["methods"] = {r.name: results["methods"][r.name] for r in cfg.runs if r.name in results["methods"]}
-    write_json(out / "results.json", results, indent=2)
-    write_report(results, out / "report.md")
-    write_tradeoff_plot(results, out / "tradeoff.png")
-    return results
+    results.methods = {r.name: results.methods[r.name] for r in cfg.runs if r.name in results.methods}
+    save_results(results, out / RESULTS_FILE)
+    write_report(results.to_dict(), out / "report.md")
+    write_tradeoff_plot(results.to_dict(), out / "tradeoff.png")
+    return results.to_dict()

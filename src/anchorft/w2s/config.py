@@ -11,18 +11,18 @@ import dataclasses
 import math
 import os
 import tempfile
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from anchorft.dataclass_yaml import read_yaml_mapping, update
 from anchorft.w2s.hermite import TRANSFORMS, get_activation
 
 __all__ = ["W2SConfig", "load_config", "apply_overrides", "preset_path", "save_config", "config_hash"]
 
-MODES = ("w2s", "sft", "sft_anchor")
+MODES = ("w2s", "sft", "sft_anchor", "ceiling")  # ceiling: W2S inputs with the true labels (PGR)
 PRESET_DIR = Path(__file__).resolve().parents[3] / "configs" / "w2s"
 
 
@@ -41,7 +41,7 @@ class W2SConfig:
     pretrained_alignment: float = 0.9  # init alignment of non-target neurons with their theta_k
     c: float = 0.3  # second layer a_j = c pi_k / N_k
     # weak model
-    weak: str = "planted"  # "planted" or "scratch"
+    weak: str = "planted"  # "planted", or "trained" (= "scratch": trained from scratch by online SGD)
     weak_neurons: int = 16  # M
     weak_alignment: float = 0.95  # planted: u_j = a theta_kappa + sqrt(1 - a^2) xi_j
     weak_activation: str = "he4"
@@ -51,6 +51,13 @@ class W2SConfig:
     transform: str = "zexp"  # label transformation T
     clip: float = 2.0  # labels T(clip(f_weak, -clip, clip)); <= 0 disables the clip
     lambda_kappa: float = 1.0  # localisation of the generative distribution (1: inputs in V_kappa)
+    # label model (anchorft.w2s.labels)
+    label_center: str = "none"  # "none" or "mean": subtract the labels' mean (estimated on independent samples)
+    center_samples: int = 65536  # inputs per seed for that estimate
+    weak_bound: float = 0.0  # > 0: weak output b tanh(f_weak / b) (bounded; then clip=0 needs no clip)
+    weak_norm: str = "planted"  # "planted" or "unit": weak neurons with unit norm inside V_kappa, same alignment
+    label_samples: int = 32768  # inputs per seed for the labels' reported mean, variance, Hermite coefficients
+    risk_samples: int = 8192  # fresh inputs per seed (and per distribution) for the test risks and PGR
     # optimisation
     loss: str = "squared"  # "squared" or "correlation"
     batch_size: int = 32
@@ -78,7 +85,10 @@ class W2SConfig:
         def bad(name: str, why: str) -> None:
             raise ValueError(f"invalid w2s config: {name}={getattr(self, name)!r}: {why}")
 
-        for name in ("d", "s", "n_tasks", "batch_size", "weak_neurons", "n_seeds", "n_log", "chunk", "anchor_rank"):
+        for name in (
+            *("d", "s", "n_tasks", "batch_size", "weak_neurons", "n_seeds", "n_log", "chunk", "anchor_rank"),
+            *("center_samples", "label_samples", "risk_samples"),
+        ):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 bad(name, "must be a positive integer")
         if not isinstance(self.steps, int) or self.steps < 1:
@@ -102,7 +112,9 @@ class W2SConfig:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 bad(name, "must be a positive number")
-        if self.weak == "scratch" and (self.weak_eta <= 0 or self.weak_steps < 1):
+        if not (isinstance(self.weak_bound, (int, float)) and math.isfinite(self.weak_bound) and self.weak_bound >= 0):
+            bad("weak_bound", "must be a finite number >= 0 (0: unbounded)")
+        if self.weak in ("scratch", "trained") and (self.weak_eta <= 0 or self.weak_steps < 1):
             bad("weak_eta", "weak_eta and weak_steps must be positive")
         if self.anchor_weight < 0:
             bad("anchor_weight", "must be >= 0")
@@ -124,7 +136,9 @@ class W2SConfig:
             except ValueError as e:
                 raise ValueError(f"invalid w2s config: links: {e}") from None
         choices = {
-            "weak": ("planted", "scratch"),
+            "weak": ("planted", "trained", "scratch"),
+            "weak_norm": ("planted", "unit"),
+            "label_center": ("none", "mean"),
             "transform": tuple(TRANSFORMS),
             "loss": ("squared", "correlation"),
             "schedule": ("constant", "anneal"),
@@ -143,61 +157,10 @@ class W2SConfig:
         return dataclasses.asdict(self)
 
 
-_FIELDS = {f.name: f for f in dataclasses.fields(W2SConfig)}
-_HINTS = typing.get_type_hints(W2SConfig)
-
-
-def _coerce(name: str, value: Any) -> Any:
-    """Coerce a YAML/CLI value to the type of field `name` (lists from 'a,b' strings or YAML lists)."""
-    hint = _HINTS[name]
-    origin = typing.get_origin(hint)
-    if origin is list:
-        (inner,) = typing.get_args(hint)
-        if isinstance(value, str):
-            parsed = yaml.safe_load(value) if value.strip().startswith("[") else value.split(",")
-            value = parsed if isinstance(parsed, list) else [parsed]
-        if not isinstance(value, list):
-            value = [value]
-        return [_coerce_scalar(name, inner, v) for v in value]
-    return _coerce_scalar(name, hint, value)
-
-
-def _coerce_scalar(name: str, typ: type, value: Any) -> Any:
-    try:
-        if typ is bool:
-            return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
-        if typ is int:
-            if isinstance(value, str):
-                f = float(value)
-                if f != int(f):
-                    raise ValueError
-                return int(f)
-            if isinstance(value, float) and value != int(value):
-                raise ValueError
-            return int(value)
-        if typ is float:
-            return float(value)
-        return str(value).strip()
-    except (TypeError, ValueError):
-        raise ValueError(f"invalid w2s config: {name}={value!r} is not a valid {typ.__name__}") from None
-
-
 def apply_overrides(config: W2SConfig, overrides: dict[str, Any] | list[str]) -> W2SConfig:
-    """Return a copy with overrides applied: a dict, or 'key=value' strings. Unknown keys raise ValueError."""
-    if isinstance(overrides, list):
-        items = {}
-        for item in overrides:
-            if "=" not in item:
-                raise ValueError(f"override {item!r} must look like key=value")
-            k, v = item.split("=", 1)
-            items[k.strip()] = v
-        overrides = items
-    values = config.to_dict()
-    for k, v in overrides.items():
-        if k not in _FIELDS:
-            raise ValueError(f"unknown w2s config key {k!r}; known keys: {', '.join(sorted(_FIELDS))}")
-        values[k] = _coerce(k, v)
-    return W2SConfig(**values)
+    """Return a copy with overrides applied: a dict, or 'key=value' strings, coerced to the fields' types
+    (`anchorft.dataclass_yaml`). Unknown keys raise ValueError with the closest known keys."""
+    return update(config, overrides, "w2s config")
 
 
 def preset_path(preset: str) -> Path:
@@ -216,10 +179,7 @@ def load_config(preset: str | None = None, overrides: dict[str, Any] | list[str]
     """Defaults, then the preset's YAML (if any), then overrides; validated."""
     config = W2SConfig()
     if preset is not None:
-        data = yaml.safe_load(preset_path(preset).read_text()) or {}
-        if not isinstance(data, dict):
-            raise ValueError(f"preset {preset!r} must be a YAML mapping")
-        config = apply_overrides(config, data)
+        config = apply_overrides(config, read_yaml_mapping(preset_path(preset), "preset"))
     if overrides:
         config = apply_overrides(config, overrides)
     return config.validate()
