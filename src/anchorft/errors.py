@@ -14,7 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["UsageError", "one_line", "debug_enabled", "read_yaml", "check_jsonl", "EXIT_USAGE", "EXIT_INTERRUPTED"]
+__all__ = ["UsageError", "one_line", "debug_enabled", "read_yaml", "check_jsonl", "check_keys", "check_types"]
+__all__ += ["EXIT_USAGE", "EXIT_INTERRUPTED"]
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
@@ -91,3 +92,64 @@ def check_jsonl(path: str | os.PathLike, what: str = "dataset", max_lines: int |
     if n == 0:
         raise UsageError(f"{what}: {path} is empty (no JSON lines)")
     return n
+
+
+def _type_ok(value: Any, tp: Any) -> bool:
+    import types
+    import typing
+
+    if tp is Any or tp is object:
+        return True
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, a) for a in typing.get_args(tp))
+    if origin is typing.Literal:
+        return value in typing.get_args(tp)
+    if tp is type(None):
+        return value is None
+    if origin is not None:
+        tp = origin
+    if not isinstance(tp, type):
+        return True  # a form this check does not know: left to the config's own validation
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp in (list, tuple):
+        return isinstance(value, (list, tuple))
+    return isinstance(value, tp)
+
+
+def check_types(obj: Any, where: str = "config") -> None:
+    """Each field of the dataclass `obj` holds a value of its annotated type (int where int, ...), else a
+    UsageError naming `where`.field, the value and the type expected. Nested dataclasses are checked too."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            check_types(value, f"{where}.{f.name}")
+            continue
+        tp = hints.get(f.name, Any)
+        if not _type_ok(value, tp):
+            name = getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+            raise UsageError(f"{where}.{f.name}: expected {name}, got {value!r} ({type(value).__name__})")
+
+
+def check_keys(value: Any, cls: type, where: str) -> dict:
+    """`value` is a mapping whose keys are fields of the dataclass `cls`, else a UsageError naming `where`,
+    the key and the closest field names. Returns `value`."""
+    import dataclasses
+    import difflib
+
+    if not isinstance(value, dict):
+        raise UsageError(f"{where}: expected a mapping of {cls.__name__} fields, got {type(value).__name__}")
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    for key in value:
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=3, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else f"; known: {', '.join(names)}"
+            raise UsageError(f"{where}: unknown key {key!r}{hint}")
+    return value

@@ -30,6 +30,7 @@ from typing import Any
 from anchorft.errors import UsageError
 
 __all__ = ["MARKER", "RunClaim", "claim_output", "check_output_dir", "config_hash", "finish", "mark_active"]
+__all__ += ["same_run"]
 
 MARKER = "anchorft-run.json"
 _ACTIVE: list[RunClaim] = []
@@ -69,6 +70,12 @@ def check_output_dir(out: str | os.PathLike, flag: str = "--out") -> Path:
     if not os.access(probe, os.W_OK | os.X_OK):
         raise UsageError(f"{flag}: {probe} is not writable")
     return out
+
+
+def same_run(out: str | os.PathLike, command: str, config: Any) -> bool:
+    """Whether `out` holds a run marker of `command` with `config`'s hash (read only; every process may ask)."""
+    marker = _read_marker(Path(out) / MARKER)
+    return marker is not None and marker.get("command") == command and marker.get("config_hash") == config_hash(config)
 
 
 def _read_marker(path: Path) -> dict | None:

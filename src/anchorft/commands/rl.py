@@ -39,26 +39,21 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    from anchorft.errors import check_types
     from anchorft.rpsft.rl import RLSettings, load_rl_dataset, run_rl
 
     try:
         values: dict = {}
         names = {f.name for f in dataclasses.fields(RLSettings)}
         if args.config:
-            import yaml
+            from anchorft.errors import check_keys, read_yaml
 
-            with open(args.config, encoding="utf-8") as fh:
-                cfg = yaml.safe_load(fh) or {}
-            if not isinstance(cfg, dict):
-                raise ValueError(f"{args.config}: expected a mapping of RLSettings fields")
-            unknown = sorted(set(cfg) - names)
-            if unknown:
-                raise ValueError(f"{args.config}: unknown field(s) {unknown}")
-            values.update(cfg)
+            values.update(check_keys(read_yaml(args.config) or {}, RLSettings, args.config))
         values.update({k: v for k, v in vars(args).items() if k in names and v is not None})
         if values.get("overlong_cache") == 0:
             values["overlong_cache"] = None
         settings = RLSettings(**values)
+        check_types(settings, f"{args.config}: settings" if args.config else "settings")
         settings.validate()
         data = load_rl_dataset(args.dataset, skip_bad=args.skip_bad, limit=args.limit)
         metrics = run_rl(args.model, data, args.out, settings)

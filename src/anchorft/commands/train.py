@@ -12,6 +12,8 @@ config before TrlParser reads them (anchorft.rpsft.recipes).
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import sys
 from dataclasses import dataclass, field
 
@@ -59,13 +61,45 @@ def _estimate(argv: list[str]) -> int:
     return 0
 
 
+_NOT_HASHED = (
+    "output_dir",
+    "logging_dir",
+    "resume_from_checkpoint",
+    "run_name",
+    "disable_tqdm",
+    "report_to",
+    "dataloader_num_workers",
+    "hub_token",
+)
+
+
+def _run_config(script: ScriptArguments, args) -> dict:
+    """What defines the run (its marker's hash): script arguments and training fields, output-only ones aside."""
+    fields = {k: v for k, v in args.to_dict().items() if k not in _NOT_HASHED}
+    return {"script": dataclasses.asdict(script), "args": fields}
+
+
+def _existing(out: str, names: tuple[str, ...]) -> str:
+    return ", ".join(n for n in names if os.path.exists(os.path.join(out, n)))
+
+
 def main(argv: list[str]) -> int:
+    from anchorft.commands.train_flags import normalize_train_argv, pop_flag, short_help
+
+    argv = normalize_train_argv(list(argv))
+    if "-h" in argv or "--help" in argv:
+        print(short_help())
+        return 0
+    argv, help_all = pop_flag(argv, "--help-all", "--help_all")
+    if help_all:
+        argv = [*argv, "--help"]
     if "--dry-run" in argv:
         from anchorft.rpsft.recipes import dry_run_main
 
         return dry_run_main(argv)
     if "--estimate" in argv:
         return _estimate(argv)
+    argv, overwrite = pop_flag(argv, "--overwrite")
     from anchorft.rpsft.recipes import resolve_config_argv
 
     try:
@@ -87,6 +121,20 @@ def main(argv: list[str]) -> int:
     if missing:
         print(f"anchorft train: missing --{' --'.join(missing)}", file=sys.stderr)
         return 2
+    from anchorft.preflight import check_model_source
+    from anchorft.rpsft.data import check_sft_source
+
+    # everything the user named is checked before a model is loaded
+    check_model_source(script.model_name_or_path, "--model_name_or_path")
+    check_model_source(script.tokenizer_name_or_path, "--tokenizer_name_or_path", what="tokenizer")
+    if args.iw_ref_model not in (None, "copy"):
+        check_model_source(args.iw_ref_model, "--iw_ref_model")
+    check_sft_source(script.dataset, "--dataset")
+    check_sft_source(script.eval_dataset, "--eval_dataset")
+    claim = _claim(script, args, overwrite)
+    if claim is not None and claim.complete:
+        print(f"anchorft train: {args.output_dir} already holds this finished run (same config); --overwrite to redo")
+        return 0
     from anchorft.rpsft.data import load_tokenizer
     from anchorft.rpsft.train import train
 
@@ -102,5 +150,29 @@ def main(argv: list[str]) -> int:
         return 2
     trainer.save_model(args.output_dir)  # on every rank: Trainer saves from the main process (gathers under FSDP)
     if trainer.is_world_process_zero():
-        print(f"done: {trainer.state.global_step} steps; model, metrics.json, training.png in {args.output_dir}")
+        from anchorft.runs import finish
+
+        if claim is not None:
+            finish(claim)
+        files = _existing(args.output_dir, ("model.safetensors", "rpsft_config.json", "metrics.json", "training.png"))
+        print(f"done: {trainer.state.global_step} steps; {files} in {args.output_dir}")
     return 0
+
+
+def _claim(script: ScriptArguments, args, overwrite: bool):
+    """Check and claim the output folder (process 0 only); same config again: resume its last checkpoint."""
+    from anchorft.rpsft.checkpoints import last_complete_checkpoint
+    from anchorft.runs import check_output_dir, claim_output, config_hash, same_run
+
+    config = _run_config(script, args)
+    check_output_dir(args.output_dir, "--output_dir")
+    resume = same_run(args.output_dir, "train", config) and not overwrite
+    claim = None
+    if int(os.environ.get("RANK", "0")) == 0:
+        claim = claim_output(args.output_dir, "train", config, overwrite=overwrite, flag="--output_dir")
+    if resume and args.resume_from_checkpoint is None:
+        last = last_complete_checkpoint(args.output_dir)
+        if last is not None:
+            print(f"anchorft train: same run (config {config_hash(config)}) in {args.output_dir}; resuming {last}")
+            args.resume_from_checkpoint = last
+    return claim

@@ -7,7 +7,7 @@ import os
 
 import datasets
 
-__all__ = ["load_sft_dataset", "validate_sft_dataset", "load_tokenizer"]
+__all__ = ["load_sft_dataset", "check_sft_source", "validate_sft_dataset", "load_tokenizer"]
 
 _FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
@@ -36,6 +36,23 @@ def load_sft_dataset(
     if ext in _FILE_BUILDERS or path.startswith(("/", "./", "../", "~")) or path.count("/") > 1:
         raise ValueError(f"{field}: {path!r} not found (expected a local file / folder or a hub name)")
     return datasets.load_dataset(path, split=split)
+
+
+def check_sft_source(spec: str | os.PathLike | None, flag: str = "--dataset") -> None:
+    """Before loading anything: a local file exists and, for .jsonl, every line is a JSON object (file and line
+    named); a path-like name that does not exist is an error; a hub name is left to `load_sft_dataset`."""
+    from anchorft.errors import UsageError
+    from anchorft.preflight import check_input_file, looks_like_path
+
+    if spec is None or not isinstance(spec, (str, os.PathLike)):
+        return
+    path = os.fspath(spec)
+    if os.path.isdir(path):
+        if not os.path.isfile(os.path.join(path, "dataset_info.json")):
+            raise UsageError(f"{flag}: {path} is a folder without dataset_info.json (not a save_to_disk dataset)")
+        return
+    if os.path.exists(path) or looks_like_path(path) or os.path.splitext(path)[1].lower() in _FILE_BUILDERS:
+        check_input_file(path, flag)
 
 
 def validate_sft_dataset(ds: datasets.Dataset, tokenizer=None, field: str = "train_dataset") -> str:

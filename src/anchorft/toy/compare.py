@@ -24,6 +24,7 @@ import yaml
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM
 
+from anchorft.errors import check_keys, check_types, read_yaml
 from anchorft.io import write_json
 from anchorft.toy import skills as sk
 from anchorft.toy.evaluate import EvalSettings, build_eval_sets, evaluate_toy
@@ -149,11 +150,13 @@ def load_config(spec: str | dict | CompareConfig) -> CompareConfig:
         return copy.deepcopy(spec)
     if isinstance(spec, str) and spec in PRESETS:
         return PRESETS[spec]()
+    where = "config"
     if isinstance(spec, str):
         path = Path(spec)
         if not path.is_file():
             raise ValueError(f"preset: {spec!r} is neither a preset {sorted(PRESETS)} nor a YAML file")
-        spec = yaml.safe_load(path.read_text()) or {}
+        spec = read_yaml(path, what="preset") or {}
+        where = f"{path}: config"
     if not isinstance(spec, dict):
         raise ValueError(f"preset: expected a name, a YAML path or a dict, got {type(spec).__name__}")
     spec = dict(spec)
@@ -164,17 +167,22 @@ def load_config(spec: str | dict | CompareConfig) -> CompareConfig:
     known = {f.name for f in dataclasses.fields(CompareConfig)}
     for key, value in spec.items():
         if key not in known:
-            raise ValueError(f"config: unknown field {key!r}; known: {sorted(known)}")
+            raise ValueError(f"{where}: unknown field {key!r}; known: {sorted(known)}")
         if key == "pretrain":
-            cfg.pretrain = dataclasses.replace(cfg.pretrain, **value)
+            cfg.pretrain = dataclasses.replace(cfg.pretrain, **check_keys(value, PretrainConfig, f"{where}.pretrain"))
         elif key == "eval":
-            cfg.eval = dataclasses.replace(cfg.eval, **value)
+            cfg.eval = dataclasses.replace(cfg.eval, **check_keys(value, EvalSettings, f"{where}.eval"))
         elif key == "runs":
-            cfg.runs = [RunSpec(**r) for r in value]
+            if not isinstance(value, list):
+                raise ValueError(f"{where}.runs: expected a list of runs, got {type(value).__name__}")
+            cfg.runs = [RunSpec(**check_keys(r, RunSpec, f"{where}.runs[{i}]")) for i, r in enumerate(value)]
         else:
             setattr(cfg, key, value)
     if preset == "default" and "runs" not in spec:  # the rank sweep follows a width set by the file
         cfg.runs = _width_runs(cfg.pretrain.hidden_size)
+    check_types(cfg, where)
+    for i, r in enumerate(cfg.runs):
+        check_types(r, f"{where}.runs[{i}]")
     return cfg
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from anchorft.errors import read_yaml
 from anchorft.w2s.hermite import TRANSFORMS, get_activation
 
 __all__ = ["W2SConfig", "load_config", "apply_overrides", "preset_path", "save_config", "config_hash"]
@@ -216,7 +217,7 @@ def load_config(preset: str | None = None, overrides: dict[str, Any] | list[str]
     """Defaults, then the preset's YAML (if any), then overrides; validated."""
     config = W2SConfig()
     if preset is not None:
-        data = yaml.safe_load(preset_path(preset).read_text()) or {}
+        data = read_yaml(preset_path(preset), what="preset") or {}
         if not isinstance(data, dict):
             raise ValueError(f"preset {preset!r} must be a YAML mapping")
         config = apply_overrides(config, data)
