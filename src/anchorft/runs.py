@@ -30,7 +30,7 @@ from typing import Any
 from anchorft.errors import UsageError
 
 __all__ = ["MARKER", "RunClaim", "claim_output", "check_output_dir", "config_hash", "finish", "mark_active"]
-__all__ += ["same_run"]
+__all__ += ["same_run", "reused"]
 
 MARKER = "anchorft-run.json"
 _ACTIVE: list[RunClaim] = []
@@ -134,9 +134,18 @@ def claim_output(
             raise UsageError(f"{flag}: {out} is not empty and holds no anchorft run marker ({MARKER}); {why}")
     out.mkdir(parents=True, exist_ok=True)
     claim = RunClaim(out, command, digest, resume, complete)
-    _write_marker(claim, "running")
-    _ACTIVE.append(claim)
+    if not complete:  # a finished run is left as it is: the command reuses it
+        _write_marker(claim, "running")
+        _ACTIVE.append(claim)
     return claim
+
+
+def reused(claim: RunClaim) -> str:
+    """The message a command prints when `claim` found the same run finished (and does nothing)."""
+    return (
+        f"{claim.out} already holds this finished run ({claim.command}, config {claim.config_hash}): reusing it "
+        "(--overwrite to run it again)"
+    )
 
 
 def finish(claim: RunClaim) -> None:

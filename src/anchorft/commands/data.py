@@ -31,13 +31,23 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--limit", type=int, default=None, help="read only the first N source rows")
     o.add_argument("--format", dest="fmt", choices=FORMATS, default="prompt-completion")
     o.add_argument("--no-progress", action="store_true")
+    o.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
     return p
 
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     from anchorft.data.openr1 import prepare_openr1_math
+    from anchorft.preflight import check_input_file
+    from anchorft.runs import claim_output, finish, reused
 
+    if args.source.lower().endswith(".jsonl"):
+        check_input_file(args.source, "--source")
+    run = {k: v for k, v in vars(args).items() if k not in ("out", "no_progress", "overwrite")}
+    claim = claim_output(args.out, "data openr1-math", run, overwrite=args.overwrite)
+    if claim.complete:
+        print(reused(claim))
+        return 0
     try:
         metrics = prepare_openr1_math(
             args.out,
@@ -53,6 +63,7 @@ def main(argv: list[str]) -> int:
     except ValueError as err:
         print(f"anchorft data: error: {err}", file=sys.stderr)
         return 2
+    finish(claim)
     print(json.dumps(metrics, indent=2))
     if metrics["short_by"]:
         print(f"warning: only {metrics['kept']} of {args.size} requested examples verified", file=sys.stderr)

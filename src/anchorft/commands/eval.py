@@ -55,6 +55,7 @@ def _eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-fewshot", type=int, default=None, help="lm-eval: few-shot examples")
     p.add_argument("--apply-chat-template", action="store_true", help="lm-eval: apply the model's chat template")
     p.add_argument("--timeout", type=float, default=10.0, help="math-verify timeout per check, seconds")
+    p.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
     return p
 
 
@@ -96,6 +97,17 @@ def main(argv: list[str]) -> int:
     if bool(args.bench) == bool(args.lm_eval):
         print("anchorft eval: error: give --bench FILE.jsonl (one or more) or --lm-eval TASKS", file=sys.stderr)
         return 2
+    from anchorft.preflight import check_input_file, check_model_source
+    from anchorft.runs import claim_output, finish, reused
+
+    check_model_source(args.model, "--model")
+    for b in args.bench:
+        check_input_file(b, "--bench", jsonl=False)
+    run = {k: v for k, v in vars(args).items() if k not in ("out", "overwrite", "timeout")}
+    claim = claim_output(args.out, "eval", run, overwrite=args.overwrite)
+    if claim.complete:
+        print(reused(claim))
+        return 0
     try:
         if args.lm_eval:
             from anchorft.eval.lm_eval_bridge import run_lm_eval
@@ -111,6 +123,7 @@ def main(argv: list[str]) -> int:
                 apply_chat_template=args.apply_chat_template,
                 seed=args.seed,
             )
+            finish(claim)
             print(json.dumps(out["results"], default=str))
             return 0
         from anchorft.eval.answers import MathChecker
@@ -137,5 +150,6 @@ def main(argv: list[str]) -> int:
     except (ValueError, FileNotFoundError, ImportError) as e:
         print(f"anchorft eval: error: {e}", file=sys.stderr)
         return 2
+    finish(claim)
     print(json.dumps(metrics))
     return 0

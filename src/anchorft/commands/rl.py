@@ -25,6 +25,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, help="YAML of RLSettings fields")
     p.add_argument("--limit", type=int, default=None, help="use the first N prompts")
     p.add_argument("--skip-bad", action="store_true", help="skip and count malformed dataset lines")
+    p.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
     for f in dataclasses.fields(RLSettings):
         flag = "--" + f.name
         if f.type in ("bool", bool):
@@ -40,7 +41,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     from anchorft.errors import check_types
+    from anchorft.preflight import check_input_file, check_model_source
     from anchorft.rpsft.rl import RLSettings, load_rl_dataset, run_rl
+    from anchorft.runs import claim_output, finish, reused
 
     try:
         values: dict = {}
@@ -55,8 +58,16 @@ def main(argv: list[str]) -> int:
         settings = RLSettings(**values)
         check_types(settings, f"{args.config}: settings" if args.config else "settings")
         settings.validate()
+        check_input_file(args.dataset, "--dataset", jsonl=not args.skip_bad)
+        check_model_source(args.model, "--model")
+        run = {"model": args.model, "dataset": args.dataset, "limit": args.limit, "settings": vars(settings)}
+        claim = claim_output(args.out, "rl", run, overwrite=args.overwrite)
+        if claim.complete:
+            print(reused(claim))
+            return 0
         data = load_rl_dataset(args.dataset, skip_bad=args.skip_bad, limit=args.limit)
         metrics = run_rl(args.model, data, args.out, settings)
+        finish(claim)
     except (ValueError, FileNotFoundError) as e:
         print(f"anchorft rl: error: {e}", file=sys.stderr)
         return 2

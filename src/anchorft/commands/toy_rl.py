@@ -33,6 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="DAPO seed (sampling, data order)")
     p.add_argument("--no-save-models", action="store_true", help="do not keep the RL models (OUT/NAME/model)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    p.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
     return p
 
 
@@ -55,8 +56,16 @@ def main_rl(argv: list[str]) -> int:
         save_models=not args.no_save_models,
     )
     settings.validate()
-    run_rl_stage(args.compare, args.out, methods=args.methods, settings=settings)
+    from anchorft.runs import claim_output, finish, reused
+
     out = Path(args.out) if args.out else Path(args.compare) / "rl"
+    run = {"compare": str(Path(args.compare).resolve()), "methods": args.methods, "settings": vars(settings)}
+    claim = claim_output(out, "toy rl", run, overwrite=args.overwrite)
+    if claim.complete:
+        print(reused(claim))
+        return 0
+    run_rl_stage(args.compare, args.out, methods=args.methods, settings=settings)
+    finish(claim)
     print(f"report: {out / 'report.md'}  results: {out / 'results.json'}  plot: {out / 'reward_curve.png'}")
     return 0
 

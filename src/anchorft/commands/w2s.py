@@ -37,8 +37,15 @@ def _run(args: argparse.Namespace) -> int:
             print("anchorft w2s run: device=cuda requested but CUDA is not available", file=sys.stderr)
             return 2
     _threads(args.threads)
+    from anchorft.runs import claim_output, finish, reused
+
+    claim = claim_output(args.out, "w2s run", config.to_dict(), overwrite=args.overwrite)
+    if claim.complete:
+        print(reused(claim))
+        return 0
     header = " ".join(["anchorft w2s run", "--preset", args.preset, "--out", args.out, *overrides])
     metrics = run_experiment(config, args.out, progress=not args.quiet, header=header)
+    finish(claim)
     for mode in config.modes:
         if mode in metrics:
             i, f = metrics[mode]["init"], metrics[mode]["final"]
@@ -76,6 +83,13 @@ def _sweep(args: argparse.Namespace) -> int:
     from anchorft.w2s.sweeps import run_sweep
 
     _threads(args.threads)
+    from anchorft.runs import claim_output, finish, reused
+
+    run = {"kind": args.kind, "quick": args.quick, "overrides": list(args.overrides)}
+    claim = claim_output(args.out, "w2s sweep", run, overwrite=args.overwrite)
+    if claim.complete:
+        print(reused(claim))
+        return 0
     try:
         result = run_sweep(
             args.kind, args.out, quick=args.quick, overrides=list(args.overrides), progress=not args.quiet
@@ -83,6 +97,7 @@ def _sweep(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"anchorft w2s sweep: {e}", file=sys.stderr)
         return 2
+    finish(claim)
     keep = ("kind", "quick", "fit", "theory", "fits", "theories", "summary", "phase")
     print(json.dumps({k: result[k] for k in keep if k in result}, indent=1))
     print(f"wrote {args.out}/sweep.json and {args.out}/{args.kind}.png")
@@ -102,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--threads", type=int, default=1, help="torch CPU threads (default 1: small matmuls; 0 = torch default)"
     )
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
     r.add_argument("overrides", nargs="*", help="config overrides key=value")
     r.set_defaults(func=_run)
     s = sub.add_parser("sweep", help="scaling sweeps: s-scaling, d-scaling, chi, overlap, rpsft")
@@ -110,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quick", action="store_true", help="tiny grid (under a minute)")
     s.add_argument("--threads", type=int, default=1)
     s.add_argument("--quiet", action="store_true")
+    s.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
     s.add_argument("overrides", nargs="*", help="overrides of the sweep's base config, key=value")
     s.set_defaults(func=_sweep)
     t = sub.add_parser("theory", help="exponents and predicted sample complexities as JSON")
