@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import importlib
 import sys
-import traceback
 
-from anchorft.errors import EXIT_INTERRUPTED, EXIT_USAGE, debug_enabled, one_line
+from anchorft.errors import EXIT_INTERRUPTED, EXIT_USAGE, debug_enabled
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -75,11 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"anchorft: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return EXIT_USAGE
+    from anchorft import errors
     from anchorft.runs import mark_active
 
+    errors._DEBUG_FLAG = debug
     try:
         module = importlib.import_module(COMMANDS[name][0])
-        return int(module.main(rest) or 0)
+        rc = int(module.main(rest) or 0)
+        if rc:
+            mark_active("failed")
+        return rc
     except KeyboardInterrupt:
         marked = mark_active("interrupted")
         where = f"; partial outputs in {', '.join(map(str, marked))} are marked incomplete" if marked else ""
@@ -87,13 +91,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except USER_ERRORS as e:
         mark_active("failed")
-        if debug:
-            traceback.print_exc()
-        print(f"{_prog(name, rest)}: error: {one_line(e)}", file=sys.stderr)
-        return EXIT_USAGE
+        return errors.report(_prog(name, rest), e)
     except BaseException:
         mark_active("failed")
         raise
+    finally:
+        errors._DEBUG_FLAG = False
 
 
 if __name__ == "__main__":

@@ -153,3 +153,17 @@ def check_keys(value: Any, cls: type, where: str) -> dict:
             hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else f"; known: {', '.join(names)}"
             raise UsageError(f"{where}: unknown key {key!r}{hint}")
     return value
+
+
+_DEBUG_FLAG = False  # set by anchorft.cli.main for the duration of a call with --debug
+
+
+def report(prog: str, exc: BaseException) -> int:
+    """Print `exc` as the one-line error of `prog` (the traceback first when debugging); return exit code 2."""
+    import sys
+    import traceback
+
+    if _DEBUG_FLAG or debug_enabled():
+        traceback.print_exception(exc)
+    print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
+    return EXIT_USAGE

@@ -5,7 +5,7 @@ or reads data. The folder must not be a file and must be writable; `out/anchorft
 marker) records the command, a hash of its resolved config and the run's status ("running",
 "complete", "interrupted", "failed"):
 
-- no folder, or an empty one: a new run;
+- no folder, or an empty one (or one holding only a marker): a new run;
 - a marker with the same config hash: the same run again. `RunClaim.resume` is True and the command
   picks up where it stopped (the testbed comparison keeps its finished fine-tunes, `train` resumes
   from its last complete checkpoint); `RunClaim.complete` says the run had finished;
@@ -115,6 +115,8 @@ def claim_output(
     if out.is_dir():
         entries = [p for p in out.iterdir() if p.name not in ignore]
         marker = _read_marker(out / MARKER)
+        if [p.name for p in entries] == [MARKER]:  # a run that stopped before it wrote anything
+            marker, entries = None, []
         if marker is not None:
             same = marker.get("command") == command and marker.get("config_hash") == digest
             if same and not overwrite:

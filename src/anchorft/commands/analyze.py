@@ -16,6 +16,8 @@ import re
 import sys
 from pathlib import Path
 
+from anchorft.errors import report
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="anchorft analyze", description=__doc__.split("\n")[0])
@@ -130,8 +132,7 @@ def main(argv: list[str]) -> int:
         )
         res = run_analysis(cfg)
     except (ValueError, CheckpointError) as e:
-        print(f"anchorft analyze: error: {e}", file=sys.stderr)
-        return 2
+        return report("anchorft analyze", e)
     finish(claim)
     brief = {m: {k: round(v, 4) for k, v in r["overall"].items()} for m, r in res["rotation"].items()}
     print(json.dumps({"rank": res["rank"], "rotation_overall": brief, "figures": res["figures"]}, indent=1))

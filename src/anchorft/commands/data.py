@@ -10,6 +10,8 @@ import argparse
 import json
 import sys
 
+from anchorft.errors import report
+
 
 def _parser() -> argparse.ArgumentParser:
     from anchorft.data.openr1 import FORMATS, HUB_NAME
@@ -61,8 +63,7 @@ def main(argv: list[str]) -> int:
             progress=not args.no_progress,
         )
     except ValueError as err:
-        print(f"anchorft data: error: {err}", file=sys.stderr)
-        return 2
+        return report("anchorft data", err)
     finish(claim)
     print(json.dumps(metrics, indent=2))
     if metrics["short_by"]:

@@ -12,6 +12,8 @@ import argparse
 import json
 import sys
 
+from anchorft.errors import report
+
 
 def _score_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -75,8 +77,7 @@ def _score(argv: list[str]) -> int:
             metrics = summarize(records, args.k)
             metrics["n_timeouts"] = checker.n_timeouts
     except (ValueError, FileNotFoundError) as e:
-        print(f"anchorft eval score: error: {e}", file=sys.stderr)
-        return 2
+        return report("anchorft eval score", e)
     metrics.update(
         n_missing=len(bench.items) - len(records), n_bad_bench_lines=bench.n_bad, n_bad_response_lines=len(bad)
     )
@@ -100,15 +101,17 @@ def main(argv: list[str]) -> int:
     from anchorft.preflight import check_input_file, check_model_source
     from anchorft.runs import claim_output, finish, reused
 
-    check_model_source(args.model, "--model")
-    for b in args.bench:
-        check_input_file(b, "--bench", jsonl=False)
-    run = {k: v for k, v in vars(args).items() if k not in ("out", "overwrite", "timeout")}
-    claim = claim_output(args.out, "eval", run, overwrite=args.overwrite)
-    if claim.complete:
-        print(reused(claim))
-        return 0
     try:
+        if args.k is not None and not 1 <= args.k <= args.n and args.bench:
+            raise ValueError(f"--k: must be in 1..--n ({args.n}), got {args.k}")
+        check_model_source(args.model, "--model")
+        for b in args.bench:
+            check_input_file(b, "--bench", jsonl=False)
+        run = {k: v for k, v in vars(args).items() if k not in ("out", "overwrite", "timeout")}
+        claim = claim_output(args.out, "eval", run, overwrite=args.overwrite)
+        if claim.complete:
+            print(reused(claim))
+            return 0
         if args.lm_eval:
             from anchorft.eval.lm_eval_bridge import run_lm_eval
 
@@ -148,8 +151,7 @@ def main(argv: list[str]) -> int:
                 checker=checker,
             )
     except (ValueError, FileNotFoundError, ImportError) as e:
-        print(f"anchorft eval: error: {e}", file=sys.stderr)
-        return 2
+        return report("anchorft eval", e)
     finish(claim)
     print(json.dumps(metrics))
     return 0

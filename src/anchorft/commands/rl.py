@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
+
+from anchorft.errors import report
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -69,8 +70,7 @@ def main(argv: list[str]) -> int:
         metrics = run_rl(args.model, data, args.out, settings)
         finish(claim)
     except (ValueError, FileNotFoundError) as e:
-        print(f"anchorft rl: error: {e}", file=sys.stderr)
-        return 2
+        return report("anchorft rl", e)
     metrics.pop("model", None)
     print(
         json.dumps({"reward_first": metrics["reward_first"], "reward_last": metrics["reward_last"], "out": args.out})

@@ -17,6 +17,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+from anchorft.errors import report
+
 
 @dataclass
 class ScriptArguments:
@@ -56,8 +58,7 @@ def _estimate(argv: list[str]) -> int:
             print(format_estimate(res, name=path))
             print()
     except ValueError as e:
-        print(f"anchorft train --estimate: {e}", file=sys.stderr)
-        return 2
+        return report("anchorft train --estimate", e)
     return 0
 
 
@@ -105,8 +106,7 @@ def main(argv: list[str]) -> int:
     try:
         argv = resolve_config_argv(argv)  # flattens a `_base_` recipe into a temp file for TrlParser
     except (OSError, ValueError) as e:
-        print(f"anchorft train: {e}", file=sys.stderr)
-        return 2
+        return report("anchorft train", e)
     from trl import TrlParser
 
     from anchorft.rpsft.config import RPSFTConfig
@@ -115,8 +115,7 @@ def main(argv: list[str]) -> int:
     try:
         script, args = parser.parse_args_and_config(argv)
     except ValueError as e:
-        print(f"anchorft train: {e}", file=sys.stderr)
-        return 2
+        return report("anchorft train", e)
     missing = [n for n in ("model_name_or_path", "dataset") if getattr(script, n) is None]
     if missing:
         print(f"anchorft train: missing --{' --'.join(missing)}", file=sys.stderr)
@@ -146,8 +145,7 @@ def main(argv: list[str]) -> int:
             args, script.model_name_or_path, script.dataset, tokenizer=tok, eval_dataset=script.eval_dataset
         )
     except ValueError as e:
-        print(f"anchorft train: {e}", file=sys.stderr)
-        return 2
+        return report("anchorft train", e)
     trainer.save_model(args.output_dir)  # on every rank: Trainer saves from the main process (gathers under FSDP)
     if trainer.is_world_process_zero():
         from anchorft.runs import finish

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from anchorft.errors import report
+
 
 def _threads(n: int) -> None:
     import torch
@@ -28,8 +30,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.preset, overrides)
     except ValueError as e:
-        print(f"anchorft w2s run: {e}", file=sys.stderr)
-        return 2
+        return report("anchorft w2s run", e)
     if config.device.startswith("cuda"):
         import torch
 
@@ -73,8 +74,7 @@ def _theory(args: argparse.Namespace) -> int:
     try:
         report = theory_report(args.link, args.transform, args.clip, args.d, args.s)
     except ValueError as e:
-        print(f"anchorft w2s theory: {e}", file=sys.stderr)
-        return 2
+        return report("anchorft w2s theory", e)
     print(json.dumps(report, indent=1))
     return 0
 
@@ -95,8 +95,7 @@ def _sweep(args: argparse.Namespace) -> int:
             args.kind, args.out, quick=args.quick, overrides=list(args.overrides), progress=not args.quiet
         )
     except ValueError as e:
-        print(f"anchorft w2s sweep: {e}", file=sys.stderr)
-        return 2
+        return report("anchorft w2s sweep", e)
     finish(claim)
     keep = ("kind", "quick", "fit", "theory", "fits", "theories", "summary", "phase")
     print(json.dumps({k: result[k] for k in keep if k in result}, indent=1))

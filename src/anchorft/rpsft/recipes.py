@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from anchorft.errors import read_yaml
+from anchorft.errors import read_yaml, report
 from anchorft.io import write_json, write_text
 
 __all__ = [
@@ -556,8 +556,7 @@ def dry_run_main(argv: Sequence[str]) -> int:
             model_config=ns.model_config,
         )
     except ValueError as err:
-        print(f"anchorft train --dry-run: error: {err}", file=sys.stderr)
-        return 2
+        return report("anchorft train --dry-run", err)
     si = s["stand_in"]
     print(
         f"dry run OK: {s['config']} ({s['method']}, {s['family']}) on a stand-in of {s['parameters']:,} parameters "
