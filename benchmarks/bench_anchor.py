@@ -147,7 +147,7 @@ def bench_svd(a, model, label: str) -> dict:
 
 def bench_big_matrix(shape: tuple[int, int], k: int) -> dict:
     """Exact vs randomized top-k SVD of one larger matrix with a power-law spectrum (time and overlap)."""
-    from anchorft.rpsft.subspace import top_k_bases
+    from anchorft.subspace import top_k_bases
 
     g = torch.Generator().manual_seed(2)
     m, n = shape

@@ -1,4 +1,5 @@
-"""Atomic writes of the project's artifacts: JSON, text and PNG figures (temp file, then `os.replace`).
+"""The project's files: atomic writes of JSON, JSONL, text and PNG figures (temp file, then `os.replace`),
+and JSONL reading.
 
 One place for what every run writes, so that a run killed half-way never leaves a truncated
 metrics.json or figure behind.
@@ -9,10 +10,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_text", "write_json", "save_figure"]
+__all__ = ["write_text", "write_json", "write_jsonl", "iter_jsonl", "save_figure"]
 
 
 def _atomic(path: str | os.PathLike, suffix: str) -> tuple[Path, str]:
@@ -36,6 +38,43 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 def write_json(path: str | os.PathLike, obj: Any, indent: int = 1, **dump_kwargs: Any) -> None:
     """Write `obj` as JSON (trailing newline) to `path` atomically; `dump_kwargs` go to `json.dumps`."""
     write_text(path, json.dumps(obj, indent=indent, **dump_kwargs) + "\n")
+
+
+def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
+    """Write one JSON object per line to `path` atomically."""
+    write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def iter_jsonl(
+    path: str | Path, skip_bad: bool = False, bad: list[str] | None = None
+) -> Iterator[tuple[int, int, dict]]:
+    """Yield (index, line number, object) for each non-blank line of a JSONL file.
+
+    A line that is not a JSON object raises ValueError naming the file and line, or with `skip_bad`
+    is skipped and described in `bad`.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such JSONL file: {path}")
+    index = 0
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+                if not isinstance(obj, dict):
+                    raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+            except ValueError as e:
+                msg = f"{path}: line {lineno}: malformed JSON line ({e})"
+                if not skip_bad:
+                    raise ValueError(msg + "; pass --skip-bad to skip such lines") from None
+                if bad is not None:
+                    bad.append(f"line {lineno}: {e}")
+                index += 1
+                continue
+            yield index, lineno, obj
+            index += 1
 
 
 def save_figure(fig, path: str | os.PathLike, dpi: int = 100, **savefig_kwargs: Any) -> None:

@@ -47,8 +47,8 @@ def test_load_config_and_validation(tmp_path):
     y.write_text("# anchorft toy compare --preset c.yaml --out x\npreset: smoke\nmax_steps: 7\npretrain: {steps: 5}\n")
     cfg = load_config(str(y))
     assert cfg.max_steps == 7 and cfg.pretrain.steps == 5 and cfg.pretrain.hidden_size == 32
-    with pytest.raises(ValueError, match="unknown field"):
-        load_config({"preset": "smoke", "nope": 1})
+    with pytest.raises(ValueError, match="unknown toy compare config key 'max_step', did you mean 'max_steps'"):
+        load_config({"preset": "smoke", "max_step": 1})
     with pytest.raises(ValueError, match="preset"):
         load_config("no-such-preset")
     with pytest.raises(ValueError, match="preset"):
@@ -76,10 +76,15 @@ def test_yaml_presets_match_code():
     import yaml
 
     root = pathlib.Path(__file__).resolve().parents[2] / "configs" / "toy"
-    for name in PRESETS:
-        text = (root / f"{name}.yaml").read_text()
-        assert text.startswith("# anchorft toy compare")
-        assert yaml.safe_load(text)["preset"] == name
+    assert {"smoke", "default"} <= set(PRESETS)
+    for name in PRESETS:  # the presets are the YAML files: by name or by path, the same config
+        path = root / f"{name}.yaml"
+        assert "anchorft toy compare" in path.read_text().splitlines()[0]
+        assert load_config(name) == load_config(str(path))
+    smoke = load_config("smoke")  # the preset's own values, not the defaults
+    assert smoke.pretrain.hidden_size == 32 and smoke.seeds == [0] and smoke.eval.id_items == 12
+    assert [r.anchor_rank for r in smoke.runs if r.method == "rpsft"] == [2, paper_rank(32)]
+    assert yaml.safe_load((root / "sweep.yaml").read_text())["preset"] == "default"
 
 
 def test_every_toy_config_loads_and_names_its_command():

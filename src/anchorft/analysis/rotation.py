@@ -1,7 +1,7 @@
 """Rotation of the dominant singular subspaces under fine-tuning (RPSFT paper, Sec. 2 and Fig. 1).
 
 For a pretrained weight W_0 and its fine-tuned version W (both m x n), with U_0, V_0 and U, V their
-top-k left and right singular vectors (from `anchorft.rpsft.subspace.top_k_bases`), the principal
+top-k left and right singular vectors (from `anchorft.subspace.top_k_bases`), the principal
 angles theta_1 <= ... <= theta_k between span(U_0) and span(U) satisfy cos theta_i = sigma_i(U_0^T U)
 (Bjorck and Golub 1973). Small angles are computed from sines, sin theta_i = sigma_i((I - U_0 U_0^T) U),
 as in Knyazev and Argentati (2002) and `scipy.linalg.subspace_angles`, because arccos loses precision
@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from anchorft.rpsft.subspace import reference_block, top_k_bases
+from anchorft.subspace import reference_block, top_k_bases
 
 __all__ = ["principal_angles", "vector_angles", "rotation_stats", "bases"]
 

@@ -1,61 +1,64 @@
 """The testbed's prompt sets (`anchorft.toy`) as JSONL files, for `anchorft analyze --testbed`.
 
-One evaluation set per skill, from the skills' evaluation split (ID: `ID_SKILLS`, OOD: `OOD_SKILLS`),
-drawn with the testbed's own `build_eval_sets`, for hidden-state drift; and in-domain training items
-(prompt + completion) for the Fisher overlap. With the `config.yaml` of an `anchorft toy compare` run
-the sets are exactly the ones that comparison evaluated on (its eval_seed, id_items, ood_items).
-Files are written to a directory so that the analysis reads them like any user's JSONL.
+The evaluation sets are the comparison's own: `anchorft.toy.compare.comparison_eval_sets` of the
+comparison's `config.yaml` (its id_skill, eval_seed, id_items, ood_items), so the drift is measured on
+exactly the items that comparison scored, item by item. Without a comparison, the same function on the
+default comparison config with `n_items` items per set and eval_seed = `seed`. The Fisher data are
+training-split items (prompt + completion) of the fine-tuning skill (`id_skill`). Files are written to
+a directory so that the analysis reads them like any user's JSONL.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import numpy as np
-import yaml
 
-__all__ = ["testbed_prompt_files"]
+from anchorft.io import write_jsonl
+
+__all__ = ["testbed_eval_sets", "testbed_prompt_files"]
 
 
-def _write(path: Path, items) -> str:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w") as f:
-        for it in items:
-            f.write(
-                json.dumps({"prompt": it.prompt, "completion": it.answer, "skill": it.skill, "key": it.key}) + "\n"
-            )
-    os.replace(tmp, path)
-    return str(path)
+def _rows(items) -> list[dict]:
+    return [{"prompt": it.prompt, "completion": it.answer, "skill": it.skill, "key": it.key} for it in items]
+
+
+def testbed_eval_sets(n_items: int = 64, seed: int = 0, compare_dir: str | os.PathLike | None = None):
+    """(comparison config, {skill: items}): the evaluation sets of the comparison in `compare_dir`.
+
+    Without `compare_dir` (or without its config.yaml): the default comparison config with `n_items`
+    items per set and eval_seed = `seed`."""
+    try:
+        from anchorft.toy.compare import CompareConfig, comparison_eval_sets, load_config
+        from anchorft.toy.evaluate import EvalSettings
+    except ImportError as e:  # the testbed is optional for the analysis
+        raise ValueError(f"--testbed: the testbed (anchorft.toy) is not available: {e}") from None
+    cfg_path = Path(compare_dir) / "config.yaml" if compare_dir is not None else None
+    if cfg_path is not None and cfg_path.is_file():
+        cfg = load_config(str(cfg_path))
+    else:
+        cfg = CompareConfig(eval=EvalSettings(id_items=n_items, ood_items=n_items), eval_seed=seed)
+    return cfg, comparison_eval_sets(cfg)
 
 
 def testbed_prompt_files(
     out_dir: str | os.PathLike, n_items: int = 64, seed: int = 0, compare_dir: str | os.PathLike | None = None
 ) -> tuple[list[str], str]:
-    """Writes id_<skill>.jsonl / ood_<skill>.jsonl (eval split) and fisher_<skill>.jsonl (train split).
+    """Writes id_<id_skill>.jsonl and ood_<skill>.jsonl (the comparison's evaluation sets) and
+    fisher_<id_skill>.jsonl (`n_items` train-split items drawn with numpy's generator seeded by `seed`).
 
-    Returns (evaluation-set files, Fisher data file). Without `compare_dir` (or without its config.yaml),
-    `n_items` items per skill from numpy's generator seeded with `seed`.
-    """
-    try:
-        from anchorft.toy import skills as sk
-        from anchorft.toy.evaluate import build_eval_sets
-    except ImportError as e:  # the testbed is optional for the analysis
-        raise ValueError(f"--testbed: the testbed (anchorft.toy) is not available: {e}") from None
-    id_items = ood_items = n_items
-    eval_seed = seed
-    cfg_path = Path(compare_dir) / "config.yaml" if compare_dir is not None else None
-    if cfg_path is not None and cfg_path.is_file():
-        cfg = yaml.safe_load(cfg_path.read_text()) or {}
-        ev = cfg.get("eval") or {}
-        id_items, ood_items = int(ev.get("id_items", n_items)), int(ev.get("ood_items", n_items))
-        eval_seed = int(cfg.get("eval_seed", seed))
+    Returns (evaluation-set files, Fisher data file)."""
+    from anchorft.toy import skills as sk
+
+    cfg, sets = testbed_eval_sets(n_items, seed, compare_dir)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    sets = build_eval_sets([*sk.ID_SKILLS, *sk.OOD_SKILLS], id_items, np.random.default_rng(eval_seed))
-    files = [_write(out / f"id_{s}.jsonl", sets[s]) for s in sk.ID_SKILLS]
-    files += [_write(out / f"ood_{s}.jsonl", sets[s][:ood_items]) for s in sk.OOD_SKILLS]
-    fisher_skill = sk.ID_SKILLS[0]
-    train = sk.sample_items(fisher_skill, n_items, "train", np.random.default_rng(seed))
-    return files, _write(out / f"fisher_{fisher_skill}.jsonl", train)
+    files = []
+    for skill, items in sets.items():
+        path = out / f"{'id' if skill == cfg.id_skill else 'ood'}_{skill}.jsonl"
+        write_jsonl(path, _rows(items))
+        files.append(str(path))
+    train = sk.sample_items(cfg.id_skill, n_items, "train", np.random.default_rng(seed))
+    fisher = out / f"fisher_{cfg.id_skill}.jsonl"
+    write_jsonl(fisher, _rows(train))
+    return files, str(fisher)

@@ -6,7 +6,8 @@ anchorft train --estimate --model_config configs/models/llama-3.1-8b-instruct.js
 anchorft train --config configs/rpsft/qwen2.5-3b-instruct/rpsft.yaml --dry-run   (two steps on a tiny stand-in)
 
 Recipes in configs/rpsft/ name their parents with `_base_`; they are flattened into one ordinary TRL
-config before TrlParser reads them (anchorft.rpsft.recipes).
+config before TrlParser reads them (anchorft.rpsft.recipes); `--dry-run` runs a recipe on a stand-in
+model (anchorft.rpsft.stand_in).
 """
 
 from __future__ import annotations
@@ -15,20 +16,10 @@ import argparse
 import dataclasses
 import os
 import sys
-from dataclasses import dataclass, field
+import tempfile
+from collections.abc import Sequence
 
 from anchorft.errors import report
-
-
-@dataclass
-class ScriptArguments:
-    model_name_or_path: str | None = field(default=None, metadata={"help": "Model: a local path or hub name."})
-    dataset: str | None = field(
-        default=None,
-        metadata={"help": "Training data: .jsonl / .json / .parquet file, save_to_disk folder, or hub name."},
-    )
-    eval_dataset: str | None = field(default=None, metadata={"help": "Optional evaluation data (same forms)."})
-    tokenizer_name_or_path: str | None = field(default=None, metadata={"help": "Tokenizer (default: the model's)."})
 
 
 def _estimate(argv: list[str]) -> int:
@@ -74,7 +65,7 @@ _NOT_HASHED = (
 )
 
 
-def _run_config(script: ScriptArguments, args) -> dict:
+def _run_config(script, args) -> dict:
     """What defines the run (its marker's hash): script arguments and training fields, output-only ones aside."""
     fields = {k: v for k, v in args.to_dict().items() if k not in _NOT_HASHED}
     return {"script": dataclasses.asdict(script), "args": fields}
@@ -82,6 +73,55 @@ def _run_config(script: ScriptArguments, args) -> dict:
 
 def _existing(out: str, names: tuple[str, ...]) -> str:
     return ", ".join(n for n in names if os.path.exists(os.path.join(out, n)))
+
+
+def dry_run_main(argv: Sequence[str]) -> int:
+    """`anchorft train --config X.yaml --dry-run [--dry_run_steps N] [--output_dir D] [--field value ...]`.
+
+    Any other `--field value` pair overrides the recipe (validated like the recipe's own keys)."""
+    import yaml
+
+    from anchorft.rpsft.stand_in import dry_run
+
+    p = argparse.ArgumentParser(prog="anchorft train --dry-run")
+    p.add_argument("--config", required=True)
+    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--dry_run_steps", "--dry-run-steps", type=int, default=2)
+    p.add_argument("--output_dir", default=None, help="default: a fresh temporary folder")
+    p.add_argument("--dataset", default=None, help="train on the first rows of this local dataset instead")
+    p.add_argument("--model_config", default=None, help="the real config.json (default: the recipe's)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (a tiny model: 1 is fastest)")
+    ns, rest = p.parse_known_args(list(argv))
+    if len(rest) % 2 or not all(r.startswith("--") for r in rest[::2]):
+        p.error(f"overrides must be --field value pairs, got {rest}")
+    overrides = {k[2:]: yaml.safe_load(v) for k, v in zip(rest[::2], rest[1::2])}
+    out = ns.output_dir or tempfile.mkdtemp(prefix="anchorft-dry-run-")
+    import torch
+
+    torch.set_num_threads(ns.threads)
+    try:
+        s = dry_run(
+            ns.config,
+            out,
+            steps=ns.dry_run_steps,
+            overrides=overrides,
+            dataset=ns.dataset,
+            model_config=ns.model_config,
+        )
+    except ValueError as err:
+        return report("anchorft train --dry-run", err)
+    si = s["stand_in"]
+    print(
+        f"dry run OK: {s['config']} ({s['method']}, {s['family']}) on a stand-in of {s['parameters']:,} parameters "
+        f"(hidden {si['hidden_size']}, {si['num_hidden_layers']} layers, {si['num_attention_heads']}/"
+        f"{si['num_key_value_heads']} heads, intermediate {si['intermediate_size']}, vocab {si['vocab_size']}); "
+        f"anchor_rank {s['anchor_rank']['recipe']} -> {s['anchor_rank']['stand_in']}; "
+        f"{s['global_step']} steps, losses {[round(x, 4) for x in s['losses']]}; {s['seconds']:.1f} s; "
+        f"summary in {out}/dry_run.json"
+    )
+    if not s["same_branches_as_real"]:
+        print(f"note: SVD/fallback branch differs from full size for {s['branch_mismatches']}", file=sys.stderr)
+    return 0
 
 
 def main(argv: list[str]) -> int:
@@ -95,8 +135,6 @@ def main(argv: list[str]) -> int:
     if help_all:
         argv = [*argv, "--help"]
     if "--dry-run" in argv:
-        from anchorft.rpsft.recipes import dry_run_main
-
         return dry_run_main(argv)
     if "--estimate" in argv:
         return _estimate(argv)
@@ -109,7 +147,7 @@ def main(argv: list[str]) -> int:
         return report("anchorft train", e)
     from trl import TrlParser
 
-    from anchorft.rpsft.config import RPSFTConfig
+    from anchorft.rpsft.config import RPSFTConfig, ScriptArguments
 
     parser = TrlParser((ScriptArguments, RPSFTConfig), prog="anchorft train")
     try:
@@ -157,7 +195,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _claim(script: ScriptArguments, args, overwrite: bool):
+def _claim(script, args, overwrite: bool):
     """Check and claim the output folder (process 0 only); same config again: resume its last checkpoint."""
     from anchorft.rpsft.checkpoints import last_complete_checkpoint
     from anchorft.runs import check_output_dir, claim_output, config_hash, same_run

@@ -61,8 +61,7 @@ def short_help() -> str:
     """The project's flags, then the TRL fields a fine-tune usually sets; `--help-all` for the rest."""
     from trl import SFTConfig
 
-    from anchorft.commands.train import ScriptArguments
-    from anchorft.rpsft.config import RPSFTConfig
+    from anchorft.rpsft.config import RPSFTConfig, ScriptArguments
 
     inherited = {f.name for f in dataclasses.fields(SFTConfig)}
     all_fields = {f.name: f for f in dataclasses.fields(RPSFTConfig)}

@@ -13,19 +13,18 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from anchorft.eval.answers import MathChecker, default_checker, grade, parse_choices
 from anchorft.eval.metrics import accuracy, avg_at_k, mean_pass_at_k
-from anchorft.io import save_figure, write_text
+from anchorft.io import iter_jsonl, save_figure, write_text
 
 __all__ = [
     "BenchItem",
     "Bench",
     "benchmarks_dir",
-    "iter_jsonl",
     "load_bench",
     "read_responses",
     "score_bench",
@@ -63,38 +62,6 @@ def benchmarks_dir() -> Path:
     if env:
         return Path(env)
     return Path(__file__).resolve().parents[3].parent / "shared" / "benchmarks"
-
-
-def iter_jsonl(
-    path: str | Path, skip_bad: bool = False, bad: list[str] | None = None
-) -> Iterator[tuple[int, int, dict]]:
-    """Yield (index, line number, object) for each non-blank line of a JSONL file.
-
-    A line that is not a JSON object raises ValueError naming the file and line, or with `skip_bad`
-    is skipped and described in `bad`.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such JSONL file: {path}")
-    index = 0
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                if not isinstance(obj, dict):
-                    raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
-            except ValueError as e:
-                msg = f"{path}: line {lineno}: malformed JSON line ({e})"
-                if not skip_bad:
-                    raise ValueError(msg + "; pass --skip-bad to skip such lines") from None
-                if bad is not None:
-                    bad.append(f"line {lineno}: {e}")
-                index += 1
-                continue
-            yield index, lineno, obj
-            index += 1
 
 
 def _item(index: int, lineno: int, obj: dict) -> BenchItem:

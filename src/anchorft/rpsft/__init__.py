@@ -1,31 +1,26 @@
 """Rotation-preserving SFT (Jin et al., arXiv:2605.10973) for transformers and TRL.
 
-Public API (imported lazily, so that `anchorft.rpsft.subspace` stays light for the w2s simulator):
-`SubspaceAnchor`, `RPSFTConfig`, `RPSFTTrainer`, the losses of `anchorft.rpsft.losses`, and the
-modules `anchorft.rpsft.train` (`train.train(args, model, train_dataset, ...)`) and
-`anchorft.rpsft.estimate` (`estimate.estimate(config, rank, ...)`).
+Public API: `SubspaceAnchor`, `RPSFTConfig` and `RPSFTTrainer` (they run every fine-tuning method
+of the methods table, `anchorft.rpsft.methods`, not only RPSFT), the losses of
+`anchorft.rpsft.losses`, and the modules `anchorft.rpsft.train` (`train.train(args, model,
+train_dataset, ...)`) and `anchorft.rpsft.estimate` (`estimate.estimate(config, rank, ...)`).
+The anchor's maths lives one floor down, in `anchorft.subspace`.
 """
 
 from __future__ import annotations
 
-import importlib
+from anchorft.rpsft.anchor import SubspaceAnchor, select_parameters
+from anchorft.rpsft.config import RPSFTConfig
+from anchorft.rpsft.losses import dft_loss, iw_sft_loss, iw_sft_weights, nll_loss
+from anchorft.rpsft.trainer import RPSFTTrainer
 
-_LAZY = {
-    "SubspaceAnchor": "anchorft.rpsft.anchor",
-    "select_parameters": "anchorft.rpsft.anchor",
-    "RPSFTConfig": "anchorft.rpsft.config",
-    "RPSFTTrainer": "anchorft.rpsft.trainer",
-    "nll_loss": "anchorft.rpsft.losses",
-    "dft_loss": "anchorft.rpsft.losses",
-    "iw_sft_loss": "anchorft.rpsft.losses",
-    "iw_sft_weights": "anchorft.rpsft.losses",
-}
-
-__all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        module = importlib.import_module(_LAZY[name])
-        return getattr(module, name)
-    raise AttributeError(f"module 'anchorft.rpsft' has no attribute {name!r}")
+__all__ = [
+    "RPSFTConfig",
+    "RPSFTTrainer",
+    "SubspaceAnchor",
+    "dft_loss",
+    "iw_sft_loss",
+    "iw_sft_weights",
+    "nll_loss",
+    "select_parameters",
+]

@@ -9,7 +9,7 @@ with U_0 (m x k), V_0 (n x k) the top-k singular bases of the pretrained W_0. A 
 k >= min(m, n) falls back to the full L2 anchor ||W - W_0||_F^2 (then W_0 itself is stored); the SVD
 branch keeps only U_0, V_0 and the k x k block: (m + n) k + k^2 numbers, no copy of W_0.
 
-The per-matrix maths lives in `anchorft.rpsft.subspace`; this module selects matrices, stores the
+The per-matrix maths lives in `anchorft.subspace`; this module selects matrices, stores the
 bases, applies the penalty and its closed-form gradient (also on row-sharded DTensor parameters, as
 FSDP2 holds them) and saves / loads the anchor (safetensors + JSON). DeepSpeed ZeRO-3 parameters
 (partitioned flat, outside the forward pass) are gathered one matrix at a time
@@ -32,7 +32,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from anchorft.rpsft.subspace import block_residual, reference_block, top_k_bases
+from anchorft.subspace import block_residual, reference_block, top_k_bases
 
 __all__ = ["SubspaceAnchor", "AnchorEntry", "select_parameters", "weights_fingerprint"]
 

@@ -1,4 +1,6 @@
-"""`RPSFTConfig`: TRL's SFTConfig plus the method and the anchor's settings (defaults from the paper)."""
+"""`RPSFTConfig`: TRL's SFTConfig plus the method and the anchor's settings (defaults from the paper).
+
+It configures every method of the methods table (`anchorft.rpsft.methods`), not only RPSFT."""
 
 from __future__ import annotations
 
@@ -8,16 +10,32 @@ from dataclasses import dataclass, field
 import torch
 from trl import SFTConfig
 
-from anchorft.rpsft.losses import METHODS
+from anchorft.rpsft.methods import METHODS, get_method
 
-__all__ = ["RPSFTConfig"]
+__all__ = ["RPSFTConfig", "ScriptArguments"]
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
+class ScriptArguments:
+    """The model and data of `anchorft train` (parsed by TrlParser beside `RPSFTConfig`)."""
+
+    model_name_or_path: str | None = field(default=None, metadata={"help": "Model: a local path or hub name."})
+    dataset: str | None = field(
+        default=None,
+        metadata={"help": "Training data: .jsonl / .json / .parquet file, save_to_disk folder, or hub name."},
+    )
+    eval_dataset: str | None = field(default=None, metadata={"help": "Optional evaluation data (same forms)."})
+    tokenizer_name_or_path: str | None = field(default=None, metadata={"help": "Tokenizer (default: the model's)."})
+
+
+@dataclass
 class RPSFTConfig(SFTConfig):
     """SFTConfig with the fine-tuning method and the subspace anchor (Jin et al., arXiv:2605.10973).
+
+    The name is the paper's, but it runs every method of the table `anchorft.rpsft.methods.METHODS`
+    (sft, dft, iw_sft, l2, rpsft, and any registered one); `method` selects the row.
 
     On a machine without a GPU, `use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False`
     are chosen automatically (TRL would otherwise refuse to start). Every field is checked here, so a
@@ -27,9 +45,9 @@ class RPSFTConfig(SFTConfig):
     method: str = field(
         default="rpsft",
         metadata={
-            "help": "Fine-tuning method: 'sft' (NLL), 'dft' (dynamic fine-tuning), 'iw_sft' (importance-weighted "
-            "SFT, needs a reference model), 'l2' (NLL + lambda ||W - W0||^2), 'rpsft' (NLL + lambda "
-            "||U0^T (W - W0) V0||^2 on the top-k singular subspaces).",
+            "help": "Fine-tuning method (anchorft.rpsft.methods): "
+            + ", ".join(f"'{m.name}' ({m.help})" for m in METHODS.values())
+            + ".",
             "choices": list(METHODS),
         },
     )
@@ -78,10 +96,15 @@ class RPSFTConfig(SFTConfig):
 
     def __post_init__(self):
         self._validate_rpsft_fields()
-        if self.method == "dft":
-            self.loss_type = "dft"
-        elif self.loss_type == "dft":
-            raise ValueError(f"loss_type='dft' conflicts with method={self.method!r}: use method='dft'")
+        spec = get_method(self.method)
+        if spec.loss_type != "nll":
+            self.loss_type = spec.loss_type
+        else:
+            owner = next((m.name for m in METHODS.values() if m.loss_type == self.loss_type != "nll"), None)
+            if owner is not None:
+                raise ValueError(
+                    f"loss_type={self.loss_type!r} conflicts with method={self.method!r}: use method={owner!r}"
+                )
         if not torch.cuda.is_available():
             if self.bf16 or self.fp16 or not self.use_cpu:
                 logger.info("no GPU: using use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False")
@@ -90,8 +113,7 @@ class RPSFTConfig(SFTConfig):
         super().__post_init__()
 
     def _validate_rpsft_fields(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        get_method(self.method)  # ValueError listing the methods
         if isinstance(self.anchor_rank, bool) or not isinstance(self.anchor_rank, int) or self.anchor_rank < 1:
             raise ValueError(f"anchor_rank must be an integer >= 1, got {self.anchor_rank!r}")
         if not isinstance(self.anchor_lambda, (int, float)) or not self.anchor_lambda >= 0:
@@ -112,9 +134,14 @@ class RPSFTConfig(SFTConfig):
             raise ValueError(f"iw_clip must be > 0, got {self.iw_clip!r}")
 
     @property
+    def method_spec(self):
+        """The method's row of the methods table (`anchorft.rpsft.methods.Method`)."""
+        return get_method(self.method)
+
+    @property
     def anchored(self) -> bool:
-        """True for the methods with a weight anchor (rpsft, l2)."""
-        return self.method in ("rpsft", "l2")
+        """True for the methods with a weight anchor (the table's `anchored`: rpsft, l2)."""
+        return self.method_spec.anchored
 
     @property
     def anchor_torch_dtype(self) -> torch.dtype:

@@ -1,5 +1,7 @@
 """Token losses of the methods RPSFT is compared with (pure functions on per-token log-probabilities).
 
+Which method uses which loss is the methods table's business (`anchorft.rpsft.methods`).
+
 Inputs follow TRL's fused LM head: `log_probs` (batch, T) holds log pi_theta(y_t | y_<t) of each
 target token and 0 at ignored positions; `mask` (batch, T) is True on the target tokens. Every loss
 is a sum over tokens divided by `num_items` (the number of target tokens in the whole
@@ -16,9 +18,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["nll_loss", "dft_loss", "iw_sft_weights", "iw_sft_loss", "METHODS"]
-
-METHODS = ("sft", "dft", "iw_sft", "l2", "rpsft")
+__all__ = ["nll_loss", "dft_loss", "iw_sft_weights", "iw_sft_loss"]
 
 
 def _normaliser(mask: torch.Tensor, num_items: torch.Tensor | int | None) -> torch.Tensor:

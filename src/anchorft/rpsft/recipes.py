@@ -1,6 +1,6 @@
-"""The RPSFT paper's recipes (Jin et al., arXiv:2605.10973): composed configs, stand-in models, dry runs.
+"""The RPSFT paper's recipes (Jin et al., arXiv:2605.10973): config composition.
 
-Config composition. A recipe is a YAML file for `anchorft train --config` (TrlParser) that may name
+A recipe is a YAML file for `anchorft train --config` (TrlParser) that may name
 parent files with `_base_: [a.yaml, b.yaml]` (paths relative to the file). Parents are merged in order,
 then the file itself (a later value wins; mappings merge key by key). `configs/rpsft/` holds one
 `_base/base.yaml` (the paper's settings), `_base/models/<model>.yaml` (model, epochs, real config.json),
@@ -10,17 +10,7 @@ Keys starting with `_` are recipe metadata, removed before TrlParser sees the fi
 `resolve_config_argv` turns `--config leaf.yaml` into `--config <flat temp file>` for the train command;
 `write_flat_config(leaf, out)` writes the flat file that plain TRL scripts can read.
 
-Stand-ins. `stand_in_config` scales a real config.json down to a tiny model of the same family and
-matrix names: 2 layers, 2 key/value heads with the real query/key-value head ratio (GQA), head_dim 8,
-the real intermediate/hidden ratio, the real tie_word_embeddings, rope settings and norms, and the vocabulary
-of a byte-level BPE tokenizer trained here with the family's chat-template tokens. The anchor rank scales
-with the width (k * hidden_standin / hidden_real, e.g. 768 -> 12 for Llama-3.1-8B) so that every matrix
-takes the same branch as at full size: SVD block, or the ||W - W0||^2 fallback when k >= min(m, n).
-
-Dry run. `dry_run(config)` runs a recipe end to end for `steps` optimiser steps on the stand-in, on a few
-rows of OpenR1-Math-schema data passed through `anchorft.data.openr1` (the paper's conversational format),
-with every setting of the recipe except: the model and dataset (stand-ins), output_dir, max_steps, the
-scaled anchor rank, and the CPU-safety overrides that RPSFTConfig applies itself without a GPU.
+Stand-in models and the dry run of a recipe are in `anchorft.rpsft.stand_in`.
 """
 
 from __future__ import annotations
@@ -28,87 +18,20 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
-import json
-import math
 import os
 import tempfile
-import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from anchorft.errors import read_yaml, report
-from anchorft.io import write_json, write_text
+from anchorft.errors import read_yaml
+from anchorft.io import write_text
 
-__all__ = [
-    "FAMILIES",
-    "load_recipe",
-    "known_fields",
-    "write_flat_config",
-    "resolve_config_argv",
-    "load_model_config",
-    "find_model_config",
-    "stand_in_config",
-    "stand_in_rank",
-    "build_stand_in",
-    "build_tokenizer",
-    "example_rows",
-    "dry_run",
-    "dry_run_main",
-]
+__all__ = ["META_KEYS", "load_recipe", "known_fields", "write_flat_config", "resolve_config_argv"]
 
 META_KEYS = ("_base_", "_model_config_")
-
-_LLAMA_TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}"
-    "{{ '<|start_header_id|>' + m['role'] + '<|end_header_id|>\n\n' + m['content'] | trim + '<|eot_id|>' }}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
-)
-_QWEN2_TEMPLATE = (
-    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
-
-
-@dataclass(frozen=True)
-class Family:
-    """What a stand-in keeps of a model family: its chat-format tokens (bos, eos, pad) and template."""
-
-    model_type: str
-    specials: tuple[str, ...]
-    bos: str | None
-    eos: str
-    pad: str
-    chat_template: str
-
-
-FAMILIES: dict[str, Family] = {
-    "llama": Family(
-        "llama",
-        (
-            "<|begin_of_text|>",
-            "<|end_of_text|>",
-            "<|start_header_id|>",
-            "<|end_header_id|>",
-            "<|eot_id|>",
-            "<|finetune_right_pad_id|>",
-        ),
-        "<|begin_of_text|>",
-        "<|eot_id|>",
-        "<|finetune_right_pad_id|>",
-        _LLAMA_TEMPLATE,
-    ),
-    "qwen2": Family(
-        "qwen2", ("<|endoftext|>", "<|im_start|>", "<|im_end|>"), None, "<|im_end|>", "<|endoftext|>", _QWEN2_TEMPLATE
-    ),
-}
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# config composition
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -152,8 +75,7 @@ def known_fields() -> dict[str, str]:
 
 
 def _train_dataclasses() -> tuple[type, type]:
-    from anchorft.commands.train import ScriptArguments
-    from anchorft.rpsft.config import RPSFTConfig
+    from anchorft.rpsft.config import RPSFTConfig, ScriptArguments
 
     return ScriptArguments, RPSFTConfig
 
@@ -181,11 +103,13 @@ def load_recipe(path: str | os.PathLike, validate: bool = True) -> tuple[dict[st
                 if key == "warmup_ratio":
                     hint = "; transformers 5 takes a ratio as a float warmup_steps (e.g. warmup_steps: 0.03)"
                 raise ValueError(f"unknown field {key!r} in {origin.get(key, path)}{hint}")
-        from anchorft.rpsft.losses import METHODS
+        from anchorft.rpsft.methods import METHODS
 
         method = merged.get("method", "rpsft")
         if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r} (in {origin.get('method', path)})")
+            raise ValueError(
+                f"method must be one of {tuple(METHODS)}, got {method!r} (in {origin.get('method', path)})"
+            )
     return merged, meta
 
 
@@ -219,353 +143,3 @@ def resolve_config_argv(argv: Sequence[str], tmp_dir: str | os.PathLike | None =
     write_flat_config(path, flat, command=f"anchorft train --config {path}")
     argv[i + 1] = flat
     return argv
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# stand-in models
-
-
-def load_model_config(path: str | os.PathLike) -> dict[str, Any]:
-    """A model's config.json (a file, or a folder holding one), checked to be of a supported family."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / "config.json"
-    if not p.is_file():
-        raise ValueError(f"model config: no config.json at {path}")
-    with open(p) as f:
-        cfg = json.load(f)
-    family = cfg.get("model_type")
-    if family not in FAMILIES:
-        raise ValueError(
-            f"model config {p}: model_type {family!r} is not a supported family; supported: {sorted(FAMILIES)}"
-        )
-    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"):
-        if not isinstance(cfg.get(key), int) or cfg[key] < 1:
-            raise ValueError(f"model config {p}: {key} must be a positive integer, got {cfg.get(key)!r}")
-    return cfg
-
-
-def find_model_config(name: str | None) -> str | None:
-    """config.json for `name`: a local model folder, or configs/models/<hub name's last part, lower case>.json of
-    this repository (e.g. meta-llama/Llama-3.1-8B-Instruct -> configs/models/llama-3.1-8b-instruct.json)."""
-    if not name:
-        return None
-    if (Path(name) / "config.json").is_file():
-        return str(Path(name) / "config.json")
-    candidate = Path(__file__).resolve().parents[3] / "configs" / "models" / f"{Path(name).name.lower()}.json"
-    return str(candidate) if candidate.is_file() else None
-
-
-def stand_in_config(real: dict[str, Any], vocab_size: int, layers: int = 2, kv_heads: int = 2, head_dim: int = 8):
-    """A tiny config of the real model's family: see the module docstring for the scaling rules.
-
-    Returns (transformers config, width scale hidden_standin / hidden_real)."""
-    from transformers import AutoConfig
-
-    heads, hidden = real["num_attention_heads"], real["hidden_size"]
-    kv = real.get("num_key_value_heads") or heads
-    if heads % kv:
-        raise ValueError(f"model config: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}")
-    real_head_dim = real.get("head_dim") or hidden // heads
-    s_kv = min(kv, kv_heads)
-    s_heads = s_kv * (heads // kv)
-    s_hidden = max(1, round(hidden * s_heads * head_dim / (heads * real_head_dim)))
-    s_inter = max(8, 8 * round(s_hidden * real["intermediate_size"] / hidden / 8))
-    cfg = {k: v for k, v in real.items() if k not in ("architectures", "layer_types", "_name_or_path")}
-    cfg.update(
-        hidden_size=s_hidden,
-        num_hidden_layers=min(layers, real["num_hidden_layers"]),
-        num_attention_heads=s_heads,
-        num_key_value_heads=s_kv,
-        head_dim=head_dim,
-        intermediate_size=s_inter,
-        vocab_size=vocab_size,
-    )
-    if "max_window_layers" in cfg:
-        cfg["max_window_layers"] = min(cfg["max_window_layers"], cfg["num_hidden_layers"])
-    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
-        cfg.pop(key, None)  # set from the stand-in tokenizer
-    model_type = cfg.pop("model_type")
-    return AutoConfig.for_model(model_type, **cfg), s_hidden / hidden
-
-
-def stand_in_rank(rank: int, scale: float) -> int:
-    """The anchor rank scaled with the width (at least 1)."""
-    return max(1, round(rank * scale))
-
-
-def build_stand_in(config, tokenizer, seed: int = 0):
-    """A randomly initialised model from `config` (seeded locally: the global RNG state is restored)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    config.bos_token_id = tokenizer.bos_token_id
-    config.eos_token_id = tokenizer.eos_token_id
-    config.pad_token_id = tokenizer.pad_token_id
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    if hasattr(model, "generation_config") and model.generation_config is not None:
-        model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model
-
-
-def build_tokenizer(family: str, texts: Iterable[str], vocab_size: int = 384):
-    """A byte-level BPE tokenizer trained on `texts`, with the family's special tokens and chat template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    if family not in FAMILIES:
-        raise ValueError(f"family {family!r} is not supported; supported: {sorted(FAMILIES)}")
-    spec = FAMILIES[family]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(spec.specials),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(list(texts), trainer)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token=spec.bos,
-        eos_token=spec.eos,
-        pad_token=spec.pad,
-        chat_template=spec.chat_template,
-    )
-
-
-def example_rows(n: int, seed: int = 0) -> list[dict[str, Any]]:
-    """`n` synthetic rows in OpenR1-Math's schema (arithmetic with R1-style traces; a few have a wrong trace
-    first, so the verification path is exercised)."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    rows = []
-    for i in range(n):
-        a, b = (int(x) for x in rng.integers(2, 99, size=2))
-        good = (
-            f"<think>\nWe need {a} times {b}. {a} * {b} = {a * b}.\n</think>\n\nSo the product is \\boxed{{{a * b}}}."
-        )
-        bad = good.replace(f"\\boxed{{{a * b}}}", f"\\boxed{{{a * b + 1}}}")
-        gens = [bad, good] if i % 3 == 2 else [good]
-        rows.append(
-            {
-                "problem": f"Compute {a} \\times {b}.",
-                "solution": f"${a} \\times {b} = {a * b}$",
-                "answer": str(a * b),
-                "problem_type": "Algebra",
-                "question_type": "math-word-problem",
-                "source": "synthetic",
-                "uuid": f"standin-{i}",
-                "is_reasoning_complete": [True] * len(gens),
-                "generations": gens,
-                "correctness_math_verify": [g is good for g in gens],
-                "correctness_llama": None,
-                "finish_reasons": None,
-                "correctness_count": 1,
-                "messages": [
-                    {"role": "user", "content": f"Compute {a} \\times {b}."},
-                    {"role": "assistant", "content": gens[0]},
-                ],
-            }
-        )
-    return rows
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# dry run
-
-
-def _matrix_branches(model, rank: int) -> dict[str, bool]:
-    """{generic parameter name: True if k >= min(m, n) (L2 fallback)} for the anchored matrices."""
-    import re
-
-    out = {}
-    for name, p in model.named_parameters():
-        if p.dim() == 2:
-            out[re.sub(r"\.\d+\.", ".*.", name)] = rank >= min(p.shape)
-    return out
-
-
-def _real_branches(model_config, rank: int) -> dict[str, bool]:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        real = AutoModelForCausalLM.from_config(model_config)
-    return _matrix_branches(real, rank)
-
-
-def dry_run(
-    config: str | os.PathLike,
-    output_dir: str | os.PathLike,
-    steps: int = 2,
-    overrides: dict[str, Any] | None = None,
-    dataset: str | None = None,
-    seed: int = 0,
-    model_config: str | os.PathLike | None = None,
-) -> dict[str, Any]:
-    """Run the recipe `config` for `steps` optimiser steps on a stand-in of its model; return a summary
-    (also written to `output_dir/dry_run.json`). Raises ValueError on a bad recipe, model config or dataset."""
-    import datasets
-    from transformers import AutoConfig, HfArgumentParser
-
-    from anchorft.data.openr1 import select_verified
-    from anchorft.eval.answers import math_equal
-    from anchorft.rpsft.config import RPSFTConfig
-    from anchorft.rpsft.data import load_sft_dataset, validate_sft_dataset
-
-    if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
-    t0 = time.perf_counter()
-    args, meta = load_recipe(config)
-    if overrides:
-        fields = known_fields()
-        bad = [k for k in overrides if k not in fields]
-        if bad:
-            raise ValueError(f"unknown field(s) {bad} in the command-line overrides")
-        args.update(overrides)
-    # the real model's config.json
-    mc = model_config or meta.get("_model_config_") or find_model_config(args.get("model_name_or_path"))
-    if mc is None:
-        raise ValueError(
-            f"{config}: no _model_config_ (path to the real config.json), and model_name_or_path "
-            f"{args.get('model_name_or_path')!r} is neither a local folder nor one of configs/models/; "
-            "the dry run needs the model's config.json (pass --model_config PATH)"
-        )
-    real = load_model_config(mc)
-    family = real["model_type"]
-    # data: the configured dataset's columns are checked when it is on disk; training uses stand-in rows
-    pd_bs = int(args.get("per_device_train_batch_size", 8))
-    accum = int(args.get("gradient_accumulation_steps", 1))
-    n_rows = steps * pd_bs * accum * int(os.environ.get("WORLD_SIZE", "1"))  # enough for `steps` under DDP too
-    data_src = dataset or args.get("dataset")
-    checked_dataset = None
-    if data_src is not None and (dataset is not None or Path(str(data_src)).exists()):
-        ds_real = load_sft_dataset(str(data_src), field="dataset")
-        validate_sft_dataset(ds_real, None, field=f"dataset ({data_src})")
-        checked_dataset = str(data_src)
-    if dataset is not None:
-        train_ds = ds_real.select(range(min(n_rows, len(ds_real))))
-    else:
-        rows, _ = select_verified(
-            example_rows(n_rows + n_rows // 2 + 2, seed), size=n_rows, seed=seed, check=math_equal
-        )
-        train_ds = datasets.Dataset.from_list(rows)
-    # tokenizer and model
-    texts = []
-    for r in train_ds:
-        for key in ("prompt", "completion", "messages"):
-            if isinstance(r.get(key), list):
-                texts += [m["content"] for m in r[key]]
-            elif isinstance(r.get(key), str):
-                texts.append(r[key])
-    tokenizer = build_tokenizer(family, texts)
-    s_cfg, scale = stand_in_config(real, vocab_size=len(tokenizer))
-    model = build_stand_in(s_cfg, tokenizer, seed=seed)
-    real_rank = int(args.get("anchor_rank", 768))
-    script_fields = {f.name for f in dataclasses.fields(_train_dataclasses()[0])}
-    t_args = {k: v for k, v in args.items() if k not in script_fields}
-    # every other setting is the recipe's; logging every step records each step's loss
-    changed = dict(output_dir=str(output_dir), max_steps=steps, logging_steps=1)
-    changed["anchor_rank"] = stand_in_rank(real_rank, scale)
-    t_args.update(changed)
-    (rpsft_args,) = HfArgumentParser(RPSFTConfig).parse_dict(t_args)
-    real_cfg_obj = AutoConfig.for_model(family, **{k: v for k, v in real.items() if k != "model_type"})
-    branches_real = _real_branches(real_cfg_obj, real_rank)
-    branches_stand = _matrix_branches(model, rpsft_args.anchor_rank)
-    from anchorft.rpsft.train import train
-
-    trainer = train(rpsft_args, model, train_ds, tokenizer=tokenizer)
-    hist = trainer.state.log_history
-    losses = [h["loss"] for h in hist if "loss" in h]
-    summary = {
-        "config": str(config),
-        "method": rpsft_args.method,
-        "family": family,
-        "model_config": str(mc),
-        "stand_in": {
-            k: getattr(s_cfg, k)
-            for k in (
-                "hidden_size",
-                "num_hidden_layers",
-                "num_attention_heads",
-                "num_key_value_heads",
-                "head_dim",
-                "intermediate_size",
-                "vocab_size",
-                "tie_word_embeddings",
-            )
-        },
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "anchor_rank": {"recipe": real_rank, "stand_in": rpsft_args.anchor_rank, "scale": scale},
-        "same_branches_as_real": branches_real == branches_stand,
-        "branch_mismatches": sorted(k for k in branches_real if branches_real[k] != branches_stand.get(k)),
-        "fallback_matrices": sorted(k for k, v in branches_stand.items() if v),
-        "matrix_names_match": set(branches_real) == set(branches_stand),
-        "changed_settings": changed,
-        "rows": len(train_ds),
-        "checked_dataset": checked_dataset,
-        "global_step": trainer.state.global_step,
-        "losses": losses,
-        "log_history": hist,
-        "bf16": rpsft_args.bf16,
-        "use_cpu": rpsft_args.use_cpu,
-        "seconds": time.perf_counter() - t0,
-    }
-    if not losses or not all(math.isfinite(x) for x in losses):
-        raise RuntimeError(f"dry run of {config}: non-finite or missing losses {losses}")
-    write_json(Path(output_dir) / "dry_run.json", summary, indent=1, default=str)
-    return summary
-
-
-def dry_run_main(argv: Sequence[str]) -> int:
-    """`anchorft train --config X.yaml --dry-run [--dry_run_steps N] [--output_dir D] [--field value ...]`.
-
-    For the train command: `if "--dry-run" in argv: return dry_run_main(argv)`. Any other `--field value`
-    pair overrides the recipe (validated like the recipe's own keys)."""
-    import argparse
-    import sys
-
-    p = argparse.ArgumentParser(prog="anchorft train --dry-run")
-    p.add_argument("--config", required=True)
-    p.add_argument("--dry-run", action="store_true")
-    p.add_argument("--dry_run_steps", "--dry-run-steps", type=int, default=2)
-    p.add_argument("--output_dir", default=None, help="default: a fresh temporary folder")
-    p.add_argument("--dataset", default=None, help="train on the first rows of this local dataset instead")
-    p.add_argument("--model_config", default=None, help="the real config.json (default: the recipe's)")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (a tiny model: 1 is fastest)")
-    ns, rest = p.parse_known_args(list(argv))
-    if len(rest) % 2 or not all(r.startswith("--") for r in rest[::2]):
-        p.error(f"overrides must be --field value pairs, got {rest}")
-    overrides = {k[2:]: yaml.safe_load(v) for k, v in zip(rest[::2], rest[1::2])}
-    out = ns.output_dir or tempfile.mkdtemp(prefix="anchorft-dry-run-")
-    import torch
-
-    torch.set_num_threads(ns.threads)
-    try:
-        s = dry_run(
-            ns.config,
-            out,
-            steps=ns.dry_run_steps,
-            overrides=overrides,
-            dataset=ns.dataset,
-            model_config=ns.model_config,
-        )
-    except ValueError as err:
-        return report("anchorft train --dry-run", err)
-    si = s["stand_in"]
-    print(
-        f"dry run OK: {s['config']} ({s['method']}, {s['family']}) on a stand-in of {s['parameters']:,} parameters "
-        f"(hidden {si['hidden_size']}, {si['num_hidden_layers']} layers, {si['num_attention_heads']}/"
-        f"{si['num_key_value_heads']} heads, intermediate {si['intermediate_size']}, vocab {si['vocab_size']}); "
-        f"anchor_rank {s['anchor_rank']['recipe']} -> {s['anchor_rank']['stand_in']}; "
-        f"{s['global_step']} steps, losses {[round(x, 4) for x in s['losses']]}; {s['seconds']:.1f} s; "
-        f"summary in {out}/dry_run.json"
-    )
-    if not s["same_branches_as_real"]:
-        print(f"note: SVD/fallback branch differs from full size for {s['branch_mismatches']}", file=sys.stderr)
-    return 0

@@ -92,7 +92,7 @@ def make_reward_func(reward_fn: Callable[[str, str], float] = boxed_math_reward)
 def load_rl_dataset(path: str | Path, skip_bad: bool = False, limit: int | None = None) -> list[dict]:
     """Prompts + answers from JSONL: the paper's benchmark format (prompt messages,
     reward_model.ground_truth) or {"prompt": str | messages, "answer": str}."""
-    from anchorft.eval.benchmarks import iter_jsonl
+    from anchorft.io import iter_jsonl
 
     rows: list[dict] = []
     bad: list[str] = []

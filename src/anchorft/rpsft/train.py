@@ -75,7 +75,7 @@ def train(
 ) -> RPSFTTrainer:
     """Fine-tune `model` with `args.method` and return the trainer after `trainer.train()`.
 
-    - args: an `RPSFTConfig` (method "sft" | "dft" | "iw_sft" | "l2" | "rpsft", anchor_* and iw_* fields;
+    - args: an `RPSFTConfig` (method: a row of `anchorft.rpsft.methods.METHODS`, anchor_* and iw_* fields;
       its fields are validated when it is built; CPU-safe settings are chosen there when no GPU is present).
     - model: a PreTrainedModel, or a local path / hub name loaded with AutoModelForCausalLM
       (trust_remote_code only if `args.trust_remote_code`).
@@ -84,7 +84,7 @@ def train(
     - tokenizer: defaults to the model's own (a PreTrainedTokenizerFast saved by `tokenizers` is
       loaded as such). Without a pad token, the eos token pads.
     - ref_model: the frozen IW-SFT reference (a model or path); else `args.iw_ref_model` ("copy" for a
-      frozen copy of the starting model). Required for method "iw_sft".
+      frozen copy of the starting model). Required for methods that need a reference (iw_sft).
 
     Everything is checked before training: the dataset's columns, the anchor targets (a ValueError
     listing the names available), the reference model. rpsft anchors rank `args.anchor_rank`; l2 is
@@ -95,9 +95,9 @@ def train(
         raise ValueError(f"args must be an RPSFTConfig, got {type(args).__name__}")
     train_ds = load_sft_dataset(train_dataset, field="train_dataset")
     eval_ds = load_sft_dataset(eval_dataset, split="test", field="eval_dataset") if eval_dataset is not None else None
-    if args.method == "iw_sft" and ref_model is None and args.iw_ref_model is None:
+    if args.method_spec.needs_reference and ref_model is None and args.iw_ref_model is None:
         raise ValueError(
-            "method='iw_sft' needs a reference model: pass ref_model=, or set iw_ref_model "
+            f"method={args.method!r} needs a reference model: pass ref_model=, or set iw_ref_model "
             "(a path / hub name, or 'copy' for a frozen copy of the starting model)"
         )
     model_obj = load_model(model, args)
@@ -116,7 +116,7 @@ def train(
     if args.anchored:
         select_parameters(model_obj, args.anchor_targets, args.anchor_include_embeddings)
     ref = None
-    if args.method == "iw_sft":
+    if args.method_spec.needs_reference:
         spec = ref_model if ref_model is not None else args.iw_ref_model
         ref_dtype = torch.bfloat16 if args.bf16 else None
         ref = frozen_copy(model_obj, ref_dtype) if spec == "copy" else load_model(spec, args, field="ref_model")

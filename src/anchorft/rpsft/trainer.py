@@ -1,4 +1,5 @@
-"""`RPSFTTrainer`: TRL's SFTTrainer with the RPSFT anchor and the DFT / IW-SFT / L2 baselines.
+"""`RPSFTTrainer`: TRL's SFTTrainer running every method of the methods table (`anchorft.rpsft.methods`):
+the RPSFT anchor and the DFT / IW-SFT / L2 baselines, and any registered method.
 
 Once per optimiser step. transformers' loop runs `training_step` for each micro-batch and, after the
 last one (`accelerator.sync_gradients` is True; under DDP the backward of that micro-batch has just
@@ -29,7 +30,6 @@ from anchorft.io import write_json
 from anchorft.rpsft.anchor import SubspaceAnchor, select_parameters
 from anchorft.rpsft.checkpoints import ANCHOR_META, anchor_meta, last_complete_checkpoint, resume_anchor
 from anchorft.rpsft.config import RPSFTConfig
-from anchorft.rpsft.losses import iw_sft_loss
 
 __all__ = ["RPSFTTrainer", "ANCHOR_DIR"]
 
@@ -38,13 +38,16 @@ ANCHOR_DIR = "anchor"
 
 
 class RPSFTTrainer(SFTTrainer):
-    """SFTTrainer applying `args.method` ("sft", "dft", "iw_sft", "l2", "rpsft").
+    """SFTTrainer applying `args.method`: any row of the methods table (sft, dft, iw_sft, l2, rpsft, or one
+    registered with `anchorft.rpsft.methods.register`), not only RPSFT. What it does per method is read from
+    the table: TRL's loss type, a custom loss, a reference model, the anchor and its rank.
 
-    Extra arguments: `ref_model` (frozen reference, required by iw_sft) and `anchor` (a precomputed
-    `SubspaceAnchor`; otherwise built from the model's weights when training starts, or reloaded from
-    the checkpoint on resume, never recomputed from tuned weights). The anchor is saved in every
-    checkpoint under `checkpoint-N/anchor/`. Logs `anchor/penalty` (R without lambda) and
-    `anchor/drift_max` (max over matrices of ||D||_F / ||S_ref||_F) and, for iw_sft, `iw/weight_mean`.
+    Extra arguments: `ref_model` (frozen reference, required by methods that need one, e.g. iw_sft) and
+    `anchor` (a precomputed `SubspaceAnchor`; otherwise built from the model's weights when training
+    starts, or reloaded from the checkpoint on resume, never recomputed from tuned weights). The anchor is
+    saved in every checkpoint under `checkpoint-N/anchor/`. Logs `anchor/penalty` (R without lambda),
+    `anchor/drift_max` (max over matrices of ||D||_F / ||S_ref||_F) and the mean of each per-sequence
+    tensor a custom loss returns (iw_sft: `iw/weight_mean`).
     """
 
     def __init__(
@@ -58,9 +61,9 @@ class RPSFTTrainer(SFTTrainer):
     ):
         if not isinstance(args, RPSFTConfig):
             raise ValueError(f"args must be an RPSFTConfig, got {type(args).__name__}")
-        if args.method == "iw_sft" and ref_model is None:
+        if args.method_spec.needs_reference and ref_model is None:
             raise ValueError(
-                "method='iw_sft' needs a reference model: pass ref_model=, or set iw_ref_model "
+                f"method={args.method!r} needs a reference model: pass ref_model=, or set iw_ref_model "
                 "(a path, or 'copy' for a frozen copy of the starting model) when using anchorft.rpsft.train"
             )
         super().__init__(model, args, *pos, **kwargs)
@@ -81,7 +84,7 @@ class RPSFTTrainer(SFTTrainer):
             if self.is_fsdp_enabled and getattr(self.accelerator.state.fsdp_plugin, "fsdp_version", 1) != 2:
                 raise ValueError("RPSFT under FSDP needs fsdp_version 2 (DTensor parameters, sharded by rows)")
         self.ref_model = None
-        if args.method == "iw_sft":
+        if args.method_spec.needs_reference:
             ref_model.eval().requires_grad_(False)
             ref_model.to(self.args.device)
             add_fused_lm_head(ref_model)
@@ -93,7 +96,7 @@ class RPSFTTrainer(SFTTrainer):
         """The anchor (built from the current weights on first access for rpsft / l2; None otherwise)."""
         if self._anchor is None and self.args.anchored:
             a = self.args
-            rank = a.anchor_rank if a.method == "rpsft" else 2**62  # l2: full rank everywhere
+            rank = 2**62 if a.method_spec.full_rank else a.anchor_rank  # l2: full rank everywhere
             gen = torch.Generator(device=self.model.device.type).manual_seed(a.seed)
             self._anchor = SubspaceAnchor.from_model(
                 self.model,
@@ -178,8 +181,8 @@ class RPSFTTrainer(SFTTrainer):
         return loss
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if self.args.method == "iw_sft" and self.model.training:
-            loss = self._iw_sft_loss(model, inputs, num_items_in_batch)
+        if self.args.method_spec.loss is not None and self.model.training:
+            loss = self._method_loss(model, inputs, num_items_in_batch)
             outputs = None
         else:
             res = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
@@ -200,26 +203,24 @@ class RPSFTTrainer(SFTTrainer):
             self._anchor_last = self.anchor.summarize(terms)
         return (loss, outputs) if return_outputs else loss
 
-    def _iw_sft_loss(self, model, inputs, num_items_in_batch):
+    def _method_loss(self, model, inputs, num_items_in_batch):
+        """The method's custom loss on per-token log-probabilities (TRL's fused LM head), with the reference
+        model's when the method needs one."""
         inputs = {**inputs, "use_cache": False}
         outputs = model(**inputs, fused_lm_head=True)
-        with torch.no_grad():
-            ref = self.ref_model(**inputs, fused_lm_head=True)
+        ref_log_probs = None
+        if self.ref_model is not None:
+            with torch.no_grad():
+                ref_log_probs = self.ref_model(**inputs, fused_lm_head=True).log_probs
         mask = (
             outputs.label_mask if getattr(outputs, "label_mask", None) is not None else inputs["labels"][:, 1:] != -100
         )
-        loss, w = iw_sft_loss(
-            outputs.log_probs,
-            ref.log_probs,
-            mask,
-            num_items=num_items_in_batch,
-            temperature=self.args.iw_temperature,
-            clip=self.args.iw_clip,
-        )
+        loss, logs = self.args.method_spec.loss(self.args, outputs.log_probs, mask, num_items_in_batch, ref_log_probs)
         # like SFTTrainer: num_items_in_batch counts every rank's tokens and DDP averages the gradients
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
             loss = loss * self.accelerator.num_processes
-        self._metrics["train"]["iw/weight_mean"].append(self.accelerator.gather_for_metrics(w).mean().item())
+        for name, value in logs.items():
+            self._metrics["train"][name].append(self.accelerator.gather_for_metrics(value).mean().item())
         return loss
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:

@@ -24,17 +24,15 @@ import yaml
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM
 
-from anchorft.errors import check_keys, check_types, read_yaml
+from anchorft.dataclass_yaml import read_yaml_mapping, update
 from anchorft.io import write_json
+from anchorft.rpsft.methods import METHODS, RUN_KEYS, get_method
 from anchorft.toy import skills as sk
 from anchorft.toy.evaluate import EvalSettings, build_eval_sets, evaluate_toy
 from anchorft.toy.pretrain import PretrainConfig, pretrained_model
 from anchorft.toy.report import mean_over_seeds, write_report, write_tradeoff_plot
 
 __all__ = ["CompareConfig", "RunSpec", "PRESETS", "load_config", "expand_sweeps", "finetune_dataset", "run_compare"]
-
-METHODS = ("sft", "dft", "iw_sft", "l2", "rpsft")
-RUN_KEYS = ("anchor_rank", "anchor_lambda", "anchor_targets", "anchor_include_embeddings", "learning_rate")
 
 
 @dataclass
@@ -77,9 +75,9 @@ class CompareConfig:
             raise ValueError(f"runs: names must be unique and not 'base', got {names}")
         for r in self.runs:
             if r.method not in METHODS:
-                raise ValueError(f"runs[{r.name}].method: must be one of {METHODS}, got {r.method!r}")
-            if r.method == "rpsft" and not r.anchor_rank:
-                raise ValueError(f"runs[{r.name}].anchor_rank: rpsft needs a rank")
+                raise ValueError(f"runs[{r.name}].method: must be one of {tuple(METHODS)}, got {r.method!r}")
+            if get_method(r.method).uses_rank and not r.anchor_rank:
+                raise ValueError(f"runs[{r.name}].anchor_rank: {r.method} needs a rank")
         if self.id_skill not in sk.ID_SKILLS:
             raise ValueError(f"id_skill: must be one of {sk.ID_SKILLS}, got {self.id_skill!r}")
         if not self.seeds:
@@ -111,78 +109,67 @@ def _default_runs(ranks: list[int], l2_lambda: float | None = None) -> list[RunS
     return runs
 
 
-def _smoke() -> CompareConfig:
-    pre = PretrainConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, steps=60, batch_size=20,
-                         eval_items=10)  # fmt: skip
-    return CompareConfig(
-        pretrain=pre,
-        runs=_default_runs([2, paper_rank(32)]),
-        seeds=[0],
-        finetune_items=64,
-        max_steps=4,
-        batch_size=16,
-        eval=EvalSettings(n_samples=2, k=2, id_items=12, ood_items=8, max_new_tokens=12),
-    )
-
-
 def _width_runs(hidden_size: int) -> list[RunSpec]:
-    # l2 at lambda 0.01: its sum runs over every direction of every matrix, and at lambda 1 it does not move
-    # (session 1); rpsft at the paper's lambda 1 and rank (768/4096 of the width: 24 at 128) and a third of it.
+    # l2 at lambda 0.01: its sum runs over every direction of every matrix, and at lambda 1 it does not move;
+    # rpsft at the paper's lambda 1 and rank (768/4096 of the width: 24 at 128) and a third of it.
     k = paper_rank(hidden_size)
     return _default_runs([max(1, k // 3), k], l2_lambda=0.01)
 
 
-def _default() -> CompareConfig:
-    pre = PretrainConfig()
-    return CompareConfig(pretrain=pre, runs=_width_runs(pre.hidden_size), seeds=[0, 1, 2])
-
-
-PRESETS = {"smoke": _smoke, "default": _default}
+PRESET_DIR = Path(__file__).resolve().parents[3] / "configs" / "toy"
+# the presets are the YAML files of configs/toy/, loaded by name (`smoke`, `default`, `sweep`, ...) or by path
+PRESETS = tuple(sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
 
 
 def _to_plain(cfg: CompareConfig) -> dict:
     return dataclasses.asdict(cfg)
 
 
+def _preset_path(name: str) -> Path:
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return path
+    if (PRESET_DIR / f"{name}.yaml").is_file():
+        return PRESET_DIR / f"{name}.yaml"
+    raise ValueError(f"preset: {name!r} is neither a preset {list(PRESETS)} nor a YAML file")
+
+
+def _merged_mapping(spec: dict, chain: tuple[str, ...] = ()) -> tuple[dict, bool]:
+    """(the mapping of `spec` over its `preset:` base, recursively; whether any level set `runs`)."""
+    spec = dict(spec)
+    base_name = spec.pop("preset", None)
+    merged: dict = {}
+    has_runs = False
+    if base_name is not None:
+        path = _preset_path(str(base_name))
+        if str(path.resolve()) in chain:
+            raise ValueError(f"preset: {base_name!r} names itself through {list(chain)}")
+        merged, has_runs = _merged_mapping(read_yaml_mapping(path, "preset"), chain + (str(path.resolve()),))
+    for key, value in spec.items():  # nested sections (pretrain, eval) merge key by key
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged, has_runs or "runs" in spec
+
+
 def load_config(spec: str | dict | CompareConfig) -> CompareConfig:
-    """A CompareConfig from a preset name, a YAML path, a dict (preset "base" + overrides) or itself."""
+    """A CompareConfig from a preset name (configs/toy/NAME.yaml), a YAML path, a dict, or itself.
+
+    A mapping may name a base preset with `preset: NAME`; its own keys override the base's (nested sections key
+    by key) and are coerced to the fields' types (`anchorft.dataclass_yaml`; unknown keys are a ValueError with
+    the closest known ones). Without `runs` anywhere in the chain, the runs follow the width: sft, dft, iw_sft,
+    l2 (lambda 0.01) and rpsft at the paper's rank scaled to `pretrain.hidden_size` and at a third of it."""
     if isinstance(spec, CompareConfig):
         return copy.deepcopy(spec)
-    if isinstance(spec, str) and spec in PRESETS:
-        return PRESETS[spec]()
-    where = "config"
     if isinstance(spec, str):
-        path = Path(spec)
-        if not path.is_file():
-            raise ValueError(f"preset: {spec!r} is neither a preset {sorted(PRESETS)} nor a YAML file")
-        spec = read_yaml(path, what="preset") or {}
-        where = f"{path}: config"
+        spec = {"preset": spec}
     if not isinstance(spec, dict):
         raise ValueError(f"preset: expected a name, a YAML path or a dict, got {type(spec).__name__}")
-    spec = dict(spec)
-    preset = spec.pop("preset", "default")
-    if preset not in PRESETS:
-        raise ValueError(f"preset: must be one of {sorted(PRESETS)}, got {preset!r}")
-    cfg = PRESETS[preset]()
-    known = {f.name for f in dataclasses.fields(CompareConfig)}
-    for key, value in spec.items():
-        if key not in known:
-            raise ValueError(f"{where}: unknown field {key!r}; known: {sorted(known)}")
-        if key == "pretrain":
-            cfg.pretrain = dataclasses.replace(cfg.pretrain, **check_keys(value, PretrainConfig, f"{where}.pretrain"))
-        elif key == "eval":
-            cfg.eval = dataclasses.replace(cfg.eval, **check_keys(value, EvalSettings, f"{where}.eval"))
-        elif key == "runs":
-            if not isinstance(value, list):
-                raise ValueError(f"{where}.runs: expected a list of runs, got {type(value).__name__}")
-            cfg.runs = [RunSpec(**check_keys(r, RunSpec, f"{where}.runs[{i}]")) for i, r in enumerate(value)]
-        else:
-            setattr(cfg, key, value)
-    if preset == "default" and "runs" not in spec:  # the rank sweep follows a width set by the file
+    merged, has_runs = _merged_mapping(spec)
+    cfg = update(CompareConfig(), merged, "toy compare config")
+    if not has_runs:  # the rank sweep follows the width
         cfg.runs = _width_runs(cfg.pretrain.hidden_size)
-    check_types(cfg, where)
-    for i, r in enumerate(cfg.runs):
-        check_types(r, f"{where}.runs[{i}]")
     return cfg
 
 
@@ -198,8 +185,9 @@ def _parse_value(text: str):
 def expand_sweeps(runs: list[RunSpec], sweeps: list[str]) -> list[RunSpec]:
     """Expand runs by `key=v1,v2,...` sweeps (product over sweeps).
 
-    anchor_* keys apply to the anchored methods (l2, rpsft; anchor_rank to rpsft only), learning_rate
-    to every method. A run that a sweep applies to becomes one run per value, named NAME-key=value.
+    A key applies to the runs whose method lists it in the methods table's `sweep_keys` (anchor_* keys to
+    the anchored methods l2 and rpsft, anchor_rank to rpsft only, learning_rate to every method). A run
+    that a sweep applies to becomes one run per value, named NAME-key=value.
     """
     parsed = []
     for s in sweeps:
@@ -213,12 +201,7 @@ def expand_sweeps(runs: list[RunSpec], sweeps: list[str]) -> list[RunSpec]:
     for key, values in parsed:
         new = []
         for r in out:
-            applies = (
-                key == "learning_rate"
-                or (key == "anchor_rank" and r.method == "rpsft")
-                or (key != "anchor_rank" and key.startswith("anchor_") and r.method in ("l2", "rpsft"))
-            )
-            if not applies:
+            if key not in get_method(r.method).sweep_keys:
                 new.append(r)
                 continue
             short = {"anchor_lambda": "lam", "learning_rate": "lr", "anchor_targets": "tgt"}.get(key, "emb")
@@ -273,9 +256,10 @@ def _train_args(cfg: CompareConfig, run: RunSpec, seed: int, out: Path):
         anchor_targets=pick("anchor_targets"),
         anchor_include_embeddings=pick("anchor_include_embeddings"),
     )
-    if run.method == "rpsft":
+    method = get_method(run.method)
+    if method.uses_rank:
         kw["anchor_rank"] = run.anchor_rank
-    if run.method == "iw_sft":
+    if method.needs_reference:
         kw["iw_ref_model"] = "copy"
     return RPSFTConfig(**kw)
 
@@ -343,7 +327,7 @@ def run_compare(
     if methods:
         bad = [m for m in methods if m not in METHODS and m not in {r.name for r in cfg.runs}]
         if bad:
-            raise ValueError(f"methods: unknown {bad}; choose from {METHODS} or run names")
+            raise ValueError(f"methods: unknown {bad}; choose from {tuple(METHODS)} or run names")
         cfg.runs = [r for r in cfg.runs if r.method in methods or r.name in methods]
     cfg.runs = expand_sweeps(cfg.runs, list(sweep or []))
     cfg.validate()

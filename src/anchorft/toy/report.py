@@ -134,12 +134,13 @@ def write_tradeoff_plot(results: dict, path: str | Path) -> None:
     base = results["base"]
     # a merged report (sweeps) gets more room for its labels
     fig, ax = plt.subplots(figsize=(7, 5) if len(results["methods"]) <= 10 else (11, 8))
-    colours = {"sft": "C0", "dft": "C1", "iw_sft": "C2", "l2": "C3", "rpsft": "C4"}
+    from anchorft.rpsft.methods import METHODS
+
     for name, m in results["methods"].items():
         seeds = m["per_seed"]
         gains = np.array([100 * (s["id_greedy"] - base["id_greedy"]) for s in seeds])
         keep = np.array([s["ood_mean"] / max(base["ood_mean"], 1e-9) for s in seeds])
-        c = colours.get(m["method"], "k")
+        c = METHODS[m["method"]].colour if m["method"] in METHODS else "k"
         ax.errorbar(keep.mean(), gains.mean(), xerr=keep.std(), yerr=gains.std(), fmt="o", color=c, capsize=3)
         ax.scatter(keep, gains, s=8, color=c, alpha=0.35)
         ax.annotate(name, (keep.mean(), gains.mean()), textcoords="offset points", xytext=(4, 4), fontsize=7)

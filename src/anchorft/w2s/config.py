@@ -11,14 +11,13 @@ import dataclasses
 import math
 import os
 import tempfile
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from anchorft.errors import read_yaml
+from anchorft.dataclass_yaml import read_yaml_mapping, update
 from anchorft.w2s.hermite import TRANSFORMS, get_activation
 
 __all__ = ["W2SConfig", "load_config", "apply_overrides", "preset_path", "save_config", "config_hash"]
@@ -144,61 +143,10 @@ class W2SConfig:
         return dataclasses.asdict(self)
 
 
-_FIELDS = {f.name: f for f in dataclasses.fields(W2SConfig)}
-_HINTS = typing.get_type_hints(W2SConfig)
-
-
-def _coerce(name: str, value: Any) -> Any:
-    """Coerce a YAML/CLI value to the type of field `name` (lists from 'a,b' strings or YAML lists)."""
-    hint = _HINTS[name]
-    origin = typing.get_origin(hint)
-    if origin is list:
-        (inner,) = typing.get_args(hint)
-        if isinstance(value, str):
-            parsed = yaml.safe_load(value) if value.strip().startswith("[") else value.split(",")
-            value = parsed if isinstance(parsed, list) else [parsed]
-        if not isinstance(value, list):
-            value = [value]
-        return [_coerce_scalar(name, inner, v) for v in value]
-    return _coerce_scalar(name, hint, value)
-
-
-def _coerce_scalar(name: str, typ: type, value: Any) -> Any:
-    try:
-        if typ is bool:
-            return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
-        if typ is int:
-            if isinstance(value, str):
-                f = float(value)
-                if f != int(f):
-                    raise ValueError
-                return int(f)
-            if isinstance(value, float) and value != int(value):
-                raise ValueError
-            return int(value)
-        if typ is float:
-            return float(value)
-        return str(value).strip()
-    except (TypeError, ValueError):
-        raise ValueError(f"invalid w2s config: {name}={value!r} is not a valid {typ.__name__}") from None
-
-
 def apply_overrides(config: W2SConfig, overrides: dict[str, Any] | list[str]) -> W2SConfig:
-    """Return a copy with overrides applied: a dict, or 'key=value' strings. Unknown keys raise ValueError."""
-    if isinstance(overrides, list):
-        items = {}
-        for item in overrides:
-            if "=" not in item:
-                raise ValueError(f"override {item!r} must look like key=value")
-            k, v = item.split("=", 1)
-            items[k.strip()] = v
-        overrides = items
-    values = config.to_dict()
-    for k, v in overrides.items():
-        if k not in _FIELDS:
-            raise ValueError(f"unknown w2s config key {k!r}; known keys: {', '.join(sorted(_FIELDS))}")
-        values[k] = _coerce(k, v)
-    return W2SConfig(**values)
+    """Return a copy with overrides applied: a dict, or 'key=value' strings, coerced to the fields' types
+    (`anchorft.dataclass_yaml`). Unknown keys raise ValueError with the closest known keys."""
+    return update(config, overrides, "w2s config")
 
 
 def preset_path(preset: str) -> Path:
@@ -217,10 +165,7 @@ def load_config(preset: str | None = None, overrides: dict[str, Any] | list[str]
     """Defaults, then the preset's YAML (if any), then overrides; validated."""
     config = W2SConfig()
     if preset is not None:
-        data = read_yaml(preset_path(preset), what="preset") or {}
-        if not isinstance(data, dict):
-            raise ValueError(f"preset {preset!r} must be a YAML mapping")
-        config = apply_overrides(config, data)
+        config = apply_overrides(config, read_yaml_mapping(preset_path(preset), "preset"))
     if overrides:
         config = apply_overrides(config, overrides)
     return config.validate()

@@ -11,7 +11,7 @@ with eta_t = eta N_kappa / (c s) under W2S and eta N_kappa / (c d) under SFT (de
 
 W2S labels y = T(clip(f_weak(x))), inputs from the generative distribution; SFT labels y = pi_kappa
 sigma*_kappa(theta_kappa^T x), isotropic inputs; "sft_anchor" adds anchor_weight * dR/dW of the RPSFT penalty
-R(W) = ||U_0^T (W - W_0) V_0||_F^2 on the first layer (anchorft.rpsft.subspace).
+R(W) = ||U_0^T (W - W_0) V_0||_F^2 on the first layer (anchorft.subspace).
 
 Reduced representation at lambda = 1: every input is x = B z, so every gradient lies in V_kappa and a neuron
 stays w_j = r_j p_j + B c_j with p_j = (I - B B^T) w_j(0) fixed: the step only updates c_j (s numbers) and the
@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from anchorft.rpsft.subspace import reference_block, subspace_penalty_grad, top_k_bases
+from anchorft.subspace import reference_block, subspace_penalty_grad, top_k_bases
 from anchorft.w2s.config import W2SConfig
 from anchorft.w2s.fused import ReducedStepper
 from anchorft.w2s.hermite import Activation, get_activation

@@ -11,18 +11,17 @@ import pytest
 import torch
 import yaml
 
-from anchorft.rpsft import recipes
-from anchorft.rpsft.recipes import (
+from anchorft.commands.train import dry_run_main
+from anchorft.rpsft import methods as methods_table
+from anchorft.rpsft import recipes, stand_in
+from anchorft.rpsft.recipes import load_recipe, resolve_config_argv, write_flat_config
+from anchorft.rpsft.stand_in import (
     build_stand_in,
-    build_tokenizer,
+    build_stand_in_tokenizer,
     dry_run,
-    dry_run_main,
     load_model_config,
-    load_recipe,
-    resolve_config_argv,
     stand_in_config,
     stand_in_rank,
-    write_flat_config,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +32,7 @@ HUB = {
     "qwen2.5-7b-instruct": "Qwen/Qwen2.5-7B-Instruct",
     "qwen2.5-3b-instruct": "Qwen/Qwen2.5-3B-Instruct",
 }
-METHODS = ("sft", "dft", "iw_sft", "l2", "rpsft")
+METHODS = tuple(methods_table.METHODS)  # every method of the table has a recipe leaf per model
 LEAVES = sorted(p for p in RPSFT.glob("*/*.yaml") if p.parent.name != "_base")
 OTHER_CONFIGS = sorted(p for p in RPSFT.rglob("*.yaml") if "_base" not in p.parts and p not in LEAVES)
 # configs/rpsft/ files written by the trainer's engineer (issue 3), not by the recipe set: each must pass its dry
@@ -103,8 +102,7 @@ def test_composed_settings(path: Path) -> None:
 def test_flat_config_parses_with_trlparser(tmp_path: Path) -> None:
     from trl import TrlParser
 
-    from anchorft.commands.train import ScriptArguments
-    from anchorft.rpsft.config import RPSFTConfig
+    from anchorft.rpsft.config import RPSFTConfig, ScriptArguments
 
     leaf = RPSFT / "qwen2.5-7b-instruct" / "rpsft.yaml"
     flat = write_flat_config(leaf, tmp_path / "flat.yaml")
@@ -147,7 +145,7 @@ def _real_shapes(cfg: dict) -> dict[str, tuple[int, int]]:
 @pytest.mark.parametrize("name", list(MODELS))
 def test_stand_in_keeps_family_naming_and_ratios(name: str) -> None:
     real = load_model_config(ROOT / "configs" / "models" / f"{name}.json")
-    tok = build_tokenizer(real["model_type"], ["Compute 2 + 2. The answer is \\boxed{4}."] * 4)
+    tok = build_stand_in_tokenizer(real["model_type"], ["Compute 2 + 2. The answer is \\boxed{4}."] * 4)
     cfg, scale = stand_in_config(real, vocab_size=len(tok))
     model = build_stand_in(cfg, tok, seed=0)
     assert cfg.model_type == real["model_type"] and type(model).__name__ == real["architectures"][0]
@@ -181,7 +179,7 @@ def test_stand_in_keeps_family_naming_and_ratios(name: str) -> None:
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
 def test_tokenizer_chat_format(family: str) -> None:
-    tok = build_tokenizer(family, ["Please reason step by step.", "What is 12 * 3? \\boxed{36}"])
+    tok = build_stand_in_tokenizer(family, ["Please reason step by step.", "What is 12 * 3? \\boxed{36}"])
     msgs = [
         {"role": "system", "content": "Please reason step by step."},
         {"role": "user", "content": "What is 12 * 3?"},
@@ -238,19 +236,19 @@ def test_dry_run_other_configs(path: Path, tmp_path: Path) -> None:
     command line) runs on a Llama stand-in."""
     args, meta = load_recipe(path)
     model_config = None
-    if not meta.get("_model_config_") and not recipes.find_model_config(args.get("model_name_or_path")):
+    if not meta.get("_model_config_") and not stand_in.find_model_config(args.get("model_name_or_path")):
         model_config = ROOT / "configs" / "models" / "llama-3.1-8b-instruct.json"
     s = dry_run(path, tmp_path, model_config=model_config)
     assert s["global_step"] == 2 and all(map(math.isfinite, s["losses"]))
 
 
 def test_find_model_config() -> None:
-    assert recipes.find_model_config("meta-llama/Llama-3.1-8B-Instruct") == str(
+    assert stand_in.find_model_config("meta-llama/Llama-3.1-8B-Instruct") == str(
         ROOT / "configs" / "models" / "llama-3.1-8b-instruct.json"
     )
-    assert recipes.find_model_config("Qwen/Qwen2.5-3B-Instruct").endswith("qwen2.5-3b-instruct.json")
-    assert recipes.find_model_config("someone/unknown-model") is None
-    assert recipes.find_model_config(None) is None
+    assert stand_in.find_model_config("Qwen/Qwen2.5-3B-Instruct").endswith("qwen2.5-3b-instruct.json")
+    assert stand_in.find_model_config("someone/unknown-model") is None
+    assert stand_in.find_model_config(None) is None
 
 
 def test_dry_run_main_and_overrides(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -347,8 +345,9 @@ def test_accelerate_configs() -> None:
 
 
 def test_module_exports() -> None:
-    for name in recipes.__all__:
-        assert hasattr(recipes, name)
+    for module in (recipes, stand_in):
+        for name in module.__all__:
+            assert hasattr(module, name)
 
 
 def test_train_command_runs_a_resolved_recipe(tmp_path: Path) -> None:
@@ -357,7 +356,7 @@ def test_train_command_runs_a_resolved_recipe(tmp_path: Path) -> None:
     from anchorft.commands.data import main as data_main
     from anchorft.commands.train import main as train_main
 
-    rows = recipes.example_rows(12, seed=1)
+    rows = stand_in.example_rows(12, seed=1)
     src = tmp_path / "openr1.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert data_main(["openr1-math", "--out", str(tmp_path / "data"), "--source", str(src), "--size", "8"]) == 0
@@ -365,7 +364,7 @@ def test_train_command_runs_a_resolved_recipe(tmp_path: Path) -> None:
     _, meta = load_recipe(leaf)
     real = load_model_config(meta["_model_config_"])
     texts = [m["content"] for r in rows for m in r["messages"]]
-    tok = build_tokenizer("qwen2", texts)
+    tok = build_stand_in_tokenizer("qwen2", texts)
     cfg, scale = stand_in_config(real, vocab_size=len(tok))
     build_stand_in(cfg, tok).save_pretrained(tmp_path / "model")
     tok.save_pretrained(tmp_path / "model")

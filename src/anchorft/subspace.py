@@ -1,15 +1,18 @@
 """Pure maths of the rotation-preserving anchor (Jin et al., arXiv:2605.10973, Sec. 3).
 
-Written once and shared: `anchorft.rpsft.anchor.SubspaceAnchor` applies it to every weight of a
-transformer, and the weak-to-strong simulator (`anchorft.w2s`) applies it to the first-layer matrix
-of its two-layer network. Notation follows the paper: W_0 (m x n) the pretrained weight, U_0 (m x k)
-and V_0 (n x k) its top-k left and right singular vectors, S_ref = U_0^T W_0 V_0 (k x k; equal to
+Written once, at package level (it imports torch only), and shared: `anchorft.rpsft.anchor.SubspaceAnchor`
+applies it to every weight of a transformer, the weak-to-strong simulator (`anchorft.w2s`) applies it
+to the first-layer matrix of its two-layer network, and the geometry analysis takes its SVD from
+`top_k_bases`. Notation follows the paper: W_0 (m x n) the pretrained weight, U_0 (m x k) and V_0 (n x k)
+its top-k left and right singular vectors, S_ref = U_0^T W_0 V_0 (k x k; equal to
 diag(sigma_1..sigma_k) for an exact SVD).
 
     R(W)   = || U_0^T (W - W_0) V_0 ||_F^2 = || U_0^T W V_0 - S_ref ||_F^2          (penalty, eq. 3)
     dR/dW  = 2 U_0 (U_0^T W V_0 - S_ref) V_0^T                                      (its gradient)
 
-When k >= min(m, n) the block is the whole matrix and R(W) = || W - W_0 ||_F^2 (L2 anchoring).
+The block covers the column space of U_0 and the row space of V_0 only: for k = min(m, n) it is the whole
+matrix, R(W) = || W - W_0 ||_F^2, only when W_0 is square and of full rank (`SubspaceAnchor` therefore
+stores W_0 and uses the L2 penalty itself whenever k >= min(m, n)).
 All functions accept leading batch dimensions (e.g. seeds) and compute in the dtype they receive.
 """
 
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["top_k_bases", "reference_block", "block_residual", "subspace_penalty", "subspace_penalty_grad"]
+__all__ = ["top_k_bases", "reference_block", "block_residual", "subspace_penalty_grad"]
 
 
 def top_k_bases(
@@ -61,12 +64,6 @@ def reference_block(w0: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> torch
 def block_residual(w: torch.Tensor, u: torch.Tensor, v: torch.Tensor, s_ref: torch.Tensor) -> torch.Tensor:
     """D = U_0^T W V_0 - S_ref (..., k, k): the drift of W inside the pretrained top-k block."""
     return u.mT @ w.to(u.dtype) @ v - s_ref
-
-
-def subspace_penalty(w: torch.Tensor, u: torch.Tensor, v: torch.Tensor, s_ref: torch.Tensor) -> torch.Tensor:
-    """R(W) = ||U_0^T (W - W_0) V_0||_F^2, summed over the last two dims (eq. 3 of the RPSFT paper)."""
-    d = block_residual(w, u, v, s_ref)
-    return d.pow(2).sum(dim=(-2, -1))
 
 
 def subspace_penalty_grad(w: torch.Tensor, u: torch.Tensor, v: torch.Tensor, s_ref: torch.Tensor) -> torch.Tensor:

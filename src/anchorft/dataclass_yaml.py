@@ -1,0 +1,148 @@
+"""Configs as dataclasses: the one small YAML -> dataclass helper of the simulator and the testbed.
+
+`update(obj, values, what)` returns a copy of the dataclass `obj` with `values` (a mapping, e.g. a YAML
+file's, or `key=value` strings) applied, and `from_mapping(cls, values, what)` builds one. Each value is
+coerced to its field's type (int, float, bool, str, `X | None`, `list[X]`, `dict[str, X]`, nested
+dataclasses, which merge key by key), and an unknown key is a ValueError that names it, what it belongs
+to and the closest known keys: "unknown w2s config key 'step', did you mean 'steps'? (known keys: ...)".
+`read_yaml_mapping(path, what)` reads a YAML file that must hold a mapping. The TRL trainers' configs
+do not use this: they go through TrlParser.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from anchorft.errors import read_yaml
+
+__all__ = ["coerce", "from_mapping", "parse_overrides", "read_yaml_mapping", "unknown_key_error", "update"]
+
+
+def unknown_key_error(key: str, known: list[str], what: str) -> ValueError:
+    """ValueError for an unknown key, with the closest known keys (difflib) and the full list."""
+    close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
+    hint = f", did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return ValueError(f"unknown {what} key {key!r}{hint} (known keys: {', '.join(sorted(known))})")
+
+
+def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """`["a=1", "b=x,y"]` -> {"a": "1", "b": "x,y"} (values are coerced later, by field type)."""
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"override {item!r} must look like key=value")
+        k, v = item.split("=", 1)
+        out[k.strip()] = v
+    return out
+
+
+def read_yaml_mapping(path: str | os.PathLike, what: str = "config") -> dict[str, Any]:
+    """The mapping in the YAML file `path` ({} for an empty file); ValueError otherwise."""
+    data = read_yaml(path, what) or {}  # a malformed file: an error naming the file and line
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} {str(path)!r} must be a YAML mapping")
+    return data
+
+
+def _scalar(name: str, typ: Any, value: Any, what: str) -> Any:
+    try:
+        if typ is bool:
+            return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
+        if typ is int:
+            if isinstance(value, str):
+                f = float(value)
+                if f != int(f):
+                    raise ValueError
+                return int(f)
+            if isinstance(value, float) and value != int(value):
+                raise ValueError
+            return int(value)
+        if typ is float:
+            return float(value)
+        if typ is str:
+            return str(value).strip()
+        return value  # Any, or a type this helper does not coerce
+    except (TypeError, ValueError):
+        raise ValueError(f"invalid {what}: {name}={value!r} is not a valid {typ.__name__}") from None
+
+
+def coerce(hint: Any, value: Any, name: str = "value", what: str = "config") -> Any:
+    """`value` (from YAML or a `key=value` string) coerced to the type `hint`."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null")):
+            return None
+        return coerce(args[0], value, name, what) if len(args) == 1 else value
+    if origin in (list, tuple):
+        args = typing.get_args(hint)
+        inner = args[0] if args else Any
+        if isinstance(value, str):
+            parsed = yaml.safe_load(value) if value.strip().startswith("[") else value.split(",")
+            value = parsed if isinstance(parsed, list) else [parsed]
+        if not isinstance(value, (list, tuple)):
+            value = [value]
+        out = [coerce(inner, v, name, what) for v in value]
+        return tuple(out) if origin is tuple else out
+    if origin is dict:
+        if isinstance(value, str):
+            value = yaml.safe_load(value)
+        if not isinstance(value, Mapping):
+            raise ValueError(f"invalid {what}: {name}={value!r} is not a mapping")
+        _, val_t = typing.get_args(hint) or (Any, Any)
+        return {k: coerce(val_t, v, f"{name}.{k}", what) for k, v in value.items()}
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        if isinstance(value, hint):
+            return value
+        if not isinstance(value, Mapping):
+            raise ValueError(f"invalid {what}: {name} must be a mapping of {hint.__name__} fields, got {value!r}")
+        return from_mapping(hint, value, f"{what} {name}")
+    return _scalar(name, hint, value, what)
+
+
+def from_mapping(cls: type, values: Mapping[str, Any], what: str = "config") -> Any:
+    """`cls(**values)` with each value coerced to its field's type; unknown keys and missing required
+    fields raise ValueError."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    for key in values:
+        if key not in fields:
+            raise unknown_key_error(key, sorted(fields), what)
+    missing = [
+        n
+        for n, f in fields.items()
+        if n not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ValueError(f"{what}: missing required key(s) {missing}")
+    return cls(**{k: coerce(hints[k], v, k, what) for k, v in values.items()})
+
+
+def update(obj: Any, values: Mapping[str, Any] | list[str], what: str = "config") -> Any:
+    """A copy of the dataclass `obj` with `values` applied (coerced; nested dataclasses merged key by key).
+
+    `values` is a mapping or a list of `key=value` strings. Unknown keys raise ValueError with close matches.
+    `__post_init__` runs again on the copy (validation stays the dataclass's own `validate()`)."""
+    if isinstance(values, (list, tuple)):
+        values = parse_overrides(values)
+    hints = typing.get_type_hints(type(obj))
+    fields = {f.name for f in dataclasses.fields(obj) if f.init}
+    changes = {}
+    for key, value in values.items():
+        if key not in fields:
+            raise unknown_key_error(key, sorted(fields), what)
+        current = getattr(obj, key)
+        hint = hints[key]
+        if dataclasses.is_dataclass(current) and isinstance(value, Mapping):
+            changes[key] = update(current, value, f"{what} {key}")
+        else:
+            changes[key] = coerce(hint, value, key, what)
+    return dataclasses.replace(obj, **changes)

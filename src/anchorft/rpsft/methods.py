@@ -1,0 +1,116 @@
+"""The fine-tuning methods, in one table: what each one is, and everything that switches on it reads it.
+
+`RPSFTConfig` (checks, TRL loss type), `RPSFTTrainer` (anchor rank, reference model, custom loss),
+`anchorft.rpsft.train`, the recipe checks, the testbed comparison (run checks, trainer arguments,
+sweeps) and its report (colours) all look a method up here; none compares method names itself.
+
+Adding a method: write its loss (a pure function in `losses.py`) or its penalty, add one `Method` row
+(or call `register` from your own code), and add its configs. `tests/rpsft/test_methods.py` defines a
+method in the test module, registers it and trains with it.
+
+A method is one of:
+- a TRL loss: `loss_type` is passed to TRL's SFTConfig ("nll" for SFT, "dft" for DFT);
+- a custom loss on per-token log-probabilities: `loss(args, log_probs, mask, num_items, ref_log_probs)`
+  returns (loss, {log name: per-sequence tensor}); the trainer computes the log-probabilities with TRL's
+  fused LM head, and those of a frozen reference model when `needs_reference`;
+- either of these plus the subspace anchor (`anchored`), at rank `anchor_rank` or at full rank (`full_rank`:
+  the L2 penalty ||W - W_0||^2 on every matrix).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from anchorft.rpsft.losses import iw_sft_loss
+
+__all__ = ["Method", "METHODS", "RUN_KEYS", "get_method", "method_names", "register"]
+
+# the settings a comparison may sweep per run, in RunSpec order (see `Method.sweep_keys`)
+RUN_KEYS = ("anchor_rank", "anchor_lambda", "anchor_targets", "anchor_include_embeddings", "learning_rate")
+_ANCHOR_KEYS = ("anchor_lambda", "anchor_targets", "anchor_include_embeddings", "learning_rate")
+
+LossFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+
+@dataclass(frozen=True)
+class Method:
+    """One row of the methods table."""
+
+    name: str
+    help: str
+    loss_type: str = "nll"  # TRL SFTConfig.loss_type
+    anchored: bool = False  # adds lambda * R(W), the subspace anchor's penalty
+    full_rank: bool = False  # the anchor at every rank: L2 anchoring (only with anchored)
+    needs_reference: bool = False  # a frozen reference model (passed to `loss` as ref_log_probs)
+    loss: LossFn | None = None  # custom loss on per-token log-probabilities (None: TRL's loss_type)
+    sweep_keys: tuple[str, ...] = ("learning_rate",)  # RUN_KEYS a comparison sweep applies to
+    colour: str = "k"  # in the testbed's trade-off plot
+
+    def __post_init__(self) -> None:
+        if self.full_rank and not self.anchored:
+            raise ValueError(f"method {self.name!r}: full_rank needs anchored")
+        if self.needs_reference and self.loss is None:
+            raise ValueError(f"method {self.name!r}: needs_reference needs a custom loss that reads ref_log_probs")
+        bad = [k for k in self.sweep_keys if k not in RUN_KEYS]
+        if bad:
+            raise ValueError(f"method {self.name!r}: sweep_keys {bad} not in {RUN_KEYS}")
+
+    @property
+    def uses_rank(self) -> bool:
+        """True when `anchor_rank` matters (an anchor below full rank)."""
+        return self.anchored and not self.full_rank
+
+
+def _iw_sft(args, log_probs, mask, num_items, ref_log_probs):
+    loss, w = iw_sft_loss(
+        log_probs, ref_log_probs, mask, num_items=num_items, temperature=args.iw_temperature, clip=args.iw_clip
+    )
+    return loss, {"iw/weight_mean": w}
+
+
+METHODS: dict[str, Method] = {}
+
+
+def register(method: Method, replace: bool = False) -> Method:
+    """Add `method` to the table (ValueError if the name is taken, unless `replace`); returns it."""
+    if method.name in METHODS and not replace:
+        raise ValueError(f"method {method.name!r} is already registered")
+    METHODS[method.name] = method
+    return method
+
+
+def method_names() -> tuple[str, ...]:
+    """The registered methods' names, in table order."""
+    return tuple(METHODS)
+
+
+def get_method(name: str) -> Method:
+    """The table row of `name`; ValueError listing the methods otherwise."""
+    try:
+        return METHODS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"method must be one of {method_names()}, got {name!r}") from None
+
+
+register(Method("sft", "NLL", colour="C0"))
+register(Method("dft", "dynamic fine-tuning, TRL's loss_type='dft'", loss_type="dft", colour="C1"))
+register(
+    Method(
+        "iw_sft", "importance-weighted SFT, needs a reference model", loss=_iw_sft, needs_reference=True, colour="C2"
+    )  # fmt: skip
+)
+register(
+    Method("l2", "NLL + lambda ||W - W0||^2", anchored=True, full_rank=True, sweep_keys=_ANCHOR_KEYS, colour="C3")
+)
+register(
+    Method(
+        "rpsft",
+        "NLL + lambda ||U0^T (W - W0) V0||^2 on the top-k singular subspaces",
+        anchored=True,
+        sweep_keys=("anchor_rank", *_ANCHOR_KEYS),
+        colour="C4",
+    )  # fmt: skip
+)

@@ -1,0 +1,69 @@
+"""The anchor's maths (`anchorft.subspace`) against independent computations: numpy's SVD, autograd of
+the penalty written out by hand, and the L2 identity when the block is the whole matrix."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from anchorft.subspace import block_residual, reference_block, subspace_penalty_grad, top_k_bases
+
+
+def _rand(*shape: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def test_exact_bases_match_numpy_svd():
+    w0 = _rand(7, 5)
+    u, s, v = top_k_bases(w0, 3)
+    _, s_np, _ = np.linalg.svd(w0.numpy())
+    np.testing.assert_allclose(s.numpy(), s_np[:3], rtol=1e-12)
+    # same subspaces as numpy: projectors agree (singular vectors are defined up to sign)
+    u_np, _, vh_np = np.linalg.svd(w0.numpy(), full_matrices=False)
+    np.testing.assert_allclose((u @ u.T).numpy(), u_np[:, :3] @ u_np[:, :3].T, atol=1e-10)
+    np.testing.assert_allclose((v @ v.T).numpy(), vh_np[:3].T @ vh_np[:3], atol=1e-10)
+    # S_ref of an exact SVD is diag(sigma_1..sigma_k)
+    np.testing.assert_allclose(reference_block(w0, u, v).numpy(), np.diag(s_np[:3]), atol=1e-10)
+
+
+def test_randomized_bases_recover_a_low_rank_matrix():
+    w0 = _rand(40, 4, seed=1) @ _rand(4, 30, seed=2)  # rank 4
+    u, s, _ = top_k_bases(w0, 4, svd="randomized", generator=torch.Generator().manual_seed(0))
+    s_np = np.linalg.svd(w0.numpy(), compute_uv=False)[:4]
+    np.testing.assert_allclose(s.numpy(), s_np, rtol=1e-8)
+    u_np = np.linalg.svd(w0.numpy(), full_matrices=False)[0][:, :4]
+    np.testing.assert_allclose((u @ u.T).numpy(), u_np @ u_np.T, atol=1e-8)
+
+
+def test_rank_is_clipped_and_checked():
+    u, s, v = top_k_bases(_rand(6, 4), 10)
+    assert u.shape == (6, 4) and s.shape == (4,) and v.shape == (4, 4)
+    with pytest.raises(ValueError, match="rank"):
+        top_k_bases(_rand(6, 4), 0)
+    with pytest.raises(ValueError, match="svd"):
+        top_k_bases(_rand(6, 4), 2, svd="qr")
+
+
+def test_penalty_gradient_equals_autograd():
+    """dR/dW = 2 U (U^T W V - S_ref) V^T against autograd of ||U^T (W - W_0) V||_F^2 (eq. 3)."""
+    w0, w = _rand(2, 8, 6, seed=3), _rand(2, 8, 6, seed=4)  # a leading batch dimension (seeds)
+    u, _, v = top_k_bases(w0, 3)
+    s_ref = reference_block(w0, u, v)
+    w_ag = w.clone().requires_grad_(True)
+    (u.mT @ (w_ag - w0) @ v).pow(2).sum().backward()
+    torch.testing.assert_close(subspace_penalty_grad(w, u, v, s_ref), w_ag.grad, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(block_residual(w0, u, v, s_ref), torch.zeros(2, 3, 3, dtype=torch.float64))
+
+
+def test_full_block_of_a_square_matrix_is_l2_anchoring():
+    """Square full-rank W_0 and k = n: R(W) = ||W - W_0||_F^2, so the gradient is 2 (W - W_0)."""
+    w0, w = _rand(4, 4, seed=5), _rand(4, 4, seed=6)
+    u, _, v = top_k_bases(w0, 4)
+    s_ref = reference_block(w0, u, v)
+    torch.testing.assert_close(block_residual(w, u, v, s_ref).pow(2).sum(), (w - w0).pow(2).sum())
+    torch.testing.assert_close(subspace_penalty_grad(w, u, v, s_ref), 2 * (w - w0))
+    # a tall matrix is not: the drift outside the column space of W_0 is not penalised
+    w0, w = _rand(5, 4, seed=5), _rand(5, 4, seed=6)
+    u, _, v = top_k_bases(w0, 4)
+    assert block_residual(w, u, v, reference_block(w0, u, v)).pow(2).sum() < (w - w0).pow(2).sum()
