@@ -49,8 +49,8 @@ CASES = [
     (["toy", "compare", "--preset", "bad.yaml", "--out", "o"], "bad.yaml:3:1: malformed YAML"),
     (["w2s", "run", "--preset", "bad.yaml", "--out", "o"], "bad.yaml:3:1: malformed YAML"),
     # unknown keys and wrong types in toy and rl YAML
-    (["toy", "compare", "--preset", "unknown.yaml", "--out", "o"], "unknown key 'stepz'; did you mean 'steps'"),
-    (["toy", "pretrain", "--preset", "wrongtype.yaml", "--out", "o"], "config.pretrain.steps: expected int"),
+    (["toy", "compare", "--preset", "unknown.yaml", "--out", "o"], "key 'stepz', did you mean 'steps'"),
+    (["toy", "pretrain", "--preset", "wrongtype.yaml", "--out", "o"], "steps='many' is not a valid int"),
     (["rl", "--model", "model", "--dataset", "good.jsonl", "--out", "o", "--config", "rl_unknown.yaml"], "ratez"),
     (["rl", "--model", "model", "--dataset", "good.jsonl", "--out", "o", "--config", "rl_wrongtype.yaml"], "float"),
     # empty or malformed JSONL (file and line)
