@@ -30,7 +30,7 @@ from typing import Any
 from anchorft.errors import UsageError
 
 __all__ = ["MARKER", "RunClaim", "claim_output", "check_output_dir", "config_hash", "finish", "mark_active"]
-__all__ += ["same_run", "reused"]
+__all__ += ["same_run", "reused", "existing_files"]
 
 MARKER = "anchorft-run.json"
 _ACTIVE: list[RunClaim] = []
@@ -43,6 +43,7 @@ class RunClaim:
     config_hash: str
     resume: bool  # the folder held this same run (same command and config hash)
     complete: bool  # ... and it had finished
+    config: Any = None
 
     @property
     def marker(self) -> Path:
@@ -95,6 +96,7 @@ def _write_marker(claim: RunClaim, status: str) -> None:
             "command": claim.command,
             "config_hash": claim.config_hash,
             "status": status,
+            "config": json.loads(json.dumps(claim.config, default=str)),
             "updated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         },
     )
@@ -135,7 +137,7 @@ def claim_output(
                 why = "--overwrite only replaces folders written by anchorft"
             raise UsageError(f"{flag}: {out} is not empty and holds no anchorft run marker ({MARKER}); {why}")
     out.mkdir(parents=True, exist_ok=True)
-    claim = RunClaim(out, command, digest, resume, complete)
+    claim = RunClaim(out, command, digest, resume, complete, config)
     if not complete:  # a finished run is left as it is: the command reuses it
         _write_marker(claim, "running")
         _ACTIVE.append(claim)
@@ -168,3 +170,8 @@ def mark_active(status: str) -> list[Path]:
         except OSError:
             pass
     return done
+
+
+def existing_files(out: str | os.PathLike, *names: str) -> str:
+    """ "OUT/a, OUT/b" for the `names` that exist in `out` (end-of-run messages name only files written)."""
+    return ", ".join(str(Path(out) / n) for n in names if (Path(out) / n).exists()) or f"nothing in {out}"

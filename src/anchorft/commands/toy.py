@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
         raise ValueError(f"--threads: must be >= 1, got {args.threads}")
     import torch
 
-    from anchorft.runs import claim_output, finish, reused
+    from anchorft.runs import claim_output, existing_files, finish, reused
 
     torch.set_num_threads(args.threads)
     if args.cmd == "report":
@@ -140,5 +140,5 @@ def main(argv: list[str]) -> int:
         return 0
     run_compare(cfg, args.out, methods=args.methods, sweep=args.sweep, workers=workers, resume=claim.resume)
     finish(claim)
-    print(f"report: {Path(args.out) / 'report.md'}  results: {Path(args.out) / 'results.json'}")
+    print(f"wrote {existing_files(args.out, 'report.md', 'tradeoff.png', 'results.json')}")
     return 0

@@ -56,7 +56,7 @@ def main_rl(argv: list[str]) -> int:
         save_models=not args.no_save_models,
     )
     settings.validate()
-    from anchorft.runs import claim_output, finish, reused
+    from anchorft.runs import claim_output, existing_files, finish, reused
 
     out = Path(args.out) if args.out else Path(args.compare) / "rl"
     run = {"compare": str(Path(args.compare).resolve()), "methods": args.methods, "settings": vars(settings)}
@@ -66,7 +66,7 @@ def main_rl(argv: list[str]) -> int:
         return 0
     run_rl_stage(args.compare, args.out, methods=args.methods, settings=settings)
     finish(claim)
-    print(f"report: {out / 'report.md'}  results: {out / 'results.json'}  plot: {out / 'reward_curve.png'}")
+    print(f"wrote {existing_files(out, 'report.md', 'results.json', 'reward_curve.png')}")
     return 0
 
 

@@ -161,14 +161,16 @@ def main(argv: list[str]) -> int:
     from anchorft.preflight import check_model_source
     from anchorft.rpsft.data import check_sft_source
 
-    # everything the user named is checked before a model is loaded
-    check_model_source(script.model_name_or_path, "--model_name_or_path")
-    check_model_source(script.tokenizer_name_or_path, "--tokenizer_name_or_path", what="tokenizer")
-    if args.iw_ref_model not in (None, "copy"):
-        check_model_source(args.iw_ref_model, "--iw_ref_model")
-    check_sft_source(script.dataset, "--dataset")
-    check_sft_source(script.eval_dataset, "--eval_dataset")
-    claim = _claim(script, args, overwrite)
+    try:  # everything the user named is checked before a model is loaded
+        check_model_source(script.model_name_or_path, "--model_name_or_path")
+        check_model_source(script.tokenizer_name_or_path, "--tokenizer_name_or_path", what="tokenizer")
+        if args.iw_ref_model not in (None, "copy"):
+            check_model_source(args.iw_ref_model, "--iw_ref_model")
+        check_sft_source(script.dataset, "--dataset")
+        check_sft_source(script.eval_dataset, "--eval_dataset")
+        claim = _claim(script, args, overwrite)
+    except (ValueError, OSError) as e:
+        return report("anchorft train", e)
     if claim is not None and claim.complete:
         print(f"anchorft train: {args.output_dir} already holds this finished run (same config); --overwrite to redo")
         return 0

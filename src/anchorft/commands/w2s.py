@@ -38,7 +38,7 @@ def _run(args: argparse.Namespace) -> int:
             print("anchorft w2s run: device=cuda requested but CUDA is not available", file=sys.stderr)
             return 2
     _threads(args.threads)
-    from anchorft.runs import claim_output, finish, reused
+    from anchorft.runs import claim_output, existing_files, finish, reused
 
     claim = claim_output(args.out, "w2s run", config.to_dict(), overwrite=args.overwrite)
     if claim.complete:
@@ -56,7 +56,7 @@ def _run(args: argparse.Namespace) -> int:
                 f"non-target (theta_kappa) {i['nontarget_target_alignment']:.3f} -> "
                 f"{f['nontarget_target_alignment']:.3f}   [{metrics[mode]['wall_s']:.1f} s]"
             )
-    print(f"wrote {args.out}/config.yaml, {args.out}/metrics.json, {args.out}/alignment.png")
+    print(f"wrote {existing_files(args.out, 'config.yaml', 'metrics.json', 'alignment.png')}")
     if metrics["diverged"] is not None:
         dv = metrics["diverged"]
         print(
@@ -83,7 +83,7 @@ def _sweep(args: argparse.Namespace) -> int:
     from anchorft.w2s.sweeps import run_sweep
 
     _threads(args.threads)
-    from anchorft.runs import claim_output, finish, reused
+    from anchorft.runs import claim_output, existing_files, finish, reused
 
     run = {"kind": args.kind, "quick": args.quick, "overrides": list(args.overrides)}
     claim = claim_output(args.out, "w2s sweep", run, overwrite=args.overwrite)
@@ -99,7 +99,7 @@ def _sweep(args: argparse.Namespace) -> int:
     finish(claim)
     keep = ("kind", "quick", "fit", "theory", "fits", "theories", "summary", "phase")
     print(json.dumps({k: result[k] for k in keep if k in result}, indent=1))
-    print(f"wrote {args.out}/sweep.json and {args.out}/{args.kind}.png")
+    print(f"wrote {existing_files(args.out, 'sweep.json', args.kind + '.png')}")
     return 0
 
 

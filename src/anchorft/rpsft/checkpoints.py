@@ -19,7 +19,14 @@ from torch import nn
 
 from anchorft.rpsft.anchor import SubspaceAnchor, select_parameters, weights_fingerprint
 
-__all__ = ["ANCHOR_META", "anchor_meta", "last_complete_checkpoint", "resume_anchor"]
+__all__ = [
+    "ANCHOR_META",
+    "anchor_meta",
+    "last_complete_checkpoint",
+    "resume_anchor",
+    "fallback_summary",
+    "warn_fallback",
+]
 
 logger = logging.getLogger(__name__)
 ANCHOR_META = "anchor_meta.json"
@@ -81,3 +88,25 @@ def resume_anchor(checkpoint: str | os.PathLike, model: nn.Module, build, anchor
             + ", ".join(f"{k} ({got[k]!r} vs {meta[k]!r})" for k in diff or ["fingerprint"])
         )
     return anchor, True
+
+
+def fallback_summary(anchor: SubspaceAnchor) -> dict:
+    """How many anchored matrices fell back to L2 (rank >= min(m, n)): `matrices`, `fallback`, `fallback_names`."""
+    names = [e.name for e in anchor.entries if e.fallback]
+    return {"matrices": len(anchor.entries), "fallback": len(names), "fallback_names": names}
+
+
+def warn_fallback(anchor: SubspaceAnchor) -> dict:
+    """Warn when a low-rank anchor falls back to L2 for some or all matrices; returns `fallback_summary`."""
+    s = fallback_summary(anchor)
+    if s["fallback"]:
+        every = "every matrix" if s["fallback"] == s["matrices"] else f"{s['fallback']} of {s['matrices']} matrices"
+        logger.warning(
+            "anchor: rank %s >= min(m, n) for %s (e.g. %s): %s the plain L2 anchor; a smaller anchor_rank keeps "
+            "the subspace anchor",
+            anchor.meta.get("rank"),
+            every,
+            s["fallback_names"][0],
+            "the run is" if s["fallback"] == s["matrices"] else "these matrices use",
+        )
+    return s

@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from anchorft.io import save_figure, write_json
 from anchorft.rpsft.anchor import select_parameters
+from anchorft.rpsft.checkpoints import fallback_summary
 from anchorft.rpsft.config import RPSFTConfig
 from anchorft.rpsft.data import load_sft_dataset, load_tokenizer, validate_sft_dataset
 from anchorft.rpsft.trainer import RPSFTTrainer, frozen_copy
@@ -44,7 +45,7 @@ def _write_run_artifacts(trainer: RPSFTTrainer, out: str, final_drift: dict | No
     hist = trainer.state.log_history
     metrics = {"method": args.method, "global_step": trainer.state.global_step, "log_history": hist}
     if final_drift is not None:
-        metrics["anchor"] = {"repr": repr(trainer._anchor), **final_drift}
+        metrics["anchor"] = {"repr": repr(trainer._anchor), **fallback_summary(trainer._anchor), **final_drift}
     _write_json(os.path.join(out, "metrics.json"), metrics)
     steps = [h for h in hist if "loss" in h]
     if not steps:

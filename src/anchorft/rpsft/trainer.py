@@ -28,7 +28,13 @@ from trl.trainer.utils import add_fused_lm_head
 
 from anchorft.io import write_json
 from anchorft.rpsft.anchor import SubspaceAnchor, select_parameters
-from anchorft.rpsft.checkpoints import ANCHOR_META, anchor_meta, last_complete_checkpoint, resume_anchor
+from anchorft.rpsft.checkpoints import (
+    ANCHOR_META,
+    anchor_meta,
+    last_complete_checkpoint,
+    resume_anchor,
+    warn_fallback,
+)
 from anchorft.rpsft.config import RPSFTConfig
 
 __all__ = ["RPSFTTrainer", "ANCHOR_DIR"]
@@ -109,6 +115,8 @@ class RPSFTTrainer(SFTTrainer):
                 progress=not a.disable_tqdm,
             )
             logger.info("built %r", self._anchor)
+            if not a.method_spec.full_rank:
+                warn_fallback(self._anchor)
         return self._anchor
 
     def _anchor_due(self) -> bool:
