@@ -16,6 +16,7 @@ import re
 import sys
 from pathlib import Path
 
+from anchorft.commands.flags import both_spellings
 from anchorft.errors import report
 
 
@@ -50,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--in-memory", action="store_true", help="load whole models instead of streaming (same numbers)")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
+    both_spellings(p)
     return p
 
 

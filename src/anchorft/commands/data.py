@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 
+from anchorft.commands.flags import both_spellings
 from anchorft.errors import report
 
 
@@ -34,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--format", dest="fmt", choices=FORMATS, default="prompt-completion")
     o.add_argument("--no-progress", action="store_true")
     o.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
+    both_spellings(p)
     return p
 
 

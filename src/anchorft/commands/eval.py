@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 
+from anchorft.commands.flags import both_spellings
 from anchorft.errors import report
 
 
@@ -28,6 +29,7 @@ def _score_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-bad", action="store_true", help="skip and count malformed lines instead of failing")
     p.add_argument("--records", default=None, help="also write per-item records (JSONL) here")
     p.add_argument("--timeout", type=float, default=10.0, help="math-verify timeout per check, seconds")
+    both_spellings(p)
     return p
 
 
@@ -58,6 +60,7 @@ def _eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--apply-chat-template", action="store_true", help="lm-eval: apply the model's chat template")
     p.add_argument("--timeout", type=float, default=10.0, help="math-verify timeout per check, seconds")
     p.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
+    both_spellings(p)
     return p
 
 

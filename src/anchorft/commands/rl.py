@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import json
 
+from anchorft.commands.flags import both_spellings
 from anchorft.errors import report
 
 
@@ -36,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
         else:
             conv = int if isinstance(f.default, int) else float if isinstance(f.default, float) else str
             p.add_argument(flag, type=conv, default=None, help=f"default {f.default}")
+    both_spellings(p)
     return p
 
 

@@ -8,6 +8,8 @@ import json
 import shutil
 from pathlib import Path
 
+from anchorft.commands.flags import both_spellings
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="anchorft toy", description="Embedded testbed: a tiny pretrained Llama.")
@@ -60,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
         help="torch CPU threads (default: the number of cores, at most 4; on a machine shared with other jobs use 1, "
         "since extra threads spin-wait under contention)",
     )
+    both_spellings(p)
     return p
 
 

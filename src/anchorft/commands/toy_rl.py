@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from anchorft.commands.flags import both_spellings
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -34,6 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-save-models", action="store_true", help="do not keep the RL models (OUT/NAME/model)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     p.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
+    both_spellings(p)
     return p
 
 

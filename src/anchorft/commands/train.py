@@ -19,6 +19,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 
+from anchorft.commands.flags import both_spellings
 from anchorft.errors import report
 
 
@@ -34,6 +35,7 @@ def _estimate(argv: list[str]) -> int:
     p.add_argument("--anchor_every", type=int, default=1)
     p.add_argument("--bytes_per_number", type=int, default=4, help="4 = fp32 bases (default), 2 = bf16")
     p.add_argument("--no_embeddings", action="store_true", help="exclude embeddings and lm_head")
+    both_spellings(p)
     a = p.parse_args(argv)
     try:
         for path in a.model_config:
@@ -91,6 +93,7 @@ def dry_run_main(argv: Sequence[str]) -> int:
     p.add_argument("--dataset", default=None, help="train on the first rows of this local dataset instead")
     p.add_argument("--model_config", default=None, help="the real config.json (default: the recipe's)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (a tiny model: 1 is fastest)")
+    both_spellings(p)
     ns, rest = p.parse_known_args(list(argv))
     if len(rest) % 2 or not all(r.startswith("--") for r in rest[::2]):
         p.error(f"overrides must be --field value pairs, got {rest}")
@@ -125,7 +128,7 @@ def dry_run_main(argv: Sequence[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    from anchorft.commands.train_flags import normalize_train_argv, pop_flag, short_help
+    from anchorft.commands.flags import normalize_train_argv, pop_flag, short_help
 
     argv = normalize_train_argv(list(argv))
     if "-h" in argv or "--help" in argv:

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from anchorft.commands.flags import both_spellings
 from anchorft.errors import report
 
 
@@ -135,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--d", type=int, default=1024)
     t.add_argument("--s", type=int, default=128)
     t.set_defaults(func=_theory)
+    both_spellings(p)
     return p
 
 

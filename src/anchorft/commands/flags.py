@@ -1,4 +1,4 @@
-"""`anchorft train`'s flag spellings and its short help.
+"""Flag spellings of the commands (`--snake_case` and `--kebab-case` both), `anchorft train`'s aliases and short help.
 
 TrlParser (HfArgumentParser) already accepts every field as `--snake_case` and `--kebab-case`. Here:
 `--out` is the project's name for TRL's `--output_dir`, `--dataset_name` (TRL's own script flag) is
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["normalize_train_argv", "pop_flag", "short_help"]
+__all__ = ["both_spellings", "normalize_train_argv", "pop_flag", "short_help"]
 
 ALIASES = {
     "--out": "--output_dir",
@@ -97,3 +97,23 @@ def short_help() -> str:
             lines.append(f"  --{name} (default {f.default!r})")
     lines += ["", "--help-all lists every TRL / transformers field."]
     return "\n".join(lines)
+
+
+def both_spellings(parser) -> None:
+    """Let every `--snake_case` option of `parser` (and of its subcommands) also be given as `--kebab-case`,
+    and the reverse: one flag style across commands, whichever a user types."""
+    import argparse
+
+    for action in list(parser._actions):
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                both_spellings(sub)
+            continue
+        for opt in list(action.option_strings):
+            if not opt.startswith("--") or len(opt) < 4:
+                continue
+            body = opt[2:]
+            for other in ("--" + body.replace("_", "-"), "--" + body.replace("-", "_")):
+                if other != opt and other not in parser._option_string_actions:
+                    action.option_strings.append(other)
+                    parser._option_string_actions[other] = action
