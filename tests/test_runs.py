@@ -145,3 +145,15 @@ def test_second_demo_reuses_the_first(tmp_path, monkeypatch, capsys):
         assert demo.main(["--out", str(tmp_path / "demo"), "--toy-preset", "smoke"]) == 0
     assert calls == {"w2s": 1, "toy": 1}
     assert capsys.readouterr().out.count("already holds this finished run") == 2
+
+
+def test_testbed_cache_is_per_user_not_per_directory(tmp_path, monkeypatch):
+    from platformdirs import user_cache_dir
+
+    from anchorft.toy.pretrain import cache_root
+
+    monkeypatch.delenv("ANCHORFT_CACHE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert cache_root() == Path(user_cache_dir("anchorft")) / "toy" and cache_root().is_absolute()
+    monkeypatch.setenv("ANCHORFT_CACHE", str(tmp_path / "c"))
+    assert cache_root() == tmp_path / "c" / "toy"

@@ -14,6 +14,7 @@ started "interrupted" in their run markers (anchorft.runs).
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from anchorft.errors import EXIT_INTERRUPTED, EXIT_USAGE, debug_enabled
@@ -53,6 +54,13 @@ def _pop_debug(argv: list[str]) -> tuple[list[str], bool]:
     return out, found
 
 
+def _quiet_dataset_maps() -> None:
+    """No progress bar per `datasets` map (TRL's tokenization prints several per fine-tune); the runs' own bars
+    stay. HF_DATASETS_DISABLE_PROGRESS_BARS=0 brings them back. Worker processes inherit the setting."""
+    if os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1") == "1" and "datasets" in sys.modules:
+        sys.modules["datasets"].disable_progress_bars()
+
+
 def _prog(name: str, rest: list[str]) -> str:
     sub = rest[0] if rest and not rest[0].startswith("-") else ""
     return f"anchorft {name} {sub}".rstrip()
@@ -78,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     from anchorft.runs import mark_active
 
     errors._DEBUG_FLAG = debug
+    _quiet_dataset_maps()
     try:
         module = importlib.import_module(COMMANDS[name][0])
         rc = int(module.main(rest) or 0)
