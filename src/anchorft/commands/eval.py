@@ -84,6 +84,12 @@ def _score(argv: list[str]) -> int:
     metrics.update(
         n_missing=len(bench.items) - len(records), n_bad_bench_lines=bench.n_bad, n_bad_response_lines=len(bad)
     )
+    if metrics["n_missing"]:
+        print(
+            f"anchorft eval score: warning: no responses for {metrics['n_missing']} of {len(bench.items)} items; "
+            f"the score covers the {len(records)} answered",
+            file=sys.stderr,
+        )
     if args.records:
         from pathlib import Path
 
