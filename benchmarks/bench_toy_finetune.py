@@ -43,7 +43,8 @@ def main() -> None:
     import torch
 
     from anchorft.rpsft.train import train
-    from anchorft.toy.compare import RunSpec, _train_args, finetune_dataset, load_config
+    from anchorft.toy.compare import _train_args, finetune_dataset
+    from anchorft.toy.compare_config import RunSpec, load_config
     from anchorft.toy.pretrain import build_model, build_tokenizer
 
     torch.set_num_threads(args.threads)

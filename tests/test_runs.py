@@ -90,8 +90,9 @@ def test_w2s_run_rerun(tmp_path, capsys, monkeypatch):
 def test_toy_compare_keeps_finished_finetunes(tmp_path, monkeypatch):
     """A stopped comparison resumed: the fine-tunes recorded with their model are kept, the rest are run."""
     from anchorft.toy import compare
+    from anchorft.toy.compare_config import load_config
 
-    cfg = compare.load_config("smoke")
+    cfg = load_config("smoke")
     out = tmp_path / "cmp"
     name = cfg.runs[0].name
     (out / "models" / name).mkdir(parents=True)

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_text", "write_json", "write_jsonl", "iter_jsonl", "save_figure", "new_file_mode"]
+__all__ = ["write_text", "write_json", "write_jsonl", "iter_jsonl", "pyplot", "save_figure", "new_file_mode"]
 
 
 def new_file_mode() -> int:
@@ -86,6 +86,16 @@ def iter_jsonl(
                 continue
             yield index, lineno, obj
             index += 1
+
+
+def pyplot():
+    """`matplotlib.pyplot` on the non-interactive Agg backend: the one place the project sets the backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def save_figure(fig, path: str | os.PathLike, dpi: int = 100, **savefig_kwargs: Any) -> None:

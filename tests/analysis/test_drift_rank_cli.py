@@ -55,30 +55,31 @@ def test_prompt_files(prompt_files, tokenizer, tmp_path):
         load_prompts(bad)
 
 
-def test_rank_sensitivity_reads_names_and_configs(tmp_path):
+def test_rank_sensitivity_reads_the_method_and_its_settings():
     methods = {
-        "sft": {"id_avg@k": 0.5, "ood_mean": 0.2},
-        "rpsft_k4": {"id_avg@k": 0.45, "ood_mean": 0.3},
-        "rpsft": {"id_avg@k": 0.4, "ood_mean": 0.35, "config": {"anchor_rank": 8}},
-        "rpsft_big": {"id_avg@k": 0.41, "ood_mean": 0.36},
-        "l2": {"id_avg@k": 0.3, "ood_mean": 0.4},
-        "dft": {"id_avg@k": 0.48, "ood_mean": 0.25},
+        "sft": {"id_avg@k": 0.5, "ood_mean": 0.2, "method": "sft", "settings": {}},
+        "rpsft-k4": {"id_avg@k": 0.45, "ood_mean": 0.3, "method": "rpsft", "settings": {"anchor_rank": 4}},
+        "rpsft-big": {"id_avg@k": 0.41, "ood_mean": 0.36, "method": "rpsft", "settings": {"anchor_rank": 99}},
+        "l2": {"id_avg@k": 0.3, "ood_mean": 0.4, "method": "l2", "settings": {"anchor_lambda": 0.01}},
+        "dft": {"id_avg@k": 0.48, "ood_mean": 0.25, "method": "dft", "settings": {}},
         "iw_sft": {"id_avg@k": 0.47, "ood_mean": 0.26, "method": "iw_sft"},
         "anchored": {"id_avg@k": 0.42, "ood_mean": 0.33, "method": "rpsft", "settings": {"anchor_rank": 6}},
     }
-    (tmp_path / "models" / "rpsft_big").mkdir(parents=True)
-    (tmp_path / "models" / "rpsft_big" / "resolved_config.yaml").write_text("rpsft:\n  anchor_rank: 12\n")
-    rs = rank_sensitivity({"base": {"id_avg@k": 0.2, "ood_mean": 0.5}, "methods": methods}, tmp_path, full_rank=16)
+    rs = rank_sensitivity({"base": {"id_avg@k": 0.2, "ood_mean": 0.5}, "methods": methods}, full_rank=16)
     assert [(p["method"], p["k"]) for p in rs["points"]] == [
         ("sft", 0),
-        ("rpsft_k4", 4),
+        ("rpsft-k4", 4),
         ("anchored", 6),
-        ("rpsft", 8),
-        ("rpsft_big", 12),
         ("l2", 16),
+        ("rpsft-big", 16),  # a rank above min(m, n) is full rank
     ]
     assert list(rs["references"]) == ["dft", "iw_sft"]
     assert rs["base"]["ood_mean"] == 0.5
+    # no guessing from names: a run without its method, or an rpsft run without its rank, is an error
+    with pytest.raises(ValueError, match="no known 'method'"):
+        rank_sensitivity({"methods": {"rpsft_k4": {"ood_mean": 0.3}}}, full_rank=16)
+    with pytest.raises(ValueError, match="anchor_rank"):
+        rank_sensitivity({"methods": {"r": {"method": "rpsft", "settings": {}}}}, full_rank=16)
 
 
 def test_cli_end_to_end(checkpoints, prompt_files, tmp_path, capsys):
@@ -86,7 +87,10 @@ def test_cli_end_to_end(checkpoints, prompt_files, tmp_path, capsys):
     cmp_dir.mkdir()
     results = {
         "base": {"id_avg@k": 0.1, "ood_mean": 0.6},
-        "methods": {"sft": {"id_avg@k": 0.5, "ood_mean": 0.2}, "rpsft_k2": {"id_avg@k": 0.4, "ood_mean": 0.4}},
+        "methods": {
+            "sft": {"id_avg@k": 0.5, "ood_mean": 0.2, "method": "sft", "settings": {}},
+            "rpsft-k2": {"id_avg@k": 0.4, "ood_mean": 0.4, "method": "rpsft", "settings": {"anchor_rank": 2}},
+        },
     }
     (cmp_dir / "results.json").write_text(json.dumps(results))
     out = tmp_path / "out"
@@ -122,7 +126,8 @@ def test_cli_finds_models_of_a_comparison(checkpoints, tmp_path):
     cmp_dir = tmp_path / "cmp"
     for name, src in (("base", "base"), ("zeta", "small"), ("alpha", "large"), ("zeta-seed1", "small")):
         shutil.copytree(checkpoints[src], cmp_dir / "models" / name)
-    results = {"base": {}, "methods": {"zeta": {"ood_mean": 0.1}, "alpha": {"ood_mean": 0.2}}}
+    zeta, alpha = {"ood_mean": 0.1, "method": "sft"}, {"ood_mean": 0.2, "method": "dft"}
+    results = {"base": {}, "methods": {"zeta": zeta, "alpha": alpha}}
     (cmp_dir / "results.json").write_text(json.dumps(results))
     out = tmp_path / "out"
     assert main(["--compare", str(cmp_dir), "--out", str(out), "--rank", "2", "--no-plots"]) == 0

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 toy_skills = pytest.importorskip("anchorft.toy.skills", reason="the testbed (anchorft.toy) is not importable")
-toy_compare = pytest.importorskip("anchorft.toy.compare", reason="the testbed (anchorft.toy) is not importable")
+toy_compare = pytest.importorskip("anchorft.toy.compare_config", reason="the testbed (anchorft.toy) is not importable")
 
 from anchorft.analysis import testbed as tb  # noqa: E402
 from anchorft.analysis.prompts import load_prompts  # noqa: E402

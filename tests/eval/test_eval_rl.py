@@ -106,6 +106,7 @@ def test_rl_on_the_testbed_reward_rises(tmp_path):
     import numpy as np
     import torch
 
+    from anchorft.eval.answers import last_boxed
     from anchorft.toy import skills as sk
     from anchorft.toy.evaluate import EvalSettings, build_eval_sets, evaluate_toy
     from anchorft.toy.pretrain import PretrainConfig, pretrained_model
@@ -120,7 +121,7 @@ def test_rl_on_the_testbed_reward_rises(tmp_path):
     steps = int(os.environ.get("ANCHORFT_TOY_RL_STEPS", "40"))
     lr = float(os.environ.get("ANCHORFT_TOY_RL_LR", "1e-4"))
     items = sk.sample_items(skill, 512, "train", np.random.default_rng(0))
-    data = [{"prompt": it.prompt, "answer": sk.extract_boxed(it.answer)} for it in items]
+    data = [{"prompt": it.prompt, "answer": last_boxed(it.answer)} for it in items]
     pps = int(os.environ.get("ANCHORFT_TOY_RL_PROMPTS", "8"))
     s = RLSettings(steps=steps, num_generations=8, prompts_per_step=pps, max_completion_length=16, learning_rate=lr)
     m = run_rl(model_dir, data, tmp_path / "rl", s)
@@ -134,7 +135,7 @@ def test_rl_on_the_testbed_reward_rises(tmp_path):
     )
     after = evaluate_toy(m["model"], tok, sets, es, torch.Generator().manual_seed(0))
     easy = build_eval_sets([skill], 200, np.random.default_rng(6))[skill]
-    from anchorft.toy.evaluate import evaluate_prompts
+    from anchorft.eval.pipeline import evaluate_prompts
 
     def acc(model):
         check = lambda i, c: sk.SKILLS[skill].check(easy[i], c)  # noqa: E731

@@ -50,7 +50,7 @@ def tokenizer_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tokenizer(tokenizer_dir):
-    from anchorft.rpsft.data import load_tokenizer
+    from anchorft.eval.loading import load_tokenizer
 
     return load_tokenizer(tokenizer_dir)
 

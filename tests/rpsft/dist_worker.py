@@ -23,7 +23,7 @@ def ddp(tok_dir: str, out: str) -> None:
     from conftest import base_args, pc_dataset, tiny_model
     from safetensors.torch import save_file
 
-    from anchorft.rpsft.data import load_tokenizer
+    from anchorft.eval.loading import load_tokenizer
     from anchorft.rpsft.trainer import RPSFTTrainer
 
     tok = load_tokenizer(tok_dir)
@@ -115,7 +115,7 @@ def zero(stage: str, tok_dir: str, out: str) -> None:
     from conftest import base_args, pc_dataset, tiny_model
     from safetensors.torch import save_file
 
-    from anchorft.rpsft.data import load_tokenizer
+    from anchorft.eval.loading import load_tokenizer
     from anchorft.rpsft.trainer import RPSFTTrainer
 
     deepspeed_state()

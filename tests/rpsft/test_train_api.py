@@ -16,7 +16,7 @@ from anchorft.rpsft.train import train
 @pytest.fixture
 def model_dir(rp, tokenizer_dir, tmp_path):
     """A tiny Qwen2 model saved beside the project's tokenizer (AutoTokenizer would turn it into Qwen2Tokenizer)."""
-    from anchorft.rpsft.data import load_tokenizer
+    from anchorft.eval.loading import load_tokenizer
 
     tok = load_tokenizer(tokenizer_dir)
     path = tmp_path / "qwen"
@@ -122,15 +122,15 @@ def test_cli_estimate(capsys):
     assert train_main(["--estimate", "--model_config", *paths, "--anchor_rank", "768"]) == 0
     out = capsys.readouterr().out
     assert out.count("penalty / step") == 3
-    from anchorft.rpsft.estimate import estimate, load_config
+    from anchorft.rpsft.estimate import estimate, read_model_config
 
-    llama = estimate(load_config(paths[0]), rank=768)
+    llama = estimate(read_model_config(paths[0]), rank=768)
     assert 2.2e9 < llama["numbers"] < 2.5e9  # ~2.2G (rpsft-notes; they omit the k^2 blocks)
     assert 2.4e13 < llama["penalty_flops"] < 3.0e13 and llama["ratio"] < 0.01
-    qwen7 = estimate(load_config(paths[1]), rank=768)
+    qwen7 = estimate(read_model_config(paths[1]), rank=768)
     fb = {r["matrix"] for r in qwen7["matrices"] if r["fallback"]}
     assert fb == {"k_proj", "v_proj"}  # 512 x 3584 at k = 768: L2 fallback, as the release
-    qwen3 = estimate(load_config(paths[2]), rank=768)
+    qwen3 = estimate(read_model_config(paths[2]), rank=768)
     assert not any(r["matrix"] == "lm_head" for r in qwen3["matrices"])  # tied: counted once
     with pytest.raises(ValueError):
-        estimate(load_config(paths[0]), rank=0)
+        estimate(read_model_config(paths[0]), rank=0)

@@ -9,15 +9,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from anchorft.toy.compare import (
-    PRESETS,
-    RunSpec,
-    expand_sweeps,
-    finetune_dataset,
-    load_config,
-    paper_rank,
-    run_compare,
-)
+from anchorft.toy.compare import finetune_dataset, run_compare
+from anchorft.toy.compare_config import PRESETS, RunSpec, expand_sweeps, load_config, paper_rank
 from anchorft.toy.report import acceptance
 
 
@@ -178,11 +171,11 @@ def _fake_results(methods: dict, seeds=(0,), base_ood=0.9):
 
 def test_merge_results_and_report_command(tmp_path):
     from anchorft.cli import main as cli
-    from anchorft.toy.report import merge_results
+    from anchorft.toy.results import merge_results
 
     a = _fake_results({"sft": (0.5, 0.6), "l2": (0.2, 0.85)}, seeds=(0, 1))
     b = _fake_results({"rpsft-k4": (0.4, 0.7)}, seeds=(2,))
-    merged = merge_results([a, b])
+    merged = merge_results([a, b]).to_dict()
     assert list(merged["methods"]) == ["sft", "l2", "rpsft-k4"] and merged["settings"]["seeds"] == [0, 1, 2]
     with pytest.raises(ValueError, match="twice"):
         merge_results([a, a])
@@ -190,7 +183,7 @@ def test_merge_results_and_report_command(tmp_path):
         merge_results([a, _fake_results({"x": (0.1, 0.1)}, base_ood=0.5)])
     # the same run at new seeds: per-seed values pooled, means recomputed (checked against numpy on the values)
     c = _fake_results({"sft": (0.2, 0.3)}, seeds=(2,))
-    pooled = merge_results([a, c])["methods"]["sft"]
+    pooled = merge_results([a, c]).methods["sft"]
     assert [s["seed"] for s in pooled["per_seed"]] == [0, 1, 2]
     assert pooled["id_greedy"] == pytest.approx(np.mean([0.5, 0.5, 0.2]))
     assert pooled["std"]["ood_mean"] == pytest.approx(np.std([0.6, 0.6, 0.3]))

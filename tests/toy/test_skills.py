@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pytest
 
+from anchorft.eval.answers import last_boxed
 from anchorft.toy import skills as sk
 
 
@@ -51,7 +52,7 @@ def _independent_answer(item: sk.Item) -> str:
 def _near_miss(item: sk.Item) -> list[str]:
     a = item.answer
     if item.skill.startswith("math"):
-        v = int(sk.extract_boxed(a))
+        v = int(last_boxed(a))
         return [f"\\boxed{{{v + 1}}}", f"\\boxed{{{v - 1}}}", str(v), f"\\boxed{{{v}0}}"]
     if item.skill == "boolean":
         return ["F" if a == "T" else "T", a + a]

@@ -5,13 +5,11 @@ from __future__ import annotations
 import math
 import os
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from anchorft.io import pyplot, save_figure
 
-from anchorft.io import save_figure
+plt = pyplot()
 
 __all__ = [
     "rotation_heatmap",

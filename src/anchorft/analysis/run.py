@@ -166,12 +166,9 @@ def _load_model(path: str, device: str):
 
 
 def _load_tokenizer(path: str):
-    from transformers import AutoTokenizer
+    from anchorft.eval.loading import load_eval_tokenizer
 
-    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token if tok.eos_token is not None else tok.convert_ids_to_tokens(0)
-    return tok
+    return load_eval_tokenizer(path)
 
 
 def _write_json(path: Path, obj) -> None:
@@ -309,7 +306,7 @@ def run_analysis(cfg: AnalysisConfig, progress: bool = True) -> dict:
     # ---- rank sensitivity -------------------------------------------------------------------------
     if results is not None:
         full = max(min(s) for s in shapes.values())
-        analysis["rank_sensitivity"] = rank_sensitivity(results, cfg.compare, full)
+        analysis["rank_sensitivity"] = rank_sensitivity(results, full)
         if cfg.plots and analysis["rank_sensitivity"]["points"]:
             figures.append(plots.rank_plot(analysis["rank_sensitivity"], out / "rank_sensitivity.png"))
     analysis["figures"] = [Path(f).name for f in figures]

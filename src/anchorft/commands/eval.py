@@ -93,9 +93,9 @@ def _score(argv: list[str]) -> int:
     if args.records:
         from pathlib import Path
 
-        from anchorft.eval.benchmarks import _atomic_write
+        from anchorft.io import write_jsonl
 
-        _atomic_write(Path(args.records), "".join(json.dumps(r) + "\n" for r in records))
+        write_jsonl(Path(args.records), records)
     print(json.dumps(metrics))
     return 0
 

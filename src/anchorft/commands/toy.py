@@ -86,25 +86,27 @@ def main(argv: list[str]) -> int:
 
     torch.set_num_threads(args.threads)
     if args.cmd == "report":
-        from anchorft.io import write_json
-        from anchorft.toy.report import merge_results, write_report, write_tradeoff_plot
+        from anchorft.toy.report import write_report, write_tradeoff_plot
+        from anchorft.toy.results import RESULTS_FILE, load_results, merge_results, save_results
 
         parts = []
         for src in args.sources:
-            path = Path(src) / "results.json"
+            path = Path(src) / RESULTS_FILE
             if not path.is_file():
                 raise ValueError(f"--from: {path} does not exist")
-            parts.append(json.loads(path.read_text()))
-        claim = claim_output(args.out, "toy report", {"sources": parts}, overwrite=args.overwrite)
-        merged = merge_results(parts)
+            parts.append(load_results(path))
+        claim = claim_output(
+            args.out, "toy report", {"sources": [p.to_dict() for p in parts]}, overwrite=args.overwrite
+        )
+        merged = merge_results(parts).to_dict()
         out = Path(args.out)
-        write_json(out / "results.json", merged, indent=2)
+        save_results(merged, out / RESULTS_FILE)
         write_report(merged, out / "report.md")
         write_tradeoff_plot(merged, out / "tradeoff.png")
         finish(claim)
         print(f"report: {out / 'report.md'}  ({len(merged['methods'])} runs from {len(parts)} comparisons)")
         return 0
-    from anchorft.toy.compare import load_config
+    from anchorft.toy.compare_config import load_config
 
     cfg = load_config(args.preset)
     if args.cmd == "pretrain":
@@ -130,13 +132,13 @@ def main(argv: list[str]) -> int:
         print(f"pretrained model in {out} ({metrics['params']:,} parameters)")
         print("greedy accuracy: " + ", ".join(f"{s}={v:.2f}" for s, v in acc.items()))
         return 0
-    from anchorft.toy.compare import _to_plain, run_compare
+    from anchorft.toy.compare import run_compare
 
     if args.seeds:
         cfg.seeds = list(args.seeds)
     # default: one worker per thread (each fine-tune then runs on one thread, pretraining on all of them)
     workers = args.workers if args.workers is not None else args.threads  # run_compare checks it
-    run = {"config": _to_plain(cfg), "methods": args.methods, "sweep": args.sweep}  # workers: same results
+    run = {"config": dataclasses.asdict(cfg), "methods": args.methods, "sweep": args.sweep}  # workers: same results
     claim = claim_output(args.out, "toy compare", run, overwrite=args.overwrite)
     if claim.complete:
         print(reused(claim))

@@ -71,7 +71,3 @@ def main_rl(argv: list[str]) -> int:
     finish(claim)
     print(f"wrote {existing_files(out, 'report.md', 'results.json', 'reward_curve.png')}")
     return 0
-
-
-def main(argv: list[str]) -> int:
-    return main_rl(argv)

@@ -24,7 +24,7 @@ from anchorft.errors import report
 
 
 def _estimate(argv: list[str]) -> int:
-    from anchorft.rpsft.estimate import estimate, format_estimate, load_config
+    from anchorft.rpsft.estimate import estimate, format_estimate, read_model_config
 
     p = argparse.ArgumentParser(prog="anchorft train --estimate", description="anchor memory and FLOPs, no weights")
     p.add_argument("--estimate", action="store_true")
@@ -40,7 +40,7 @@ def _estimate(argv: list[str]) -> int:
     try:
         for path in a.model_config:
             res = estimate(
-                load_config(path),
+                read_model_config(path),
                 rank=a.anchor_rank,
                 tokens_per_step=a.tokens_per_step,
                 seq_len=a.seq_len,
@@ -177,7 +177,7 @@ def main(argv: list[str]) -> int:
     if claim is not None and claim.complete:
         print(f"anchorft train: {args.output_dir} already holds this finished run (same config); --overwrite to redo")
         return 0
-    from anchorft.rpsft.data import load_tokenizer
+    from anchorft.eval.loading import load_tokenizer
     from anchorft.rpsft.train import train
 
     tok = None

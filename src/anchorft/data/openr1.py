@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from anchorft.eval.answers import last_boxed
-from anchorft.io import save_figure, write_text
+from anchorft.io import save_figure, write_json, write_text
 
 __all__ = [
     "SYSTEM_PROMPT",
@@ -205,15 +205,10 @@ def select_verified(
     return out, stats
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    write_text(path, text)
-
-
 def _plot_lengths(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
+    from anchorft.io import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     lengths = [len((r["completion"] if "completion" in r else r["messages"][-1:])[0]["content"]) for r in rows]
     fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -254,15 +249,15 @@ def prepare_openr1_math(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     text = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
-    _write_atomic(out / "train.jsonl", text)
+    write_text(out / "train.jsonl", text)
     config = {"source": source, "subset": subset, "split": split, "size": size, "seed": seed, "limit": limit}
     config["format"] = fmt
     config["system_prompt"] = SYSTEM_PROMPT
-    _write_atomic(out / "config.json", json.dumps(config, indent=2) + "\n")
+    write_json(out / "config.json", config, indent=2)
     metrics = asdict(stats)
     metrics["short_by"] = max(0, size - stats.kept)
     metrics["verify_timeouts"] = checker.n_timeouts
     metrics["sha256"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    _write_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    write_json(out / "metrics.json", metrics, indent=2)
     _plot_lengths(rows, out / "lengths.png")
     return metrics

@@ -20,7 +20,6 @@ import re
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
 from functools import lru_cache
 
 __all__ = [
@@ -314,9 +313,6 @@ class MathChecker:
             if reply is not None and len(self._cache) < 200_000:
                 self._cache[key] = ok
             return ok
-
-    def check_many(self, gold: str, answers: Sequence[str | None]) -> list[bool]:
-        return [self.check(gold, a) for a in answers]
 
     def close(self) -> None:
         with self._lock:

@@ -11,7 +11,6 @@ unbiased estimator of Chen et al. (2021, eq. 1) from n >= k samples, and greedy 
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from pathlib import Path
 
 from anchorft.eval.answers import MathChecker, default_checker, grade, parse_choices
 from anchorft.eval.metrics import accuracy, avg_at_k, mean_pass_at_k
-from anchorft.io import iter_jsonl, save_figure, write_text
+from anchorft.io import iter_jsonl, save_figure, write_json, write_jsonl
 
 __all__ = [
     "BenchItem",
@@ -202,10 +201,6 @@ def format_prompts(tokenizer, items: Sequence[BenchItem]) -> list[str]:
 # ---------------------------------------------------------------- running a model on the sets
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    write_text(path, text)
-
-
 def _bench_names(paths: Sequence[Path]) -> list[str]:
     """File stems, prefixed with the parent folder where two files share a stem."""
     stems = [p.stem for p in paths]
@@ -232,10 +227,9 @@ def resolve_backend(backend: str) -> str:
 
 
 def plot_metrics(all_metrics: dict[str, dict], path: Path) -> None:
-    import matplotlib
+    from anchorft.io import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import numpy as np
 
     names = list(all_metrics)
@@ -299,11 +293,11 @@ def run_eval(
         max_new_tokens=max_new_tokens, batch_size=batch_size, limit=limit, seed=seed, greedy=greedy,
         backend=backend, skip_bad=skip_bad,
     )  # fmt: skip
-    _atomic_write(out_dir / "config.json", json.dumps(config, indent=2) + "\n")
+    write_json(out_dir / "config.json", config, indent=2)
 
-    from transformers import AutoTokenizer
+    from anchorft.eval.loading import load_tokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
+    tokenizer = load_tokenizer(model_dir)
     prompts_by_bench = [format_prompts(tokenizer, b.items) for b in benches]
     from anchorft.eval.context import check_prompt_lengths, context_length
 
@@ -348,8 +342,8 @@ def run_eval(
         all_metrics[bench.name] = metrics
         sub = out_dir / bench.name
         sub.mkdir(exist_ok=True)
-        _atomic_write(sub / "records.jsonl", "".join(json.dumps(r) + "\n" for r in records))
-        _atomic_write(sub / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    _atomic_write(out_dir / "metrics.json", json.dumps(all_metrics, indent=2) + "\n")
+        write_jsonl(sub / "records.jsonl", records)
+        write_json(sub / "metrics.json", metrics, indent=2)
+    write_json(out_dir / "metrics.json", all_metrics, indent=2)
     plot_metrics(all_metrics, out_dir / "metrics.png")
     return all_metrics

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 import datasets
 
-__all__ = ["load_sft_dataset", "check_sft_source", "validate_sft_dataset", "load_tokenizer"]
+__all__ = ["load_sft_dataset", "check_sft_source", "validate_sft_dataset"]
 
 _FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
@@ -78,18 +77,3 @@ def validate_sft_dataset(ds: datasets.Dataset, tokenizer=None, field: str = "tra
     if form != "prompt_completion" and tokenizer is not None and getattr(tokenizer, "chat_template", None) is None:
         raise ValueError(f"{field} is conversational ({form}) but the tokenizer has no chat_template")
     return form
-
-
-def load_tokenizer(path: str, trust_remote_code: bool = False):
-    """Load a tokenizer. A tokenizer saved as PreTrainedTokenizerFast (e.g. trained with `tokenizers`)
-    is loaded as such: AutoTokenizer would map it to the model type's class (Qwen2Tokenizer for a
-    Qwen2 config), which silently replaces its pre-tokenizer."""
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
-    cfg = os.path.join(path, "tokenizer_config.json")
-    if os.path.isfile(cfg):
-        with open(cfg) as f:
-            cls = json.load(f).get("tokenizer_class")
-        if cls in ("PreTrainedTokenizerFast", "TokenizersBackend"):
-            return PreTrainedTokenizerFast.from_pretrained(path)
-    return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 
-__all__ = ["model_matrices", "estimate", "format_estimate"]
+__all__ = ["model_matrices", "estimate", "format_estimate", "read_model_config"]
 
 
 def model_matrices(cfg: dict, include_embeddings: bool = True) -> list[tuple[str, int, int, int]]:
@@ -115,11 +115,14 @@ def format_estimate(res: dict, name: str = "") -> str:
     return "\n".join(lines)
 
 
-def load_config(path: str) -> dict:
-    if os.path.isdir(path):
-        path = os.path.join(path, "config.json")
-    if not os.path.isfile(path):
-        raise ValueError(f"model_config: {path} not found")
-    with open(path) as f:
+def read_model_config(path: str | os.PathLike, text_only: bool = True) -> dict:
+    """A model's config.json (a file, or a folder holding one) as a dict; ValueError naming the path when absent.
+
+    The one reader of model config files (the estimate and the recipes' stand-ins). With `text_only`, a
+    multimodal config's `text_config` (the language model's part)."""
+    p = os.path.join(path, "config.json") if os.path.isdir(path) else os.fspath(path)
+    if not os.path.isfile(p):
+        raise ValueError(f"model config: no config.json at {path} (not found)")
+    with open(p) as f:
         cfg = json.load(f)
-    return cfg.get("text_config", cfg)
+    return cfg.get("text_config", cfg) if text_only else cfg

@@ -119,10 +119,9 @@ def load_rl_dataset(path: str | Path, skip_bad: bool = False, limit: int | None 
 
 
 def _plot_rewards(steps: Sequence[int], rewards: Sequence[float], path: Path) -> None:
-    import matplotlib
+    from anchorft.io import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(5, 3.2))
     ax.plot(steps, rewards, marker=".")
@@ -151,8 +150,10 @@ def run_rl(
     """
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
+
+    from anchorft.eval.loading import load_tokenizer
 
     settings = settings or RLSettings()
     settings.validate()
@@ -166,7 +167,7 @@ def run_rl(
         model_dir = Path(model)
         if not (model_dir / "config.json").is_file():
             raise ValueError(f"model {model_dir}: no config.json there")
-        tokenizer = tokenizer or AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
+        tokenizer = tokenizer or load_tokenizer(model_dir)
         dtype = torch.bfloat16 if cuda else torch.float32
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, trust_remote_code=False)
     elif tokenizer is None:

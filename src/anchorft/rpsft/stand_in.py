@@ -17,7 +17,6 @@ command-line side (`anchorft train --dry-run`) is in `anchorft.commands.train`.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import time
@@ -88,13 +87,10 @@ FAMILIES: dict[str, Family] = {
 
 def load_model_config(path: str | os.PathLike) -> dict[str, Any]:
     """A model's config.json (a file, or a folder holding one), checked to be of a supported family."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / "config.json"
-    if not p.is_file():
-        raise ValueError(f"model config: no config.json at {path}")
-    with open(p) as f:
-        cfg = json.load(f)
+    from anchorft.rpsft.estimate import read_model_config
+
+    p = Path(path) / "config.json" if Path(path).is_dir() else Path(path)
+    cfg = read_model_config(path, text_only=False)
     family = cfg.get("model_type")
     if family not in FAMILIES:
         raise ValueError(

@@ -9,11 +9,12 @@ import datasets
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
+from anchorft.eval.loading import load_tokenizer
 from anchorft.io import save_figure, write_json
 from anchorft.rpsft.anchor import select_parameters
 from anchorft.rpsft.checkpoints import fallback_summary
 from anchorft.rpsft.config import RPSFTConfig
-from anchorft.rpsft.data import load_sft_dataset, load_tokenizer, validate_sft_dataset
+from anchorft.rpsft.data import load_sft_dataset, validate_sft_dataset
 from anchorft.rpsft.trainer import RPSFTTrainer, frozen_copy
 
 __all__ = ["train", "load_model"]
@@ -50,10 +51,9 @@ def _write_run_artifacts(trainer: RPSFTTrainer, out: str, final_drift: dict | No
     steps = [h for h in hist if "loss" in h]
     if not steps:
         return
-    import matplotlib
+    from anchorft.io import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     keys = [k for k in ("loss", "anchor/penalty", "anchor/drift_max") if k in steps[-1]]
     fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3), squeeze=False)

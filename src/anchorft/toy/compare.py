@@ -1,5 +1,7 @@
 """The method comparison on the testbed: base, sft, dft, iw_sft, l2 and rpsft (rank / lambda sweeps).
 
+Orchestration only: the configuration is `anchorft.toy.compare_config`, the results file `anchorft.toy.results`.
+
 Every fine-tune goes through `anchorft.rpsft.train.train` (the `anchorft train` code path) with a
 prompt/completion `datasets.Dataset` of the hard math distribution; every model is evaluated with
 `anchorft.toy.evaluate.evaluate_toy` on the same held-out items. Writes, under `out_dir`:
@@ -9,12 +11,10 @@ models/NAME-seedS/) and runs/NAME-seedS/ (the trainer's own config, metrics.json
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import itertools
 import json
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
@@ -24,198 +24,21 @@ import yaml
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM
 
-from anchorft.dataclass_yaml import read_yaml_mapping, update
-from anchorft.io import write_json
-from anchorft.rpsft.methods import METHODS, RUN_KEYS, get_method
+from anchorft.rpsft.methods import METHODS, get_method
 from anchorft.toy import skills as sk
-from anchorft.toy.evaluate import EvalSettings, build_eval_sets, evaluate_toy
-from anchorft.toy.pretrain import PretrainConfig, pretrained_model
-from anchorft.toy.report import mean_over_seeds, write_report, write_tradeoff_plot
+from anchorft.toy.compare_config import (
+    CompareConfig,
+    RunSpec,
+    comparison_eval_sets,
+    expand_sweeps,
+    load_config,
+)
+from anchorft.toy.evaluate import evaluate_toy
+from anchorft.toy.pretrain import pretrained_model
+from anchorft.toy.report import write_report, write_tradeoff_plot
+from anchorft.toy.results import RESULTS_FILE, CompareResults, save_results
 
-__all__ = ["CompareConfig", "RunSpec", "PRESETS", "load_config", "expand_sweeps", "finetune_dataset", "run_compare"]
-
-
-@dataclass
-class RunSpec:
-    """One fine-tuning run: a method and its settings (None: the CompareConfig's default)."""
-
-    name: str
-    method: str
-    anchor_rank: int | None = None
-    anchor_lambda: float | None = None
-    anchor_targets: str | None = None
-    anchor_include_embeddings: bool | None = None
-    learning_rate: float | None = None
-
-
-@dataclass
-class CompareConfig:
-    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
-    runs: list[RunSpec] = field(default_factory=list)
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    id_skill: str = "math_word"  # the fine-tuning and ID evaluation distribution (see skills.ID_SKILLS)
-    finetune_items: int = 2000  # size of the fine-tuning set (train split of id_skill)
-    learning_rate: float = 5e-4
-    max_steps: int = 200
-    batch_size: int = 32
-    warmup_ratio: float = 0.03
-    anchor_lambda: float = 1.0
-    anchor_targets: str = "all-linear"
-    anchor_include_embeddings: bool = True
-    eval: EvalSettings = field(default_factory=EvalSettings)
-    eval_seed: int = 12345  # the held-out items and the sampling generator of the evaluation
-
-    def validate(self) -> None:
-        self.pretrain.validate()
-        self.eval.validate()
-        if not self.runs:
-            raise ValueError("runs: need at least one fine-tuning run")
-        names = [r.name for r in self.runs]
-        if len(set(names)) != len(names) or "base" in names:
-            raise ValueError(f"runs: names must be unique and not 'base', got {names}")
-        for r in self.runs:
-            if r.method not in METHODS:
-                raise ValueError(f"runs[{r.name}].method: must be one of {tuple(METHODS)}, got {r.method!r}")
-            if get_method(r.method).uses_rank and not r.anchor_rank:
-                raise ValueError(f"runs[{r.name}].anchor_rank: {r.method} needs a rank")
-        if self.id_skill not in sk.ID_SKILLS:
-            raise ValueError(f"id_skill: must be one of {sk.ID_SKILLS}, got {self.id_skill!r}")
-        if not self.seeds:
-            raise ValueError("seeds: need at least one seed")
-        for name in ("finetune_items", "max_steps", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
-        if self.learning_rate <= 0:
-            raise ValueError(f"learning_rate: must be > 0, got {self.learning_rate}")
-
-
-def comparison_eval_sets(cfg: CompareConfig) -> dict:
-    """The held-out items a comparison scores every model on (fixed by `cfg.eval_seed`)."""
-    sets = build_eval_sets([cfg.id_skill, *sk.OOD_SKILLS], cfg.eval.id_items, np.random.default_rng(cfg.eval_seed))
-    for s in sk.OOD_SKILLS:
-        sets[s] = sets[s][: cfg.eval.ood_items]
-    return sets
-
-
-def paper_rank(hidden_size: int) -> int:
-    """The paper's best rank (768 of Llama-3.1-8B's hidden size 4096) scaled to `hidden_size`."""
-    return max(1, round(768 / 4096 * hidden_size))
-
-
-def _default_runs(ranks: list[int], l2_lambda: float | None = None) -> list[RunSpec]:
-    runs = [RunSpec("sft", "sft"), RunSpec("dft", "dft"), RunSpec("iw_sft", "iw_sft")]
-    runs.append(RunSpec("l2", "l2", anchor_lambda=l2_lambda))
-    runs += [RunSpec(f"rpsft-k{k}", "rpsft", anchor_rank=k) for k in ranks]
-    return runs
-
-
-def _width_runs(hidden_size: int) -> list[RunSpec]:
-    # l2 at lambda 0.01: its sum runs over every direction of every matrix, and at lambda 1 it does not move;
-    # rpsft at the paper's lambda 1 and rank (768/4096 of the width: 24 at 128) and a third of it.
-    k = paper_rank(hidden_size)
-    return _default_runs([max(1, k // 3), k], l2_lambda=0.01)
-
-
-PRESET_DIR = Path(__file__).resolve().parents[3] / "configs" / "toy"
-# the presets are the YAML files of configs/toy/, loaded by name (`smoke`, `default`, `sweep`, ...) or by path
-PRESETS = tuple(sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
-
-
-def _to_plain(cfg: CompareConfig) -> dict:
-    return dataclasses.asdict(cfg)
-
-
-def _preset_path(name: str) -> Path:
-    path = Path(name)
-    if path.suffix in (".yaml", ".yml") and path.is_file():
-        return path
-    if (PRESET_DIR / f"{name}.yaml").is_file():
-        return PRESET_DIR / f"{name}.yaml"
-    raise ValueError(f"preset: {name!r} is neither a preset {list(PRESETS)} nor a YAML file")
-
-
-def _merged_mapping(spec: dict, chain: tuple[str, ...] = ()) -> tuple[dict, bool]:
-    """(the mapping of `spec` over its `preset:` base, recursively; whether any level set `runs`)."""
-    spec = dict(spec)
-    base_name = spec.pop("preset", None)
-    merged: dict = {}
-    has_runs = False
-    if base_name is not None:
-        path = _preset_path(str(base_name))
-        if str(path.resolve()) in chain:
-            raise ValueError(f"preset: {base_name!r} names itself through {list(chain)}")
-        merged, has_runs = _merged_mapping(read_yaml_mapping(path, "preset"), chain + (str(path.resolve()),))
-    for key, value in spec.items():  # nested sections (pretrain, eval) merge key by key
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = {**merged[key], **value}
-        else:
-            merged[key] = value
-    return merged, has_runs or "runs" in spec
-
-
-def load_config(spec: str | dict | CompareConfig) -> CompareConfig:
-    """A CompareConfig from a preset name (configs/toy/NAME.yaml), a YAML path, a dict, or itself.
-
-    A mapping may name a base preset with `preset: NAME`; its own keys override the base's (nested sections key
-    by key) and are coerced to the fields' types (`anchorft.dataclass_yaml`; unknown keys are a ValueError with
-    the closest known ones). Without `runs` anywhere in the chain, the runs follow the width: sft, dft, iw_sft,
-    l2 (lambda 0.01) and rpsft at the paper's rank scaled to `pretrain.hidden_size` and at a third of it."""
-    if isinstance(spec, CompareConfig):
-        return copy.deepcopy(spec)
-    if isinstance(spec, str):
-        spec = {"preset": spec}
-    if not isinstance(spec, dict):
-        raise ValueError(f"preset: expected a name, a YAML path or a dict, got {type(spec).__name__}")
-    merged, has_runs = _merged_mapping(spec)
-    cfg = update(CompareConfig(), merged, "toy compare config")
-    if not has_runs:  # the rank sweep follows the width
-        cfg.runs = _width_runs(cfg.pretrain.hidden_size)
-    return cfg
-
-
-def _parse_value(text: str):
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
-
-
-def expand_sweeps(runs: list[RunSpec], sweeps: list[str]) -> list[RunSpec]:
-    """Expand runs by `key=v1,v2,...` sweeps (product over sweeps).
-
-    A key applies to the runs whose method lists it in the methods table's `sweep_keys` (anchor_* keys to
-    the anchored methods l2 and rpsft, anchor_rank to rpsft only, learning_rate to every method). A run
-    that a sweep applies to becomes one run per value, named NAME-key=value.
-    """
-    parsed = []
-    for s in sweeps:
-        key, sep, vals = s.partition("=")
-        if not sep or not vals:
-            raise ValueError(f"sweep: expected key=v1,v2,..., got {s!r}")
-        if key not in RUN_KEYS:
-            raise ValueError(f"sweep: unknown key {key!r}; choose from {RUN_KEYS}")
-        parsed.append((key, [_parse_value(v) for v in vals.split(",")]))
-    out = list(runs)
-    for key, values in parsed:
-        new = []
-        for r in out:
-            if key not in get_method(r.method).sweep_keys:
-                new.append(r)
-                continue
-            short = {"anchor_lambda": "lam", "learning_rate": "lr", "anchor_targets": "tgt"}.get(key, "emb")
-            for v in values:
-                base = r.name.split("-k")[0] if key == "anchor_rank" else r.name
-                name = f"{base}-k{v}" if key == "anchor_rank" else f"{base}-{short}{v}"
-                new.append(dataclasses.replace(r, name=name, **{key: v}))
-        # keep the first of duplicate names (e.g. a rank sweep over several rpsft runs)
-        seen, out = set(), []
-        for r in new:
-            if r.name not in seen:
-                seen.add(r.name)
-                out.append(r)
-    return out
+__all__ = ["finetune_dataset", "run_compare"]
 
 
 def finetune_dataset(n: int, rng: np.random.Generator, skill: str = "math_hard") -> datasets.Dataset:
@@ -269,7 +92,7 @@ def _finetune_and_evaluate(cfg: CompareConfig, run: RunSpec, seed: int, base_dir
 
     A top-level function so that a worker process can run it; everything it uses is rebuilt from its
     arguments (same seed, same result, whichever process runs it). Returns (run name, seed, metrics)."""
-    from anchorft.rpsft.data import load_tokenizer
+    from anchorft.eval.loading import load_tokenizer
     from anchorft.rpsft.train import train
 
     if threads:
@@ -333,13 +156,12 @@ def run_compare(
     cfg.validate()
     out = Path(out_dir)
     (out / "models").mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(
-        f"# anchorft toy compare --out {out} --preset <this file>\n" + yaml.safe_dump(_to_plain(cfg), sort_keys=False)
-    )
+    head = f"# anchorft toy compare --out {out} --preset <this file>\n"
+    (out / "config.yaml").write_text(head + yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
 
     base_dir = pretrained_model(cfg.pretrain, progress=progress)
     pretrain_metrics = json.loads((base_dir / "metrics.json").read_text())
-    from anchorft.rpsft.data import load_tokenizer
+    from anchorft.eval.loading import load_tokenizer
 
     tok = load_tokenizer(str(base_dir))
     eval_sets = comparison_eval_sets(cfg)
@@ -351,10 +173,9 @@ def run_compare(
     base["pretrain"] = {k: pretrain_metrics[k] for k in ("params", "greedy_accuracy", "train_seconds", "key")}
     del base_model
 
-    results = {
-        "base": base,
-        "methods": {},
-        "settings": {
+    results = CompareResults(
+        base=base,
+        settings={
             "k": cfg.eval.k,
             "n_samples": cfg.eval.n_samples,
             "temperature": cfg.eval.temperature,
@@ -365,7 +186,7 @@ def run_compare(
             "seeds": cfg.seeds,
             "pretrained": str(base_dir),
         },
-    }
+    )
     jobs = list(itertools.product(cfg.runs, cfg.seeds))
     per_run: dict[str, dict[int, dict]] = _finished(out, cfg) if resume else {}
     jobs = [(r, s) for r, s in jobs if s not in per_run.get(r.name, {})]
@@ -375,13 +196,9 @@ def run_compare(
         per_run.setdefault(name, {})[seed] = metrics
         seeds = [m for _, m in sorted(per_run[name].items())]  # seed order, whatever the finishing order
         run = specs[name]
-        results["methods"][name] = {
-            **mean_over_seeds(seeds),
-            "method": run.method,
-            "settings": {k: v for k, v in dataclasses.asdict(run).items() if v is not None and k != "name"},
-            "per_seed": seeds,
-        }
-        write_json(out / "results.json", results, indent=2)
+        settings = {k: v for k, v in dataclasses.asdict(run).items() if v is not None and k != "name"}
+        results.record(name, run.method, settings, seeds)
+        save_results(results, out / RESULTS_FILE)
         tqdm.write(
             f"{name} seed {seed}: id_greedy {metrics['id_greedy']:.3f} ood_mean {metrics['ood_mean']:.3f} "
             f"({metrics['train_seconds']:.0f}s)"
@@ -408,8 +225,8 @@ def run_compare(
                 bar.update()
     bar.close()
     # the report lists runs in the config's order
-    results["methods"] = {r.name: results["methods"][r.name] for r in cfg.runs if r.name in results["methods"]}
-    write_json(out / "results.json", results, indent=2)
-    write_report(results, out / "report.md")
-    write_tradeoff_plot(results, out / "tradeoff.png")
-    return results
+    results.methods = {r.name: results.methods[r.name] for r in cfg.runs if r.name in results.methods}
+    save_results(results, out / RESULTS_FILE)
+    write_report(results.to_dict(), out / "report.md")
+    write_tradeoff_plot(results.to_dict(), out / "tradeoff.png")
+    return results.to_dict()

@@ -1,8 +1,7 @@
 """Evaluation: prompts + a checker -> greedy accuracy, Avg@k and unbiased Pass@k.
 
-`evaluate_prompts` is generic (any prompts, any checker: the testbed's skills or a real benchmark's
-answer checker) and uses the shared batched generation (`anchorft.eval.generate`) and metrics
-(`anchorft.eval.metrics`). `evaluate_toy` applies it to the testbed: ID math with sampling
+`anchorft.eval.pipeline.evaluate_prompts` is the generic generate -> grade -> metrics step (any prompts,
+any checker); `evaluate_toy` applies it to the testbed: ID math with sampling
 (temperature 0.7, top_p 0.95, n >= k samples) and greedy decoding, OOD skills greedy.
 """
 
@@ -14,11 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from anchorft.eval.generate import generate
-from anchorft.eval.metrics import accuracy, avg_at_k, mean_pass_at_k
+from anchorft.eval.pipeline import evaluate_prompts
 from anchorft.toy import skills as sk
 
-__all__ = ["EvalSettings", "evaluate_prompts", "evaluate_skills", "build_eval_sets", "evaluate_toy"]
+__all__ = ["EvalSettings", "evaluate_prompts", "evaluate_skills", "build_eval_sets", "evaluate_toy", "greedy_accuracy"]
 
 
 @dataclass
@@ -41,43 +39,6 @@ class EvalSettings:
             raise ValueError("id_items and ood_items: must be >= 1")
 
 
-def evaluate_prompts(
-    model: torch.nn.Module,
-    tokenizer,
-    prompts: Sequence[str],
-    check: Callable[[int, str], bool],
-    *,
-    greedy: bool = True,
-    n_samples: int = 0,
-    k: int = 1,
-    temperature: float = 0.7,
-    top_p: float = 0.95,
-    max_new_tokens: int = 64,
-    batch_size: int = 64,
-    generator: torch.Generator | None = None,
-) -> dict[str, float]:
-    """Score `model` on `prompts`; `check(i, completion)` says whether completion answers prompt i.
-
-    Returns "greedy" (accuracy of greedy decoding) when `greedy`, and with `n_samples` >= k > 0
-    "avg@k" (mean correctness over all samples) and "pass@k" (unbiased estimator, Chen et al. 2021).
-    """
-    if n_samples and not 1 <= k <= n_samples:
-        raise ValueError(f"k: need 1 <= k <= n_samples, got k={k}, n_samples={n_samples}")
-    out: dict[str, float] = {}
-    kw = dict(max_new_tokens=max_new_tokens, batch_size=batch_size)
-    if greedy:
-        comps = generate(model, tokenizer, prompts, n=1, temperature=0.0, **kw)
-        out["greedy"] = accuracy([check(i, c[0]) for i, c in enumerate(comps)])
-    if n_samples:
-        comps = generate(
-            model, tokenizer, prompts, n=n_samples, temperature=temperature, top_p=top_p, generator=generator, **kw
-        )
-        correct = [[check(i, c) for c in cs] for i, cs in enumerate(comps)]
-        out["avg@k"] = avg_at_k(correct)
-        out["pass@k"] = mean_pass_at_k(correct, k)
-    return out
-
-
 def _skill_checker(items: list[sk.Item]) -> Callable[[int, str], bool]:
     return lambda i, completion: sk.SKILLS[items[i].skill].check(items[i], completion)
 
@@ -97,10 +58,11 @@ def evaluate_skills(
 ) -> dict[str, float]:
     """Greedy accuracy per skill on `n_items` evaluation-split items each."""
     sets = build_eval_sets(skills, n_items, rng)
-    return {s: _greedy(model, tokenizer, items, batch_size) for s, items in sets.items()}
+    return {s: greedy_accuracy(model, tokenizer, items, batch_size) for s, items in sets.items()}
 
 
-def _greedy(model, tokenizer, items: list[sk.Item], batch_size: int, max_new_tokens: int = 16) -> float:
+def greedy_accuracy(model, tokenizer, items: list[sk.Item], batch_size: int, max_new_tokens: int = 16) -> float:
+    """Greedy accuracy on testbed items, each graded by its skill's exact checker."""
     res = evaluate_prompts(
         model,
         tokenizer,
@@ -137,7 +99,7 @@ def evaluate_toy(
         generator=generator,
     )
     ood = {
-        s: _greedy(model, tokenizer, eval_sets[s], settings.batch_size, settings.max_new_tokens)
+        s: greedy_accuracy(model, tokenizer, eval_sets[s], settings.batch_size, settings.max_new_tokens)
         for s in sk.OOD_SKILLS
         if s in eval_sets
     }

@@ -8,7 +8,7 @@ import numpy as np
 
 from anchorft.io import save_figure, write_text
 
-__all__ = ["write_report", "write_tradeoff_plot", "acceptance", "merge_results", "mean_over_seeds"]
+__all__ = ["write_report", "write_tradeoff_plot", "acceptance"]
 
 COLS = (("id_avg@k", "ID Avg@k"), ("id_pass@k", "ID Pass@k"), ("id_greedy", "ID greedy"), ("ood_mean", "OOD mean"))
 
@@ -30,50 +30,6 @@ def acceptance(results: dict) -> dict | None:
     id_gain = 100 * (s["id_greedy"] - b["id_greedy"])
     ood_loss = 100 * (b["ood_mean"] - s["ood_mean"])
     return {"id_gain_points": id_gain, "ood_loss_points": ood_loss, "ok": id_gain >= 10 and ood_loss >= 10}
-
-
-def mean_over_seeds(per_seed: list[dict]) -> dict:
-    """Mean and std over seeds of the metrics a comparison reports, and the mean per OOD skill."""
-    keys = ("id_avg@k", "id_pass@k", "id_greedy", "ood_mean", "train_seconds")
-    out = {k: float(np.mean([m[k] for m in per_seed])) for k in keys if k in per_seed[0]}
-    out["std"] = {k: float(np.std([m[k] for m in per_seed])) for k in keys if k in per_seed[0]}
-    out["ood"] = {s: float(np.mean([m["ood"][s] for m in per_seed])) for s in per_seed[0]["ood"]}
-    return out
-
-
-def merge_results(parts: list[dict]) -> dict:
-    """One results dict from several comparisons of the same base and evaluation (e.g. a preset and a sweep).
-
-    The bases must agree (same pretrained model, same evaluation settings and base scores): otherwise their
-    methods are not comparable and this raises ValueError. Methods keep the order of `parts`. A name present
-    in several parts is one run measured at more seeds (e.g. a sweep rerun at new seeds): its per-seed values
-    are pooled and the means recomputed, provided its method and settings agree and no seed repeats;
-    otherwise ValueError (rename the runs)."""
-    if not parts:
-        raise ValueError("parts: need at least one results dict")
-    first = parts[0]
-    merged = {"base": first["base"], "methods": {}, "settings": first["settings"]}
-    for i, r in enumerate(parts):
-        for key in ("pretrained", "id_skill", "id_items", "ood_items", "k", "n_samples", "temperature", "top_p"):
-            if r["settings"].get(key) != first["settings"].get(key):
-                raise ValueError(f"results {i}: settings[{key!r}] differs from the first ({r['settings'].get(key)!r})")
-        if r["base"]["ood"] != first["base"]["ood"] or r["base"]["id_greedy"] != first["base"]["id_greedy"]:
-            raise ValueError(f"results {i}: its base scores differ from the first: not the same base or evaluation")
-        for name, m in r["methods"].items():
-            if name not in merged["methods"]:
-                merged["methods"][name] = m
-                continue
-            old = merged["methods"][name]
-            if (old.get("method"), old.get("settings")) != (m.get("method"), m.get("settings")):
-                raise ValueError(f"results {i}: run {name!r} appears twice with different methods or settings")
-            seeds_old = {s["seed"] for s in old["per_seed"]}
-            if seeds_old & {s["seed"] for s in m["per_seed"]}:
-                raise ValueError(f"results {i}: run {name!r} appears twice with the same seed")
-            per_seed = sorted(old["per_seed"] + m["per_seed"], key=lambda s: s["seed"])
-            merged["methods"][name] = {**old, **mean_over_seeds(per_seed), "per_seed": per_seed}
-    seeds = sorted({s for r in parts for s in r["settings"].get("seeds", [])})
-    merged["settings"] = {**first["settings"], "seeds": seeds}
-    return merged
 
 
 def write_report(results: dict, path: str | Path) -> None:
@@ -126,10 +82,9 @@ def write_report(results: dict, path: str | Path) -> None:
 
 def write_tradeoff_plot(results: dict, path: str | Path) -> None:
     """ID gain (points of greedy accuracy) against OOD retention, one point per run, seed spread as bars."""
-    import matplotlib
+    from anchorft.io import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     base = results["base"]
     # a merged report (sweeps) gets more room for its labels

@@ -17,7 +17,6 @@ after RL, in ID and OOD, than the SFT-initialised one?
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,10 +26,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from anchorft.eval.answers import last_boxed
 from anchorft.io import save_figure, write_json
 from anchorft.toy import skills as sk
-from anchorft.toy.compare import CompareConfig, comparison_eval_sets, load_config, paper_rank
-from anchorft.toy.evaluate import evaluate_prompts, evaluate_toy
+from anchorft.toy.compare_config import CompareConfig, comparison_eval_sets, load_config, paper_rank
+from anchorft.toy.evaluate import evaluate_toy, greedy_accuracy
+from anchorft.toy.results import load_results
 
 __all__ = ["RLStageSettings", "default_methods", "rl_prompts", "run_rl_stage"]
 
@@ -106,16 +107,7 @@ def rl_prompts(skills: Sequence[str], n: int, rng: np.random.Generator) -> list[
     content of the gold \\boxed{} (graded by math-verify in `boxed_math_reward`)."""
     per = [sk.sample_items(s, -(-n // len(skills)), "train", rng) for s in skills]
     items = [it for group in zip(*per) for it in group][:n]
-    return [{"prompt": it.prompt, "answer": sk.extract_boxed(it.answer)} for it in items]
-
-
-def _skill_greedy(model, tok, items: list[sk.Item], cfg: CompareConfig) -> float:
-    def check(i: int, c: str) -> bool:
-        return sk.SKILLS[items[i].skill].check(items[i], c)
-
-    prompts = [it.prompt for it in items]
-    res = evaluate_prompts(model, tok, prompts, check, max_new_tokens=cfg.eval.max_new_tokens, batch_size=256)
-    return res["greedy"]
+    return [{"prompt": it.prompt, "answer": last_boxed(it.answer)} for it in items]
 
 
 def _se(p: float, n: int) -> float:
@@ -132,8 +124,9 @@ def run_rl_stage(
     """DAPO from each chosen model of a finished comparison, evaluated before and after with the
     comparison's own evaluation; writes results.json, report.md, reward_curve.png under
     `out_dir` (default COMPARE_DIR/rl) and returns the results."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
+    from anchorft.eval.loading import load_tokenizer
     from anchorft.rpsft.rl import run_rl
 
     settings = settings or RLStageSettings()
@@ -142,7 +135,7 @@ def run_rl_stage(
     for f in ("results.json", "config.yaml"):
         if not (cdir / f).is_file():
             raise ValueError(f"compare_dir: {cdir / f} missing (run `anchorft toy compare --out {cdir}` first)")
-    compare_results = json.loads((cdir / "results.json").read_text())
+    compare_results = load_results(cdir).to_dict()
     cfg = load_config(str(cdir / "config.yaml"))
     methods = list(methods) if methods else default_methods(compare_results, cfg)
     for name in methods:
@@ -169,7 +162,9 @@ def run_rl_stage(
         model.eval()
         gen = torch.Generator().manual_seed(cfg.eval_seed)
         res = evaluate_toy(model, tok, eval_sets, cfg.eval, gen, id_skill=cfg.id_skill)
-        res["rl_skills_greedy"] = {s: _skill_greedy(model, tok, items, cfg) for s, items in skill_sets.items()}
+        res["rl_skills_greedy"] = {
+            s: greedy_accuracy(model, tok, items, 256, cfg.eval.max_new_tokens) for s, items in skill_sets.items()
+        }
         return res
 
     results: dict = {
@@ -184,7 +179,7 @@ def run_rl_stage(
     for name in bar:
         bar.set_postfix(run=name)
         model_dir = cdir / "models" / name
-        tok = AutoTokenizer.from_pretrained(model_dir)
+        tok = load_tokenizer(model_dir)
         before = evaluate(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), tok)
         m = run_rl(str(model_dir), prompts, out / name, settings.rl_settings(), tokenizer=tok)
         after = evaluate(m["model"], tok)
@@ -276,10 +271,9 @@ def write_rl_report(results: dict, path: Path) -> None:
 
 def write_reward_plot(results: dict, path: Path) -> None:
     """Per-step mean correctness of the sampled responses, raw (faint) and a 10-step moving mean."""
-    import matplotlib
+    from anchorft.io import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for name, m in results["methods"].items():

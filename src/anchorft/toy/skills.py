@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from anchorft.eval.answers import last_boxed
+
 __all__ = [
     "Item",
     "Skill",
@@ -36,7 +38,6 @@ __all__ = [
     "sample_items",
     "knowledge_base",
     "kb_statements",
-    "extract_boxed",
     "WORDS",
     "FORMAT_TOKENS",
 ]
@@ -93,14 +94,8 @@ def split_of(skill: str, key: str, eval_fraction: float = EVAL_FRACTION) -> str:
     return "eval" if h / 2.0**64 < eval_fraction else "train"
 
 
-def extract_boxed(text: str) -> str | None:
-    """Content of the last \\boxed{...} in `text` (no nesting needed here), or None."""
-    found = re.findall(r"\\boxed\{([^{}]*)\}", text)
-    return found[-1].strip() if found else None
-
-
 def _check_boxed(item: Item, response: str) -> bool:
-    got, want = extract_boxed(response), extract_boxed(item.answer)
+    got, want = last_boxed(response), last_boxed(item.answer)
     return got is not None and got == want
 
 
@@ -253,7 +248,6 @@ def _gen_math_word(rng):
 @dataclass(frozen=True)
 class Skill:
     name: str
-    domain: str  # "id" or "ood"
     generate: Callable[[np.random.Generator], tuple[str, str, str]]
     checker: Callable[[Item, str], bool]
 
@@ -267,16 +261,16 @@ class Skill:
 
 
 SKILLS: dict[str, Skill] = {
-    "math_easy": Skill("math_easy", "id", _gen_math_easy, _check_boxed),
-    "math_hard": Skill("math_hard", "id", _gen_math_hard, _check_boxed),
-    "math_word": Skill("math_word", "id", _gen_math_word, _check_boxed),
-    "math_add3": Skill("math_add3", "id", _gen_math_add3, _check_boxed),
-    "reverse": Skill("reverse", "ood", _gen_reverse, _check_exact),
-    "sort": Skill("sort", "ood", _gen_sort, _check_exact),
-    "next": Skill("next", "ood", _gen_next, _check_exact),
-    "count": Skill("count", "ood", _gen_count, _check_exact),
-    "boolean": Skill("boolean", "ood", _gen_bool, _check_exact),
-    "recall": Skill("recall", "ood", _gen_recall, _check_exact),
+    "math_easy": Skill("math_easy", _gen_math_easy, _check_boxed),
+    "math_hard": Skill("math_hard", _gen_math_hard, _check_boxed),
+    "math_word": Skill("math_word", _gen_math_word, _check_boxed),
+    "math_add3": Skill("math_add3", _gen_math_add3, _check_boxed),
+    "reverse": Skill("reverse", _gen_reverse, _check_exact),
+    "sort": Skill("sort", _gen_sort, _check_exact),
+    "next": Skill("next", _gen_next, _check_exact),
+    "count": Skill("count", _gen_count, _check_exact),
+    "boolean": Skill("boolean", _gen_bool, _check_exact),
+    "recall": Skill("recall", _gen_recall, _check_exact),
 }
 ID_SKILLS = ("math_add3", "math_hard", "math_word")  # fine-tuning / in-domain evaluation distributions
 OOD_SKILLS = ("reverse", "sort", "next", "count", "boolean", "recall")

@@ -10,20 +10,15 @@ from typing import Any
 
 import torch
 
-from anchorft.io import write_json as _write_json
+from anchorft.io import write_json
 from anchorft.w2s.config import W2SConfig, config_hash, save_config
 from anchorft.w2s.dynamics import RunResult, train, train_weak
 from anchorft.w2s.plots import plot_alignment
 from anchorft.w2s.problem import build_problem
 
-__all__ = ["run_experiment", "summarise", "write_json"]
+__all__ = ["run_experiment", "summarise"]
 
 SUMMARY_KEYS = ("target_alignment", "nontarget_alignment", "nontarget_target_alignment")
-
-
-def write_json(obj: Any, path: str | os.PathLike) -> None:
-    """Write JSON atomically (tmp file then os.replace)."""
-    _write_json(path, obj, indent=1, allow_nan=True)
 
 
 def summarise(result: RunResult, wall_s: float) -> dict:
@@ -74,6 +69,6 @@ def run_experiment(
                 break
     metrics["wall_s"] = time.perf_counter() - t0
     if out is not None:
-        write_json(metrics, out / "metrics.json")
+        write_json(out / "metrics.json", metrics, indent=1)
         plot_alignment(metrics, out / "alignment.png", title=f"d={config.d}, s={config.s}, {config.n_seeds} seeds")
     return metrics

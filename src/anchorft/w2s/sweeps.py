@@ -30,9 +30,10 @@ import numpy as np
 import torch
 import yaml
 
+from anchorft.io import write_json
 from anchorft.w2s.config import PRESET_DIR, W2SConfig, apply_overrides, config_hash, load_config
 from anchorft.w2s.dynamics import train, train_weak
-from anchorft.w2s.experiments import run_experiment, write_json
+from anchorft.w2s.experiments import run_experiment
 from anchorft.w2s.problem import build_problem
 from anchorft.w2s.theory import predicted_slopes
 
@@ -212,7 +213,7 @@ def evaluate_point(spec: dict, point: dict, cache_dir: Path | None, progress: bo
                 }
     rec["cached"] = False
     if path is not None:
-        write_json(rec, path)
+        write_json(path, rec, indent=1)
     return rec
 
 
@@ -267,7 +268,7 @@ def run_sweep(
         result["summary"] = _summary(kind, points)
         if kind == "overlap" and len({r["s"] for r in result["summary"]}) > 1:
             result["phase"] = phase_boundary(result["summary"], spec.get("phase", {}))
-    write_json(result, out / "sweep.json")
+    write_json(out / "sweep.json", result, indent=1)
     from anchorft.w2s.plots import plot_sweep
 
     plot_sweep(result, out / f"{kind}.png")

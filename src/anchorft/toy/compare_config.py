@@ -1,0 +1,212 @@
+"""The testbed comparison's configuration: runs, presets (the YAML files of configs/toy/), sweeps, evaluation sets.
+
+`CompareConfig` and `RunSpec` are plain dataclasses loaded with the project's YAML -> dataclass helper
+(`anchorft.dataclass_yaml`); `comparison_eval_sets` is the one construction of the held-out items every model
+of a comparison is scored on (also used by `anchorft analyze --testbed` and the RL stage). The orchestration
+of fine-tunes is `anchorft.toy.compare`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from anchorft.dataclass_yaml import read_yaml_mapping, update
+from anchorft.rpsft.methods import METHODS, RUN_KEYS, get_method
+from anchorft.toy import skills as sk
+from anchorft.toy.evaluate import EvalSettings, build_eval_sets
+from anchorft.toy.pretrain import PretrainConfig
+
+__all__ = [
+    "CompareConfig",
+    "RunSpec",
+    "PRESETS",
+    "PRESET_DIR",
+    "load_config",
+    "expand_sweeps",
+    "comparison_eval_sets",
+    "paper_rank",
+]
+
+
+@dataclass
+class RunSpec:
+    """One fine-tuning run: a method and its settings (None: the CompareConfig's default)."""
+
+    name: str
+    method: str
+    anchor_rank: int | None = None
+    anchor_lambda: float | None = None
+    anchor_targets: str | None = None
+    anchor_include_embeddings: bool | None = None
+    learning_rate: float | None = None
+
+
+@dataclass
+class CompareConfig:
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    runs: list[RunSpec] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    id_skill: str = "math_word"  # the fine-tuning and ID evaluation distribution (see skills.ID_SKILLS)
+    finetune_items: int = 2000  # size of the fine-tuning set (train split of id_skill)
+    learning_rate: float = 5e-4
+    max_steps: int = 200
+    batch_size: int = 32
+    warmup_ratio: float = 0.03
+    anchor_lambda: float = 1.0
+    anchor_targets: str = "all-linear"
+    anchor_include_embeddings: bool = True
+    eval: EvalSettings = field(default_factory=EvalSettings)
+    eval_seed: int = 12345  # the held-out items and the sampling generator of the evaluation
+
+    def validate(self) -> None:
+        self.pretrain.validate()
+        self.eval.validate()
+        if not self.runs:
+            raise ValueError("runs: need at least one fine-tuning run")
+        names = [r.name for r in self.runs]
+        if len(set(names)) != len(names) or "base" in names:
+            raise ValueError(f"runs: names must be unique and not 'base', got {names}")
+        for r in self.runs:
+            if r.method not in METHODS:
+                raise ValueError(f"runs[{r.name}].method: must be one of {tuple(METHODS)}, got {r.method!r}")
+            if get_method(r.method).uses_rank and not r.anchor_rank:
+                raise ValueError(f"runs[{r.name}].anchor_rank: {r.method} needs a rank")
+        if self.id_skill not in sk.ID_SKILLS:
+            raise ValueError(f"id_skill: must be one of {sk.ID_SKILLS}, got {self.id_skill!r}")
+        if not self.seeds:
+            raise ValueError("seeds: need at least one seed")
+        for name in ("finetune_items", "max_steps", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate: must be > 0, got {self.learning_rate}")
+
+
+def comparison_eval_sets(cfg: CompareConfig) -> dict:
+    """The held-out items a comparison scores every model on (fixed by `cfg.eval_seed`)."""
+    sets = build_eval_sets([cfg.id_skill, *sk.OOD_SKILLS], cfg.eval.id_items, np.random.default_rng(cfg.eval_seed))
+    for s in sk.OOD_SKILLS:
+        sets[s] = sets[s][: cfg.eval.ood_items]
+    return sets
+
+
+def paper_rank(hidden_size: int) -> int:
+    """The paper's best rank (768 of Llama-3.1-8B's hidden size 4096) scaled to `hidden_size`."""
+    return max(1, round(768 / 4096 * hidden_size))
+
+
+def _default_runs(ranks: list[int], l2_lambda: float | None = None) -> list[RunSpec]:
+    runs = [RunSpec("sft", "sft"), RunSpec("dft", "dft"), RunSpec("iw_sft", "iw_sft")]
+    runs.append(RunSpec("l2", "l2", anchor_lambda=l2_lambda))
+    runs += [RunSpec(f"rpsft-k{k}", "rpsft", anchor_rank=k) for k in ranks]
+    return runs
+
+
+def _width_runs(hidden_size: int) -> list[RunSpec]:
+    # l2 at lambda 0.01: its sum runs over every direction of every matrix, and at lambda 1 it does not move;
+    # rpsft at the paper's lambda 1 and rank (768/4096 of the width: 24 at 128) and a third of it.
+    k = paper_rank(hidden_size)
+    return _default_runs([max(1, k // 3), k], l2_lambda=0.01)
+
+
+PRESET_DIR = Path(__file__).resolve().parents[3] / "configs" / "toy"
+# the presets are the YAML files of configs/toy/, loaded by name (`smoke`, `default`, `sweep`, ...) or by path
+PRESETS = tuple(sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
+
+
+def _preset_path(name: str) -> Path:
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return path
+    if (PRESET_DIR / f"{name}.yaml").is_file():
+        return PRESET_DIR / f"{name}.yaml"
+    raise ValueError(f"preset: {name!r} is neither a preset {list(PRESETS)} nor a YAML file")
+
+
+def _merged_mapping(spec: dict, chain: tuple[str, ...] = ()) -> tuple[dict, bool]:
+    """(the mapping of `spec` over its `preset:` base, recursively; whether any level set `runs`)."""
+    spec = dict(spec)
+    base_name = spec.pop("preset", None)
+    merged: dict = {}
+    has_runs = False
+    if base_name is not None:
+        path = _preset_path(str(base_name))
+        if str(path.resolve()) in chain:
+            raise ValueError(f"preset: {base_name!r} names itself through {list(chain)}")
+        merged, has_runs = _merged_mapping(read_yaml_mapping(path, "preset"), chain + (str(path.resolve()),))
+    for key, value in spec.items():  # nested sections (pretrain, eval) merge key by key
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged, has_runs or "runs" in spec
+
+
+def load_config(spec: str | dict | CompareConfig) -> CompareConfig:
+    """A CompareConfig from a preset name (configs/toy/NAME.yaml), a YAML path, a dict, or itself.
+
+    A mapping may name a base preset with `preset: NAME`; its own keys override the base's (nested sections key
+    by key) and are coerced to the fields' types (`anchorft.dataclass_yaml`; unknown keys are a ValueError with
+    the closest known ones). Without `runs` anywhere in the chain, the runs follow the width: sft, dft, iw_sft,
+    l2 (lambda 0.01) and rpsft at the paper's rank scaled to `pretrain.hidden_size` and at a third of it."""
+    if isinstance(spec, CompareConfig):
+        return copy.deepcopy(spec)
+    if isinstance(spec, str):
+        spec = {"preset": spec}
+    if not isinstance(spec, dict):
+        raise ValueError(f"preset: expected a name, a YAML path or a dict, got {type(spec).__name__}")
+    merged, has_runs = _merged_mapping(spec)
+    cfg = update(CompareConfig(), merged, "toy compare config")
+    if not has_runs:  # the rank sweep follows the width
+        cfg.runs = _width_runs(cfg.pretrain.hidden_size)
+    return cfg
+
+
+def _parse_value(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def expand_sweeps(runs: list[RunSpec], sweeps: list[str]) -> list[RunSpec]:
+    """Expand runs by `key=v1,v2,...` sweeps (product over sweeps).
+
+    A key applies to the runs whose method lists it in the methods table's `sweep_keys` (anchor_* keys to
+    the anchored methods l2 and rpsft, anchor_rank to rpsft only, learning_rate to every method). A run
+    that a sweep applies to becomes one run per value, named NAME-key=value.
+    """
+    parsed = []
+    for s in sweeps:
+        key, sep, vals = s.partition("=")
+        if not sep or not vals:
+            raise ValueError(f"sweep: expected key=v1,v2,..., got {s!r}")
+        if key not in RUN_KEYS:
+            raise ValueError(f"sweep: unknown key {key!r}; choose from {RUN_KEYS}")
+        parsed.append((key, [_parse_value(v) for v in vals.split(",")]))
+    out = list(runs)
+    for key, values in parsed:
+        new = []
+        for r in out:
+            if key not in get_method(r.method).sweep_keys:
+                new.append(r)
+                continue
+            short = {"anchor_lambda": "lam", "learning_rate": "lr", "anchor_targets": "tgt"}.get(key, "emb")
+            for v in values:
+                base = r.name.split("-k")[0] if key == "anchor_rank" else r.name
+                name = f"{base}-k{v}" if key == "anchor_rank" else f"{base}-{short}{v}"
+                new.append(dataclasses.replace(r, name=name, **{key: v}))
+        # keep the first of duplicate names (e.g. a rank sweep over several rpsft runs)
+        seen, out = set(), []
+        for r in new:
+            if r.name not in seen:
+                seen.add(r.name)
+                out.append(r)
+    return out

@@ -1,0 +1,35 @@
+"""The one tokenizer loading policy: a `tokenizers`-trained tokenizer comes back as itself."""
+
+from __future__ import annotations
+
+from transformers import PreTrainedTokenizerFast
+
+from anchorft.eval.loading import load_eval_tokenizer, load_tokenizer
+
+
+def _save(path, pad: bool) -> PreTrainedTokenizerFast:
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(["one two three four", "five six"] * 10, trainers.BpeTrainer(vocab_size=60,
+                            special_tokens=["<unk>", "<pad>", "</s>"], show_progress=False))  # fmt: skip
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="</s>",
+                                   **({"pad_token": "<pad>"} if pad else {}))  # fmt: skip
+    fast.save_pretrained(path)
+    return fast
+
+
+def test_a_tokenizers_tokenizer_loads_as_itself(tmp_path):
+    saved = _save(tmp_path, pad=True)
+    tok = load_tokenizer(tmp_path)
+    assert type(tok) is PreTrainedTokenizerFast
+    text = "one two  three"
+    assert tok(text)["input_ids"] == saved(text)["input_ids"]
+
+
+def test_the_eval_tokenizer_always_pads(tmp_path):
+    _save(tmp_path, pad=False)
+    assert load_tokenizer(tmp_path).pad_token is None
+    tok = load_eval_tokenizer(tmp_path)
+    assert tok.pad_token == "</s>"

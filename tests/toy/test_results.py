@@ -1,0 +1,39 @@
+"""results.json: written, read back and rewritten byte for byte; per-run entries against numpy."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from anchorft.toy.results import CompareResults, load_results, save_results
+
+
+def _seed(seed: int, idg: float) -> dict:
+    return {"seed": seed, "id_greedy": idg, "ood_mean": 0.5, "ood": {"reverse": 0.4, "sort": 0.6}}
+
+
+def test_round_trip_and_record(tmp_path):
+    res = CompareResults(base={"id_greedy": 0.1, "ood_mean": 0.6, "ood": {"reverse": 0.5}}, settings={"seeds": [0, 1]})
+    res.record("sft", "sft", {"learning_rate": 1e-3}, [_seed(0, 0.2), _seed(1, 0.4)])
+    entry = res.methods["sft"]
+    assert entry["id_greedy"] == pytest.approx(np.mean([0.2, 0.4]))
+    assert entry["std"]["id_greedy"] == pytest.approx(np.std([0.2, 0.4]))
+    assert entry["method"] == "sft" and entry["settings"] == {"learning_rate": 1e-3} and len(entry["per_seed"]) == 2
+    path = tmp_path / "results.json"
+    save_results(res, path)
+    text = path.read_text()
+    assert text == json.dumps(res.to_dict(), indent=2) + "\n"
+    back = load_results(tmp_path)  # a folder or the file itself
+    assert back == res and load_results(path) == res
+    save_results(back, tmp_path / "again.json")
+    assert (tmp_path / "again.json").read_text() == text
+
+
+def test_load_names_what_is_missing(tmp_path):
+    with pytest.raises(ValueError, match="not found"):
+        load_results(tmp_path)
+    (tmp_path / "results.json").write_text(json.dumps({"base": {}}))
+    with pytest.raises(ValueError, match="'methods'"):
+        load_results(tmp_path)
