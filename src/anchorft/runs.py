@@ -73,10 +73,13 @@ def check_output_dir(out: str | os.PathLike, flag: str = "--out") -> Path:
     return out
 
 
-def same_run(out: str | os.PathLike, command: str, config: Any) -> bool:
-    """Whether `out` holds a run marker of `command` with `config`'s hash (read only; every process may ask)."""
+def same_run(out: str | os.PathLike, command: str, config: Any) -> str | None:
+    """The status of the run of `command` with `config`'s hash that `out` holds, else None (read only: every
+    process of a distributed run may ask, while only the first claims the folder)."""
     marker = _read_marker(Path(out) / MARKER)
-    return marker is not None and marker.get("command") == command and marker.get("config_hash") == config_hash(config)
+    if marker is None or marker.get("command") != command or marker.get("config_hash") != config_hash(config):
+        return None
+    return str(marker.get("status"))
 
 
 def _read_marker(path: Path) -> dict | None:

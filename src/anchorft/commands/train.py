@@ -171,10 +171,10 @@ def main(argv: list[str]) -> int:
             check_model_source(args.iw_ref_model, "--iw_ref_model")
         check_sft_source(script.dataset, "--dataset")
         check_sft_source(script.eval_dataset, "--eval_dataset")
-        claim = _claim(script, args, overwrite)
+        claim, complete = _claim(script, args, overwrite)
     except (ValueError, OSError) as e:
         return report("anchorft train", e)
-    if claim is not None and claim.complete:
+    if complete:
         print(f"anchorft train: {args.output_dir} already holds this finished run (same config); --overwrite to redo")
         return 0
     from anchorft.eval.loading import load_tokenizer
@@ -201,19 +201,22 @@ def main(argv: list[str]) -> int:
 
 
 def _claim(script, args, overwrite: bool):
-    """Check and claim the output folder (process 0 only); same config again: resume its last checkpoint."""
+    """Check and claim the output folder (process 0 only): (claim or None, whether the same run had finished).
+    The same config unfinished: resume from its last complete checkpoint."""
     from anchorft.rpsft.checkpoints import last_complete_checkpoint
     from anchorft.runs import check_output_dir, claim_output, config_hash, same_run
 
     config = _run_config(script, args)
     check_output_dir(args.output_dir, "--output_dir")
-    resume = same_run(args.output_dir, "train", config) and not overwrite
+    status = None if overwrite else same_run(args.output_dir, "train", config)  # the same on every process
     claim = None
     if int(os.environ.get("RANK", "0")) == 0:
         claim = claim_output(args.output_dir, "train", config, overwrite=overwrite, flag="--output_dir")
-    if resume and args.resume_from_checkpoint is None:
+    if status == "complete":
+        return None, True
+    if status is not None and args.resume_from_checkpoint is None:
         last = last_complete_checkpoint(args.output_dir)
         if last is not None:
             print(f"anchorft train: same run (config {config_hash(config)}) in {args.output_dir}; resuming {last}")
             args.resume_from_checkpoint = last
-    return claim
+    return claim, False
