@@ -174,19 +174,23 @@ def test_console_script_one_line(argv, expected, files):
 
 def test_sigint_exits_130_and_marks_the_run_interrupted(tmp_path):
     import signal
+    import threading
     import time
 
     out = tmp_path / "pt"
     env = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1", "ANCHORFT_CACHE": str(tmp_path / "cache")}
     argv = ["toy", "pretrain", "--preset", "smoke", "--steps", "100000", "--no-cache", "--out", str(out)]
     p = subprocess.Popen([sys.executable, "-m", "anchorft.cli", *argv], env=env, stderr=subprocess.PIPE, text=True)
-    marker = out / "anchorft-run.json"
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.extend(iter(lambda: p.stderr.read(64), "")), daemon=True)
+    reader.start()
     deadline = time.monotonic() + 240
-    while not marker.exists() and p.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.5)
-    time.sleep(2)  # inside pretraining
+    while "toy pretrain:" not in "".join(err) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)  # until the pretraining loop runs
     p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=240)
-    assert p.returncode == 130, err
-    assert "interrupted" in err.strip().splitlines()[-1] and "Traceback" not in err
-    assert json.loads(marker.read_text())["status"] == "interrupted"
+    p.wait(timeout=240)
+    reader.join(timeout=10)
+    text = "".join(err)
+    assert p.returncode == 130, text[-2000:]
+    assert "interrupted" in text.strip().splitlines()[-1] and "Traceback" not in text
+    assert json.loads((out / "anchorft-run.json").read_text())["status"] == "interrupted"

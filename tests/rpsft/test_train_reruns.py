@@ -16,7 +16,7 @@ from anchorft.rpsft.train import train
 
 @pytest.fixture
 def model_dir(rp, tokenizer_dir, tmp_path):
-    from anchorft.rpsft.data import load_tokenizer
+    from anchorft.eval.loading import load_tokenizer
 
     tok = load_tokenizer(tokenizer_dir)
     path = tmp_path / "llama"

@@ -82,13 +82,14 @@ def main(argv: list[str]) -> int:
         raise ValueError(f"--threads: must be >= 1, got {args.threads}")
     import torch
 
-    from anchorft.runs import claim_output, existing_files, finish, reused
+    from anchorft.runs import check_output_dir, claim_output, existing_files, finish, reused
 
     torch.set_num_threads(args.threads)
     if args.cmd == "report":
         from anchorft.toy.report import write_report, write_tradeoff_plot
         from anchorft.toy.results import RESULTS_FILE, load_results, merge_results, save_results
 
+        check_output_dir(args.out)  # before the sources are read
         parts = []
         for src in args.sources:
             path = Path(src) / RESULTS_FILE
