@@ -180,7 +180,14 @@ def test_sigint_exits_130_and_marks_the_run_interrupted(tmp_path):
     out = tmp_path / "pt"
     env = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1", "ANCHORFT_CACHE": str(tmp_path / "cache")}
     argv = ["toy", "pretrain", "--preset", "smoke", "--steps", "100000", "--no-cache", "--out", str(out)]
-    p = subprocess.Popen([sys.executable, "-m", "anchorft.cli", *argv], env=env, stderr=subprocess.PIPE, text=True)
+    # a shell starts background jobs with SIGINT ignored, and Python keeps an ignored SIGINT: restore the default
+    p = subprocess.Popen(
+        [sys.executable, "-m", "anchorft.cli", *argv],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     err: list[str] = []
     reader = threading.Thread(target=lambda: err.extend(iter(lambda: p.stderr.read(64), "")), daemon=True)
     reader.start()
