@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 CORE := $(VENV)/.installed-core
 DEV := $(VENV)/.installed-dev
 
-.PHONY: demo test test-all lint format bench clean
+.PHONY: demo test test-all lint format bench mutants clean
 
 # the demo needs the package only; the tests add pytest, ruff and lm-eval (35 s more to install here)
 $(CORE): pyproject.toml
@@ -39,5 +39,37 @@ format: $(DEV)
 bench: $(DEV)
 	for f in benchmarks/*.py; do $(BIN)/python $$f || exit 1; done
 
+# Mutation testing of the core functions (docs/testing.md; not part of CI): mutmut 3, configured in
+# pyproject.toml ([tool.mutmut]: the files and their test files); MUTANTS names the functions, one glob each
+# (mutmut's names: module.x_function__mutmut_N, module.xǁClassǁmethod__mutmut_N; `?` stands for ǁ).
+# One module at a time: make mutants MUTANTS='anchorft.subspace.*'; the slower rest: MUTANTS='$(MUTANTS_MORE)'.
+MUTANTS ?= \
+	'anchorft.subspace.*' \
+	'anchorft.rpsft.losses.*' \
+	'anchorft.eval.metrics.*' \
+	'anchorft.eval.answers.x_last_boxed*' 'anchorft.eval.answers.x__balanced*' \
+	'anchorft.eval.answers.x_parsed_equal*' 'anchorft.eval.answers.x_math_equal*' 'anchorft.eval.answers.x_grade*' \
+	'anchorft.rpsft.anchor.x?SubspaceAnchor?penalty_terms*' 'anchorft.rpsft.anchor.x?SubspaceAnchor?_summary*' \
+	'anchorft.rpsft.anchor.x?SubspaceAnchor?check_model*' \
+	'anchorft.rpsft.trainer.x?RPSFTTrainer?_anchor_due*' 'anchorft.rpsft.trainer.x?RPSFTTrainer?training_step*' \
+	'anchorft.w2s.fused.x?ReducedStepper?step*' 'anchorft.w2s.fused.x?ReducedStepper?losses*' \
+	'anchorft.w2s.fused.x?ReducedStepper?weights*' 'anchorft.w2s.fused.x?ReducedStepper?reset*' \
+	'anchorft.w2s.fused.x?ReducedStepper?prepare_labels*' \
+	'anchorft.w2s.dynamics.x_dense_step*' 'anchorft.w2s.dynamics.x_reduced_step*' \
+	'anchorft.w2s.dynamics.x__sphere_factors*' 'anchorft.w2s.dynamics.x__coefficients*' \
+	'anchorft.w2s.dynamics.x__residual*' 'anchorft.w2s.dynamics.x_renormalise_reduced*' \
+	'anchorft.w2s.dynamics.x_step_scale*' 'anchorft.w2s.dynamics.x_schedule_factor*' \
+	'anchorft.w2s.dynamics.x__transform*'
+MUTANTS_MORE = \
+	'anchorft.eval.answers.x?MathChecker?check*' \
+	'anchorft.rpsft.anchor.x?SubspaceAnchor?_blocks*' 'anchorft.rpsft.anchor.x_select_parameters*' \
+	'anchorft.rpsft.anchor.x__named_matrices*' 'anchorft.rpsft.anchor.x_weights_fingerprint*' \
+	'anchorft.rpsft.trainer.x?RPSFTTrainer?compute_loss*'
+
+mutants: $(DEV)
+	ANCHORFT_BENCHMARKS=$${ANCHORFT_BENCHMARKS:-$(abspath ../shared/benchmarks)} OMP_NUM_THREADS=1 \
+		nice -n 10 $(BIN)/mutmut run --max-children 2 $(MUTANTS)
+	$(BIN)/python benchmarks/mutants_summary.py $(MUTANTS)
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache mutants

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_toy_packing.py [--steps 20] [--threads 2]
 
-The baseline is the packing of sessions 2-4: rows of 40 tokens filled in the order the documents are drawn, a row
+The baseline is the testbed's earlier packing: rows of 40 tokens filled in the order the documents are drawn, a row
 closed as soon as the next document does not fit (its tail stays padding), 32 rows a step. The testbed now packs
 first-fit (`anchorft.toy.pretrain._batch`: each document into the first row with room, the misfits carried to the
 next step) into 20 rows of 64 tokens: the same 1,280 token slots a step. Same mixture, same model (default
@@ -20,7 +20,7 @@ from bench_toy_tokens import _step_seconds  # the same timed step
 
 
 def _close_at_misfit(cfg, tok, rng):
-    """The sessions 2-4 packing (baseline): whole documents in drawing order, a row closed at the first misfit."""
+    """The earlier packing (baseline): whole documents in drawing order, a row closed at the first misfit."""
     from anchorft.toy.pretrain import _documents, _encode_docs, _packed_tensors
 
     B, T, pad = cfg.batch_size, cfg.pack_len, tok.pad_token_id

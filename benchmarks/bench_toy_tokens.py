@@ -4,7 +4,7 @@
 
 The testbed tokenizer reads the templates' words ("reverse", "colour", "pens", ...) and format markers
 ("Q:", "\\nA:", "\\boxed{") as one token each and spells random strings letter by letter; the baseline is the
-same BPE without them (one token per character, the testbed until session 4). On the same documents and
+same BPE without them (one token per character, the testbed's earlier tokenizer). On the same documents and
 the same model (default PretrainConfig, random weights: a step's cost does not depend on them), this times a
 bare forward + backward + AdamW step:
 - pretraining: packed batches of `batch_size` rows (`pack_len` 40 with words, 64 with letters: about the

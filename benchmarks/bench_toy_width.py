@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_toy_width.py [--steps 20] [--threads 2]
 
-The issue asked for a model of "a few million" parameters; the default (hidden 128, 4 layers, MLP 512) has 1.08M
+A testbed of "a few million" parameters is a natural next size; the default (hidden 128, 4 layers, MLP 512) has 1.08M
 because `make demo` must finish in 20 minutes on two cores. This times the same packed batches (default
 PretrainConfig: first-fit rows of 20 x 64 tokens) through a bare forward + backward + AdamW step on each shape,
 random weights (a step's cost does not depend on them), and prints the parameters and the ratio of seconds per step
@@ -16,7 +16,7 @@ import dataclasses
 
 from bench_toy_tokens import _step_seconds  # the same timed step
 
-# (hidden, layers, MLP): the default first, then the shapes of about 2-3.4M parameters tried in session 6
+# (hidden, layers, MLP): the default first, then the shapes of about 2-3.4M parameters tried
 SHAPES = [(128, 4, 512), (192, 4, 768), (256, 2, 1024), (256, 3, 768), (256, 3, 1024), (320, 2, 1280)]
 
 

@@ -1,9 +1,11 @@
 """Speed of the weak-to-strong simulator's SGD step (paper preset: d=1024, s=128, N=160, batch 32).
 
 Compares the time per sample of the project's step (`anchorft.w2s.dynamics.train`, seeds batched, inputs and
-labels included) with a plain per-step NumPy loop of the same model (written below, one seed at a time,
-float64, dense x in R^d, as one would write it first). Also measures this machine's single-precision matmul
-rate in the same process and prints the fraction of it that each step reaches. The machine may be shared:
+labels included) with two NumPy loops of the same model written below: a competent one in the same reduced
+coordinates (float32, seeds batched, x = B z never formed, the batch Gram matrix for the renormalisation: the
+same arithmetic as the project's W2S step), and the plain full-space one (one seed at a time, float64, dense x in
+R^d, as one would write it first). Also measures this machine's single-precision matmul rate in the same
+process and prints the share of it that each step reaches (matmul FLOPs only). The machine may be shared:
 times are process CPU times (time.process_time; everything runs on one thread, so a process that is descheduled
 by other users is not charged for it), each the best of several interleaved repeats; the numbers that matter
 are the ratios. Set CLOCK=wall in the environment to use wall-clock time instead.
@@ -58,6 +60,39 @@ def numpy_baseline(cfg, basis, theta, w0, weak_u, a, steps: int, mode: str, rng:
     return (_clock() - t0) / steps
 
 
+def numpy_reduced(cfg, problem, steps: int, rng: np.random.Generator) -> float:
+    """W2S at lambda = 1 in reduced coordinates, float32, seeds batched: c (S, N, s) with w = r p + B c, labels from
+    the weak model's s-dim projection; the fused renormalisation of `dynamics.reduced_step`. Seconds per step."""
+    f32 = np.float32
+    b0 = problem.bases[:, 0].float().numpy()
+    c = (problem.w0.float().numpy() @ b0).astype(f32)  # (S, N, s)
+    r = np.ones(c.shape[:2], dtype=f32)
+    weak = (problem.weak_u.float().numpy() @ b0).astype(f32)  # (S, M, s)
+    a = problem.a.float().numpy()
+    S, B, s = c.shape[0], cfg.batch_size, cfg.s
+    q2, q4 = f32(1 / np.sqrt(2.0)), f32(1 / np.sqrt(24.0))
+    eta = f32(0.1)
+    t0 = _clock()
+    for _ in range(steps):
+        z = rng.standard_normal((S, B, s), dtype=f32)
+        v = z @ weak.transpose(0, 2, 1)  # weak fields (S, B, M)
+        v2 = v * v
+        fw = ((v2 * v2 - 6 * v2 + 3) * q4).mean(-1)
+        fw = np.clip(fw, -cfg.clip, cfg.clip)
+        y = fw * np.exp(fw)
+        u = z @ c.transpose(0, 2, 1)  # (S, B, N)
+        u2 = u * u
+        f = ((u2 - 1) * q2 + (u2 * u2 - 6 * u2 + 3) * q4) @ a
+        G = (u * (2 * q2 + (4 * u2 - 12) * q4)) * a * (f - y)[..., None]  # (S, B, N)
+        rad = (G * u).sum(1) / B
+        g2 = ((z @ z.transpose(0, 2, 1)) @ G * G).sum(1) / (B * B)
+        inv = 1 / np.sqrt(1 + eta * eta * (g2 - rad * rad))
+        alpha = (1 + eta * rad) * inv
+        c = c * alpha[..., None] - (eta / B) * inv[..., None] * (G.transpose(0, 2, 1) @ z)
+        r = r * alpha
+    return (_clock() - t0) / steps
+
+
 def project_step(cfg, problem, mode: str) -> float:
     t0 = _clock()
     with torch.no_grad():
@@ -92,8 +127,9 @@ def main() -> None:
     a = problem.a.double().numpy()
     rng = np.random.default_rng(0)
     np_steps = max(20, args.steps // 4)
-    t = {k: float("inf") for k in ("np_w2s", "np_sft", "w2s", "sft")}
+    t = {k: float("inf") for k in ("np_w2s", "np_sft", "np_red", "w2s", "sft")}
     for _ in range(args.repeats):  # interleaved, best of repeats
+        t["np_red"] = min(t["np_red"], numpy_reduced(cfg, problem, np_steps, rng))
         t["np_w2s"] = min(t["np_w2s"], numpy_baseline(cfg, *np0, a, np_steps, "w2s", rng))
         t["np_sft"] = min(t["np_sft"], numpy_baseline(cfg, *np0, a, np_steps, "sft", rng))
         t["w2s"] = min(t["w2s"], project_step(cfg, problem, "w2s"))
@@ -115,7 +151,14 @@ def main() -> None:
             f"{mode:>4}: numpy loop {per_sample_np * 1e6:8.2f} us/sample | project {per_sample * 1e6:8.2f} us/sample"
             f" | ratio {per_sample_np / per_sample:6.1f}x | step {t[mode] * 1e3:.2f} ms = {frac:.1%} of matmul rate"
         )
-    print(f"ratio W2S step vs the NumPy loop of the same W2S model: {t['np_w2s'] / B / (t['w2s'] / (S * B)):.1f}x")
+    red = t["np_red"] / (S * B)
+    proj = t["w2s"] / (S * B)
+    print(
+        f" w2s: competent NumPy loop in reduced coordinates (float32, {S} seeds batched) {red * 1e6:8.2f} us/sample"
+        f" = {flops['w2s'] / t['np_red'] / rate:.1%} of matmul rate"
+    )
+    print(f"ratio W2S step vs the competent reduced-coordinate NumPy loop: {red / proj:.2f}x")
+    print(f"ratio W2S step vs the full-space NumPy loop (float64, one seed, x in R^d): {t['np_w2s'] / B / proj:.1f}x")
 
 
 if __name__ == "__main__":

@@ -130,7 +130,7 @@ def test_second_demo_reuses_the_first(tmp_path, monkeypatch, capsys):
 
     calls = {"w2s": 0, "toy": 0}
 
-    def fake_w2s(config, out, progress=True, header=None):
+    def fake_w2s(config, out, progress=True, header=None, **kw):
         calls["w2s"] += 1
         Path(out, "metrics.json").write_text("{}")
         return {"diverged": None}

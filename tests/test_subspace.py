@@ -67,3 +67,47 @@ def test_full_block_of_a_square_matrix_is_l2_anchoring():
     w0, w = _rand(5, 4, seed=5), _rand(5, 4, seed=6)
     u, _, v = top_k_bases(w0, 4)
     assert block_residual(w, u, v, reference_block(w0, u, v)).pow(2).sum() < (w - w0).pow(2).sum()
+
+
+def test_rank_one_is_a_valid_rank():
+    w0 = _rand(6, 4, seed=7)
+    s_np = np.linalg.svd(w0.numpy(), compute_uv=False)
+    for svd in ("exact", "randomized"):
+        u, s, v = top_k_bases(w0, 1, svd=svd, generator=torch.Generator().manual_seed(0))
+        assert u.shape == (6, 1) and s.shape == (1,) and v.shape == (4, 1)
+        np.testing.assert_allclose(s.numpy(), s_np[:1], rtol=1e-8)
+
+
+def test_rank_is_clipped_by_the_last_two_dims_of_a_batch():
+    """(2, 3, 5, 6): k = 5 fits a 5 x 6 matrix; the leading sizes (here 3 < 5) do not clip it."""
+    w0 = _rand(2, 3, 5, 6, seed=8)
+    u, s, v = top_k_bases(w0, 5)
+    assert u.shape == (2, 3, 5, 5) and s.shape == (2, 3, 5) and v.shape == (2, 3, 6, 5)
+    np.testing.assert_allclose(s.numpy(), np.linalg.svd(w0.numpy(), compute_uv=False), rtol=1e-10)
+    u, s, v = top_k_bases(w0, 5, svd="randomized", generator=torch.Generator().manual_seed(0))
+    assert u.shape == (2, 3, 5, 5) and v.shape == (2, 3, 6, 5)
+
+
+def test_randomized_bases_draw_from_the_generator():
+    """Without power iterations the approximation of a full-rank matrix depends on the random test matrix:
+    the same generator seed gives the same bases, bit for bit."""
+    w0 = _rand(30, 20, seed=9)
+
+    def run(seed: int) -> torch.Tensor:
+        u, s, _ = top_k_bases(
+            w0, 3, svd="randomized", oversample=1, n_iter=0, generator=torch.Generator().manual_seed(seed)
+        )
+        return s
+
+    torch.testing.assert_close(run(0), run(0), rtol=0, atol=0)
+    assert not torch.equal(run(0), run(1))
+
+
+def test_block_residual_computes_in_the_bases_dtype():
+    """A float32 weight against float64 bases: the residual is computed (and returned) in float64."""
+    w0, w = _rand(6, 5, seed=10), _rand(6, 5, seed=11)
+    u, _, v = top_k_bases(w0, 2)
+    s_ref = reference_block(w0, u, v)
+    got = block_residual(w.float(), u, v, s_ref)
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, u.mT @ w.float().double() @ v - s_ref)

@@ -30,7 +30,7 @@ from typing import Any
 from anchorft.errors import UsageError
 
 __all__ = ["MARKER", "RunClaim", "claim_output", "check_output_dir", "config_hash", "finish", "mark_active"]
-__all__ += ["same_run", "reused", "existing_files"]
+__all__ += ["same_run", "reused", "existing_files", "fail"]
 
 MARKER = "anchorft-run.json"
 _ACTIVE: list[RunClaim] = []
@@ -44,6 +44,7 @@ class RunClaim:
     resume: bool  # the folder held this same run (same command and config hash)
     complete: bool  # ... and it had finished
     config: Any = None
+    created: bool = False  # the folder did not exist before this claim
 
     @property
     def marker(self) -> Path:
@@ -139,8 +140,9 @@ def claim_output(
             if overwrite:
                 why = "--overwrite only replaces folders written by anchorft"
             raise UsageError(f"{flag}: {out} is not empty and holds no anchorft run marker ({MARKER}); {why}")
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    claim = RunClaim(out, command, digest, resume, complete, config)
+    claim = RunClaim(out, command, digest, resume, complete, config, created)
     if not complete:  # a finished run is left as it is: the command reuses it
         _write_marker(claim, "running")
         _ACTIVE.append(claim)
@@ -162,16 +164,36 @@ def finish(claim: RunClaim) -> None:
         _ACTIVE.remove(claim)
 
 
+def _stop(claim: RunClaim, status: str) -> bool:
+    """Mark `claim` with `status`; a run that failed before writing anything leaves nothing (its marker, and its
+    folder when the claim made it, are removed). Whether the folder remains, marked."""
+    if claim in _ACTIVE:
+        _ACTIVE.remove(claim)
+    try:
+        if status == "failed" and [p.name for p in claim.out.iterdir()] == [MARKER]:
+            claim.marker.unlink()
+            if claim.created:
+                claim.out.rmdir()
+            return False
+        _write_marker(claim, status)
+        return True
+    except OSError:
+        return False
+
+
+def fail(claim: RunClaim) -> None:
+    """Mark the run "failed" (a command that reports an error itself calls this; cli.main does it otherwise)."""
+    _stop(claim, "failed")
+
+
 def mark_active(status: str) -> list[Path]:
-    """Mark every run claimed in this process and not finished with `status` ("interrupted" / "failed")."""
+    """Mark every run claimed in this process and not finished with `status` ("interrupted" / "failed");
+    the folders that hold partial outputs."""
     done = []
     while _ACTIVE:
-        claim = _ACTIVE.pop()
-        try:
-            _write_marker(claim, status)
+        claim = _ACTIVE[-1]
+        if _stop(claim, status):
             done.append(claim.out)
-        except OSError:
-            pass
     return done
 
 

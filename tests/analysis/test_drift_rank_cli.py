@@ -98,6 +98,7 @@ def test_cli_end_to_end(checkpoints, prompt_files, tmp_path, capsys):
     argv += ["--tuned", f"large={checkpoints['large']}", "--out", str(out), "--rank", "4"]
     argv += ["--prompts", str(prompt_files["plain"]), "--prompts", str(prompt_files["chat"])]
     argv += ["--fisher-data", str(prompt_files["pc"]), "--fisher-samples", "3", "--compare", str(cmp_dir)]
+    argv += ["--fisher-ood-data", str(prompt_files["pc"])]
     assert main(argv) == 0
     res = json.loads((out / "analysis.json").read_text())
     assert set(res) >= {"rotation", "drift", "fisher", "rank_sensitivity"}
@@ -105,6 +106,9 @@ def test_cli_end_to_end(checkpoints, prompt_files, tmp_path, capsys):
     d = res["drift"]["plain"]["models"]
     assert d["large"]["rel_l2"][-1] > d["small"]["rel_l2"][-1] > 0
     assert res["fisher"]["ranks"] == [1, 2, 4] and res["fisher"]["samples"] == 3
+    fp = res["fisher_projected"]
+    assert (fp["ranks"], fp["id_samples"], fp["ood_samples"]) == ([1, 2, 4], 3, 3)
+    assert "fisher_projected_overlap.png" in res["figures"]
     assert [p["k"] for p in res["rank_sensitivity"]["points"]] == [0, 2]
     for f in res["figures"]:
         assert (out / f).stat().st_size > 1000

@@ -91,3 +91,56 @@ def test_fisher_overlap_on_model_matches_direct_computation(checkpoints, tokeniz
             m, n = w.shape
             assert res[name]["expected_random"][k] == pytest.approx(k * k / (m * n))
             assert 0 <= res[name]["random_share"][k] <= 1
+
+
+def test_fisher_vector_product_equals_the_formed_fisher():
+    """(1/N) sum_j H_j <H_j, G> equals F vec(G) with F = (1/N) sum_j vec(H_j) vec(H_j)^T formed explicitly."""
+    from anchorft.analysis.fisher import fisher_vector_product
+
+    gen = torch.Generator().manual_seed(6)
+    h = torch.randn(5, 4, 3, generator=gen, dtype=torch.float64)
+    g = torch.randn(4, 3, generator=gen, dtype=torch.float64)
+    vecs = h.reshape(5, -1)
+    f = sum(torch.outer(x, x) for x in vecs) / 5
+    want = (f @ g.reshape(-1)).reshape(4, 3)
+    torch.testing.assert_close(fisher_vector_product(h, g), want, rtol=1e-12, atol=1e-12)
+
+
+def test_fisher_projected_overlap_on_model_matches_direct_computation(checkpoints, tokenizer, prompt_files):
+    """The streaming F_ood G share equals the one from stored per-example gradients, the formed Fisher of each
+    matrix and numpy SVD bases; and it is not the in-domain share (another quantity)."""
+    import numpy as np
+    from transformers import AutoModelForCausalLM
+
+    from anchorft.analysis.fisher import fisher_projected_overlap
+    from anchorft.analysis.prompts import encode_batch, load_prompts
+
+    model = AutoModelForCausalLM.from_pretrained(checkpoints["base"], dtype=torch.float32)
+    items = load_prompts(prompt_files["pc"])
+    batches = [encode_batch(tokenizer, [it], 64, with_completion=True) for it in items]
+    id_b, ood_b = batches[: len(batches) // 2], batches[len(batches) // 2 :]
+    names = ["model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.down_proj.weight"]
+    ks = [2, 4]
+    res = fisher_projected_overlap(
+        model, id_b, ood_b, names, ks, n_random=1, generator=torch.Generator().manual_seed(0)
+    )
+    ind = fisher_overlap(model, id_b, names, ks, n_random=1, generator=torch.Generator().manual_seed(0))
+    params = dict(model.named_parameters())
+
+    def grad(b, name):
+        model.zero_grad()
+        model(**b).loss.backward()
+        return params[name].grad.double().numpy().copy()
+
+    for name in names:
+        w = params[name].detach().double().numpy()
+        uu, _, vh = np.linalg.svd(w)
+        g = sum(grad(b, name) for b in id_b) / len(id_b)
+        hs = np.stack([grad(b, name).reshape(-1) for b in ood_b])
+        fisher = hs.T @ hs / len(ood_b)  # formed explicitly (small matrices only)
+        fg = (fisher @ g.reshape(-1)).reshape(g.shape)
+        for k in ks:
+            want = ((uu[:, :k].T @ fg @ vh[:k].T) ** 2).sum() / (fg**2).sum()
+            assert res[name]["share"][k] == pytest.approx(want, rel=1e-6)
+            assert 0 <= res[name]["random_share"][k] <= 1
+        assert res[name]["share"][4] != pytest.approx(ind[name]["share"][4], rel=1e-3)

@@ -157,7 +157,9 @@ def test_parquet_source_and_limit(source: Path, tmp_path: Path) -> None:
 
 
 def test_cli(source: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    rc = data_main(["openr1-math", "--out", str(tmp_path / "o"), "--source", str(source), "--size", "4"])
+    rc = data_main(
+        ["openr1-math", "--sampler", "verified", "--out", str(tmp_path / "o"), "--source", str(source), "--size", "4"]
+    )
     assert rc == 0 and len(_read(tmp_path / "o")) == 4
     assert json.loads(capsys.readouterr().out)["kept"] == 4
 
@@ -167,7 +169,7 @@ def test_missing_columns(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     bad.write_text(json.dumps({"problem": "p", "solution": "s", "messages": []}) + "\n")
     with pytest.raises(ValueError, match="answer"):
         prepare_openr1_math(tmp_path / "x", source=str(bad), size=1, progress=False)
-    rc = data_main(["openr1-math", "--out", str(tmp_path / "y"), "--source", str(bad)])
+    rc = data_main(["openr1-math", "--sampler", "verified", "--out", str(tmp_path / "y"), "--source", str(bad)])
     assert rc == 2 and "missing column" in capsys.readouterr().err
     no_traces = tmp_path / "nt.jsonl"
     no_traces.write_text(json.dumps({"problem": "p", "answer": "1"}) + "\n")

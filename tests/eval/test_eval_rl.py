@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from anchorft.rpsft.rl import RLSettings, boxed_math_reward, load_rl_dataset, make_reward_func, run_rl
 
@@ -60,6 +61,24 @@ def test_run_rl_one_step_with_dapo_settings(tiny_model_dir, tmp_path):
     assert cfg["beta"] == 0.0 and cfg["num_generations"] == 2
     for name in ("metrics.json", "reward.png", "model/config.json"):
         assert (tmp_path / "rl" / name).is_file(), name
+
+
+def _weights(model_dir):
+    from transformers import AutoModelForCausalLM
+
+    return {n: p.detach().clone() for n, p in AutoModelForCausalLM.from_pretrained(model_dir).named_parameters()}
+
+
+def test_one_dapo_step_moves_the_weights_only_when_rewards_differ(tiny_model_dir, tmp_path):
+    """Rewards that differ inside a group give non-zero advantages and an update; equal rewards (beta 0) give none."""
+    s = RLSettings(steps=1, num_generations=4, prompts_per_step=2, max_completion_length=6, learning_rate=1e-2)
+    start = _weights(tiny_model_dir)
+    m = run_rl(str(tiny_model_dir), _prompts(), tmp_path / "dense", s, reward_fn=_count_a)
+    moved = _weights(tmp_path / "dense" / "model")
+    assert max(float((moved[n] - start[n]).abs().max()) for n in start) > 1e-4, m["reward"]
+    run_rl(str(tiny_model_dir), _prompts(), tmp_path / "flat", s, reward_fn=lambda completion, answer: 1.0)
+    flat = _weights(tmp_path / "flat" / "model")
+    assert all(torch.equal(flat[n], start[n]) for n in start)
 
 
 def test_rl_command(tiny_model_dir, tmp_path, capsys):

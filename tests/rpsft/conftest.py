@@ -131,8 +131,8 @@ def base_args(out: str, **kw):
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-class _Helpers:
-    """Helper functions for the tests (a fixture, since tests/*/conftest.py cannot be imported by name)."""
+class _TestTools:
+    """Shared functions for the tests (a fixture, since tests/*/conftest.py cannot be imported by name)."""
 
     make_texts = staticmethod(make_texts)
     build_tokenizer = staticmethod(build_tokenizer)
@@ -145,4 +145,4 @@ class _Helpers:
 @pytest.fixture(scope="session")
 def rp():
     torch.set_num_threads(1)
-    return _Helpers
+    return _TestTools

@@ -80,9 +80,23 @@ def fsdp2(out: str) -> None:
     err = 0.0
     for (_n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
         err = max(err, float((p.grad.full_tensor() - q.grad).abs().max() / q.grad.abs().max().clamp_min(1e-12)))
+    # the anchor built after sharding (as the trainer builds it, after prepare) equals the one built unsharded
+    a_sh = SubspaceAnchor.from_model(m, rank=5).to(model=m)
+    a_un = SubspaceAnchor.from_model(ref, rank=5)
+    bases_err = max(
+        float((t - a_un.entries[i].tensors()[k]).abs().max())
+        for i, e in enumerate(a_sh.entries)
+        for k, t in e.tensors().items()
+    )
+    sh_pen = a_sh.add_penalty_grad_(m, 3.0)
     if dist.get_rank() == 0:
         with open(os.path.join(out, "fsdp2.json"), "w") as f:
-            json.dump({"got": got, "want": want, "max_rel_err": err, "sharded": type(p).__name__}, f)
+            res = {"got": got, "want": want, "max_rel_err": err, "sharded": type(p).__name__}
+            res.update(
+                after_shard_bases_err=bases_err, after_shard_fingerprint_equal=a_sh.fingerprint == a_un.fingerprint
+            )
+            res["after_shard_penalty"] = sh_pen["penalty"]
+            json.dump(res, f)
     dist.destroy_process_group()
 
 
@@ -136,6 +150,16 @@ def zero(stage: str, tok_dir: str, out: str) -> None:
     )
     tr = RPSFTTrainer(model, args, train_dataset=pc_dataset(16), processing_class=tok)
     assert tr.is_deepspeed_enabled and tr.accelerator.state.deepspeed_plugin.zero_stage == int(stage)
+    import anchorft.rpsft.anchor as anchor_mod
+
+    svd_wrappers = []  # for each SVD: the type of the trainer's wrapped model (DeepSpeedEngine once prepared)
+    top_k = anchor_mod.top_k_bases
+
+    def counted(*a, **k):
+        svd_wrappers.append(type(tr.model_wrapped).__name__)
+        return top_k(*a, **k)
+
+    anchor_mod.top_k_bases = counted
     tr.train()
     import deepspeed
 
@@ -146,7 +170,10 @@ def zero(stage: str, tok_dir: str, out: str) -> None:
     if tr.args.process_index == 0:
         save_file(weights, os.path.join(out, "w.safetensors"))
         with open(os.path.join(out, "log.json"), "w") as f:
-            json.dump({"log": tr.state.log_history, "zero3_params": len(z3), "mode": tr._anchor_mode}, f)
+            json.dump(
+                {"log": tr.state.log_history, "zero3_params": len(z3), "mode": tr._anchor_mode, "svd": svd_wrappers},
+                f,
+            )
 
 
 def zero3_anchor(out: str) -> None:

@@ -163,6 +163,16 @@ def test_save_load_roundtrip_and_mismatches(tmp_path, rp):
         SubspaceAnchor.load(tmp_path / "missing")
 
 
+def test_check_model_checks_the_fingerprint_by_default(rp):
+    model = rp.tiny_model("llama", 64)
+    anchor = SubspaceAnchor.from_model(model, rank=4)
+    anchor.check_model(model)
+    perturb(model)
+    with pytest.raises(ValueError, match=r"^anchor: fingerprint mismatch: the model's weights are not the pretrained"):
+        anchor.check_model(model)
+    anchor.check_model(model, check_fingerprint=False)
+
+
 def test_fingerprint_same_in_bf16(rp):
     model = rp.tiny_model("llama", 64)
     anchor = SubspaceAnchor.from_model(model, rank=4)

@@ -79,6 +79,10 @@ def test_fsdp2_shard_aware_penalty_grad(tmp_path):
     assert res["sharded"] == "DTensor"
     assert res["got"]["penalty"] == pytest.approx(res["want"]["penalty"], rel=1e-5)
     assert res["max_rel_err"] < 1e-4
+    # built on the sharded parameters (each matrix gathered once): the bases and fingerprint of the unsharded
+    # model, and a shard-aware penalty of 0 at the weights it was built from
+    assert res["after_shard_fingerprint_equal"] and res["after_shard_bases_err"] < 1e-5
+    assert abs(res["after_shard_penalty"]) < 1e-8
 
 
 @pytest.mark.slow
@@ -97,6 +101,8 @@ def test_deepspeed_zero_two_processes_match_one(stage, rp, tokenizer_dir, tokeni
     ds_w = load_file(str(out / "w.safetensors"))
     ds = json.loads((out / "log.json").read_text())
     assert ds["mode"] == "autograd"
+    # the anchor is built once the engine exists (after accelerator.prepare): one SVD per matrix, none before
+    assert len(ds["svd"]) == 15 and set(ds["svd"]) == {"DeepSpeedEngine"}
     assert (ds["zero3_params"] > 0) == (stage == 3)  # ZeRO-3 really partitioned the parameters
     args = rp.base_args(str(tmp_path / "one"), **zero_kwargs(per_device=4))
     tr = RPSFTTrainer(

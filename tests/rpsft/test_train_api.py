@@ -134,3 +134,23 @@ def test_cli_estimate(capsys):
     assert not any(r["matrix"] == "lm_head" for r in qwen3["matrices"])  # tied: counted once
     with pytest.raises(ValueError):
         estimate(read_model_config(paths[0]), rank=0)
+
+
+def test_memory_per_gpu_formulas():
+    """The memory estimate on a tiny config, against the formulas written out by hand."""
+    from anchorft.rpsft.estimate import memory_per_gpu
+
+    cfg = dict(hidden_size=8, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, intermediate_size=12)
+    cfg.update(vocab_size=20, tie_word_embeddings=False)
+    # q 8x8, k 4x8, v 4x8, o 8x8, gate 12x8, up 12x8, down 8x12 per layer; embed and lm_head 20x8
+    p = 2 * (64 + 32 + 32 + 64 + 96 + 96 + 96) + 2 * 160
+    z = memory_per_gpu(cfg, "zero2", gpus=4, per_device=3, seq_len=5, anchor_bytes=7.0, reference=True)
+    assert z["parameters"] == p
+    assert (z["weights"], z["gradients"], z["optimiser"], z["reference"]) == (2 * p, 2 * p / 4, 12 * p / 4, 2 * p)
+    act = 2 * (3 * 5 * 8 * 2 + 3 * 5 * (10 * 8 + 4 * 12)) + 6 * 3 * 5 * 20
+    assert z["activations"] == act and z["anchor"] == 7.0
+    assert z["total"] == pytest.approx(2 * p + 2 * p / 4 + 12 * p / 4 + act + 7.0 + 2 * p)
+    d = memory_per_gpu(cfg, "ddp", gpus=4, per_device=3, seq_len=5)
+    assert (d["weights"], d["gradients"], d["optimiser"], d["reference"]) == (4 * p, 4 * p, 8 * p, 0.0)
+    with pytest.raises(ValueError, match="stage"):
+        memory_per_gpu(cfg, "zero3")

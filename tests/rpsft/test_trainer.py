@@ -32,7 +32,11 @@ def max_diff(a, b):
     return max(float((a[n] - b[n]).abs().max()) for n in a)
 
 
-def test_lambda_zero_rpsft_is_sft(rp, tokenizer, dataset, tmp_path):
+def test_lambda_zero_rpsft_is_sft(rp, tokenizer, dataset, tmp_path, monkeypatch):
+    def never(*a, **k):
+        raise AssertionError("the penalty gradient is applied at lambda = 0")
+
+    monkeypatch.setattr(SubspaceAnchor, "add_penalty_grad_", never)
     model = rp.tiny_model("llama", len(tokenizer))
     sft = run(rp, model, tokenizer, dataset, tmp_path / "sft", method="sft")
     rps = run(rp, model, tokenizer, dataset, tmp_path / "rps", method="rpsft", anchor_lambda=0.0)
@@ -72,15 +76,17 @@ def test_anchor_every_applies_every_n_steps_with_scale_n(rp, tokenizer, dataset,
     args = rp.base_args(
         str(tmp_path),
         method="rpsft",
-        anchor_lambda=0.5,
-        anchor_every=2,
-        max_steps=5,
+        anchor_lambda=0.3,
+        anchor_every=3,
+        max_steps=7,
         per_device_train_batch_size=1,
-        gradient_accumulation_steps=3,
+        gradient_accumulation_steps=2,
     )
     tr = RPSFTTrainer(model, args, train_dataset=dataset, processing_class=tokenizer)
     tr.train()
-    assert calls == [(0, 1.0), (2, 1.0), (4, 1.0)]
+    # lambda and anchor_every chosen so that lambda * n differs from lambda, n, 1, lambda + n and lambda / n
+    assert [t for t, _ in calls] == [0, 3, 6]
+    assert [scale for _, scale in calls] == pytest.approx([0.9, 0.9, 0.9], rel=1e-12)
 
 
 def test_autograd_mode_matches_closed_form(rp, tokenizer, dataset, tmp_path):
@@ -130,10 +136,12 @@ def test_l2_is_full_rank_and_targets_checked_early(rp, tokenizer, dataset, tmp_p
     model = rp.tiny_model("llama", len(tokenizer))
     tr = RPSFTTrainer(
         model,
-        rp.base_args(str(tmp_path), method="l2", anchor_targets="mlp"),
+        rp.base_args(str(tmp_path), method="l2", anchor_targets="mlp", max_steps=1),
         train_dataset=dataset,
         processing_class=tokenizer,
     )
+    assert tr.anchor is None  # built when training begins
+    tr.train()
     assert all(e.fallback for e in tr.anchor.entries) and len(tr.anchor.entries) == 6
     with pytest.raises(ValueError, match="matches no trainable"):
         RPSFTTrainer(

@@ -102,10 +102,38 @@ def _shape_params(cfg):
     return build_model(cfg.pretrain, len(tok), tok, seed=0).parameters()
 
 
-def test_finetune_dataset_is_prompt_completion_of_hard_math():
-    ds = finetune_dataset(50, np.random.default_rng(0))
-    assert ds.column_names == ["prompt", "completion"] and len(ds) == 50
-    assert all(c.startswith("\\boxed{") for c in ds["completion"])
+@pytest.mark.parametrize("preset", ["smoke", "default"])
+def test_comparison_fine_tunes_on_word_problems_with_their_answers(preset, tmp_path, monkeypatch):
+    """The data a comparison job trains on (captured inside the job): the preset's id_skill, math_word, whose
+    completions are the boxed answers of the prompts' word problems (recomputed here from the text)."""
+    import re
+
+    import anchorft.eval.loading
+    from anchorft.toy import compare
+
+    class Captured(Exception):
+        pass
+
+    got = []
+
+    def spy(n, rng, *args, **kw):
+        got.append((args, kw, finetune_dataset(n, rng, *args, **kw)))
+        raise Captured
+
+    monkeypatch.setattr(anchorft.eval.loading, "load_tokenizer", lambda path: None)
+    monkeypatch.setattr(compare, "finetune_dataset", spy)
+    cfg = load_config(preset)
+    with pytest.raises(Captured):
+        compare._finetune_and_evaluate(cfg, cfg.runs[0], cfg.seeds[0], tmp_path, tmp_path, 0)
+    ((args, kw, ds),) = got
+    assert cfg.id_skill == "math_word" and (list(args) + list(kw.values())) == ["math_word"]
+    assert ds.column_names == ["prompt", "completion"] and len(ds) == cfg.finetune_items
+    word = re.compile(r"^Q:\w+ had (\d+) (\w+), (got|lost) (\d+)\. \2\?\nA:$")
+    for prompt, completion in zip(ds["prompt"], ds["completion"]):
+        m = word.match(prompt)
+        assert m, prompt
+        a, b = int(m.group(1)), int(m.group(4))
+        assert completion == f"\\boxed{{{a + b if m.group(3) == 'got' else a - b}}}", prompt
 
 
 def test_acceptance():

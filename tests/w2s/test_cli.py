@@ -68,12 +68,35 @@ def test_nan_run_exits_nonzero_and_keeps_metrics(tmp_path, capsys):
 
 
 def test_theory_prints_json(capsys):
-    assert main(["theory", "--link", "he4", "--transform", "zexp", "--d", "1024", "--s", "128"]) == 0
+    assert main(["theory", "--json", "--link", "he4", "--transform", "zexp", "--d", "1024", "--s", "128"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["information_exponent"] == 4 and r["generative_exponent"] == 2
     assert abs(r["hermite_coefficients"][4] - 1.0) < 1e-9
     assert r["predicted_sample_complexity"]["w2s"]["value"] == 128**1.5
     assert r["predicted_sample_complexity"]["sft"]["value"] == 1024.0**3
-    assert main(["theory", "--link", "he3", "--transform", "identity", "--clip", "0"]) == 0
+    assert main(["theory", "--json", "--link", "he3", "--transform", "identity", "--clip", "0"]) == 0
     r = json.loads(capsys.readouterr().out)
-    assert r["information_exponent"] == 3 and r["generative_exponent"] == 3
+    assert r["information_exponent"] == 3 and r["transformed_information_exponent"] == 3
+    assert r["generative_exponent"] == 1  # min over polynomial transforms (y^3)
+
+
+def test_run_ode_writes_predicted_escape_beside_measured(tmp_path):
+    out = tmp_path / "ode"
+    assert main([*_tiny_args(out), "--ode"]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    for mode in ("w2s", "sft"):
+        e = m["ode"][mode]
+        assert e["steps"] == m[mode]["steps"]
+        for key in ("target_alignment", "nontarget_alignment", "nontarget_target_alignment"):
+            assert len(e[key]) == len(e["steps"])
+            assert abs(e[key][0] - m[mode][key][0]) < 1e-5  # same initial order parameters as the simulation
+        assert len(e["escape_samples_per_seed"]) == len(e["escape_samples_measured"]) == 2
+        assert len(e["label_coefficients_per_seed"]) == 2
+    assert "--ode" in (out / "config.yaml").read_text().splitlines()[0]
+
+
+def test_run_ode_rejects_non_polynomial_activation_before_work(tmp_path, capsys):
+    out = tmp_path / "bad"
+    assert main(["run", "--ode", *_tiny_args(out)[1:], "activation=tanh"]) == 2
+    assert "polynomial" in capsys.readouterr().err
+    assert not out.exists()

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from anchorft.w2s.config import apply_overrides
-from anchorft.w2s.dynamics import dense_step, log_steps, reduced_step, schedule_factor, train
+from anchorft.w2s.dynamics import dense_step, log_steps, reduced_step, schedule_factor, step_scale, train
 from anchorft.w2s.hermite import get_activation
 from anchorft.w2s.problem import build_problem
 from anchorft.w2s.sampling import generative_dense, generative_reduced, lift, make_generators
@@ -33,6 +33,25 @@ def test_dense_step_is_the_projected_gradient_step():
         torch.testing.assert_close(new, ref, atol=1e-12, rtol=0)
         torch.testing.assert_close(lv, lval.detach())
         torch.testing.assert_close(new.norm(dim=-1), torch.ones(S, N, dtype=torch.float64))
+
+
+def test_dense_step_with_an_extra_gradient():
+    """With `extra_grad` E (the anchor's dR/dW): the projected step of the autograd data gradient plus E."""
+    g = torch.Generator().manual_seed(2)
+    S, b, N, d = 2, 8, 5, 20
+    act = get_activation("he2+he4")
+    w = _unit_rows(torch.randn(S, N, d, generator=g, dtype=torch.float64))
+    x = torch.randn(S, b, d, generator=g, dtype=torch.float64)
+    y = torch.randn(S, b, generator=g, dtype=torch.float64)
+    a = torch.rand(N, generator=g, dtype=torch.float64)
+    extra = torch.randn(S, N, d, generator=g, dtype=torch.float64)
+    wr = w.clone().requires_grad_(True)
+    lval = (0.5 * (act.value(x @ wr.mT) @ a - y) ** 2).mean(-1)
+    (grad,) = torch.autograd.grad(lval.sum(), wr)
+    full = grad + extra
+    ref = _unit_rows(w - 0.3 * (full - (full * w).sum(-1, keepdim=True) * w))
+    new, _ = dense_step(w, x, y, a, act, 0.3, "squared", extra)
+    torch.testing.assert_close(new, ref, atol=1e-12, rtol=0)
 
 
 def test_reduced_step_equals_dense_step_on_lifted_inputs():
@@ -73,9 +92,52 @@ def test_orthogonal_subspaces_lambda_one_nontarget_do_not_move(tiny):
     moved_tgt = (res.weights[:, ~non] - pb.w0[:, ~non]).abs().max()
     assert moved_non < 1e-12
     assert moved_tgt > 1e-2
-    # the dense sampler at lambda = 1 gives the same result (inputs in V_kappa exactly)
-    cfg_dense = apply_overrides(cfg, {"modes": ["w2s"]})
-    assert cfg_dense.lambda_kappa == 1.0
+
+
+def test_dense_sampler_at_lambda_one_leaves_nontarget_neurons_in_place(tiny):
+    """The same result through the dense path: dense_step on generative_dense(lambda = 1) inputs (in V_kappa
+    exactly) with the weak model's labels moves the target neurons and leaves the non-target ones in place."""
+    cfg = apply_overrides(tiny, {"rho": 0.0, "lambda_kappa": 1.0, "dtype": "float64"})
+    pb = build_problem(cfg)
+    act, weak_act = get_activation(cfg.activation), get_activation(cfg.weak_activation)
+    gens = make_generators(pb.seeds, 1, torch.device("cpu"))
+    w = pb.w0.clone()
+    for _ in range(25):
+        for x in generative_dense(gens, pb.bases[:, 0], 1.0, 8, cfg.batch_size):
+            y = weak_act.value(x @ pb.weak_u.mT).mean(-1)
+            w, _ = dense_step(w, x, y, pb.a, act, 0.5)
+    non = pb.groups > 0
+    assert (w[:, non] - pb.w0[:, non]).abs().max() < 1e-12
+    assert (w[:, ~non] - pb.w0[:, ~non]).abs().max() > 1e-2
+
+
+def _block_penalty(w: torch.Tensor, w0: torch.Tensor, k: int) -> np.ndarray:
+    """R(W) = ||U_0^T (W - W_0) V_0||_F^2 per seed, from NumPy's SVD of W_0 (independent of anchorft.rpsft)."""
+    out = []
+    for ws, w0s in zip(w.double().numpy(), w0.double().numpy()):
+        u, _, vt = np.linalg.svd(w0s, full_matrices=False)
+        out.append(float(np.sum((u[:, :k].T @ (ws - w0s) @ vt[:k].T) ** 2)))
+    return np.array(out)
+
+
+def test_sft_anchor_pulls_the_top_k_block_back_to_w0(tiny):
+    """The RPSFT anchor inside the simulator: weight 0 is SFT exactly (same inputs); a positive weight keeps the
+    top-k block of W near W_0, more so the larger the weight (a flipped or mis-scaled penalty gradient fails)."""
+    cfg = apply_overrides(tiny, {"dtype": "float64", "steps": 100})
+    pb = build_problem(cfg)
+    k = cfg.anchor_rank
+    sft = train(cfg, pb, "sft", progress=False).weights
+    off = train(apply_overrides(cfg, {"anchor_weight": 0.0}), pb, "sft_anchor", progress=False).weights
+    torch.testing.assert_close(off, sft, atol=0, rtol=0)
+
+    def anchored(weight: float) -> np.ndarray:
+        res = train(apply_overrides(cfg, {"anchor_weight": weight}), pb, "sft_anchor", progress=False)
+        return _block_penalty(res.weights, pb.w0, k)
+
+    r_sft, r_half, r_two = _block_penalty(sft, pb.w0, k), anchored(0.5), anchored(2.0)
+    assert (r_sft > 1.0).all()  # SFT alone moves the block (measured: 4.4 and 5.4)
+    assert (r_half < 0.05 * r_sft).all()  # measured: 0.061 and 0.021
+    assert (r_two < 0.5 * r_half).all()  # measured: 0.0086 and 0.0035
 
 
 def test_same_seed_same_metrics(tiny):
@@ -133,6 +195,23 @@ def test_schedule_and_log_steps(tiny):
     assert schedule_factor(apply_overrides(cfg, {"schedule": "constant"}), 99, 100) == 1.0
     pts = log_steps(1000, 20)
     assert pts[0] == 0 and pts[-1] == 1000 and pts == sorted(set(pts))
+    # geometric in between: anneal_final ** ((t - t0) / (steps - 1 - t0)), t0 = 50
+    assert schedule_factor(cfg, 74, 100) == pytest.approx(0.1 ** (24 / 49), rel=1e-12)
+    # a one-step decay (t0 = steps - 2) reaches anneal_final at the last step
+    assert schedule_factor(apply_overrides(cfg, {"anneal_start": 0.8}), 9, 10) == pytest.approx(0.1)
+    # the decay starts at the last step or later: no decay (and no 0 / 0)
+    late = apply_overrides(cfg, {"anneal_start": 0.95})  # t0 = 9 of 10 steps
+    assert schedule_factor(late, 9, 10) == 1.0
+    assert schedule_factor(apply_overrides(cfg, {"anneal_start": 1.0}), 9, 10) == 1.0
+
+
+def test_step_scale_is_eta_n_kappa_over_c_s_or_c_d(tiny):
+    """eta_w2s N_kappa / (c s) under W2S, eta_sft N_kappa / (c d) under SFT and SFT + anchor (N_kappa = 4 here)."""
+    cfg = apply_overrides(tiny, {"eta_w2s": 0.3, "eta_sft": 0.7, "c": 0.2})
+    assert cfg.group_sizes == [4, 6] and cfg.s == 8 and cfg.d == 48
+    assert step_scale(cfg, "w2s") == pytest.approx(0.3 * 4 / (0.2 * 8))
+    assert step_scale(cfg, "sft") == pytest.approx(0.7 * 4 / (0.2 * 48))
+    assert step_scale(cfg, "sft_anchor") == pytest.approx(0.7 * 4 / (0.2 * 48))
 
 
 def test_hit_threshold_stops_early(tiny):

@@ -16,8 +16,8 @@ def _state(seed: int, S: int, N: int, s: int):
     return g, c, r, q
 
 
-# he2+he4 (the paper's, K = 2), he2 (K = 1), he6 (K = 3: Horner loop), he3 and tanh (no even polynomial: fallback)
-@pytest.mark.parametrize("name", ["he2+he4", "he2", "he6", "he3", "tanh"])
+# he2+he4 (the paper's, K = 2), he2 (K = 1), he6, he8 (K = 3, 4: Horner loop), he3, tanh (no even polynomial: fallback)
+@pytest.mark.parametrize("name", ["he2+he4", "he2", "he6", "he8", "he3", "tanh"])
 @pytest.mark.parametrize("loss", ["squared", "correlation"])
 def test_stepper_equals_a_loop_of_reduced_step(name, loss):
     """Independent computation: the plain reduced_step (no deferred scale, no buffers) step by step."""
@@ -26,6 +26,7 @@ def test_stepper_equals_a_loop_of_reduced_step(name, loss):
     act = get_activation(name)
     a = torch.rand(N, generator=g, dtype=torch.float64)
     st = ReducedStepper(c, r, a, act, loss, b, n)
+    tol = 1e-10 if name == "he8" else 1e-12  # he8's larger coefficients: round-off up to 3e-12 measured
     for _chunk in range(3):
         z = torch.randn(n, S, b, s, generator=g, dtype=torch.float64)
         y = torch.randn(n, S, b, generator=g, dtype=torch.float64)
@@ -37,12 +38,12 @@ def test_stepper_equals_a_loop_of_reduced_step(name, loss):
             ref_losses.append(lval)
             st.step(i, z[i], z[i] @ z[i].mT, yp[i], eta)
             got_c, got_r = st.weights()
-            torch.testing.assert_close(got_c, c, atol=1e-12, rtol=0)
-            torch.testing.assert_close(got_r, r, atol=1e-12, rtol=0)
-        torch.testing.assert_close(st.losses(yp, 1, n), torch.stack(ref_losses[1:]), atol=1e-12, rtol=0)
+            torch.testing.assert_close(got_c, c, atol=tol, rtol=0)
+            torch.testing.assert_close(got_r, r, atol=tol, rtol=0)
+        torch.testing.assert_close(st.losses(yp, 1, n), torch.stack(ref_losses[1:]), atol=tol, rtol=0)
         c, r = renormalise_reduced(c, r, q)
         st.reset(*renormalise_reduced(*st.weights(), q))
-        torch.testing.assert_close(st.weights()[0], c, atol=1e-12, rtol=0)
+        torch.testing.assert_close(st.weights()[0], c, atol=tol, rtol=0)
     torch.testing.assert_close(r * r * q + (c * c).sum(-1), torch.ones(S, N, dtype=torch.float64))
 
 

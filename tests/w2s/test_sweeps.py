@@ -84,8 +84,47 @@ def test_run_sweep_writes_json_with_fit_and_censored(tmp_path):
     assert data["kind"] == "s-scaling" and len(data["points"]) == 3
     assert set(data["fit"]) >= {"slope", "ci"} and data["theory"]["slope"] == 1.5
     assert data["points"][2]["series"]["w2s"]["censored"] is True  # 2 steps: budget hit
-    assert 2 in res["fit"]["censored"]
+    assert 2 in res["fit"]["censored_points"] and res["fit"]["n_censored"] >= 1  # censored seeds: lower bounds
+    assert 2 in res["fits_median_bootstrap"]["w2s"]["0.3"]["censored"]  # the older fit leaves the point out
     assert (tmp_path / "out" / "s-scaling.png").exists()
+
+
+def _fake_hits(best_eta):
+    """A stand-in for the runs: samples grow with |log(eta / best_eta)|; records every eta asked for."""
+    asked = []
+
+    def hits(config, series, thresholds, cache_dir, progress):
+        eta = config.eta_w2s
+        asked.append(eta)
+        cost = 1000.0 * (1.0 + abs(np.log2(eta / best_eta)))
+        return {"samples": {str(t): [cost * t, cost * t * 1.01] for t in thresholds}, "budget_samples": 10**6}
+
+    return hits, asked
+
+
+def test_two_thresholds_and_eta_grid_write_fits_and_one_panel_each(tmp_path):
+    p = _tiny_spec(tmp_path, thresholds=[0.3, 0.5], eta_grid={"factor": 2, "width": 0, "max_widen": 0})
+    res = run_sweep("s-scaling", tmp_path / "out", spec_path=p, progress=False)
+    assert set(res["fits_by_threshold"]["w2s"]) == {"0.3", "0.5"}
+    for pt in res["points"]:
+        assert set(pt["series"]["w2s"]["best"]) == {"0.3", "0.5"}
+    assert (tmp_path / "out" / "s-scaling.png").stat().st_size > 1000
+
+
+def test_eta_grid_picks_the_best_eta_and_widens_at_the_edge(tmp_path, monkeypatch):
+    p = _tiny_spec(tmp_path, thresholds=[0.5, 0.9], eta_grid={"factor": 2, "width": 1, "max_widen": 2})
+    spec = load_sweep("s-scaling", path=p)
+    spec["base"]["eta_w2s"] = 0.3
+    hits, asked = _fake_hits(best_eta=0.3 * 4)  # the optimum lies two factors above the start
+    monkeypatch.setattr(sweeps, "_hits", hits)
+    rec = evaluate_point(spec, spec["points"][0], None)["series"]["w2s"]
+    assert rec["best"]["0.5"]["eta"] == pytest.approx(1.2) and rec["best"]["0.9"]["eta"] == pytest.approx(1.2)
+    assert rec["best"]["0.5"]["edge"] is None  # widened once beyond it: an interior optimum
+    assert sorted(asked) == pytest.approx([0.15, 0.3, 0.6, 1.2, 2.4])
+    hits, asked = _fake_hits(best_eta=0.3 * 64)  # far beyond what two widenings reach: flagged
+    monkeypatch.setattr(sweeps, "_hits", hits)
+    rec = evaluate_point(spec, spec["points"][0], None)["series"]["w2s"]
+    assert rec["best"]["0.5"]["edge"] == "high" and rec["best"]["0.5"]["eta"] == pytest.approx(2.4)
 
 
 def test_bad_sweep_input(tmp_path, capsys):

@@ -6,16 +6,36 @@ orthogonal projector onto the block {U_0 X V_0^T} is P = (V_0 V_0^T) kron (U_0 U
 
     share_k = tr(P F) / tr(F) = sum_j ||U_0^T G_j V_0||_F^2 / sum_j ||G_j||_F^2        (Fisher share)
 
-(the RPSFT paper reports about 20 % at 7B scale). Against it: the share a random k-dim block gets,
-k^2 / (m n) in expectation (E[U U^T] = (k/m) I for a uniformly random k-frame), and the share measured
-with random orthonormal bases (QR of Gaussian matrices drawn from an explicit generator).
+Against it: the share a random k-dim block gets, k^2 / (m n) in expectation (E[U U^T] = (k/m) I for a
+uniformly random k-frame), and the share measured with random orthonormal bases (QR of Gaussian matrices
+drawn from an explicit generator).
+
+The paper's quantity (Jin et al., arXiv:2605.10973): the sensitive directions are those along which an
+update raises the out-of-domain loss, measured by the empirical Fisher of the OOD loss,
+F_ood = (1/N) sum_j vec(H_j) vec(H_j)^T with H_j = dL^ood_j / dW; the SFT step moves W along the in-domain
+gradient G = mean_i dL^id_i / dW, so what it does to the OOD loss is seen through F_ood G. Per matrix (the
+Fisher's diagonal block of that matrix), without forming F:
+
+    F_ood G = (1/N) sum_j H_j <H_j, G>_F,   share_k = ||U_0^T (F_ood G) V_0||_F^2 / ||F_ood G||_F^2
+
+(`fisher_vector_product`, `fisher_projected_overlap`): the paper's summary ("about 20 %") is this share.
+The in-domain share above (`fisher_overlap`) is kept beside it.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["block_energy", "block_energy_share", "expected_random_share", "random_orthonormal", "nested_block_energy"]
+__all__ = [
+    "block_energy",
+    "block_energy_share",
+    "expected_random_share",
+    "random_orthonormal",
+    "nested_block_energy",
+    "fisher_vector_product",
+    "fisher_overlap",
+    "fisher_projected_overlap",
+]
 
 
 def block_energy(g: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -46,6 +66,99 @@ def random_orthonormal(m: int, k: int, generator: torch.Generator, dtype: torch.
     return q * torch.sign(torch.diagonal(r)).unsqueeze(0)
 
 
+def fisher_vector_product(per_example_grads: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """F g = (1/N) sum_j H_j <H_j, G>_F for per-example gradients H (N, m, n) and a direction G (m, n),
+    with F = (1/N) sum_j vec(H_j) vec(H_j)^T the empirical Fisher (never formed: O(N m n) work and memory)."""
+    coef = (per_example_grads * g.unsqueeze(0)).sum(dim=(-2, -1))
+    return torch.einsum("j,j...->...", coef, per_example_grads) / per_example_grads.shape[0]
+
+
+def _frames(params, names, kmax, n_random, gen, svd, dtype) -> dict:
+    from anchorft.analysis.rotation import bases
+
+    frames = {}
+    for name in names:
+        w = params[name].detach()
+        m, n = w.shape
+        if kmax > min(m, n):
+            raise ValueError(f"Fisher rank k={kmax} exceeds min(m, n)={min(m, n)} of {name} ({m} x {n})")
+        u, _, v = bases(w, kmax, svd, dtype, gen)
+        rand = [
+            (
+                random_orthonormal(m, kmax, gen, dtype).to(w.device),
+                random_orthonormal(n, kmax, gen, dtype).to(w.device),
+            )
+            for _ in range(n_random)
+        ]
+        frames[name] = (u, v, rand)
+    return frames
+
+
+def _grads(model, batch, names, params, dtype) -> dict[str, torch.Tensor]:
+    device = next(model.parameters()).device
+    model.zero_grad(set_to_none=True)
+    model(**{k: t.to(device) for k, t in batch.items()}).loss.backward()
+    return {n: params[n].grad.detach().to(dtype) for n in names if params[n].grad is not None}
+
+
+def fisher_projected_overlap(
+    model: torch.nn.Module,
+    id_batches: list[dict[str, torch.Tensor]],
+    ood_batches: list[dict[str, torch.Tensor]],
+    names: list[str],
+    ks: list[int],
+    n_random: int = 2,
+    generator: torch.Generator | None = None,
+    svd: str = "exact",
+    dtype: torch.dtype = torch.float64,
+    progress: bool = True,
+) -> dict[str, dict]:
+    """Share of F_ood G in each matrix's top-k block (the paper's quantity), at the model's current weights.
+
+    G = mean over `id_batches` of the in-domain loss gradient (the SFT direction); F_ood the empirical Fisher of
+    the per-example OOD gradients (`ood_batches` of batch size 1), applied matrix by matrix in one streaming
+    pass (`fisher_vector_product`'s sum, one example at a time). Returns {name: {"shape", "grad_energy"
+    (||F_ood G||_F^2), "share": {k: ..}, "random_share": {k: ..}, "expected_random": {k: ..}}}.
+    """
+    from tqdm.auto import tqdm
+
+    params = dict(model.named_parameters())
+    missing = [n for n in names if n not in params]
+    if missing:
+        raise ValueError(f"model has no parameter {missing[0]!r}")
+    if not id_batches or not ood_batches:
+        raise ValueError("fisher_projected_overlap needs in-domain and out-of-domain batches")
+    ks = sorted(set(ks))
+    gen = generator if generator is not None else torch.Generator().manual_seed(0)
+    frames = _frames(params, names, ks[-1], n_random, gen, svd, dtype)
+    was_training = model.training
+    model.eval()
+    g = {n: torch.zeros(params[n].shape, dtype=dtype, device=params[n].device) for n in names}
+    for batch in tqdm(id_batches, desc="SFT gradient", leave=False, disable=not progress):
+        for n, gr in _grads(model, batch, names, params, dtype).items():
+            g[n] += gr / len(id_batches)
+    fg = {n: torch.zeros_like(g[n]) for n in names}
+    for batch in tqdm(ood_batches, desc="OOD Fisher x G", leave=False, disable=not progress):
+        for n, h in _grads(model, batch, names, params, dtype).items():
+            fg[n] += h * ((h * g[n]).sum() / len(ood_batches))
+    model.zero_grad(set_to_none=True)
+    model.train(was_training)
+    out = {}
+    for name in names:
+        m, n = params[name].shape
+        u, v, rand = frames[name]
+        t = max(fg[name].pow(2).sum().item(), 1e-300)
+        rb = [nested_block_energy(fg[name], ur, vr, ks) for ur, vr in rand]
+        out[name] = {
+            "shape": [m, n],
+            "grad_energy": t,
+            "share": {k: e / t for k, e in zip(ks, nested_block_energy(fg[name], u, v, ks))},
+            "random_share": {k: sum(r[i] for r in rb) / (t * max(n_random, 1)) for i, k in enumerate(ks)},
+            "expected_random": {k: expected_random_share(m, n, k) for k in ks},
+        }
+    return out
+
+
 def fisher_overlap(
     model: torch.nn.Module,
     batches: list[dict[str, torch.Tensor]],
@@ -64,30 +177,13 @@ def fisher_overlap(
     """
     from tqdm.auto import tqdm
 
-    from anchorft.analysis.rotation import bases
-
     params = dict(model.named_parameters())
     missing = [n for n in names if n not in params]
     if missing:
         raise ValueError(f"model has no parameter {missing[0]!r}")
     ks = sorted(set(ks))
-    kmax = ks[-1]
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
-    frames = {}
-    for name in names:
-        w = params[name].detach()
-        m, n = w.shape
-        if kmax > min(m, n):
-            raise ValueError(f"Fisher rank k={kmax} exceeds min(m, n)={min(m, n)} of {name} ({m} x {n})")
-        u, _, v = bases(w, kmax, svd, dtype, gen)
-        rand = [
-            (
-                random_orthonormal(m, kmax, gen, dtype).to(w.device),
-                random_orthonormal(n, kmax, gen, dtype).to(w.device),
-            )
-            for _ in range(n_random)
-        ]
-        frames[name] = (u, v, rand)
+    frames = _frames(params, names, ks[-1], n_random, gen, svd, dtype)
     total = dict.fromkeys(names, 0.0)
     block = {nm: [0.0] * len(ks) for nm in names}
     rblock = {nm: [[0.0] * len(ks) for _ in range(n_random)] for nm in names}

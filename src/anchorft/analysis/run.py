@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from anchorft.analysis import plots
 from anchorft.analysis.drift import drift_metrics, prompt_hidden_means
-from anchorft.analysis.fisher import fisher_overlap
+from anchorft.analysis.fisher import fisher_overlap, fisher_projected_overlap
 from anchorft.analysis.prompts import encode_batch, load_prompts
 from anchorft.analysis.rank import load_results, rank_sensitivity
 from anchorft.analysis.rotation import bases, rotation_stats
@@ -50,6 +50,7 @@ class AnalysisConfig:
     rank: int | None = None  # None: a quarter of the smallest min(m, n)
     prompts: list[str] = field(default_factory=list)  # evaluation sets for drift (JSONL)
     fisher_data: str | None = None
+    fisher_ood_data: str | None = None  # with fisher_data: the share of F_ood G (the paper's quantity)
     fisher_ranks: list[int] | None = None  # None: k/4, k/2, k
     fisher_samples: int = 32  # per-example gradients (batch size 1)
     fisher_random: int = 2  # random orthonormal blocks per matrix
@@ -226,6 +227,9 @@ def run_analysis(cfg: AnalysisConfig, progress: bool = True) -> dict:
             raise ValueError(f"prompts: two evaluation sets are named {stem!r}")
         eval_sets[stem] = load_prompts(p, cfg.drift_prompts)
     fisher_items = load_prompts(cfg.fisher_data, cfg.fisher_samples) if cfg.fisher_data else None
+    if cfg.fisher_ood_data and not cfg.fisher_data:
+        raise ValueError("fisher_ood_data needs fisher_data (the in-domain data whose gradient F_ood projects)")
+    ood_items = load_prompts(cfg.fisher_ood_data, cfg.fisher_samples) if cfg.fisher_ood_data else None
     results = load_results(cfg.compare) if cfg.compare else None
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -298,11 +302,26 @@ def run_analysis(cfg: AnalysisConfig, progress: bool = True) -> dict:
         batches = [encode_batch(tok, [it], cfg.max_length, with_completion=True) for it in fisher_items]
         gen = torch.Generator().manual_seed(cfg.seed)
         fo = fisher_overlap(model, batches, names, fisher_ks, cfg.fisher_random, gen, cfg.svd, dtype, progress)
-        del model
         analysis["fisher"] = {"samples": len(batches), "ranks": fisher_ks, **_summarize_fisher(fo, fisher_ks)}
+        if ood_items:
+            ood = [encode_batch(tok, [it], cfg.max_length, with_completion=True) for it in ood_items]
+            gen = torch.Generator().manual_seed(cfg.seed)  # the same random blocks as the in-domain share
+            fp = fisher_projected_overlap(
+                model, batches, ood, names, fisher_ks, cfg.fisher_random, gen, cfg.svd, dtype, progress
+            )
+            analysis["fisher_projected"] = {
+                "id_samples": len(batches),
+                "ood_samples": len(ood),
+                "ranks": fisher_ks,
+                **_summarize_fisher(fp, fisher_ks),
+            }
+        del model
         analysis["timings_s"]["fisher"] = time.perf_counter() - t0
         if cfg.plots:
             figures.append(plots.fisher_plot(analysis["fisher"]["by_type"], out / "fisher_overlap.png"))
+            if "fisher_projected" in analysis:
+                fp_by_type = analysis["fisher_projected"]["by_type"]
+                figures.append(plots.fisher_plot(fp_by_type, out / "fisher_projected_overlap.png"))
     # ---- rank sensitivity -------------------------------------------------------------------------
     if results is not None:
         full = max(min(s) for s in shapes.values())

@@ -17,7 +17,7 @@ import numpy as np
 
 from anchorft.io import write_jsonl
 
-__all__ = ["testbed_eval_sets", "testbed_prompt_files"]
+__all__ = ["testbed_eval_sets", "testbed_prompt_files", "testbed_ood_fisher_file"]
 
 
 def _rows(items) -> list[dict]:
@@ -62,3 +62,22 @@ def testbed_prompt_files(
     fisher = out / f"fisher_{cfg.id_skill}.jsonl"
     write_jsonl(fisher, _rows(train))
     return files, str(fisher)
+
+
+def testbed_ood_fisher_file(
+    out_dir: str | os.PathLike, n_items: int = 64, seed: int = 0, compare_dir: str | os.PathLike | None = None
+) -> str:
+    """Writes fisher_ood.jsonl: `n_items` train-split items (prompt + answer) spread evenly over the comparison's
+    OOD skills, drawn with numpy's generator seeded by `seed` + 1: the OOD loss whose empirical Fisher projects
+    the in-domain gradient (`anchorft.analysis.fisher.fisher_projected_overlap`)."""
+    from anchorft.toy import skills as sk
+
+    cfg, sets = testbed_eval_sets(n_items, seed, compare_dir)
+    ood_skills = [s for s in sets if s != cfg.id_skill]
+    rng = np.random.default_rng(seed + 1)
+    per = -(-n_items // len(ood_skills))
+    items = [it for s in ood_skills for it in sk.sample_items(s, per, "train", rng)]
+    order = rng.permutation(len(items))[:n_items]
+    path = Path(out_dir) / "fisher_ood.jsonl"
+    write_jsonl(path, _rows([items[int(i)] for i in order]))
+    return str(path)

@@ -33,6 +33,12 @@ def _parser() -> argparse.ArgumentParser:
         help="add the testbed's per-skill ID/OOD eval sets for drift (and its ID train items as Fisher data)",
     )
     p.add_argument("--fisher-data", default=None, metavar="FILE.jsonl", help="in-domain data for Fisher overlap")
+    p.add_argument(
+        "--fisher-ood-data",
+        default=None,
+        metavar="FILE.jsonl",
+        help="out-of-domain data: also measure the share of F_ood G (the paper's quantity; needs --fisher-data)",
+    )
     p.add_argument("--fisher-ranks", type=int, nargs="+", default=None, help="ranks for Fisher (default k/4 k/2 k)")
     p.add_argument("--fisher-samples", type=int, default=32, help="per-example gradients for the empirical Fisher")
     p.add_argument("--fisher-random", type=int, default=2, help="random orthonormal blocks per matrix")
@@ -110,6 +116,12 @@ def main(argv: list[str]) -> int:
             prompts += tb_sets
             if args.fisher_data is None:
                 args.fisher_data = tb_fisher
+            if args.fisher_ood_data is None:
+                from anchorft.analysis.testbed import testbed_ood_fisher_file
+
+                args.fisher_ood_data = testbed_ood_fisher_file(
+                    Path(args.out) / "testbed_prompts", seed=args.seed, compare_dir=args.compare
+                )
         cfg = AnalysisConfig(
             base=base,
             tuned=tuned,
@@ -117,6 +129,7 @@ def main(argv: list[str]) -> int:
             rank=args.rank,
             prompts=prompts,
             fisher_data=args.fisher_data,
+            fisher_ood_data=args.fisher_ood_data,
             fisher_ranks=args.fisher_ranks,
             fisher_samples=args.fisher_samples,
             fisher_random=args.fisher_random,

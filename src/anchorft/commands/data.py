@@ -1,7 +1,11 @@
 """`anchorft data`: prepare fine-tuning data.
 
-anchorft data openr1-math --out data/openr1-math-4k [--size 4000] [--seed 0] [--limit N]
+anchorft data openr1-math --out data/train_openr1_4k [--source wh-zhu/train_openr1_4k | PATH] [--limit N]
+    the paper's release set, converted as the release converts it (every row, in order; the default)
+anchorft data openr1-math --sampler verified --out data/openr1-math-4k [--size 4000] [--seed 0] [--limit N]
                           [--source open-r1/OpenR1-Math-220k | PATH.jsonl | PATH.parquet | DIR]
+    our own seeded subset of OpenR1-Math-220k, each trace checked by math-verify
+anchorft data dapo-math --out data/dapo [--source wh-zhu/dapo | PATH.jsonl | PATH.parquet] [--prompt-style boxed]
 """
 
 from __future__ import annotations
@@ -16,58 +20,111 @@ from anchorft.errors import report
 
 def _parser() -> argparse.ArgumentParser:
     from anchorft.data.openr1 import FORMATS, HUB_NAME
+    from anchorft.data.release import RELEASE_HUB_NAME
 
     p = argparse.ArgumentParser(prog="anchorft data", description="Prepare fine-tuning data.")
     sub = p.add_subparsers(dest="dataset", required=True)
     o = sub.add_parser(
         "openr1-math",
-        help="OpenR1-Math -> verified traces in the RPSFT paper's conversational format",
-        description="Keep rows whose trace's last \\boxed{} verifies (math-verify) against `answer`; a seeded "
-        "subset of --size rows; write DIR/train.jsonl, config.json, metrics.json, lengths.png.",
+        help="OpenR1-Math traces in the RPSFT paper's conversational format",
+        description=f"--sampler release (default): every row of {RELEASE_HUB_NAME} (or --source in its schema), "
+        "converted as the paper's release converts it. --sampler verified: a seeded subset of --size rows of "
+        f"{HUB_NAME} whose trace's last \\boxed{{}} verifies (math-verify) against `answer`. Both write "
+        "DIR/train.jsonl, config.json, metrics.json, lengths.png.",
     )
     o.add_argument("--out", required=True, help="output folder")
-    o.add_argument("--source", default=HUB_NAME, help=f"hub dataset name or local .jsonl/.parquet/folder ({HUB_NAME})")
+    o.add_argument("--sampler", choices=("release", "verified"), default="release")
+    o.add_argument(
+        "--source",
+        default=None,
+        help=f"hub dataset name or local .jsonl/.parquet/folder (default: {RELEASE_HUB_NAME} for the release "
+        f"sampler, {HUB_NAME} for the verified one)",
+    )
     o.add_argument("--subset", default="default", help="hub config name (default: %(default)s)")
     o.add_argument("--split", default="train")
-    o.add_argument("--size", type=int, default=4000, help="examples to keep (paper: about 4k)")
-    o.add_argument("--seed", type=int, default=0)
+    o.add_argument("--size", type=int, default=4000, help="verified sampler: examples to keep (paper: about 4k)")
+    o.add_argument("--seed", type=int, default=0, help="verified sampler: order in which rows are visited")
     o.add_argument("--limit", type=int, default=None, help="read only the first N source rows")
     o.add_argument("--format", dest="fmt", choices=FORMATS, default="prompt-completion")
     o.add_argument("--no-progress", action="store_true")
     o.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
+    from anchorft.data.dapo import HUB_NAME as DAPO_HUB
+
+    d = sub.add_parser(
+        "dapo-math",
+        help="DAPO-Math-17k (the release's RL data) -> RL prompts with gold answers for `anchorft rl`",
+        description="Write DIR/train.jsonl (the paper's benchmark format: prompt messages, "
+        "reward_model.ground_truth), config.json, metrics.json; duplicated problems are dropped and counted.",
+    )
+    d.add_argument("--out", required=True, help="output folder")
+    d.add_argument("--source", default=DAPO_HUB, help=f"hub dataset name or local .jsonl/.parquet/folder ({DAPO_HUB})")
+    d.add_argument("--split", default="train")
+    d.add_argument("--limit", type=int, default=None, help="read only the first N source rows")
+    d.add_argument(
+        "--prompt-style",
+        dest="prompt_style",
+        choices=["boxed", "original"],
+        default="boxed",
+        help="boxed: the boxed system prompt + the bare problem (default); original: the row's messages",
+    )
+    d.add_argument("--keep-duplicates", dest="dedupe", action="store_false")
+    d.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
     both_spellings(p)
     return p
 
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    from anchorft.data.openr1 import prepare_openr1_math
     from anchorft.preflight import check_input_file
-    from anchorft.runs import claim_output, finish, reused
+    from anchorft.runs import claim_output, fail, finish, reused
 
-    if args.source.lower().endswith(".jsonl"):
-        check_input_file(args.source, "--source")
-    run = {k: v for k, v in vars(args).items() if k not in ("out", "no_progress", "overwrite")}
-    claim = claim_output(args.out, "data openr1-math", run, overwrite=args.overwrite)
+    if args.dataset == "openr1-math" and args.source is None:
+        from anchorft.data.openr1 import HUB_NAME
+        from anchorft.data.release import RELEASE_HUB_NAME
+
+        args.source = RELEASE_HUB_NAME if args.sampler == "release" else HUB_NAME
+    try:
+        if args.source.lower().endswith(".jsonl"):
+            check_input_file(args.source, "--source")
+        run = {k: v for k, v in vars(args).items() if k not in ("out", "no_progress", "overwrite")}
+        claim = claim_output(args.out, f"data {args.dataset}", run, overwrite=args.overwrite)
+    except ValueError as err:
+        return report("anchorft data", err)
     if claim.complete:
         print(reused(claim))
         return 0
     try:
-        metrics = prepare_openr1_math(
-            args.out,
-            source=args.source,
-            size=args.size,
-            seed=args.seed,
-            limit=args.limit,
-            fmt=args.fmt,
-            subset=args.subset,
-            split=args.split,
-            progress=not args.no_progress,
-        )
-    except ValueError as err:
+        metrics = _prepare(args)
+    except (ValueError, FileNotFoundError) as err:
+        fail(claim)  # a source refused before anything was written leaves no folder behind
         return report("anchorft data", err)
     finish(claim)
     print(json.dumps(metrics, indent=2))
-    if metrics["short_by"]:
+    if metrics.get("short_by"):
         print(f"warning: only {metrics['kept']} of {args.size} requested examples verified", file=sys.stderr)
     return 0
+
+
+def _prepare(args: argparse.Namespace) -> dict:
+    if args.dataset == "dapo-math":
+        from anchorft.data.dapo import prepare_dapo_math
+
+        return prepare_dapo_math(args.out, source=args.source, split=args.split, limit=args.limit,
+                                 prompt_style=args.prompt_style, dedupe=args.dedupe)  # fmt: skip
+    if args.sampler == "release":
+        from anchorft.data.release import prepare_release_set
+
+        return prepare_release_set(args.out, source=args.source, limit=args.limit, fmt=args.fmt, split=args.split)
+    from anchorft.data.openr1 import prepare_openr1_math
+
+    return prepare_openr1_math(
+        args.out,
+        source=args.source,
+        size=args.size,
+        seed=args.seed,
+        limit=args.limit,
+        fmt=args.fmt,
+        subset=args.subset,
+        split=args.split,
+        progress=not args.no_progress,
+    )

@@ -3,6 +3,7 @@
 anchorft eval --model DIR --bench FILE.jsonl [--bench FILE2.jsonl ...] --out DIR
               [--n 16 --k 16 --temperature 0.7 --top_p 0.95 --max_new_tokens N --limit N]
 anchorft eval score --bench FILE.jsonl --responses FILE.jsonl [--k K]
+anchorft eval suite --models NAME=DIR ... --bench-dir DIR --out DIR [--preset paper]   (see eval_suite.py)
 anchorft eval --model DIR --lm-eval TASKS [--include-path DIR] --out DIR
 """
 
@@ -103,6 +104,10 @@ def _score(argv: list[str]) -> int:
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "score":
         return _score(argv[1:])
+    if argv and argv[0] == "suite":
+        from anchorft.commands.eval_suite import main as suite_main
+
+        return suite_main(argv[1:])
     args = _eval_parser().parse_args(argv)
     if bool(args.bench) == bool(args.lm_eval):
         print("anchorft eval: error: give --bench FILE.jsonl (one or more) or --lm-eval TASKS", file=sys.stderr)

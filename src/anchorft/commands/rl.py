@@ -22,8 +22,8 @@ def _parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog="anchorft rl", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="local SFT checkpoint directory")
-    p.add_argument("--dataset", required=True, help="JSONL prompts with gold answers")
-    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--dataset", default=None, help="JSONL prompts with gold answers (required unless --estimate)")
+    p.add_argument("--out", default=None, help="output directory (required unless --estimate)")
     p.add_argument("--config", default=None, help="YAML of RLSettings fields")
     p.add_argument("--limit", type=int, default=None, help="use the first N prompts")
     p.add_argument("--skip-bad", action="store_true", help="skip and count malformed dataset lines")
@@ -35,14 +35,40 @@ def _parser() -> argparse.ArgumentParser:
         elif f.name == "overlong_cache":
             p.add_argument(flag, type=int, default=None, help="soft overlong punishment window (tokens); 0: off")
         else:
-            conv = int if isinstance(f.default, int) else float if isinstance(f.default, float) else str
+            t = str(f.type)
+            conv = int if t.startswith("int") else float if t.startswith("float") else str
             p.add_argument(flag, type=conv, default=None, help=f"default {f.default}")
+    p.add_argument(
+        "--estimate", action="store_true",
+        help="print the memory estimate for --model (parameters counted from config.json, no weights loaded) "
+        "on 1 and 8 GPUs, and exit",
+    )  # fmt: skip
     both_spellings(p)
     return p
 
 
+def _estimate(model_dir: str, settings) -> list[str]:
+    from pathlib import Path
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from anchorft.rpsft.rl import format_memory_estimate, rl_memory_estimate
+
+    if not (Path(model_dir) / "config.json").is_file():
+        raise ValueError(f"--model {model_dir}: no config.json there")
+    cfg = AutoConfig.from_pretrained(model_dir, trust_remote_code=False)
+    with torch.device("meta"):
+        n = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())
+    colocate = str(settings.use_vllm).lower() != "false"
+    return [format_memory_estimate(rl_memory_estimate(n, g, settings.master_dtype, colocate)) for g in (1, 8)]
+
+
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not args.estimate and (args.dataset is None or args.out is None):
+        parser.error("--dataset and --out are required (unless --estimate)")
     from anchorft.errors import check_types
     from anchorft.preflight import check_input_file, check_model_source
     from anchorft.rpsft.rl import RLSettings, load_rl_dataset, run_rl
@@ -61,6 +87,9 @@ def main(argv: list[str]) -> int:
         settings = RLSettings(**values)
         check_types(settings, f"{args.config}: settings" if args.config else "settings")
         settings.validate()
+        if args.estimate:
+            print("\n".join(_estimate(args.model, settings)))
+            return 0
         check_input_file(args.dataset, "--dataset", jsonl=not args.skip_bad)
         check_model_source(args.model, "--model")
         run = {"model": args.model, "dataset": args.dataset, "limit": args.limit, "settings": vars(settings)}

@@ -24,7 +24,13 @@ from anchorft.errors import report
 
 
 def _estimate(argv: list[str]) -> int:
-    from anchorft.rpsft.estimate import estimate, format_estimate, read_model_config
+    from anchorft.rpsft.estimate import (
+        estimate,
+        format_estimate,
+        format_memory,
+        memory_per_gpu,
+        read_model_config,
+    )
 
     p = argparse.ArgumentParser(prog="anchorft train --estimate", description="anchor memory and FLOPs, no weights")
     p.add_argument("--estimate", action="store_true")
@@ -35,6 +41,10 @@ def _estimate(argv: list[str]) -> int:
     p.add_argument("--anchor_every", type=int, default=1)
     p.add_argument("--bytes_per_number", type=int, default=4, help="4 = fp32 bases (default), 2 = bf16")
     p.add_argument("--no_embeddings", action="store_true", help="exclude embeddings and lm_head")
+    p.add_argument("--stage", choices=("zero2", "ddp"), default="zero2", help="memory per GPU: ZeRO-2 or DDP")
+    p.add_argument("--gpus", type=int, default=8, help="memory per GPU: GPUs sharing ZeRO-2's partitions")
+    p.add_argument("--per_device", type=int, default=2, help="memory per GPU: sequences per device")
+    p.add_argument("--iw_reference", action="store_true", help="memory per GPU: add IW-SFT's bf16 reference copy")
     both_spellings(p)
     a = p.parse_args(argv)
     try:
@@ -49,6 +59,10 @@ def _estimate(argv: list[str]) -> int:
                 anchor_every=a.anchor_every,
             )
             print(format_estimate(res, name=path))
+            mem = memory_per_gpu(
+                read_model_config(path), a.stage, a.gpus, a.per_device, a.seq_len, res["bytes"], a.iw_reference
+            )
+            print(format_memory(mem, a.stage, a.gpus, a.per_device, a.seq_len))
             print()
     except ValueError as e:
         return report("anchorft train --estimate", e)
@@ -165,12 +179,12 @@ def main(argv: list[str]) -> int:
     from anchorft.rpsft.data import check_sft_source
 
     try:  # everything the user named is checked before a model is loaded
+        check_sft_source(script.dataset, "--dataset")
+        check_sft_source(script.eval_dataset, "--eval_dataset")
         check_model_source(script.model_name_or_path, "--model_name_or_path")
         check_model_source(script.tokenizer_name_or_path, "--tokenizer_name_or_path", what="tokenizer")
         if args.iw_ref_model not in (None, "copy"):
             check_model_source(args.iw_ref_model, "--iw_ref_model")
-        check_sft_source(script.dataset, "--dataset")
-        check_sft_source(script.eval_dataset, "--eval_dataset")
         claim, complete = _claim(script, args, overwrite)
     except (ValueError, OSError) as e:
         return report("anchorft train", e)

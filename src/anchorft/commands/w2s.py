@@ -32,6 +32,13 @@ def _run(args: argparse.Namespace) -> int:
         config = load_config(args.preset, overrides)
     except ValueError as e:
         return report("anchorft w2s run", e)
+    if args.ode:
+        from anchorft.w2s.meanfield import check_supported
+
+        try:
+            check_supported(config)
+        except ValueError as e:
+            return report("anchorft w2s run", ValueError(f"--ode: {e}"))
     if config.device.startswith("cuda"):
         import torch
 
@@ -41,12 +48,14 @@ def _run(args: argparse.Namespace) -> int:
     _threads(args.threads)
     from anchorft.runs import claim_output, existing_files, finish, reused
 
-    claim = claim_output(args.out, "w2s run", config.to_dict(), overwrite=args.overwrite)
+    claim = claim_output(args.out, "w2s run", {**config.to_dict(), "ode": args.ode}, overwrite=args.overwrite)
     if claim.complete:
         print(reused(claim))
         return 0
     header = " ".join(["anchorft w2s run", "--preset", args.preset, "--out", args.out, *overrides])
-    metrics = run_experiment(config, args.out, progress=not args.quiet, header=header)
+    if args.ode:
+        header += " --ode"
+    metrics = run_experiment(config, args.out, progress=not args.quiet, header=header, ode=args.ode)
     finish(claim)
     for mode in config.modes:
         if mode in metrics:
@@ -56,6 +65,12 @@ def _run(args: argparse.Namespace) -> int:
                 f"non-target (own theta) {i['nontarget_alignment']:.3f} -> {f['nontarget_alignment']:.3f}   "
                 f"non-target (theta_kappa) {i['nontarget_target_alignment']:.3f} -> "
                 f"{f['nontarget_target_alignment']:.3f}   [{metrics[mode]['wall_s']:.1f} s]"
+            )
+    for mode, e in metrics.get("ode", {}).items():
+        if "escape_samples_per_seed" in e:
+            print(
+                f"{mode:>10}: escape (target 0.5) samples per seed: mean-field {e['escape_samples_per_seed']}, "
+                f"measured {e['escape_samples_measured']}"
             )
     print(f"wrote {existing_files(args.out, 'config.yaml', 'metrics.json', 'alignment.png')}")
     if metrics["diverged"] is not None:
@@ -69,14 +84,44 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _theory_text(r: dict) -> str:
+    lines = [
+        f"link {r['link']}, transform {r['transform']}, clip {r['clip']}, d = {r['d']}, s = {r['s']}",
+        f"information exponent of the link: {r['information_exponent']}",
+        f"information exponent of T(clip(link)) for this T: {r['transformed_information_exponent']}",
+        f"generative exponent (min over {r['generative_exponent_class']}): {r['generative_exponent']}"
+        f" (attained by {r['generative_exponent_attained_by']})",
+    ]
+    for k, v in r["predicted_sample_complexity"].items():
+        lines.append(f"predicted samples {k:>4}: {v['formula']:<20} = {v['value']:.3g} (up to constants and logs)")
+    lab = r.get("labels")
+    if lab:
+        m = lab["measured"]
+        lines.append(f"label coefficients c_n = E[y He_n(z)]/n!, n = 0..{len(m['c']) - 1}:")
+        lines.append("  idealised " + " ".join(f"{c:+.4f}" for c in lab["idealised"]["c"]))
+        lines.append("  measured  " + " ".join(f"{c:+.4f}" for c in m["c"]))
+        lines.append("  (se)      " + " ".join(f"{c:.4f} " for c in m["se"]))
+        lines.append(
+            f"  measured on {m['n_seeds']} seed(s) x {m['n_samples_per_seed']} inputs; weak {m['weak']}, "
+            f"norm {m['weak_norm']}, bound {m['weak_bound']}, centring {m['label_center']}; lowest degree above "
+            f"3 se: {m['lowest_significant_degree']}"
+        )
+    return "\n".join(lines)
+
+
 def _theory(args: argparse.Namespace) -> int:
-    from anchorft.w2s.theory import theory_report
+    from anchorft.w2s.theory import preset_theory_report, theory_report
 
     try:
-        report = theory_report(args.link, args.transform, args.clip, args.d, args.s)
+        if args.preset is not None:
+            result = preset_theory_report(args.preset, list(args.overrides), n_seeds=args.seeds)
+        else:
+            if args.overrides:
+                raise ValueError("key=value overrides need --preset")
+            result = theory_report(args.link, args.transform, args.clip, args.d, args.s)
     except ValueError as e:
         return report("anchorft w2s theory", e)
-    print(json.dumps(report, indent=1))
+    print(json.dumps(result, indent=1) if args.json else _theory_text(result))
     return 0
 
 
@@ -86,18 +131,33 @@ def _sweep(args: argparse.Namespace) -> int:
     _threads(args.threads)
     from anchorft.runs import claim_output, existing_files, finish, reused
 
-    run = {"kind": args.kind, "quick": args.quick, "overrides": list(args.overrides)}
+    run = {"kind": args.kind, "quick": args.quick, "overrides": list(args.overrides), "spec": args.spec}
+    if args.spec is not None:  # the file's content, so that an edited sweep file is another run
+        from anchorft.errors import read_yaml
+
+        run["spec_content"] = read_yaml(args.spec, "--spec")
     claim = claim_output(args.out, "w2s sweep", run, overwrite=args.overwrite)
     if claim.complete:
         print(reused(claim))
         return 0
     try:
         result = run_sweep(
-            args.kind, args.out, quick=args.quick, overrides=list(args.overrides), progress=not args.quiet
+            args.kind,
+            args.out,
+            quick=args.quick,
+            overrides=list(args.overrides),
+            progress=not args.quiet,
+            spec_path=args.spec,
         )
     except ValueError as e:
         return report("anchorft w2s sweep", e)
     finish(claim)
+    if "rows" in result:
+        from pathlib import Path
+
+        print((Path(args.out) / "table.md").read_text(), end="")
+        print(f"wrote {existing_files(args.out, 'results.json', 'table.md', args.kind + '.png')}")
+        return 0
     keep = ("kind", "quick", "fit", "theory", "fits", "theories", "summary", "phase")
     print(json.dumps({k: result[k] for k in keep if k in result}, indent=1))
     print(f"wrote {existing_files(args.out, 'sweep.json', args.kind + '.png')}")
@@ -118,18 +178,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
+    r.add_argument(
+        "--ode",
+        action="store_true",
+        help="also solve the mean-field ODE: dashed on alignment.png, `ode` in metrics.json",
+    )
     r.add_argument("overrides", nargs="*", help="config overrides key=value")
     r.set_defaults(func=_run)
-    s = sub.add_parser("sweep", help="scaling sweeps: s-scaling, d-scaling, chi, overlap, rpsft")
-    s.add_argument("--kind", required=True, help="s-scaling | d-scaling | chi | overlap | rpsft")
+    s = sub.add_parser("sweep", help="sweeps: s-scaling, d-scaling, d-scaling-w2s, chi, overlap, rpsft, mechanisms")
+    s.add_argument(
+        "--kind",
+        required=True,
+        help="s-scaling | d-scaling | d-scaling-w2s | chi | overlap | rpsft | ablation | race | weak-quality",
+    )
     s.add_argument("--out", required=True)
-    s.add_argument("--quick", action="store_true", help="tiny grid (under a minute)")
+    s.add_argument("--quick", action="store_true", help="the sweep file's quick variant (a small grid)")
+    s.add_argument("--spec", default=None, help="a sweep YAML file instead of configs/w2s/sweep-<kind>.yaml")
     s.add_argument("--threads", type=int, default=1)
     s.add_argument("--quiet", action="store_true")
     s.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
     s.add_argument("overrides", nargs="*", help="overrides of the sweep's base config, key=value")
     s.set_defaults(func=_sweep)
-    t = sub.add_parser("theory", help="exponents and predicted sample complexities as JSON")
+    t = sub.add_parser("theory", help="exponents, predicted sample complexities, the labels' Hermite coefficients")
+    t.add_argument("--preset", default=None, help="a preset: its link, T, clip, d, s and its measured labels")
+    t.add_argument("--seeds", type=int, default=None, help="seeds for the measured coefficients (with --preset)")
+    t.add_argument("--json", action="store_true", help="machine output (JSON)")
+    t.add_argument("overrides", nargs="*", help="overrides of the preset, key=value")
     t.add_argument("--link", default="he4")
     t.add_argument("--transform", default="zexp", help="zexp or identity")
     t.add_argument("--clip", type=float, default=2.0, help="clip before the transform (<= 0: none)")

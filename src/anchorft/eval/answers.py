@@ -4,8 +4,10 @@
   braces (escaped `\\{`, `\\}` do not count), as the RPSFT paper's evaluation takes the final answer.
 - `extract_choice` returns the option label of a multiple-choice response (the OOD files: "Choices:"
   lines labelled A., B., ... or 1., 2., ...).
-- `math_equal` checks a math answer with math-verify, gold first: verify(parse(gold), parse(answer)).
+- `parsed_equal` checks a math answer with math-verify alone, gold first: verify(parse(gold), parse(answer)).
   It runs without math-verify's own timeouts, which use signal.alarm and fail off the main thread.
+- `math_equal` is `parsed_equal` behind a string shortcut: identical strings are equal without parsing
+  (a gold that math-verify cannot parse still matches itself).
 - `MathChecker` runs `math_equal` in a persistent worker process with its own per-check timeout: a
   check that runs past it kills the worker (a new one starts on the next check) and counts as wrong.
   It is thread-safe and works from any thread (the RL reward, a thread pool, a notebook).
@@ -26,6 +28,7 @@ __all__ = [
     "last_boxed",
     "parse_choices",
     "extract_choice",
+    "parsed_equal",
     "math_equal",
     "MathChecker",
     "default_checker",
@@ -78,18 +81,34 @@ def last_boxed(text: str) -> str | None:
 _CHOICE_LINE = re.compile(r"^\s*([A-Z]|\d{1,2})[.)]\s+(.*\S)\s*$")
 
 
+def _next_label(label: str) -> str:
+    return str(int(label) + 1) if label.isdigit() else chr(ord(label) + 1)
+
+
 def parse_choices(question: str) -> dict[str, str]:
-    """Option label -> text, from the lines after the last "Choices:" in a question ({} if none)."""
+    """Option label -> text, from the lines after the last "Choices:" in a question ({} if none).
+
+    Options are labelled in sequence (A., B., ... or 1., 2., ...). An option runs up to the line that
+    starts the next label, so its text may span lines and blank lines (a letter, a list, a `$$`
+    display); the last option ends at its first blank line (the instruction after the options)."""
     at = question.rfind("Choices:")
     if at < 0:
         return {}
-    out: dict[str, str] = {}
-    for line in question[at + len("Choices:") :].splitlines():
+    lines = question[at + len("Choices:") :].splitlines()
+    starts: list[tuple[int, str, str]] = []  # (line number, label, first-line text)
+    for i, line in enumerate(lines):
         m = _CHOICE_LINE.match(line)
-        if m:
-            out[m.group(1)] = m.group(2)
-        elif out and line.strip():
-            break  # the instruction after the options
+        if m and (not starts or m.group(1) == _next_label(starts[-1][1])):
+            starts.append((i, m.group(1), m.group(2)))
+    out: dict[str, str] = {}
+    for j, (i, label, head) in enumerate(starts):
+        end = starts[j + 1][0] if j + 1 < len(starts) else len(lines)
+        body = []
+        for line in lines[i + 1 : end]:
+            if j + 1 == len(starts) and not line.strip():
+                break
+            body.append(line.strip())
+        out[label] = "\n".join([head] + body).strip()
     return out
 
 
@@ -164,11 +183,11 @@ def _parse_boxed(expr: str):
     return parse("\\boxed{" + expr + "}", parsing_timeout=None)
 
 
-def math_equal(gold: str, answer: str) -> bool:
+def parsed_equal(gold: str, answer: str) -> bool:
     """math-verify equivalence, gold first: verify(parse(gold), parse(answer)); both parsed as \\boxed{...}.
 
-    No timeout here (math-verify's own are turned off: they use signal.alarm, which only works on the
-    main thread); call it through `MathChecker` for a timeout that works anywhere.
+    No string shortcut and no timeout here (math-verify's own are turned off: they use signal.alarm,
+    which only works on the main thread); call it through `MathChecker` for a timeout that works anywhere.
     """
     from math_verify import verify
 
@@ -176,12 +195,18 @@ def math_equal(gold: str, answer: str) -> bool:
     gold, answer = str(gold).strip(), str(answer).strip()
     if not answer:
         return False
-    if gold == answer:
-        return True
     g, a = _parse_boxed(gold), _parse_boxed(answer)
     if not g or not a:
         return False
     return bool(verify(g, a, timeout_seconds=None))
+
+
+def math_equal(gold: str, answer: str) -> bool:
+    """True when the stripped strings are identical (the string shortcut), else `parsed_equal(gold, answer)`."""
+    gold, answer = str(gold).strip(), str(answer).strip()
+    if answer and gold == answer:
+        return True
+    return parsed_equal(gold, answer)
 
 
 def _load_fn(spec: str):
@@ -221,7 +246,9 @@ class MathChecker:
     over pipes, so nothing of the caller's script is re-imported and no signal is used. A check
     running past `timeout_s` kills the worker and returns False (counted in `n_timeouts`); the next
     check starts a fresh worker. `check_fn` ("module:function", (gold, answer) -> bool) replaces
-    math_equal, e.g. to test the timeout; the worker sees the caller's sys.path.
+    math_equal, e.g. to test the timeout; the worker sees the caller's sys.path. With
+    `string_shortcut` (the default) identical strings are equal without a call to the worker;
+    `MathChecker(check_fn="anchorft.eval.answers:parsed_equal", string_shortcut=False)` parses every answer.
     """
 
     def __init__(
@@ -229,6 +256,7 @@ class MathChecker:
         timeout_s: float = 10.0,
         check_fn: str = "anchorft.eval.answers:math_equal",
         startup_timeout_s: float = 120.0,
+        string_shortcut: bool = True,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
@@ -237,6 +265,7 @@ class MathChecker:
         self.timeout_s = float(timeout_s)
         self.check_fn = check_fn
         self.startup_timeout_s = float(startup_timeout_s)
+        self.string_shortcut = bool(string_shortcut)
         self.n_timeouts = 0
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
@@ -290,7 +319,7 @@ class MathChecker:
         if answer is None or not str(answer).strip():
             return False
         key = (str(gold).strip(), str(answer).strip())
-        if key[0] == key[1]:
+        if self.string_shortcut and key[0] == key[1]:
             return True
         with self._lock:
             if key in self._cache:

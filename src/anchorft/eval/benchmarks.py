@@ -40,10 +40,12 @@ class BenchItem:
     gold: str
     choices: dict[str, str] = field(default_factory=dict)  # label -> text; {} for a math item
     solution: str | None = None
+    instructions: list[dict] | None = None  # IFEval items: reward_model.instructions
+    alt_golds: list[str] = field(default_factory=list)  # further answers of a list ground_truth (olympiadBench)
 
     @property
     def kind(self) -> str:
-        return "choice" if self.choices else "math"
+        return "ifeval" if self.instructions is not None else "choice" if self.choices else "math"
 
 
 @dataclass
@@ -73,6 +75,17 @@ def _item(index: int, lineno: int, obj: dict) -> BenchItem:
         if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
             raise ValueError("field 'prompt' must hold {'role': str, 'content': str} messages")
     rm = obj.get("reward_model")
+    if isinstance(rm, dict) and isinstance(rm.get("instructions"), list) and rm["instructions"]:
+        ok = all(isinstance(i, dict) and isinstance(i.get("instruction_id"), str) for i in rm["instructions"])
+        if not ok:
+            raise ValueError("field 'reward_model.instructions' must hold {'instruction_id': str, 'kwargs': {}}")
+        return BenchItem(index=index, line=lineno, messages=msgs, gold="", instructions=rm["instructions"])
+    golds: list[str] = []
+    if isinstance(rm, dict) and isinstance(rm.get("ground_truth"), list):  # olympiadBench: a list of answers
+        golds = [str(g).strip() for g in rm["ground_truth"] if isinstance(g, (str, int, float))]
+        if not golds or len(golds) != len(rm["ground_truth"]):
+            raise ValueError("field 'reward_model.ground_truth' is an empty list or holds non-scalars")
+        rm = {**rm, "ground_truth": golds[0]}
     if not isinstance(rm, dict) or rm.get("ground_truth") is None or isinstance(rm["ground_truth"], (dict, list)):
         raise ValueError("field 'reward_model.ground_truth' is missing or not a string/number")
     gold = str(rm["ground_truth"]).strip()
@@ -81,7 +94,9 @@ def _item(index: int, lineno: int, obj: dict) -> BenchItem:
     if gold not in choices:
         choices = {}
     solution = obj.get("solution") if isinstance(obj.get("solution"), str) else None
-    return BenchItem(index=index, line=lineno, messages=msgs, gold=gold, choices=choices, solution=solution)
+    return BenchItem(
+        index=index, line=lineno, messages=msgs, gold=gold, choices=choices, solution=solution, alt_golds=golds[1:]
+    )
 
 
 def load_bench(path: str | Path, skip_bad: bool = False, limit: int | None = None, name: str | None = None) -> Bench:
@@ -131,6 +146,22 @@ def read_responses(path: str | Path, skip_bad: bool = False) -> tuple[dict[int, 
     return out, bad
 
 
+def _grade_item(it: BenchItem, response: str, checker: MathChecker) -> tuple[str | None, bool]:
+    """(answer, correct): IFEval items by lm-eval's loose checkers (answer: the response itself, or None
+    when empty), the others by `grade`; a list of golds counts any of them."""
+    if it.kind == "ifeval":
+        from anchorft.eval.ifeval import ifeval_follows
+
+        user = "\n".join(m["content"] for m in it.messages if m["role"] == "user")
+        return (response if response.strip() else None), ifeval_follows(response, it.instructions, user)[0]
+    answer, ok = grade(it.gold, response, it.choices, checker)
+    for g in it.alt_golds:
+        if ok or answer is None:
+            break
+        ok = grade(g, response, it.choices, checker)[1]
+    return answer, ok
+
+
 def score_bench(
     bench: Bench,
     responses: dict[int, Sequence[str]],
@@ -146,7 +177,7 @@ def score_bench(
     records = []
     for idx in sorted(responses):
         it = by_index[idx]
-        graded = [grade(it.gold, r, it.choices, checker) for r in responses[idx]]
+        graded = [_grade_item(it, r, checker) for r in responses[idx]]
         rec = {
             "index": idx,
             "kind": it.kind,
@@ -157,7 +188,7 @@ def score_bench(
             "n_correct": sum(c for _, c in graded),
         }
         if greedy is not None and idx in greedy:
-            answer, ok = grade(it.gold, greedy[idx], it.choices, checker)
+            answer, ok = _grade_item(it, greedy[idx], checker)
             rec.update(greedy=greedy[idx], greedy_answer=answer, greedy_correct=ok)
         records.append(rec)
     return records
@@ -221,8 +252,11 @@ def resolve_backend(backend: str) -> str:
     import torch
 
     has_vllm = importlib.util.find_spec("vllm") is not None
-    if backend == "vllm" and not has_vllm:
-        raise ValueError("backend 'vllm' asked but vllm is not installed: pip install 'anchorft[vllm]'")
+    if backend == "vllm":
+        from anchorft.eval.vllm_backend import check_vllm
+
+        check_vllm()  # one-line error without vllm or without CUDA
+        return "vllm"
     return "vllm" if has_vllm and torch.cuda.is_available() else "hf"
 
 

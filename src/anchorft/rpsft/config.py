@@ -5,6 +5,7 @@ It configures every method of the methods table (`anchorft.rpsft.methods`), not 
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 
 import torch
@@ -12,7 +13,7 @@ from trl import SFTConfig
 
 from anchorft.rpsft.methods import METHODS, get_method
 
-__all__ = ["RPSFTConfig", "ScriptArguments"]
+__all__ = ["RPSFTConfig", "ScriptArguments", "accumulation_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +88,22 @@ class RPSFTConfig(SFTConfig):
     )
     iw_temperature: float = field(default=1.0, metadata={"help": "IW-SFT temperature T in exp(T * mean log ratio)."})
     iw_clip: float = field(default=16.0, metadata={"help": "IW-SFT clip of the sequence weight (paper: 16)."})
+    iw_detach_weight: bool = field(
+        default=False,
+        metadata={
+            "help": "IW-SFT: detach the sequence weight (no gradient through it). Default False, as in the paper's "
+            "release, where the gradient also flows through the weight."
+        },
+    )
+    effective_batch_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Sequences per optimiser step. When set, gradient_accumulation_steps is derived from it as "
+            "effective_batch_size / (per_device_train_batch_size x processes) (processes: $WORLD_SIZE, 1 without a "
+            "launcher); a count it cannot be reached with, or another gradient_accumulation_steps than 1, is an "
+            "error before anything is loaded."
+        },
+    )
     iw_ref_model: str | None = field(
         default=None,
         metadata={
@@ -96,6 +113,16 @@ class RPSFTConfig(SFTConfig):
 
     def __post_init__(self):
         self._validate_rpsft_fields()
+        if self.effective_batch_size is not None:
+            world = int(os.environ.get("WORLD_SIZE", "1"))
+            accum = accumulation_for(self.effective_batch_size, self.per_device_train_batch_size, world)
+            if self.gradient_accumulation_steps not in (1, accum):
+                raise ValueError(
+                    f"gradient_accumulation_steps {self.gradient_accumulation_steps} contradicts effective_batch_size "
+                    f"{self.effective_batch_size} ({self.per_device_train_batch_size} per device x {world} "
+                    f"process(es) needs {accum}); set only one of them (--effective_batch_size null to drop it)"
+                )
+            self.gradient_accumulation_steps = accum
         spec = get_method(self.method)
         if spec.loss_type != "nll":
             self.loss_type = spec.loss_type
@@ -146,3 +173,17 @@ class RPSFTConfig(SFTConfig):
     @property
     def anchor_torch_dtype(self) -> torch.dtype:
         return getattr(torch, self.anchor_dtype)
+
+
+def accumulation_for(effective_batch: int, per_device: int, processes: int) -> int:
+    """Gradient-accumulation steps that give `effective_batch` sequences a step; ValueError (one line) if none do."""
+    if isinstance(effective_batch, bool) or not isinstance(effective_batch, int) or effective_batch < 1:
+        raise ValueError(f"effective_batch_size must be an integer >= 1, got {effective_batch!r}")
+    per_step = per_device * processes
+    if per_step < 1 or effective_batch % per_step:
+        raise ValueError(
+            f"effective_batch_size {effective_batch} cannot be reached with {per_device} sequence(s) per device on "
+            f"{processes} process(es) ({per_device} x {processes} = {per_step} does not divide {effective_batch}); "
+            "change --per_device_train_batch_size, the number of GPUs, or --effective_batch_size"
+        )
+    return effective_batch // per_step

@@ -52,6 +52,12 @@ def check_sft_source(spec: str | os.PathLike | None, flag: str = "--dataset") ->
         return
     if os.path.exists(path) or looks_like_path(path) or os.path.splitext(path)[1].lower() in _FILE_BUILDERS:
         check_input_file(path, flag)
+        if path.lower().endswith(".jsonl"):  # the columns of the first row (data of another schema named now)
+            import json
+
+            with open(path, encoding="utf-8") as f:
+                first = next(json.loads(line) for line in f if line.strip())
+            validate_sft_dataset(datasets.Dataset.from_list([first]), None, field=f"{flag} {path}")
 
 
 def validate_sft_dataset(ds: datasets.Dataset, tokenizer=None, field: str = "train_dataset") -> str:
@@ -73,7 +79,10 @@ def validate_sft_dataset(ds: datasets.Dataset, tokenizer=None, field: str = "tra
             raise ValueError(f"{field}: column 'messages' must hold lists of {{'role', 'content'}} dicts")
         form = "messages"
     else:
-        raise ValueError(f"{field} must have columns 'prompt' and 'completion', or 'messages'; it has {sorted(cols)}")
+        hint = "; convert it first: anchorft data openr1-math --source FILE --out DIR" if "target" in cols else ""
+        raise ValueError(
+            f"{field} must have columns 'prompt' and 'completion', or 'messages'; it has {sorted(cols)}{hint}"
+        )
     if form != "prompt_completion" and tokenizer is not None and getattr(tokenizer, "chat_template", None) is None:
         raise ValueError(f"{field} is conversational ({form}) but the tokenizer has no chat_template")
     return form

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 
-__all__ = ["model_matrices", "estimate", "format_estimate", "read_model_config"]
+__all__ = ["model_matrices", "estimate", "format_estimate", "memory_per_gpu", "format_memory", "read_model_config"]
 
 
 def model_matrices(cfg: dict, include_embeddings: bool = True) -> list[tuple[str, int, int, int]]:
@@ -113,6 +113,58 @@ def format_estimate(res: dict, name: str = "") -> str:
     )
     lines.append(f"  penalty / step = {100 * res['ratio']:.3f} %")
     return "\n".join(lines)
+
+
+def memory_per_gpu(
+    cfg: dict,
+    stage: str = "zero2",
+    gpus: int = 8,
+    per_device: int = 2,
+    seq_len: int = 4096,
+    anchor_bytes: float = 0.0,
+    reference: bool = False,
+) -> dict:
+    """Bytes per GPU by kind, from the config alone (formulas, not a measurement), P the parameter count:
+
+    - zero2 (DeepSpeed ZeRO-2, bf16): weights 2P (bf16, every GPU), gradients 2P / G (bf16, partitioned),
+      optimiser 12P / G (fp32 master weights + AdamW's two moments, partitioned);
+    - ddp (weights loaded in fp32, bf16 autocast): weights 4P, gradients 4P, optimiser 8P, on every GPU;
+    - anchor: `anchor_bytes` (the bases, every GPU); reference (IW-SFT's frozen copy, bf16): 2P;
+    - activations under gradient checkpointing, b = per_device sequences of s tokens, L layers, h hidden,
+      f intermediate, V vocabulary, bf16: b s h L (each layer's checkpointed input) + b s (10 h + 4 f) (one
+      layer recomputed during backward: attention and MLP intermediates, rough) + 6 b s V (bf16 logits and
+      their fp32 log-softmax for the loss).
+    """
+    if stage not in ("zero2", "ddp"):
+        raise ValueError(f"stage must be 'zero2' or 'ddp', got {stage!r}")
+    if gpus < 1 or per_device < 1 or seq_len < 1:
+        raise ValueError("gpus, per_device and seq_len must be >= 1")
+    params = sum(m * n * c for _, m, n, c in model_matrices(cfg, True))
+    h, layers, f, vocab = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["intermediate_size"], cfg["vocab_size"]
+    b, t = per_device, seq_len
+    if stage == "zero2":
+        weights, grads, optim = 2.0 * params, 2.0 * params / gpus, 12.0 * params / gpus
+    else:
+        weights, grads, optim = 4.0 * params, 4.0 * params, 8.0 * params
+    act = 2.0 * (b * t * h * layers + b * t * (10 * h + 4 * f)) + 6.0 * b * t * vocab
+    out = {
+        "parameters": params,
+        "weights": weights,
+        "gradients": grads,
+        "optimiser": optim,
+        "activations": act,
+        "anchor": float(anchor_bytes),
+        "reference": 2.0 * params if reference else 0.0,
+    }
+    out["total"] = sum(v for k, v in out.items() if k != "parameters")
+    return out
+
+
+def format_memory(mem: dict, stage: str, gpus: int, per_device: int, seq_len: int) -> str:
+    gb = {k: v / 1e9 for k, v in mem.items() if k != "parameters"}
+    parts = ", ".join(f"{k} {gb[k]:.1f}" for k in ("weights", "gradients", "optimiser", "activations", "anchor"))
+    head = f"  memory per GPU ({stage}, {gpus} GPUs, {per_device} x {seq_len} tokens, formulas), GB: "
+    return head + f"{parts}, IW-SFT reference {gb['reference']:.1f}; total {gb['total']:.1f}"
 
 
 def read_model_config(path: str | os.PathLike, text_only: bool = True) -> dict:

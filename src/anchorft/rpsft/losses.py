@@ -10,7 +10,9 @@ gradient-accumulation batch, as TRL and transformers normalise), so that micro-b
 - nll    (SFT):    l_t = -log p_t
 - dft    (Wu et al. 2025, arXiv:2508.05629, eq. 9):  l_t = -sg(p_t) log p_t
 - iw_sft (Qin and Springenberg 2025, arXiv:2507.12856): sequence weight
-         w_i = clamp(exp(T * mean_t(log pi_theta - log pi_ref)), 0, clip), no gradient; loss = w_i * NLL_i
+         w_i = clamp(exp(T * mean_t(log pi_theta - log pi_ref)), 0, clip); loss = w_i * NLL_i. As in the paper's
+         public release the gradient flows through w_i too (`detach_weight=True`: w_i a constant):
+         d loss / d log p_{i,t} = -w_i + w_i * (T / n_i) * NLL_i  (unclipped rows; n_i the row's target tokens)
 - l2 anchoring is not a token loss: it is the full-rank `SubspaceAnchor` (rank >= min(m, n)).
 """
 
@@ -36,7 +38,6 @@ def dft_loss(log_probs: torch.Tensor, mask: torch.Tensor, num_items: torch.Tenso
     return -(log_probs * log_probs.detach().exp() * mask).sum() / _normaliser(mask, num_items)
 
 
-@torch.no_grad()
 def iw_sft_weights(
     log_probs: torch.Tensor,
     ref_log_probs: torch.Tensor,
@@ -44,7 +45,7 @@ def iw_sft_weights(
     temperature: float = 1.0,
     clip: float = 16.0,
 ) -> torch.Tensor:
-    """w_i = clamp(exp(T * mean_t(log pi_theta - log pi_ref)), 0, clip) per sequence, without gradient.
+    """w_i = clamp(exp(T * mean_t(log pi_theta - log pi_ref)), 0, clip) per sequence (differentiable in log_probs).
 
     A sequence without target tokens gets weight 1 (its NLL is 0 anyway).
     """
@@ -61,8 +62,13 @@ def iw_sft_loss(
     num_items: torch.Tensor | int | None = None,
     temperature: float = 1.0,
     clip: float = 16.0,
+    detach_weight: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Importance-weighted SFT: sum_i w_i sum_t -log p_{i,t} / num_items. Returns (loss, weights)."""
+    """Importance-weighted SFT: sum_i w_i sum_t -log p_{i,t} / num_items. Returns (loss, detached weights).
+
+    `detach_weight=False` (the release's form) lets the gradient flow through w_i as well."""
     w = iw_sft_weights(log_probs, ref_log_probs, mask, temperature, clip)
+    if detach_weight:
+        w = w.detach()
     per_seq = -(log_probs * mask).sum(-1)
-    return (w.to(per_seq.dtype) * per_seq).sum() / _normaliser(mask, num_items), w
+    return (w.to(per_seq.dtype) * per_seq).sum() / _normaliser(mask, num_items), w.detach()

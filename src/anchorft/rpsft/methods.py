@@ -66,7 +66,13 @@ class Method:
 
 def _iw_sft(args, log_probs, mask, num_items, ref_log_probs):
     loss, w = iw_sft_loss(
-        log_probs, ref_log_probs, mask, num_items=num_items, temperature=args.iw_temperature, clip=args.iw_clip
+        log_probs,
+        ref_log_probs,
+        mask,
+        num_items=num_items,
+        temperature=args.iw_temperature,
+        clip=args.iw_clip,
+        detach_weight=args.iw_detach_weight,
     )
     return loss, {"iw/weight_mean": w}
 

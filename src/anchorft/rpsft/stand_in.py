@@ -297,8 +297,19 @@ def dry_run(
     family = real["model_type"]
     # data: the configured dataset's columns are checked when it is on disk; training uses stand-in rows
     pd_bs = int(args.get("per_device_train_batch_size", 8))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
     accum = int(args.get("gradient_accumulation_steps", 1))
-    n_rows = steps * pd_bs * accum * int(os.environ.get("WORLD_SIZE", "1"))  # enough for `steps` under DDP too
+    if args.get("effective_batch_size") is not None:  # as RPSFTConfig derives it; an unreachable batch stops here
+        from anchorft.rpsft.config import accumulation_for
+
+        derived = accumulation_for(args["effective_batch_size"], pd_bs, world)
+        if accum not in (1, derived):
+            raise ValueError(
+                f"gradient_accumulation_steps {accum} contradicts effective_batch_size {args['effective_batch_size']} "
+                f"(needs {derived}); set only one of them"
+            )
+        accum = derived
+    n_rows = steps * pd_bs * accum * world  # enough for `steps` under DDP too
     data_src = dataset or args.get("dataset")
     checked_dataset = None
     if data_src is not None and (dataset is not None or Path(str(data_src)).exists()):

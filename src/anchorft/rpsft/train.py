@@ -17,7 +17,7 @@ from anchorft.rpsft.config import RPSFTConfig
 from anchorft.rpsft.data import load_sft_dataset, validate_sft_dataset
 from anchorft.rpsft.trainer import RPSFTTrainer, frozen_copy
 
-__all__ = ["train", "load_model"]
+__all__ = ["train", "load_model", "check_model_folder"]
 
 logger = logging.getLogger(__name__)
 
@@ -28,11 +28,36 @@ def load_model(spec: str | PreTrainedModel, args: RPSFTConfig, field: str = "mod
         return spec
     if not isinstance(spec, (str, os.PathLike)):
         raise ValueError(f"{field} must be a PreTrainedModel, a local path or a hub name, got {type(spec).__name__}")
+    check_model_folder(spec, field)
     kwargs = dict(args.model_init_kwargs or {})
     kwargs["trust_remote_code"] = bool(args.trust_remote_code)
     if not torch.cuda.is_available():
         kwargs["dtype"] = torch.float32
     return AutoModelForCausalLM.from_pretrained(os.fspath(spec), **kwargs)
+
+
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+
+
+def check_model_folder(spec: str | os.PathLike, field: str = "model") -> None:
+    """One-line ValueError for a local model folder that holds no weights (checked before anything is loaded).
+
+    A hub name (no such local folder) is left to `from_pretrained`."""
+    path = os.fspath(spec)
+    if not os.path.isdir(path):
+        return
+    names = set(os.listdir(path))
+    if not names & set(WEIGHT_FILES) and not any(n.endswith(".safetensors") for n in names):
+        has = "config.json only" if "config.json" in names else f"{len(names)} file(s), no config.json"
+        raise ValueError(
+            f"{field}: {path} holds no weights ({has}; expected one of {list(WEIGHT_FILES)}); "
+            "pass the folder a model was saved to, or a hub name"
+        )
 
 
 def _write_json(path: str, obj) -> None:
@@ -101,6 +126,12 @@ def train(
             f"method={args.method!r} needs a reference model: pass ref_model=, or set iw_ref_model "
             "(a path / hub name, or 'copy' for a frozen copy of the starting model)"
         )
+    # everything that can be checked without weights is checked before loading them
+    validate_sft_dataset(train_ds, None, field="train_dataset")
+    if eval_ds is not None:
+        validate_sft_dataset(eval_ds, None, field="eval_dataset")
+    if isinstance(model, (str, os.PathLike)):
+        check_model_folder(model)
     model_obj = load_model(model, args)
     if tokenizer is None:
         src = model if isinstance(model, (str, os.PathLike)) else getattr(model_obj, "name_or_path", None)

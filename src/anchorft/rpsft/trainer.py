@@ -12,6 +12,12 @@ engine) the penalty enters the loss of the step's last micro-batch instead, in a
 the logged loss unchanged; under ZeRO-3 each matrix is gathered (read-only) for its term and its
 gradient flows back to the partitioned parameter through DeepSpeed's own reduce-scatter (docs/rpsft.md,
 "DeepSpeed").
+
+The anchor is built when training begins (`on_train_begin`), after `accelerator.prepare` has placed,
+cast, wrapped or sharded the model: its SVDs run in fp32 on the device that holds each weight, from
+the weights the optimiser will move (under DeepSpeed bf16 those are the engine's bf16 weights), so the
+penalty is exactly 0 at step 0 and bases and weights never sit on different devices. On resume the
+anchor is read from the checkpoint and fingerprint-checked against the starting weights instead.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import os
 
 import torch
 from torch import nn
+from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl import SFTTrainer
 from trl.trainer.utils import add_fused_lm_head
@@ -49,11 +56,11 @@ class RPSFTTrainer(SFTTrainer):
     the table: TRL's loss type, a custom loss, a reference model, the anchor and its rank.
 
     Extra arguments: `ref_model` (frozen reference, required by methods that need one, e.g. iw_sft) and
-    `anchor` (a precomputed `SubspaceAnchor`; otherwise built from the model's weights when training
-    starts, or reloaded from the checkpoint on resume, never recomputed from tuned weights). The anchor is
-    saved in every checkpoint under `checkpoint-N/anchor/`. Logs `anchor/penalty` (R without lambda),
-    `anchor/drift_max` (max over matrices of ||D||_F / ||S_ref||_F) and the mean of each per-sequence
-    tensor a custom loss returns (iw_sft: `iw/weight_mean`).
+    `anchor` (a precomputed `SubspaceAnchor`; otherwise built from the starting weights when training begins,
+    after the model is prepared, or reloaded from the checkpoint on resume, never recomputed from tuned
+    weights). The anchor is saved in every checkpoint under `checkpoint-N/anchor/`. Logs `anchor/penalty`
+    (R without lambda), `anchor/drift_max` (max over matrices of ||D||_F / ||S_ref||_F) and the mean of each
+    per-sequence tensor a custom loss returns (iw_sft: `iw/weight_mean`).
     """
 
     def __init__(
@@ -79,7 +86,7 @@ class RPSFTTrainer(SFTTrainer):
         self._anchor = anchor
         if anchor is not None:
             anchor.check_model(self.model, check_fingerprint=False)
-            anchor.to(model=self.model)
+        self.add_callback(_AnchorAfterPrepare(self))
         self._anchor_last: dict[str, float] | None = None
         self._anchor_mode = args.anchor_mode
         if args.anchored:
@@ -99,25 +106,39 @@ class RPSFTTrainer(SFTTrainer):
     # ------------------------------------------------------------------ anchor
     @property
     def anchor(self) -> SubspaceAnchor | None:
-        """The anchor (built from the current weights on first access for rpsft / l2; None otherwise)."""
-        if self._anchor is None and self.args.anchored:
-            a = self.args
-            rank = 2**62 if a.method_spec.full_rank else a.anchor_rank  # l2: full rank everywhere
-            gen = torch.Generator(device=self.model.device.type).manual_seed(a.seed)
-            self._anchor = SubspaceAnchor.from_model(
-                self.model,
-                rank=rank,
-                targets=a.anchor_targets,
-                include_embeddings=a.anchor_include_embeddings,
-                svd=a.anchor_svd,
-                dtype=a.anchor_torch_dtype,
-                generator=gen,
-                progress=not a.disable_tqdm,
-            )
-            logger.info("built %r", self._anchor)
-            if not a.method_spec.full_rank:
-                warn_fallback(self._anchor)
+        """The anchor: None before training begins (and for methods without one)."""
         return self._anchor
+
+    def _build_anchor(self) -> SubspaceAnchor:
+        """SVD of the weights as they are now (called once the model is prepared, or on resume of a checkpoint
+        killed before its anchor was written, from the starting weights; a collective under torch.distributed:
+        every rank calls it)."""
+        a = self.args
+        rank = 2**62 if a.method_spec.full_rank else a.anchor_rank  # l2: full rank everywhere
+        # on the device that holds the weights (randomized SVD draws there): cuda:r on rank r
+        gen = torch.Generator(device=next(self.model.parameters()).device).manual_seed(a.seed)
+        anchor = SubspaceAnchor.from_model(
+            self.model,
+            rank=rank,
+            targets=a.anchor_targets,
+            include_embeddings=a.anchor_include_embeddings,
+            svd=a.anchor_svd,
+            dtype=a.anchor_torch_dtype,
+            generator=gen,
+            progress=not a.disable_tqdm,
+        )
+        logger.info("built %r", anchor)
+        if not a.method_spec.full_rank:
+            warn_fallback(anchor)
+        return anchor
+
+    def _anchor_on_train_begin(self) -> None:
+        """Build the anchor from the prepared model (or place a given / reloaded one next to its weights)."""
+        if not self.args.anchored:
+            return
+        if self._anchor is None:
+            self._anchor = self._build_anchor()
+        self._anchor.to(model=self.model)
 
     def _anchor_due(self) -> bool:
         return (
@@ -133,7 +154,8 @@ class RPSFTTrainer(SFTTrainer):
         return float(self.args.anchor_lambda) * self.args.anchor_every
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs):
-        """Resolve the checkpoint; reload its anchor (or build the anchor from the starting weights); train."""
+        """Resolve the checkpoint and reload its anchor (fingerprint-checked); train. A new anchor is built when
+        training begins, once the model is prepared."""
         if resume_from_checkpoint is False:
             resume_from_checkpoint = None
         if resume_from_checkpoint is True:
@@ -143,13 +165,13 @@ class RPSFTTrainer(SFTTrainer):
         if self.args.anchored and self._anchor is None:
             if resume_from_checkpoint is not None:
                 # the model still holds the starting weights here: the fingerprint check applies
+                # (the tensors are moved next to the weights once the model is prepared); a checkpoint killed
+                # before its anchor was written gets it rebuilt from these weights, fingerprint-checked
                 self._anchor, rebuilt = resume_anchor(
-                    resume_from_checkpoint, self.model, lambda: self.anchor, anchor_dir=ANCHOR_DIR
+                    resume_from_checkpoint, self.model, self._build_anchor, anchor_dir=ANCHOR_DIR
                 )
                 if rebuilt and self.args.should_save:
                     self._anchor.save(os.path.join(resume_from_checkpoint, ANCHOR_DIR))
-            else:
-                _ = self.anchor
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
 
     def _save_checkpoint(self, model, trial):
@@ -236,6 +258,16 @@ class RPSFTTrainer(SFTTrainer):
             logs["anchor/penalty"] = self._anchor_last["penalty"]
             logs["anchor/drift_max"] = self._anchor_last["drift_max"]
         super().log(logs, start_time)
+
+
+class _AnchorAfterPrepare(TrainerCallback):
+    """Builds (or places) the trainer's anchor at `on_train_begin`: after `accelerator.prepare`, before step 0."""
+
+    def __init__(self, trainer: RPSFTTrainer):
+        self._trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._trainer._anchor_on_train_begin()
 
 
 def frozen_copy(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:

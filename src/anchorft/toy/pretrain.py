@@ -154,7 +154,7 @@ def _batch(cfg: PretrainConfig, tok, rng: np.random.Generator, carry: list | Non
     The documents that found none, and the drawn ones not yet tried, wait in `carry` (a list the caller keeps
     across steps) and are tried first at the next step: every document drawn is trained on (a carried one usually
     one step later), so the mixture is not tilted toward short documents, and rows of 64 end ~94 % full (closing
-    a row at the first document that does not fit, as before session 5, left them 80 % full). Each token attends
+    a row at the first document that does not fit left them 80 % full). Each token attends
     causally to its own document only (block-diagonal mask, True = attend) and positions restart at 0 per document, so
     packing changes no computation. With pack_len 0, one document per row, right padded, and no mask (causal
     attention never lets a real token see the right padding).
@@ -213,7 +213,7 @@ def _packed_tensors(rows: list[list[tuple[list[int], list[int]]]], T: int, pad: 
 def build_tokenizer(rng: np.random.Generator, whole_words: bool = True) -> PreTrainedTokenizerFast:
     """Character-level tokenizer trained on a sample of the corpus plus the full character set, with the
     templates' words and format markers as one token each (`skills.WORDS`, `skills.FORMAT_TOKENS`);
-    `whole_words=False`: letters only (the testbed's tokenizer before session 4, the benchmarks' baseline)."""
+    `whole_words=False`: letters only (an earlier tokenizer of the testbed, the benchmarks' baseline)."""
     charset = string.ascii_lowercase + string.digits + " \n.,:?=+-*&|~\\{}()QATF"
     # a fixed list (not sk.SKILLS), so that adding a skill does not change the random stream of pretraining
     kinds = ("math_easy", "math_hard", "reverse", "sort", "next", "count", "boolean", "recall", "kb_fact")

@@ -10,7 +10,7 @@ sampling stream (`eval_seed`, `eval` of COMPARE_DIR/config.yaml). Writes, under 
 (or `out_dir`): results.json, report.md, reward_curve.png and NAME/ (run_rl's config.json,
 metrics.json, reward.png, model/).
 
-The question it answers (issue 7, the paper's claim): does the RPSFT-initialised model end higher
+The question it answers (the paper's claim): does the RPSFT-initialised model end higher
 after RL, in ID and OOD, than the SFT-initialised one?
 """
 

@@ -22,7 +22,7 @@ from anchorft.w2s.hermite import TRANSFORMS, get_activation
 
 __all__ = ["W2SConfig", "load_config", "apply_overrides", "preset_path", "save_config", "config_hash"]
 
-MODES = ("w2s", "sft", "sft_anchor")
+MODES = ("w2s", "sft", "sft_anchor", "ceiling")  # ceiling: W2S inputs with the true labels (PGR)
 PRESET_DIR = Path(__file__).resolve().parents[3] / "configs" / "w2s"
 
 
@@ -41,7 +41,7 @@ class W2SConfig:
     pretrained_alignment: float = 0.9  # init alignment of non-target neurons with their theta_k
     c: float = 0.3  # second layer a_j = c pi_k / N_k
     # weak model
-    weak: str = "planted"  # "planted" or "scratch"
+    weak: str = "planted"  # "planted", or "trained" (= "scratch": trained from scratch by online SGD)
     weak_neurons: int = 16  # M
     weak_alignment: float = 0.95  # planted: u_j = a theta_kappa + sqrt(1 - a^2) xi_j
     weak_activation: str = "he4"
@@ -51,6 +51,13 @@ class W2SConfig:
     transform: str = "zexp"  # label transformation T
     clip: float = 2.0  # labels T(clip(f_weak, -clip, clip)); <= 0 disables the clip
     lambda_kappa: float = 1.0  # localisation of the generative distribution (1: inputs in V_kappa)
+    # label model (anchorft.w2s.labels)
+    label_center: str = "none"  # "none" or "mean": subtract the labels' mean (estimated on independent samples)
+    center_samples: int = 65536  # inputs per seed for that estimate
+    weak_bound: float = 0.0  # > 0: weak output b tanh(f_weak / b) (bounded; then clip=0 needs no clip)
+    weak_norm: str = "planted"  # "planted" or "unit": weak neurons with unit norm inside V_kappa, same alignment
+    label_samples: int = 32768  # inputs per seed for the labels' reported mean, variance, Hermite coefficients
+    risk_samples: int = 8192  # fresh inputs per seed (and per distribution) for the test risks and PGR
     # optimisation
     loss: str = "squared"  # "squared" or "correlation"
     batch_size: int = 32
@@ -78,7 +85,10 @@ class W2SConfig:
         def bad(name: str, why: str) -> None:
             raise ValueError(f"invalid w2s config: {name}={getattr(self, name)!r}: {why}")
 
-        for name in ("d", "s", "n_tasks", "batch_size", "weak_neurons", "n_seeds", "n_log", "chunk", "anchor_rank"):
+        for name in (
+            *("d", "s", "n_tasks", "batch_size", "weak_neurons", "n_seeds", "n_log", "chunk", "anchor_rank"),
+            *("center_samples", "label_samples", "risk_samples"),
+        ):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 bad(name, "must be a positive integer")
         if not isinstance(self.steps, int) or self.steps < 1:
@@ -102,7 +112,9 @@ class W2SConfig:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 bad(name, "must be a positive number")
-        if self.weak == "scratch" and (self.weak_eta <= 0 or self.weak_steps < 1):
+        if not (isinstance(self.weak_bound, (int, float)) and math.isfinite(self.weak_bound) and self.weak_bound >= 0):
+            bad("weak_bound", "must be a finite number >= 0 (0: unbounded)")
+        if self.weak in ("scratch", "trained") and (self.weak_eta <= 0 or self.weak_steps < 1):
             bad("weak_eta", "weak_eta and weak_steps must be positive")
         if self.anchor_weight < 0:
             bad("anchor_weight", "must be >= 0")
@@ -124,7 +136,9 @@ class W2SConfig:
             except ValueError as e:
                 raise ValueError(f"invalid w2s config: links: {e}") from None
         choices = {
-            "weak": ("planted", "scratch"),
+            "weak": ("planted", "trained", "scratch"),
+            "weak_norm": ("planted", "unit"),
+            "label_center": ("none", "mean"),
             "transform": tuple(TRANSFORMS),
             "loss": ("squared", "correlation"),
             "schedule": ("constant", "anneal"),

@@ -17,7 +17,8 @@ Reduced representation at lambda = 1: every input is x = B z, so every gradient 
 stays w_j = r_j p_j + B c_j with p_j = (I - B B^T) w_j(0) fixed: the step only updates c_j (s numbers) and the
 scalar r_j (the renormalisation), O(s N) per sample, while alignments theta_k^T w_j = r_j theta_k^T p_j +
 (B^T theta_k)^T c_j stay exact in R^d. `train` runs this path with `anchorft.w2s.fused.ReducedStepper` (the same
-update with a deferred per-neuron scale and preallocated buffers; tested equal to `reduced_step`).
+update with a deferred per-neuron scale and preallocated buffers; tested equal to `reduced_step`) and every other
+mode with `fused.DenseStepper` (the same interface around `dense_step`): one loop for every mode.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from tqdm.auto import tqdm
 
 from anchorft.subspace import reference_block, subspace_penalty_grad, top_k_bases
 from anchorft.w2s.config import W2SConfig
-from anchorft.w2s.fused import ReducedStepper
+from anchorft.w2s.fused import DenseStepper, ReducedStepper
 from anchorft.w2s.hermite import Activation, get_activation
+from anchorft.w2s.labels import label_mean, transform_labels, weak_output
 from anchorft.w2s.problem import Problem
 from anchorft.w2s.sampling import generative_dense, generative_reduced, isotropic, make_generators
 
@@ -48,7 +50,8 @@ __all__ = [
     "train_weak",
 ]
 
-STREAMS = {"w2s": 1, "sft": 2, "sft_anchor": 2, "weak": 3}  # SFT and SFT+anchor see the same inputs
+# SFT and SFT+anchor see the same inputs; the ceiling (W2S inputs, true labels) sees W2S's
+STREAMS = {"w2s": 1, "sft": 2, "sft_anchor": 2, "weak": 3, "ceiling": 1}
 QUANTILES = (0.1, 0.5, 0.9)
 
 
@@ -70,7 +73,7 @@ def log_steps(steps: int, n_log: int) -> list[int]:
 def step_scale(config: W2SConfig, mode: str) -> float:
     """Base step size: eta_w2s N_kappa / (c s) under W2S, eta_sft N_kappa / (c d) under SFT."""
     n_kappa = config.group_sizes[0]
-    if mode == "w2s":
+    if mode in ("w2s", "ceiling"):
         return config.eta_w2s * n_kappa / (config.c * config.s)
     return config.eta_sft * n_kappa / (config.c * config.d)
 
@@ -171,12 +174,6 @@ def renormalise_reduced(c: torch.Tensor, r: torch.Tensor, q: torch.Tensor) -> tu
     return c / n.unsqueeze(-1), r / n
 
 
-def _transform(y: torch.Tensor, name: str, clip: float) -> torch.Tensor:
-    if clip > 0:
-        y = y.clamp(-clip, clip)
-    return y * torch.exp(y) if name == "zexp" else y
-
-
 class _Logger:
     """Alignment of each group with every theta_k (mean and quantiles), loss, samples, at the logged steps."""
 
@@ -227,24 +224,50 @@ class _Logger:
             lg[f"{key}_alignment_seeds"].append([float(x) for x in val])
 
 
+def _thresholds(hit_threshold: float | list[float] | tuple[float, ...] | None) -> list[float]:
+    if hit_threshold is None:
+        return []
+    return sorted(float(x) for x in (hit_threshold if isinstance(hit_threshold, (list, tuple)) else [hit_threshold]))
+
+
+def _record_hits(hits: dict[float, list], values: list[float], t: int) -> bool:
+    """Set, per threshold and seed, the first checked step t where the value reached it; True when all did."""
+    for thr, hs in hits.items():
+        for i, v in enumerate(values):
+            if hs[i] is None and v >= thr:
+                hs[i] = t
+    return all(h is not None for hs in hits.values() for h in hs)
+
+
+def _hit_extra(hits: dict[float, list]) -> dict:
+    if not hits:
+        return {}
+    return {"hit_step": hits[min(hits)], "hit_steps": {str(k): v for k, v in hits.items()}}
+
+
 def train(
-    config: W2SConfig, problem: Problem, mode: str, progress: bool = True, hit_threshold: float | None = None
+    config: W2SConfig,
+    problem: Problem,
+    mode: str,
+    progress: bool = True,
+    hit_threshold: float | list[float] | None = None,
 ) -> RunResult:
-    """Run `config.steps` online SGD steps of the strong model in `mode` ("w2s", "sft", "sft_anchor").
+    """Run `config.steps` online SGD steps of the strong model in `mode` ("w2s", "sft", "sft_anchor", "ceiling":
+    W2S's inputs with the true labels, the reference of the performance gap recovered).
 
     All seeds of `problem` run as one batched computation. A non-finite loss or weight stops the run: the
-    result has `diverged_at` (the first bad step) and the metrics logged before it. With `hit_threshold`, the
-    target alignment of each seed is checked at every chunk end; `extra["hit_step"]` holds, per seed, the first
-    checked step where it reached the threshold (None: censored at the budget), and the run stops once every
-    seed has reached it.
+    result has `diverged_at` (the first bad step) and the metrics logged before it. With `hit_threshold` (one
+    value or several), the target alignment of each seed is checked at every chunk end; `extra["hit_step"]`
+    holds, per seed, the first checked step where it reached the lowest threshold (None: censored at the
+    budget), `extra["hit_steps"]` the same for every threshold (keyed by str(threshold)), and the run stops
+    once every seed has reached every threshold.
     """
     if mode not in STREAMS or mode == "weak":
         raise ValueError(f"mode must be 'w2s', 'sft' or 'sft_anchor', got {mode!r}")
     dev, dtype = problem.w0.device, problem.w0.dtype
     act, link = get_activation(config.activation), get_activation(config.links[0])
-    weak_act = get_activation(config.weak_activation)
     steps, batch, n_seeds = config.steps, config.batch_size, problem.n_seeds
-    reduced = mode == "w2s" and config.lambda_kappa == 1.0
+    reduced = mode in ("w2s", "ceiling") and config.lambda_kappa == 1.0
     gens = make_generators(problem.seeds, STREAMS[mode], dev)
     b0, thetas, a = problem.bases[:, 0], problem.thetas, problem.a
     theta0 = thetas[:, 0, :].unsqueeze(-1)  # (S, d, 1)
@@ -260,6 +283,7 @@ def train(
         b_theta = (thetas @ b0).mT  # (S, s, K)
         p_theta = w0 @ thetas.mT - c0 @ b_theta  # (S, N, K)
         weak_b = problem.weak_u @ b0  # (S, M, s)
+        theta0_b = b_theta[:, :, :1]  # (S, s, 1): theta_kappa in the coordinates z of x = B z
         stepper = ReducedStepper(c0, torch.ones_like(q), a, act, config.loss, batch, config.chunk)
         zbuf = torch.empty(n_seeds, config.chunk, batch, config.s, dtype=dtype, device=dev)
 
@@ -273,22 +297,35 @@ def train(
             return torch.bmm(c.sub_(r * c0), b0.mT).addcmul_(r, w0)
 
     else:
-        w = problem.w0.clone()
-        if mode == "sft_anchor":
+        extra_grad = None
+        if mode == "sft_anchor" and config.anchor_weight > 0:
             u0, _, v0 = top_k_bases(problem.w0, config.anchor_rank)
             s_ref = reference_block(problem.w0, u0, v0)
 
+            def extra_grad(w: torch.Tensor) -> torch.Tensor:
+                return config.anchor_weight * subspace_penalty_grad(w, u0, v0, s_ref)
+
+        stepper = DenseStepper(problem.w0, a, act, config.loss, config.chunk, dense_step, extra_grad)
+
         def alignment() -> torch.Tensor:
-            return w @ thetas.mT
+            return stepper.weights() @ thetas.mT
 
         def weights() -> torch.Tensor:
-            return w
+            return stepper.weights()
+
+    center = label_mean(config, problem) if mode == "w2s" and config.label_center == "mean" else None
+    label_sum = torch.zeros(n_seeds, dtype=torch.float64)  # mean of the labels trained on, per seed (reported)
 
     def labels(x: torch.Tensor, weak_first: torch.Tensor) -> torch.Tensor:
         if mode == "w2s":
-            fw = weak_act.value(x @ weak_first.mT).mean(-1)
-            return _transform(fw, config.transform, config.clip)
-        return pi0 * link.value((x @ theta0).squeeze(-1))
+            fw = weak_output(x, weak_first, config.weak_activation, config.weak_bound)
+            y = transform_labels(fw, config.transform, config.clip)
+            y = y if center is None else y - center.unsqueeze(-1)
+        else:
+            y = pi0 * link.value((x @ (theta0_b if reduced else theta0)).squeeze(-1))
+        seed_axis = 0 if y.dim() == 2 else 1  # (S, n b) in the reduced path, (n, S, b) in the dense one
+        label_sum.add_(y.double().movedim(seed_axis, 0).reshape(n_seeds, -1).sum(-1).cpu())
+        return y
 
     logger = _Logger(problem.groups, config.n_tasks, batch)
     marks = log_steps(steps, config.n_log)
@@ -296,14 +333,12 @@ def train(
     losses = torch.zeros(steps, n_seeds, dtype=torch.float64)
     logger.record(0, alignment(), None, base * schedule_factor(config, 0, steps))  # no loss before step 1
     last, t, diverged = 0, 0, None
-    hit: list[int | None] = [None] * n_seeds
+    hits: dict[float, list] = {thr: [None] * n_seeds for thr in _thresholds(hit_threshold)}
     bar = tqdm(total=steps, desc=mode, disable=not progress, leave=False, mininterval=1.0)
 
-    def take_losses(ys: torch.Tensor, chunk_losses: list[torch.Tensor], i0: int, i1: int) -> torch.Tensor:
+    def take_losses(ys: torch.Tensor, i0: int, i1: int) -> torch.Tensor:
         """Losses (i1 - i0, S) of the chunk's steps i0..i1-1 (not yet stored), in float64 on the CPU."""
-        if reduced:
-            return stepper.losses(ys, i0, i1).double().cpu()
-        return torch.stack(chunk_losses).double().cpu()
+        return stepper.losses(ys, i0, i1).double().cpu()
 
     while t < steps and diverged is None:
         n = min(config.chunk, steps - t)
@@ -315,28 +350,21 @@ def train(
             grams = (zs @ zs.mT).transpose(0, 1)
             per_step = list(zip(noise.unbind(0), grams.unbind(0), ys.unbind(0)))  # views made once per chunk
         else:
-            if mode == "w2s":
+            if mode in ("w2s", "ceiling"):
                 noise = generative_dense(gens, b0, config.lambda_kappa, n, batch)
             else:
                 noise = isotropic(gens, n, batch, config.d, dtype, dev)
             ys = labels(noise, problem.weak_u)  # labels do not depend on W: whole chunk at once
             grams = noise @ noise.mT  # (n, S, b, b) Gram matrices of the batches, for the fused renormalisation
-        chunk_losses: list[torch.Tensor] = []
+            per_step = list(zip(noise.unbind(0), grams.unbind(0), ys.unbind(0)))
         flushed = 0  # steps of this chunk whose losses are stored in `losses`
         for i in range(n):
             eta = base * schedule_factor(config, t, steps)
-            if reduced:
-                stepper.step(i, *per_step[i], eta)
-            else:
-                extra = None
-                if mode == "sft_anchor" and config.anchor_weight > 0:
-                    extra = config.anchor_weight * subspace_penalty_grad(w, u0, v0, s_ref)
-                w, lval = dense_step(w, noise[i], ys[i], a, act, eta, config.loss, extra, grams[i])
-                chunk_losses.append(lval)
+            stepper.step(i, *per_step[i], eta)
             t += 1
             if t in mark_set:
-                losses[t - (i + 1 - flushed) : t] = take_losses(ys, chunk_losses, flushed, i + 1)
-                chunk_losses, flushed = [], i + 1
+                losses[t - (i + 1 - flushed) : t] = take_losses(ys, flushed, i + 1)
+                flushed = i + 1
                 al = alignment()
                 bad = ~torch.isfinite(losses[last:t]).all(-1)
                 if bad.any() or not torch.isfinite(al).all():
@@ -347,31 +375,31 @@ def train(
         if reduced:  # fold the deferred scale back and renormalise exactly, once per chunk
             stepper.reset(*renormalise_reduced(*stepper.weights(), q))
         else:
-            w = w / w.norm(dim=-1, keepdim=True)
-        if hit_threshold is not None and diverged is None:
+            stepper.end_chunk()
+        if hits and diverged is None:
             tgt = alignment()[:, problem.groups == 0, 0].abs().mean(-1).cpu()
-            for i, v in enumerate(tgt.tolist()):
-                if hit[i] is None and v >= hit_threshold:
-                    hit[i] = t
-            if all(h is not None for h in hit):
+            if _record_hits(hits, tgt.tolist(), t):
                 if not logger.log["steps"] or logger.log["steps"][-1] != t:
                     logger.record(t, alignment(), float(losses[last:t].mean()) if t > last else None, eta)
                 bar.update(n)
                 break
         if flushed < n and diverged is None:
-            cl = take_losses(ys, chunk_losses, flushed, n)
+            cl = take_losses(ys, flushed, n)
             losses[t - (n - flushed) : t] = cl
             bad = ~torch.isfinite(cl).all(-1)
             if bad.any():
                 diverged = t - (n - flushed) + int(bad.nonzero()[0, 0]) + 1
         bar.update(n)
     bar.close()
-    extra = {"hit_step": hit, "steps_run": t} if hit_threshold is not None else {"steps_run": t}
+    extra = {**_hit_extra(hits), "steps_run": t}
+    if center is not None:
+        extra["label_center"] = [float(v) for v in center.cpu()]
+    extra["train_label_mean"] = [float(v) / max(t * batch, 1) for v in label_sum]
     return RunResult(mode=mode, log=logger.log, weights=weights(), diverged_at=diverged, extra=extra)
 
 
 def train_weak(
-    config: W2SConfig, problem: Problem, progress: bool = True, hit_threshold: float | None = None
+    config: W2SConfig, problem: Problem, progress: bool = True, hit_threshold: float | list[float] | None = None
 ) -> tuple[torch.Tensor, dict]:
     """Train the weak model from scratch: M neurons u_j uniform on S^{d-1}, f_weak = mean_j sigma_w(u_j^T x),
     online spherical SGD on isotropic inputs with the true labels pi_kappa sigma*_kappa(theta_kappa^T x), step
@@ -392,7 +420,7 @@ def train_weak(
     theta0 = problem.thetas[:, 0, :].unsqueeze(-1)
     gens = make_generators(problem.seeds, STREAMS["weak"], dev)
     eta = config.weak_eta * m / d
-    hit: list[int | None] = [None] * problem.n_seeds
+    hits: dict[float, list] = {thr: [None] * problem.n_seeds for thr in _thresholds(hit_threshold)}
     t = 0
     bar = tqdm(total=config.weak_steps, desc="weak", disable=not progress, leave=False, mininterval=1.0)
     while t < config.weak_steps:
@@ -407,11 +435,12 @@ def train_weak(
         al = (u @ theta0).squeeze(-1).abs().mean(-1).cpu()
         if not torch.isfinite(al).all():
             raise FloatingPointError(f"weak model training diverged (non-finite weights) by step {t}")
-        if hit_threshold is not None:
-            for i, v in enumerate(al.tolist()):
-                if hit[i] is None and v >= hit_threshold:
-                    hit[i] = t
-            if all(h is not None for h in hit):
-                break
+        if hits and _record_hits(hits, al.tolist(), t):
+            break
     bar.close()
-    return u, {"hit_step": hit, "steps_run": t, "final_alignment": al.tolist()}
+    return u, {
+        "hit_step": hits[min(hits)] if hits else [None] * problem.n_seeds,
+        **_hit_extra(hits),
+        "steps_run": t,
+        "final_alignment": al.tolist(),
+    }

@@ -13,10 +13,12 @@ import torch
 from anchorft.io import write_json
 from anchorft.w2s.config import W2SConfig, config_hash, save_config
 from anchorft.w2s.dynamics import RunResult, train, train_weak
+from anchorft.w2s.labels import label_report, unit_weak_in_subspace
 from anchorft.w2s.plots import plot_alignment
-from anchorft.w2s.problem import build_problem
+from anchorft.w2s.problem import Problem, build_problem
+from anchorft.w2s.risk import risk_report
 
-__all__ = ["run_experiment", "summarise"]
+__all__ = ["run_experiment", "summarise", "prepare_weak", "ode_metrics"]
 
 SUMMARY_KEYS = ("target_alignment", "nontarget_alignment", "nontarget_target_alignment")
 
@@ -33,10 +35,30 @@ def summarise(result: RunResult, wall_s: float) -> dict:
     return log
 
 
+def prepare_weak(config: W2SConfig, problem: Problem, progress: bool = False) -> dict | None:
+    """Set the weak model of `problem` in place: trained from scratch (`weak: trained`), then, with
+    `weak_norm: unit`, moved to unit norm inside V_kappa at the same alignment. Returns the training info."""
+    info = None
+    if config.weak in ("trained", "scratch"):
+        problem.weak_u, info = train_weak(config, problem, progress=progress)
+    if config.weak_norm == "unit":
+        problem.weak_u = unit_weak_in_subspace(problem.weak_u, problem.thetas[:, 0], problem.bases[:, 0])
+    return info
+
+
 def run_experiment(
-    config: W2SConfig, out_dir: str | os.PathLike | None, progress: bool = True, header: str | None = None
+    config: W2SConfig,
+    out_dir: str | os.PathLike | None,
+    progress: bool = True,
+    header: str | None = None,
+    ode: bool = False,
 ) -> dict:
     """Run every mode of `config` and return the metrics dict (the content of metrics.json).
+
+    With `ode`, metrics["ode"][mode] holds the mean-field prediction (`anchorft.w2s.meanfield.predict`) on the
+    same logged steps for W2S (at lambda = 1) and SFT: curves, per-seed predicted escape samples (target
+    alignment 0.5) beside the measured ones (`escape_samples_measured`, interpolated in log samples between
+    logged steps), drawn dashed on alignment.png.
 
     With `out_dir`, writes config.yaml (first line `header`), metrics.json and alignment.png there. If a mode
     diverges (non-finite loss or weights) the later modes are skipped; metrics["diverged"] names the mode and the
@@ -56,19 +78,56 @@ def run_experiment(
         "torch_threads": torch.get_num_threads(),
         "diverged": None,
     }
-    if config.weak == "scratch":
-        problem.weak_u, info = train_weak(config, problem, progress=progress)
+    info = prepare_weak(config, problem, progress=progress)
+    if info is not None:
         metrics["weak"] = info
+    weights = {}
     with torch.no_grad():
         for mode in config.modes:
             t1 = time.perf_counter()
             res = train(config, problem, mode, progress=progress)
             metrics[mode] = summarise(res, time.perf_counter() - t1)
+            center = res.extra.get("label_center")
+            center_t = (
+                None if center is None else torch.tensor(center, dtype=problem.w0.dtype, device=problem.w0.device)
+            )
+            metrics[mode]["labels"] = label_report(config, problem, mode, center_t)
+            weights[mode] = res.weights
             if res.diverged_at is not None:
                 metrics["diverged"] = {"mode": mode, "step": res.diverged_at}
                 break
+        if metrics["diverged"] is None:
+            metrics["risks"] = risk_report(config, problem, weights)
+    if ode:
+        metrics["ode"] = ode_metrics(config, problem, metrics)
     metrics["wall_s"] = time.perf_counter() - t0
     if out is not None:
         write_json(out / "metrics.json", metrics, indent=1)
         plot_alignment(metrics, out / "alignment.png", title=f"d={config.d}, s={config.s}, {config.n_seeds} seeds")
     return metrics
+
+
+def ode_metrics(config: W2SConfig, problem, metrics: dict, threshold: float = 0.5) -> dict:
+    """The `ode` entry of metrics.json: per mode the mean-field curves on the logged steps and the predicted
+    and measured escape samples per seed; modes the theory does not cover get a `skipped` reason."""
+    from anchorft.w2s.meanfield import crossing_time, predict
+
+    out: dict[str, Any] = {}
+    for mode in config.modes:
+        if mode not in metrics:
+            continue
+        if mode == "sft_anchor" or (mode == "w2s" and config.lambda_kappa != 1.0):
+            out[mode] = {"skipped": "the mean-field theory covers W2S at lambda_kappa = 1 and SFT"}
+            continue
+        t1 = time.perf_counter()
+        pred = predict(config, problem, mode, metrics[mode]["steps"], threshold=threshold)
+        steps = metrics[mode]["steps"]
+        per_seed = list(zip(*metrics[mode]["target_alignment_seeds"]))  # (S, T)
+        measured = []
+        for curve in per_seed:
+            hit = crossing_time(steps, curve, threshold)
+            measured.append(None if hit is None else hit * config.batch_size)
+        pred["escape_samples_measured"] = measured
+        pred["wall_s"] = time.perf_counter() - t1
+        out[mode] = pred
+    return out

@@ -25,11 +25,13 @@ passed as the `alpha`/`value` arguments of fused ops, so no per-step scalar tens
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from anchorft.w2s.hermite import Activation
 
-__all__ = ["ReducedStepper"]
+__all__ = ["ReducedStepper", "DenseStepper"]
 
 
 class ReducedStepper:
@@ -149,3 +151,44 @@ class ReducedStepper:
         self.c.copy_(c)
         self.r.copy_(r)
         self.sigma.fill_(1.0)
+
+
+class DenseStepper:
+    """The full-space step (`dynamics.dense_step`) behind the interface of `ReducedStepper`, so that
+    `dynamics.train` runs one loop for every mode: `step(i, x, gram, y, eta)`, `prepare_labels`, `losses`,
+    `weights()` (the current W (S, N, d)), `end_chunk()` (exact renormalisation). `step_fn` is
+    `dynamics.dense_step` (passed in: this module does not import dynamics); `extra_grad(w)`, if given, adds a
+    gradient term to every step (the RPSFT anchor's penalty gradient)."""
+
+    def __init__(
+        self,
+        w: torch.Tensor,
+        a: torch.Tensor,
+        act: Activation,
+        loss: str,
+        chunk: int,
+        step_fn: Callable[..., tuple[torch.Tensor, torch.Tensor]],
+        extra_grad: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ):
+        if loss not in ("squared", "correlation"):
+            raise ValueError(f"loss must be 'squared' or 'correlation', got {loss!r}")
+        self.w, self.a, self.act, self.loss, self.extra_grad = w.clone(), a, act, loss, extra_grad
+        self.step_fn = step_fn
+        self.lbuf = torch.empty(chunk, w.shape[0], dtype=w.dtype, device=w.device)
+
+    def prepare_labels(self, y: torch.Tensor) -> torch.Tensor:
+        return y
+
+    def step(self, i: int, x: torch.Tensor, gram: torch.Tensor, y: torch.Tensor, eta: float) -> None:
+        extra = self.extra_grad(self.w) if self.extra_grad is not None else None
+        self.w, lval = self.step_fn(self.w, x, y, self.a, self.act, eta, self.loss, extra, gram)
+        self.lbuf[i] = lval
+
+    def losses(self, y: torch.Tensor, i0: int, i1: int) -> torch.Tensor:
+        return self.lbuf[i0:i1]
+
+    def weights(self) -> torch.Tensor:
+        return self.w
+
+    def end_chunk(self) -> None:
+        self.w = self.w / self.w.norm(dim=-1, keepdim=True)

@@ -5,9 +5,11 @@ Gaussian: E[h_i(z) h_j(z)] = delta_ij. A link sigma* has the Hermite expansion s
 c_j = E[sigma*(z) h_j(z)], computed here by Gauss-Hermite quadrature (`numpy.polynomial.hermite_e.hermegauss`).
 
 - information exponent p (Ben Arous et al. 2021): the lowest j >= 1 with c_j != 0;
-- generative exponent under a label transformation T (Damian et al. 2024): the lowest j >= 1 with
-  E[T(sigma*(z)) h_j(z)] != 0. With T(y) = y exp(y) applied to clip(y, -a, a) (the clip makes the moments
-  finite; see docs/w2s.md) an even link such as He_4 gets exponent 2.
+- information exponent under one label transformation T: the lowest j >= 1 with E[T(sigma*(z)) h_j(z)] != 0.
+  With T(y) = y exp(y) applied to clip(y, -a, a) (the clip makes the moments finite; see docs/w2s.md) an even
+  link such as He_4 gets 2;
+- generative exponent (Damian et al. 2024): the minimum of that over transforms T; here over polynomial
+  transforms of bounded degree (`generative_exponent`): He_4 gets 2, He_3 gets 1.
 
 Activations and links are chosen by name: "heJ" (normalised He_J), sums such as "he2+he4", "relu", "tanh".
 Each name gives a NumPy function (for quadrature) and torch functions for the value and the derivative.
@@ -31,8 +33,10 @@ __all__ = [
     "get_activation",
     "hermite_normalised",
     "hermite_coefficients",
+    "measured_coefficients",
     "information_exponent",
     "generative_exponent",
+    "transformed_information_exponent",
     "get_transform",
     "TRANSFORMS",
 ]
@@ -183,6 +187,49 @@ def hermite_coefficients(
     return np.array([np.sum(w * fz * hermite_normalised(j, z)) for j in range(max_degree + 1)])
 
 
+def measured_coefficients(
+    z: np.ndarray | torch.Tensor,
+    y: np.ndarray | torch.Tensor,
+    n_max: int,
+    normalised: bool = False,
+    weights: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Hermite coefficients of labels y along a direction, measured from samples (z_i, y_i), z_i ~ N(0, 1).
+
+    Normalisation (default, `normalised=False`): the probabilists' series y ~ sum_n c_n He_n(z),
+
+        c_n = E[y He_n(z)] / n!,   n = 0..n_max,
+
+    the convention of `numpy.polynomial.hermite_e` (so a polynomial y = hermeval(z, c) gives back c). With
+    `normalised=True`: c_n = E[y h_n(z)] = E[y He_n(z)] / sqrt(n!), the orthonormal basis of
+    `hermite_coefficients`. In the simulator z = theta_kappa^T x; the labels may also depend on directions
+    orthogonal to theta_kappa, which the projection averages out (E over them at fixed z).
+
+    Returns (c, se), arrays of length n_max + 1: the sample means and their standard errors
+    std(y He_n(z) / n!, ddof=1) / sqrt(n_samples). With `weights` (non-negative, summing to 1, e.g. Gauss-Hermite
+    weights / sqrt(2 pi) at the nodes z), c is the weighted mean and se is not defined (NaN).
+    """
+    z = np.asarray(z.detach().double().cpu() if isinstance(z, torch.Tensor) else z, dtype=np.float64).ravel()
+    y = np.asarray(y.detach().double().cpu() if isinstance(y, torch.Tensor) else y, dtype=np.float64).ravel()
+    if z.shape != y.shape:
+        raise ValueError(f"z and y must have the same number of samples, got {z.size} and {y.size}")
+    if n_max < 0:
+        raise ValueError(f"n_max must be >= 0, got {n_max}")
+    if weights is None and z.size < 2:
+        raise ValueError("need at least 2 samples for a standard error")
+    c, se = np.empty(n_max + 1), np.empty(n_max + 1)
+    for n in range(n_max + 1):
+        e = np.zeros(n + 1)
+        e[n] = 1.0
+        scale = math.sqrt(math.factorial(n)) if normalised else math.factorial(n)
+        v = y * H.hermeval(z, e) / scale
+        if weights is None:
+            c[n], se[n] = v.mean(), v.std(ddof=1) / math.sqrt(v.size)
+        else:
+            c[n], se[n] = float(np.sum(np.asarray(weights) * v)), math.nan
+    return c, se
+
+
 def _first_nonzero(c: np.ndarray, tol: float) -> int | None:
     scale = max(1.0, float(np.sqrt(np.sum(c**2))))
     for j in range(1, len(c)):
@@ -198,7 +245,7 @@ def information_exponent(
     return _first_nonzero(hermite_coefficients(link, max_degree), tol)
 
 
-def generative_exponent(
+def transformed_information_exponent(
     link: Callable[[np.ndarray], np.ndarray] | str,
     transform: str = "zexp",
     clip: float | None = 2.0,
@@ -206,7 +253,29 @@ def generative_exponent(
     tol: float = 1e-8,
     n_quad: int = 150,
 ) -> int | None:
-    """Lowest j >= 1 with E[T(clip(sigma*(z))) h_j(z)] != 0: the exponent seen after the label transformation T."""
+    """Information exponent of T(clip(sigma*)) for one fixed transform T: the lowest j >= 1 with
+    E[T(clip(sigma*(z))) h_j(z)] != 0. An upper bound on the generative exponent (`generative_exponent`)."""
     f = get_activation(link).numpy if isinstance(link, str) else link
     t = get_transform(transform, clip)
     return _first_nonzero(hermite_coefficients(lambda z: t(f(z)), max_degree, n_quad=n_quad), tol)
+
+
+def generative_exponent(
+    link: Callable[[np.ndarray], np.ndarray] | str, max_power: int = 6, max_degree: int = 12, tol: float = 1e-8
+) -> tuple[int | None, int | None]:
+    """Generative exponent (Damian et al. 2024, "Computational-statistical gaps in Gaussian single-index models")
+    over the class of polynomial transforms of degree <= max_power: min over T of the information exponent of
+    T(sigma*). The Hermite coefficients of T(sigma*) = sum_k t_k sigma*^k are linear in t, so the lowest degree
+    reachable in that span is the lowest over the monomials T(y) = y^k, k = 1..max_power. Returns (exponent, k),
+    k the lowest power that attains it; (None, None) if no power has a nonzero coefficient up to max_degree.
+
+    Damian et al. minimise over all transforms in L2; for a polynomial link the monomials are the natural finite
+    class (He_4 gets 2, from y^2; He_3 gets 1, from y^3).
+    """
+    f = get_activation(link).numpy if isinstance(link, str) else link
+    best: tuple[int | None, int | None] = (None, None)
+    for k in range(1, max_power + 1):
+        j = _first_nonzero(hermite_coefficients(lambda z, k=k: f(z) ** k, max_degree), tol)
+        if j is not None and (best[0] is None or j < best[0]):
+            best = (j, k)
+    return best

@@ -28,7 +28,8 @@ def save_figure(fig: plt.Figure, path: str | os.PathLike) -> None:
 
 
 def plot_alignment(metrics: dict, path: str | os.PathLike, title: str | None = None) -> None:
-    """One panel per mode: alignments against samples (log x), mean over seeds with a min-max band over seeds."""
+    """One panel per mode: alignments against samples (log x), mean over seeds with a min-max band over seeds;
+    the mean-field prediction dashed where metrics has an `ode` entry for the mode."""
     modes = [m for m in ("w2s", "sft", "sft_anchor") if m in metrics]
     fig, axes = plt.subplots(1, len(modes), figsize=(5.2 * len(modes), 3.8), sharey=True, squeeze=False)
     for ax, mode in zip(axes[0], modes):
@@ -38,6 +39,12 @@ def plot_alignment(metrics: dict, path: str | os.PathLike, title: str | None = N
             per_seed = np.asarray(m[f"{key}_seeds"], dtype=float)  # (logs, S)
             ax.plot(x, per_seed.mean(1), color=color, label=label)
             ax.fill_between(x, per_seed.min(1), per_seed.max(1), color=color, alpha=0.2, lw=0)
+            ode = metrics.get("ode", {}).get(mode, {})
+            if key in ode:
+                xo = np.maximum(np.asarray(ode["samples"], dtype=float), 1.0)
+                ax.plot(
+                    xo, ode[key], color=color, ls="--", lw=1.2, label="mean-field ODE" if key == CURVES[0][0] else None
+                )
         name = TITLES.get(mode, mode)
         if m.get("diverged_at") is not None:
             name += f" (diverged at step {m['diverged_at']})"
@@ -53,13 +60,31 @@ def plot_alignment(metrics: dict, path: str | os.PathLike, title: str | None = N
     save_figure(fig, path)
 
 
-def _plot_scaling(result: dict, ax: plt.Axes) -> None:
+def _num(v: float | None) -> str:
+    return "open" if v is None else f"{v:.2f}"
+
+
+def _scaling_thresholds(result: dict) -> list[str]:
+    spec = result["spec"]
+    thr = spec.get("thresholds", spec.get("threshold"))
+    return [str(float(t)) for t in (thr if isinstance(thr, list) else [thr])]
+
+
+def _plot_scaling(result: dict, ax: plt.Axes, thr: str | None = None) -> None:
+    """Hitting samples against the swept axis at threshold `thr` (default the first): per point the median over
+    seeds at the best eta (open triangle at the budget: censored), the seeds' range, the fitted line with its
+    interval and the theory's slope (dashed)."""
     colors = {"w2s": "C0", "sft": "C3", "weak": "C2"}
+    thr = thr or _scaling_thresholds(result)[0]
+    by_thr = result.get("fits_by_threshold")
     for series, fit in result["fits"].items():
+        if by_thr is not None:
+            fit = by_thr[series][thr]
         color = colors.get(series, "C4")
         xs = np.array([pt["x"] for pt in result["points"]], dtype=float)
         for x, pt in zip(xs, result["points"]):
             e = pt["series"][series]
+            e = {**e, **e.get("best", {}).get(thr, {})}
             vals = [v for v in e["samples_per_seed"] if v is not None]
             if e["censored"]:
                 ax.scatter([x], [e["budget_samples"]], marker="^", color=color, facecolors="none", s=50)
@@ -73,10 +98,13 @@ def _plot_scaling(result: dict, ax: plt.Axes) -> None:
                 grid,
                 np.exp(fit["intercept"]) * grid ** fit["slope"],
                 color=color,
-                label=f"{series}: slope {fit['slope']:.2f} [{fit['ci'][0]:.2f}, {fit['ci'][1]:.2f}]",
+                label=f"{series}: slope {fit['slope']:.2f} [{_num(fit['ci'][0])}, {_num(fit['ci'][1])}]",
             )
             th = result["theories"][series]["slope"]
-            ok = [pt["series"][series]["median_samples"] for pt in result["points"]]
+            ok = [
+                pt["series"][series].get("best", {}).get(thr, pt["series"][series])["median_samples"]
+                for pt in result["points"]
+            ]
             x0 = [x for x, m in zip(xs, ok) if m is not None]
             y0 = [m for m in ok if m is not None]
             if x0:  # theory line through the geometric mean of the measured points
@@ -92,7 +120,7 @@ def _plot_scaling(result: dict, ax: plt.Axes) -> None:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("s" if result["kind"] == "s-scaling" else "d")
-    ax.set_ylabel(f"samples to alignment {result['spec']['threshold']} (median; open triangles: censored)")
+    ax.set_ylabel(f"samples to alignment {thr} (median; open triangles: censored)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
 
@@ -218,11 +246,13 @@ def plot_sweep(result: dict, path: str | os.PathLike) -> None:
     elif kind == "rpsft":
         fig, axes = plt.subplots(1, 3, figsize=(15, 4), sharey=True)
         _plot_rpsft(result, axes)
+    elif kind in ("s-scaling", "d-scaling", "d-scaling-w2s"):
+        thrs = _scaling_thresholds(result)
+        fig, axes = plt.subplots(1, len(thrs), figsize=(6.5 * len(thrs), 4.5), squeeze=False)
+        for ax, thr in zip(axes[0], thrs):
+            _plot_scaling(result, ax, thr)
     else:
         fig, ax = plt.subplots(figsize=(6.5, 4.5))
-        if kind in ("s-scaling", "d-scaling"):
-            _plot_scaling(result, ax)
-        else:
-            _plot_summary(result, ax)
+        _plot_summary(result, ax)
     fig.suptitle(f"sweep {kind}" + (" (quick)" if result.get("quick") else ""), fontsize=10)
     save_figure(fig, path)

@@ -1,4 +1,4 @@
-"""Sweeps of the weak-to-strong simulator: scaling laws and phase diagrams (issue 5, docs/w2s.md "Sweeps").
+"""Sweeps of the weak-to-strong simulator: scaling laws and phase diagrams (docs/w2s.md "Sweeps").
 
 A sweep is a YAML file configs/w2s/sweep-<kind>.yaml: `base` (overrides of a preset), `points` (a list of
 overrides, one per point), the measurement, and a `quick` variant. Kinds:
@@ -34,7 +34,11 @@ from anchorft.io import write_json
 from anchorft.w2s.config import PRESET_DIR, W2SConfig, apply_overrides, config_hash, load_config
 from anchorft.w2s.dynamics import train, train_weak
 from anchorft.w2s.experiments import run_experiment
+from anchorft.w2s.hermite import information_exponent
+from anchorft.w2s.mechanisms import MECH_KINDS, run_mech_sweep, validate_mech_spec
+from anchorft.w2s.mechanisms import expand as expand_mech
 from anchorft.w2s.problem import build_problem
+from anchorft.w2s.survival import fit_censored_lognormal
 from anchorft.w2s.theory import predicted_slopes
 
 __all__ = [
@@ -49,8 +53,9 @@ __all__ = [
     "phase_boundary",
 ]
 
-KINDS = ("s-scaling", "d-scaling", "chi", "overlap", "rpsft")
-SCALING = ("s-scaling", "d-scaling")
+KINDS = ("s-scaling", "d-scaling", "d-scaling-w2s", "chi", "overlap", "rpsft", "ablation", "race", "weak-quality")
+SCALING = ("s-scaling", "d-scaling", "d-scaling-w2s")
+ETA_KEYS = {"w2s": "eta_w2s", "sft": "eta_sft", "weak": "weak_eta"}
 
 
 def load_sweep(kind: str, quick: bool = False, path: str | os.PathLike | None = None) -> dict:
@@ -61,9 +66,19 @@ def load_sweep(kind: str, quick: bool = False, path: str | os.PathLike | None = 
     spec = yaml.safe_load(p.read_text())
     if quick:
         q = spec.get("quick", {})
-        spec = {**spec, **{k: v for k, v in q.items() if k != "base"}, "base": {**spec["base"], **q.get("base", {})}}
+        merged = {**spec, **{k: v for k, v in q.items() if k not in ("base", "factors")}}
+        merged["base"] = {**spec.get("base", {}), **q.get("base", {})}
+        if "factors" in spec or "factors" in q:  # a quick factor list replaces that factor only
+            merged["factors"] = {**spec.get("factors", {}), **q.get("factors", {})}
+        spec = merged
     spec.pop("quick", None)
     spec["kind"] = kind
+    spec["quick_run"] = quick
+    if kind in MECH_KINDS:
+        spec.setdefault("base", {})
+        validate_mech_spec(spec)
+        spec["points"] = expand_mech(spec)
+        return spec
     if "grid" in spec:
         if spec.get("points"):
             raise ValueError(f"sweep {kind!r}: give either points or grid, not both")
@@ -99,9 +114,16 @@ def validate_sweep(spec: dict) -> None:
     if not spec.get("points"):
         raise ValueError(f"sweep {spec.get('kind')!r}: empty grid (no points)")
     if spec["kind"] in SCALING:
-        thr = spec.get("threshold")
-        if not isinstance(thr, (int, float)) or not (0.0 < thr < 1.0):
-            raise ValueError(f"sweep {spec['kind']!r}: threshold must be in (0, 1), got {thr!r}")
+        for thr in thresholds_of(spec):
+            if not isinstance(thr, (int, float)) or isinstance(thr, bool) or not (0.0 < thr < 1.0):
+                raise ValueError(f"sweep {spec['kind']!r}: threshold must be in (0, 1), got {thr!r}")
+        grid = spec.get("eta_grid")
+        if grid is not None:
+            f, w, mw = grid.get("factor", 2.0), grid.get("width", 1), grid.get("max_widen", 2)
+            if not isinstance(f, (int, float)) or not f > 1.0:
+                raise ValueError(f"sweep {spec['kind']!r}: eta_grid.factor must be > 1, got {f!r}")
+            if not isinstance(w, int) or w < 0 or not isinstance(mw, int) or mw < 0:
+                raise ValueError(f"sweep {spec['kind']!r}: eta_grid.width and max_widen must be integers >= 0")
         for s in spec.get("series", []):
             if s not in ("w2s", "sft", "weak"):
                 raise ValueError(f"sweep {spec['kind']!r}: unknown series {s!r} (w2s, sft, weak)")
@@ -112,6 +134,12 @@ def validate_sweep(spec: dict) -> None:
             raise ValueError(f"sweep {spec['kind']!r}: phase.{name} must be turn or drop, in (0, 1), got {v!r}")
     for pt in spec["points"]:
         point_config(spec, pt)  # validates every point's config up front
+
+
+def thresholds_of(spec: dict) -> list:
+    """The escape thresholds of a scaling sweep: `thresholds` (a list) or the single `threshold`."""
+    thr = spec.get("thresholds", spec.get("threshold"))
+    return list(thr) if isinstance(thr, (list, tuple)) else [thr]
 
 
 def point_config(spec: dict, point: dict) -> W2SConfig:
@@ -168,6 +196,8 @@ def evaluate_point(spec: dict, point: dict, cache_dir: Path | None, progress: bo
     """Evaluate (or reuse from the cache) one point of a sweep. Returns the point record."""
     config = point_config(spec, point)
     measure = {"kind": spec["kind"], "threshold": spec.get("threshold"), "series": spec.get("series")}
+    if spec.get("thresholds") is not None or spec.get("eta_grid") is not None:
+        measure.update(thresholds=spec.get("thresholds"), eta_grid=spec.get("eta_grid"))
     key = _point_key(config, measure)
     path = cache_dir / f"{key}.json" if cache_dir is not None else None
     if path is not None and path.exists():
@@ -177,23 +207,9 @@ def evaluate_point(spec: dict, point: dict, cache_dir: Path | None, progress: bo
     rec: dict[str, Any] = {"params": point, "key": key, "config_hash": config_hash(config)}
     with torch.no_grad():
         if spec["kind"] in SCALING:
-            rec["series"] = {}
-            problem = build_problem(config)
-            for series in spec["series"]:
-                if series == "weak":
-                    _, info = train_weak(config, problem, progress=progress, hit_threshold=spec["threshold"])
-                    hits, budget = info["hit_step"], config.weak_steps
-                else:
-                    res = train(config, problem, series, progress=progress, hit_threshold=spec["threshold"])
-                    hits, budget = res.extra["hit_step"], config.steps
-                samples = [None if h is None else h * config.batch_size for h in hits]
-                med = median_censored(samples)
-                rec["series"][series] = {
-                    "samples_per_seed": samples,
-                    "median_samples": med,
-                    "censored": med is None,
-                    "budget_samples": budget * config.batch_size,
-                }
+            rec["series"] = {
+                series: _scaling_series(spec, config, series, cache_dir, progress) for series in spec["series"]
+            }
         else:
             m = run_experiment(config, None, progress=progress)
             rec["modes"] = {}
@@ -217,10 +233,111 @@ def evaluate_point(spec: dict, point: dict, cache_dir: Path | None, progress: bo
     return rec
 
 
+def _hits(config: W2SConfig, series: str, thresholds: list[float], cache_dir: Path | None, progress: bool) -> dict:
+    """Samples to reach each threshold, per seed (None: censored), for one config and series; cached."""
+    key = _point_key(config, {"series": series, "thresholds": sorted(thresholds)})
+    path = cache_dir / "runs" / f"{key}.json" if cache_dir is not None else None
+    if path is not None and path.exists():
+        return json.loads(path.read_text())
+    problem = build_problem(config)
+    if series == "weak":
+        _, info = train_weak(config, problem, progress=progress, hit_threshold=thresholds)
+        hits, budget = info["hit_steps"], config.weak_steps
+    else:
+        res = train(config, problem, series, progress=progress, hit_threshold=thresholds)
+        hits, budget = res.extra["hit_steps"], config.steps
+    rec = {
+        "samples": {k: [None if h is None else h * config.batch_size for h in v] for k, v in hits.items()},
+        "budget_samples": budget * config.batch_size,
+    }
+    if path is not None:
+        path.parent.mkdir(exist_ok=True)
+        write_json(path, rec, indent=1)
+    return rec
+
+
+def _rank(samples: list[float | None]) -> tuple[float, int, float]:
+    """Order of etas at one threshold: the median over seeds (censored = +inf), then more seeds reaching it,
+    then the mean log samples of those that did."""
+    med = median_censored(samples)
+    ok = [math.log(v) for v in samples if v is not None]
+    return (math.inf if med is None else med, -len(ok), float(np.mean(ok)) if ok else math.inf)
+
+
+def _scaling_series(spec: dict, config: W2SConfig, series: str, cache_dir: Path | None, progress: bool) -> dict:
+    """One series of one scaling point under the sweep's rule.
+
+    Without `eta_grid`: one run at the config's step size. With `eta_grid` {factor, width, max_widen}: runs at
+    eta0 * factor^k, k = -width..width (eta0 the config's value of the series' step size), and, per threshold,
+    the eta with the fewest median samples (`_rank`); while that optimum sits on the grid's edge the grid is
+    widened by one factor in that direction (at most `max_widen` times per side); an optimum still on the edge
+    is flagged (`edge`: "low" or "high")."""
+    thresholds = [float(t) for t in thresholds_of(spec)]
+    key = ETA_KEYS[series]
+    grid = spec.get("eta_grid")
+    eta0 = float(getattr(config, key))
+    if grid is None:
+        ks = [0]
+        factor, max_widen = 2.0, 0
+    else:
+        factor, width, max_widen = (
+            float(grid.get("factor", 2.0)),
+            int(grid.get("width", 1)),
+            int(grid.get("max_widen", 2)),
+        )
+        ks = list(range(-width, width + 1))
+    runs: dict[int, dict] = {}
+    widened = {"low": 0, "high": 0}
+    while True:
+        for k in ks:
+            if k not in runs:
+                cfg = apply_overrides(config, {key: eta0 * factor**k})
+                runs[k] = _hits(cfg, series, thresholds, cache_dir, progress)
+        best = {thr: min(ks, key=lambda k: _rank(runs[k]["samples"][str(thr)])) for thr in thresholds}
+        grow = set()
+        if grid is not None:
+            for thr, k in best.items():
+                if _rank(runs[k]["samples"][str(thr)])[0] == math.inf and all(
+                    v is None for v in runs[k]["samples"][str(thr)]
+                ):
+                    continue  # nothing reached this threshold at any eta: no direction to widen
+                if k == min(ks) and widened["low"] < max_widen:
+                    grow.add("low")
+                if k == max(ks) and widened["high"] < max_widen:
+                    grow.add("high")
+        if not grow:
+            break
+        for side in grow:
+            widened[side] += 1
+            ks = [min(ks) - 1, *ks] if side == "low" else [*ks, max(ks) + 1]
+    out: dict[str, Any] = {
+        "eta_key": key,
+        "etas": {repr(eta0 * factor**k): runs[k]["samples"] for k in sorted(runs)},
+        "budget_samples": runs[0]["budget_samples"],
+        "best": {},
+    }
+    for thr, k in best.items():
+        samples = runs[k]["samples"][str(thr)]
+        med = median_censored(samples)
+        edge = None
+        if grid is not None and len(ks) > 1 and any(v is not None for v in samples):  # all censored: no optimum
+            edge = "low" if k == min(ks) else "high" if k == max(ks) else None
+        out["best"][str(thr)] = {
+            "eta": eta0 * factor**k,
+            "samples_per_seed": samples,
+            "median_samples": med,
+            "censored": med is None,
+            "edge": edge,
+        }
+    primary = out["best"][str(thresholds[0])]
+    out.update({k: primary[k] for k in ("samples_per_seed", "median_samples", "censored")})
+    return out
+
+
 def _x_of(kind: str, config: W2SConfig, point: dict) -> float:
     if kind == "s-scaling":
         return float(config.s)
-    if kind == "d-scaling":
+    if kind in ("d-scaling", "d-scaling-w2s"):
         return float(config.d)
     if kind == "chi":  # chi_k = N_kappa pi_k / (N_k pi_kappa), k = 1 (the non-target task)
         return config.group_sizes[0] * config.pi[1] / (config.group_sizes[1] * config.pi[0])
@@ -237,8 +354,11 @@ def run_sweep(
     progress: bool = True,
     spec_path: str | os.PathLike | None = None,
 ) -> dict:
-    """Run sweep `kind`, write DIR/sweep.json and DIR/<kind>.png, return the sweep dict."""
+    """Run sweep `kind`, write DIR/sweep.json and DIR/<kind>.png (mechanism kinds: DIR/results.json, DIR/table.md
+    and DIR/<kind>.png, see anchorft.w2s.mechanisms), return the sweep dict."""
     spec = load_sweep(kind, quick, spec_path)
+    if kind in MECH_KINDS:
+        return run_mech_sweep(spec, out_dir, overrides, progress)
     if overrides:
         base = dict(spec["base"])
         extra = apply_overrides(W2SConfig(), overrides)  # validates the keys and coerces the types
@@ -276,9 +396,15 @@ def run_sweep(
 
 
 def _scaling_summary(kind: str, spec: dict, points: list[dict]) -> dict:
-    p = 4  # information exponent of the He_4 link used by both scaling sweeps
-    slopes = predicted_slopes(p)
+    """Per series and threshold: the censored log-normal fit (`survival.fit_censored_lognormal`, the slope with
+    its profile-likelihood interval; censored seeds enter as lower bounds), the older median/bootstrap fit
+    (censored points left out) beside it, and the theory's slope with p the information exponent of the link."""
     configs = [point_config(spec, pt["params"]) for pt in points]
+    ps = {information_exponent(c.links[0]) for c in configs}
+    if len(ps) != 1 or None in ps:
+        raise ValueError(f"sweep {kind!r}: the points' links must share one information exponent, got {sorted(ps)}")
+    p = ps.pop()
+    slopes = predicted_slopes(p)
     ld, ls = np.log([c.d for c in configs]), np.log([c.s for c in configs])
     # how s moves with the swept axis (d-scaling with s = d: ds = 1), so that the theory's slope is
     # slope_d + slope_s * dlog(s)/dlog(d) for d-scaling, slope_s + slope_d * dlog(d)/dlog(s) for s-scaling
@@ -286,16 +412,35 @@ def _scaling_summary(kind: str, spec: dict, points: list[dict]) -> dict:
         coupling = float(np.polyfit(ls, ld, 1)[0]) if np.ptp(ls) > 0 else 0.0
     else:
         coupling = float(np.polyfit(ld, ls, 1)[0]) if np.ptp(ld) > 0 else 0.0
-    fits, theory = {}, {}
+    thresholds = [float(t) for t in thresholds_of(spec)]
+    fits, theory, by_thr, naive = {}, {}, {}, {}
+    xs = [pt["x"] for pt in points]
     for series in spec["series"]:
-        xs = [pt["x"] for pt in points]
-        per_seed = [pt["series"][series]["samples_per_seed"] for pt in points]
-        fits[series] = fit_loglog(xs, per_seed)
         sl = slopes[series]
         th = sl["s"] + sl["d"] * coupling if kind == "s-scaling" else sl["d"] + sl["s"] * coupling
-        theory[series] = {"slope": round(th, 6), "coupling": round(coupling, 6)}
+        theory[series] = {"slope": round(th, 6), "coupling": round(coupling, 6), "p": p}
+        by_thr[series], naive[series] = {}, {}
+        for thr in thresholds:
+            entries = [pt["series"][series].get("best", {}).get(str(thr), pt["series"][series]) for pt in points]
+            per_seed = [e["samples_per_seed"] for e in entries]
+            budgets = [float(pt["series"][series]["budget_samples"]) for pt in points]
+            fit = fit_censored_lognormal(xs, per_seed, budgets)
+            fit["censored_points"] = [
+                i for i, e in enumerate(entries) if median_censored(e["samples_per_seed"]) is None
+            ]
+            fit["edge_points"] = [i for i, e in enumerate(entries) if e.get("edge")]
+            by_thr[series][str(thr)] = fit
+            naive[series][str(thr)] = fit_loglog(xs, per_seed)
+        fits[series] = by_thr[series][str(thresholds[0])]
     main = spec["series"][0]
-    return {"fit": fits[main], "theory": theory[main], "fits": fits, "theories": theory}
+    return {
+        "fit": fits[main],
+        "theory": theory[main],
+        "fits": fits,
+        "theories": theory,
+        "fits_by_threshold": by_thr,
+        "fits_median_bootstrap": naive,
+    }
 
 
 def _summary(kind: str, points: list[dict]) -> list[dict]:

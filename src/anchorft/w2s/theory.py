@@ -1,13 +1,21 @@
 """Predicted exponents and sample complexities (Awano and Suzuki, arXiv:2605.12908, Thm. 1 and the comparison
-that follows it). All predictions hold up to constants and logarithmic factors.
+that follows it), and the labels' Hermite coefficients, idealised and measured. All predictions hold up to
+constants and logarithmic factors.
 
 - W2S (Thm. 1): O~(s^{3/2}) samples to align the target neurons with theta_kappa;
 - weak model trained from scratch: O~(d^{p/2} s^{(p-2)/2});
 - SFT on isotropic inputs: O~(d^{p-1}),
-with p the information exponent of the link and p* its generative exponent under the label transformation.
+with p the information exponent of the link. Two exponents of the transformed labels are kept apart:
+the information exponent of T(clip(sigma*)) for the chosen T, and the generative exponent, the minimum of the
+information exponent over a class of transforms (here: polynomials of degree <= 6; `hermite.generative_exponent`).
 """
 
 from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
 
 from anchorft.w2s.hermite import (
     generative_exponent,
@@ -15,9 +23,13 @@ from anchorft.w2s.hermite import (
     get_transform,
     hermite_coefficients,
     information_exponent,
+    transformed_information_exponent,
 )
 
-__all__ = ["theory_report", "predicted_slopes"]
+__all__ = ["theory_report", "predicted_slopes", "preset_theory_report", "first_significant"]
+
+N_COEF = 6
+MAX_POWER = 6
 
 
 def predicted_slopes(p: int) -> dict[str, dict[str, float]]:
@@ -29,6 +41,20 @@ def predicted_slopes(p: int) -> dict[str, dict[str, float]]:
     }
 
 
+def _he_series(f, n: int) -> list[float]:
+    """c_n = E[f He_n] / n! (the convention of `measured_coefficients`), by quadrature."""
+    h = hermite_coefficients(f, n)
+    return [round(float(h[j]) / math.sqrt(math.factorial(j)), 6) for j in range(n + 1)]
+
+
+def first_significant(c: list[float], se: list[float], k: float = 3.0) -> int | None:
+    """The lowest degree n >= 1 whose measured coefficient exceeds k standard errors (None if none)."""
+    for n in range(1, len(c)):
+        if abs(c[n]) > k * se[n]:
+            return n
+    return None
+
+
 def theory_report(link: str = "he4", transform: str = "zexp", clip: float = 2.0, d: int = 1024, s: int = 128) -> dict:
     """JSON-able report: exponents, Hermite coefficients of the link, predicted sample complexities at (d, s)."""
     if d < 1 or s < 1 or s > d:
@@ -36,9 +62,11 @@ def theory_report(link: str = "he4", transform: str = "zexp", clip: float = 2.0,
     p = information_exponent(link)
     if p is None:
         raise ValueError(f"link {link!r} has no nonzero Hermite coefficient of degree 1..12")
-    p_star = generative_exponent(link, transform, clip if clip > 0 else None)
+    cl = clip if clip > 0 else None
+    p_t = transformed_information_exponent(link, transform, cl)
+    p_star, power = generative_exponent(link, max_power=MAX_POWER)
     slopes = predicted_slopes(p)
-    f, tr = get_activation(link).numpy, get_transform(transform, clip if clip > 0 else None)
+    f, tr = get_activation(link).numpy, get_transform(transform, cl)
     transformed = hermite_coefficients(lambda z: tr(f(z)), 8)
     complexities = {
         "w2s": {"formula": "s^(3/2)", "value": s**1.5},
@@ -52,10 +80,63 @@ def theory_report(link: str = "he4", transform: str = "zexp", clip: float = 2.0,
         "d": d,
         "s": s,
         "information_exponent": p,
+        "transformed_information_exponent": p_t,
         "generative_exponent": p_star,
+        "generative_exponent_class": f"polynomial transforms T of degree <= {MAX_POWER}",
+        "generative_exponent_attained_by": f"T(y) = y^{power}" if power is not None else None,
         "hermite_coefficients": [round(float(c), 10) for c in hermite_coefficients(link, 8)],
         "transformed_hermite_coefficients": [round(float(c), 6) for c in transformed],
+        "coefficient_normalisation": "E[f h_j], h_j = He_j / sqrt(j!) (orthonormal)",
         "predicted_sample_complexity": complexities,
         "predicted_slopes": slopes,
         "note": "up to constants and log factors",
     }
+
+
+def preset_theory_report(preset: str, overrides: list[str] | None = None, n_seeds: int | None = None) -> dict:
+    """`theory_report` for a preset's link, transform, clip, d and s, plus the Hermite coefficients of the labels
+    along theta_kappa in the convention c_n = E[y He_n(z)] / n!: idealised (T(clip(sigma*_kappa(z))), by
+    quadrature: a weak model equal to the link) and measured on the preset's own W2S labels (its weak model,
+    weak options and centring, `label_samples` generative inputs per seed, standard errors); the measured
+    exponent is the lowest degree whose coefficient exceeds 3 standard errors."""
+    from anchorft.w2s.config import load_config
+    from anchorft.w2s.experiments import prepare_weak
+    from anchorft.w2s.labels import label_mean, label_report
+    from anchorft.w2s.problem import build_problem
+
+    extra = list(overrides or [])
+    if n_seeds is not None:
+        extra.append(f"n_seeds={n_seeds}")
+    config = load_config(preset, extra)
+    rep = theory_report(config.links[0], config.transform, config.clip, config.d, config.s)
+    f, tr = get_activation(config.links[0]).numpy, get_transform(config.transform, config.clip or None)
+    ideal = _he_series(lambda z: tr(f(z)), N_COEF)
+    if config.label_center == "mean":
+        ideal[0] = 0.0  # centred: the constant is removed
+    with torch.no_grad():
+        problem = build_problem(config)
+        prepare_weak(config, problem)
+        center = label_mean(config, problem) if config.label_center == "mean" else None
+        labels = label_report(config, problem, "w2s", center)
+    c, se = labels["hermite"], labels["hermite_se"]
+    rep["preset"] = preset
+    rep["labels"] = {
+        "normalisation": "c_n = E[y He_n(z)] / n!, z = theta_kappa^T x",
+        "idealised": {"what": "T(clip(sigma*_kappa(z))) (a weak model equal to the link), quadrature", "c": ideal},
+        "measured": {
+            "what": "the preset's W2S labels on its generative inputs",
+            "weak": config.weak,
+            "weak_norm": config.weak_norm,
+            "weak_bound": config.weak_bound,
+            "label_center": config.label_center,
+            "n_seeds": config.n_seeds,
+            "n_samples_per_seed": labels["n_samples_per_seed"],
+            "mean": labels["mean"],
+            "var": labels["var"],
+            "c": [round(float(v), 6) for v in c],
+            "se": [round(float(v), 6) for v in se],
+            "lowest_significant_degree": first_significant(c, se),
+        },
+    }
+    rep["labels"]["measured"]["c2_over_se"] = float(np.round(c[2] / se[2], 2)) if se[2] > 0 else None
+    return rep

@@ -1,0 +1,82 @@
+"""`anchorft eval suite`: every (model, benchmark) pair of the paper's evaluation, resumable, and the main table.
+
+anchorft eval suite --models base=DIR sft=DIR rpsft=DIR --bench-dir ../shared/benchmarks --out runs/suite
+                    [--preset paper] [--rl-checkpoint] [--benches aime-24,math500,...] [--prompt file]
+                    [--backend auto|hf|vllm] [--tensor-parallel N] [--data-parallel N] [--limit N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _parser() -> argparse.ArgumentParser:
+    from anchorft.eval.suite import SuiteSettings
+
+    d = SuiteSettings()
+    p = argparse.ArgumentParser(
+        prog="anchorft eval suite",
+        description="Run every model on every benchmark of the RPSFT paper's protocol (resumable: rerun the same "
+        "command after an interruption) and write the main table (table.json, table.md, table.png).",
+    )
+    p.add_argument(
+        "--models", nargs="+", required=True, metavar="NAME=DIR", help="the first is the base of the deltas"
+    )
+    p.add_argument("--bench-dir", required=True, help="folder with id/ and ood/ JSONL files in the paper's format")
+    p.add_argument("--out", required=True, help="output folder (reuse it to resume)")
+    p.add_argument("--preset", choices=["paper"], default="paper", help="the release's protocol (the defaults)")
+    p.add_argument("--benches", default=None, help="comma-separated file names instead of the preset's list")
+    p.add_argument("--rl-checkpoint", action="store_true", help=f"RL checkpoints: {d.rl_max_new_tokens} new tokens")
+    p.add_argument("--prompt", choices=["boxed-fewshot", "file"], default=d.prompt, help="system prompt")
+    p.add_argument("--n", type=int, default=d.n, help="samples per item")
+    p.add_argument("--k", type=int, default=None, help="k of Avg@k / Pass@k (default: n)")
+    p.add_argument("--temperature", type=float, default=d.temperature)
+    p.add_argument("--top-p", dest="top_p", type=float, default=d.top_p)
+    p.add_argument("--max-new-tokens", dest="max_new_tokens", type=int, default=d.max_new_tokens)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--limit", type=int, default=None, help="first N items of each file (smoke runs)")
+    p.add_argument("--chunk", type=int, default=d.chunk, help="items between two saves of generations")
+    p.add_argument("--backend", choices=["auto", "hf", "vllm"], default="auto", help="auto: vLLM when it and CUDA are")
+    p.add_argument("--batch-size", dest="batch_size", type=int, default=d.batch_size, help="hf: rows per batch")
+    p.add_argument("--max-batch-tokens", dest="max_batch_tokens", type=int, default=None, help="hf: padded tokens")
+    p.add_argument("--tensor-parallel", dest="tp", type=int, default=1, help="vllm: GPUs per engine")
+    p.add_argument("--data-parallel", dest="dp", type=int, default=None, help="vllm: engines (default: GPUs // tp)")
+    p.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false", help="vllm")
+    p.add_argument("--no-calibrate", dest="calibrate", action="store_false", help="skip the timing estimate")
+    p.add_argument("--skip-bad", action="store_true", help="skip and count malformed benchmark lines")
+    p.add_argument("--timeout", type=float, default=10.0, help="math-verify timeout per check, seconds")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    from anchorft.eval.suite import SuiteSettings, parse_models, run_suite
+
+    try:
+        settings = SuiteSettings(
+            n=args.n, k=args.n if args.k is None else args.k, temperature=args.temperature, top_p=args.top_p,
+            max_new_tokens=args.max_new_tokens, rl_checkpoint=args.rl_checkpoint, prompt=args.prompt,
+            seed=args.seed, limit=args.limit, chunk=args.chunk, batch_size=args.batch_size,
+            max_batch_tokens=args.max_batch_tokens, calibrate=args.calibrate, skip_bad=args.skip_bad,
+            extra={"vllm": {"tensor_parallel_size": args.tp, "data_parallel_size": args.dp,
+                            "enable_prefix_caching": args.prefix_caching}},
+        )  # fmt: skip
+        settings.validate()
+        if args.limit is not None and args.limit < 1:
+            raise ValueError(f"--limit must be >= 1, got {args.limit}")
+        models = parse_models(args.models)
+        benches = [b.strip() for b in args.benches.split(",") if b.strip()] if args.benches else None
+        from anchorft.eval.answers import MathChecker
+
+        with MathChecker(timeout_s=args.timeout) as checker:
+            table = run_suite(
+                models, args.bench_dir, args.out, settings, benches=benches, backend=args.backend, checker=checker,
+                log=lambda m: print(m, file=sys.stderr, flush=True),
+            )  # fmt: skip
+    except (ValueError, FileNotFoundError, ImportError) as e:
+        print(f"anchorft eval suite: error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({m: {k: v for k, v in r.items() if "mean" in k} for m, r in table["models"].items()}))
+    return 0

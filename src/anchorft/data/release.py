@@ -1,0 +1,152 @@
+"""The RPSFT release's fine-tuning set: `wh-zhu/train_openr1_4k`, converted as the release converts it.
+
+The paper's public release trains on the hub set `wh-zhu/train_openr1_4k` after its conversion script
+(`scripts/data/prepare_openr1_sft_json.py`). That set holds OpenR1-Math traces in the verl/PSFT layout:
+`prompt` (a chat: the user turn holds the problem), `target` (a one-message list: the assistant's trace),
+`data_source`, `ability`, `reward_model` ({"style", "ground_truth"}) and `extra_info` (this layout is read off
+the release's script, which takes the question from `prompt` and the trace from `target`).
+
+The conversion, reimplemented here from the script's behaviour:
+
+- question: the first non-empty of the columns `prompt`, `question`, `problem`, `input`; a message list gives
+  its last user turn (role or "from" of "user" / "human"; the last message if there is none);
+- trace: the first non-empty of `target`, `answer`, `solution`, `demonstration`, `output`; a list gives its
+  first message;
+- a message's text is its `content` (or `value`); a content list is the text of its parts joined by newlines;
+- both are stripped; a row with an empty question or trace is skipped (counted); every other row is kept,
+  in the source's order, with no sampling and no answer check.
+
+The release's training code then adds the system prompt "Please reason step by step, and put your final
+answer within \\boxed{}." (`use_cot True`) and trains on the assistant turn only; here the system prompt is
+written into each example, in TRL's conversational prompt/completion form (the same tokens are trained).
+
+A source in OpenR1-Math-220k's own layout (`problem`, `answer`, `generations`/`messages`, no `target`) is
+refused: the release's order would train on its short `answer` column instead of a trace. Use the
+verifying sampler (`anchorft data openr1-math --sampler verified`) for that source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from anchorft.data.openr1 import SYSTEM_PROMPT, load_source, to_conversation
+from anchorft.io import write_json, write_text
+
+__all__ = [
+    "RELEASE_HUB_NAME",
+    "QUESTION_COLUMNS",
+    "TRACE_COLUMNS",
+    "release_question",
+    "release_trace",
+    "check_release_columns",
+    "convert_release_rows",
+    "prepare_release_set",
+]
+
+RELEASE_HUB_NAME = "wh-zhu/train_openr1_4k"
+QUESTION_COLUMNS = ("prompt", "question", "problem", "input")
+TRACE_COLUMNS = ("target", "answer", "solution", "demonstration", "output")
+_OPENR1_RAW = ("generations", "messages")
+
+
+def _text(message: Any) -> str:
+    """A message's text: `content` (or `value`) of a dict, text parts of a content list joined by newlines."""
+    if isinstance(message, dict):
+        content = message.get("content", message.get("value", ""))
+        if isinstance(content, list):
+            return "\n".join(str(p.get("text", p)) if isinstance(p, dict) else str(p) for p in content)
+        return "" if content is None else str(content)
+    return "" if message is None else str(message)
+
+
+def _first_present(row: dict[str, Any], keys: Sequence[str]) -> Any:
+    for key in keys:
+        value = row.get(key)
+        if value is not None and not (isinstance(value, str) and value == ""):
+            return value
+    return None
+
+
+def release_question(row: dict[str, Any]) -> str:
+    """The problem text of a row, as the release's conversion picks it (stripped)."""
+    value = _first_present(row, QUESTION_COLUMNS)
+    if isinstance(value, (list, tuple)):
+        users = [m for m in value if not isinstance(m, dict) or m.get("role", m.get("from")) in ("user", "human")]
+        pick = users[-1] if users else (value[-1] if value else "")
+        return _text(pick).strip()
+    return _text(value).strip()
+
+
+def release_trace(row: dict[str, Any]) -> str:
+    """The trace (assistant text) of a row, as the release's conversion picks it (stripped)."""
+    value = _first_present(row, TRACE_COLUMNS)
+    if isinstance(value, (list, tuple)):
+        return _text(value[0] if value else "").strip()
+    return _text(value).strip()
+
+
+def check_release_columns(column_names: Iterable[str], source: str = "dataset") -> None:
+    """One-line ValueError unless the source has a question column and a trace column of the release's schema."""
+    cols = set(column_names)
+    if not cols & set(QUESTION_COLUMNS) or not cols & set(TRACE_COLUMNS):
+        raise ValueError(
+            f"{source}: not in the schema of {RELEASE_HUB_NAME} (needs one of {list(QUESTION_COLUMNS)} and one of "
+            f"{list(TRACE_COLUMNS)}; columns present: {sorted(cols)})"
+        )
+    if "target" not in cols and cols & set(_OPENR1_RAW):
+        raise ValueError(
+            f"{source}: this is OpenR1-Math-220k's own layout ({sorted(cols & set(_OPENR1_RAW))}, no 'target'); the "
+            "release's conversion would train on its short 'answer' column: use --sampler verified"
+        )
+
+
+def convert_release_rows(
+    rows: Iterable[dict[str, Any]], fmt: str = "prompt-completion"
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Convert rows in order; returns (examples, {"rows", "written", "skipped"})."""
+    out, n = [], 0
+    for row in rows:
+        n += 1
+        question, trace = release_question(row), release_trace(row)
+        if not question or not trace:
+            continue
+        example = to_conversation(question, trace, fmt)
+        reward = row.get("reward_model")
+        if isinstance(reward, dict) and reward.get("ground_truth") not in (None, ""):
+            example["answer"] = str(reward["ground_truth"])
+        out.append(example)
+    return out, {"rows": n, "written": len(out), "skipped": n - len(out)}
+
+
+def prepare_release_set(
+    out_dir: str | os.PathLike,
+    source: str = RELEASE_HUB_NAME,
+    limit: int | None = None,
+    fmt: str = "prompt-completion",
+    split: str = "train",
+) -> dict[str, Any]:
+    """Write `out_dir/train.jsonl` (the release's set in TRL's conversational form), `config.json`,
+    `metrics.json` (rows read, written, skipped, sha256 of train.jsonl) and `lengths.png`."""
+    from anchorft.data.openr1 import _plot_lengths
+
+    ds = load_source(source, subset="default", split=split, limit=limit)
+    check_release_columns(ds.column_names, source)
+    rows, counts = convert_release_rows(ds, fmt)
+    if not rows:
+        raise ValueError(f"{source}: none of its {counts['rows']} rows has both a question and a trace")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    text = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
+    write_text(out / "train.jsonl", text)
+    config = {"sampler": "release", "source": source, "split": split, "limit": limit, "format": fmt}
+    config["system_prompt"] = SYSTEM_PROMPT
+    write_json(out / "config.json", config, indent=2)
+    metrics = {**counts, "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+    write_json(out / "metrics.json", metrics, indent=2)
+    _plot_lengths(rows, out / "lengths.png")
+    return metrics

@@ -1,0 +1,80 @@
+"""`anchorft train` refuses bad input in one line (exit 2) before any weight is loaded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from anchorft.commands.train import main as train_main
+from anchorft.rpsft.config import RPSFTConfig, accumulation_for
+
+ROOT = Path(__file__).resolve().parents[2]
+LEAF = ROOT / "configs" / "rpsft" / "qwen2.5-3b-instruct" / "rpsft.yaml"
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    """Any attempt to load weights fails the test."""
+    import transformers
+
+    def refuse(*a, **k):
+        raise AssertionError("weights were loaded before the input was checked")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
+
+
+def _one_error_line(capsys) -> str:
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("anchorft train")]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_accumulation_keeps_the_effective_batch() -> None:
+    # written out: 16 sequences at 2 per device
+    assert [accumulation_for(16, 2, g) for g in (1, 2, 4, 8)] == [8, 4, 2, 1]
+    for g in (3, 5, 6, 7, 16):
+        with pytest.raises(ValueError, match="cannot be reached"):
+            accumulation_for(16, 2, g)
+
+
+def test_unreachable_effective_batch(tmp_path, monkeypatch, capsys, no_loading) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    rc = train_main(["--config", str(LEAF), "--model_name_or_path", "x", "--output_dir", str(tmp_path / "o")])
+    assert rc == 2 and "effective_batch_size 16 cannot be reached" in _one_error_line(capsys)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    args = RPSFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, effective_batch_size=16)
+    assert args.gradient_accumulation_steps == 8
+    with pytest.raises(ValueError, match="contradicts effective_batch_size 16"):
+        RPSFTConfig(
+            output_dir=str(tmp_path),
+            per_device_train_batch_size=2,
+            effective_batch_size=16,
+            gradient_accumulation_steps=2,
+        )
+    rc = train_main(
+        ["--config", str(LEAF), "--dry-run", "--output_dir", str(tmp_path / "d"), "--effective_batch_size", "5"]
+    )
+    err = capsys.readouterr().err
+    assert rc == 2 and "cannot be reached" in err and not (tmp_path / "d" / "dry_run.json").exists()
+
+
+def test_model_folder_without_weights(rp, tmp_path, capsys, no_loading) -> None:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(rp.tiny_config("llama", 300).to_dict()))
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"prompt": "a", "completion": "b"}) + "\n")
+    argv = ["--model_name_or_path", str(folder), "--dataset", str(data), "--output_dir", str(tmp_path / "o")]
+    assert train_main([*argv, "--method", "sft"]) == 2
+    assert "holds no weights (config.json only" in _one_error_line(capsys)
+
+
+def test_data_file_of_another_schema(rp, tokenizer_dir, tmp_path, capsys, no_loading) -> None:
+    raw = tmp_path / "raw.jsonl"  # the release's set before conversion: prompt + target, no completion
+    raw.write_text(json.dumps({"prompt": [{"role": "user", "content": "q"}], "target": [{"content": "t"}]}) + "\n")
+    argv = ["--model_name_or_path", tokenizer_dir, "--dataset", str(raw), "--output_dir", str(tmp_path / "o")]
+    assert train_main([*argv, "--method", "sft"]) == 2
+    line = _one_error_line(capsys)
+    assert "'prompt' and 'completion', or 'messages'" in line and "anchorft data openr1-math" in line
