@@ -17,6 +17,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 KERNELS = (
     "anchorft",
     "anchorft.io",
+    "anchorft.provenance",
     "anchorft.subspace",
     "anchorft.dataclass_yaml",
     "anchorft.eval.metrics",

@@ -126,16 +126,17 @@ def _theory(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from anchorft.w2s.sweeps import run_sweep
+    from anchorft.runs import claim_output, existing_files, fail, finish, reused
+    from anchorft.w2s.sweeps import load_sweep, run_sweep
 
     _threads(args.threads)
-    from anchorft.runs import claim_output, existing_files, finish, reused
 
-    run = {"kind": args.kind, "quick": args.quick, "overrides": list(args.overrides), "spec": args.spec}
-    if args.spec is not None:  # the file's content, so that an edited sweep file is another run
-        from anchorft.errors import read_yaml
-
-        run["spec_content"] = read_yaml(args.spec, "--spec")
+    try:  # a bad --kind, --spec or sweep file is refused before the output folder is touched
+        spec = load_sweep(args.kind, args.quick, args.spec)
+    except ValueError as e:
+        return report("anchorft w2s sweep", e)
+    # the resolved sweep (an edited sweep file is another run) and the overrides
+    run = {"kind": args.kind, "quick": args.quick, "overrides": list(args.overrides), "spec": spec}
     claim = claim_output(args.out, "w2s sweep", run, overwrite=args.overwrite)
     if claim.complete:
         print(reused(claim))
@@ -150,6 +151,7 @@ def _sweep(args: argparse.Namespace) -> int:
             spec_path=args.spec,
         )
     except ValueError as e:
+        fail(claim)  # refused before anything was written: no folder left behind
         return report("anchorft w2s sweep", e)
     finish(claim)
     if "rows" in result:

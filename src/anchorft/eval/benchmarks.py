@@ -19,6 +19,7 @@ from pathlib import Path
 from anchorft.eval.answers import MathChecker, default_checker, grade, parse_choices
 from anchorft.eval.metrics import accuracy, avg_at_k, mean_pass_at_k
 from anchorft.io import iter_jsonl, save_figure, write_json, write_jsonl
+from anchorft.provenance import write_metrics
 
 __all__ = [
     "BenchItem",
@@ -378,6 +379,6 @@ def run_eval(
         sub.mkdir(exist_ok=True)
         write_jsonl(sub / "records.jsonl", records)
         write_json(sub / "metrics.json", metrics, indent=2)
-    write_json(out_dir / "metrics.json", all_metrics, indent=2)
+    write_metrics(out_dir / "metrics.json", all_metrics, indent=2)
     plot_metrics(all_metrics, out_dir / "metrics.png")
     return all_metrics
