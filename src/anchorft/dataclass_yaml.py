@@ -17,10 +17,11 @@ import os
 import types
 import typing
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import yaml
+
+from anchorft.errors import read_yaml
 
 __all__ = ["coerce", "from_mapping", "parse_overrides", "read_yaml_mapping", "unknown_key_error", "update"]
 
@@ -45,7 +46,7 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, str]:
 
 def read_yaml_mapping(path: str | os.PathLike, what: str = "config") -> dict[str, Any]:
     """The mapping in the YAML file `path` ({} for an empty file); ValueError otherwise."""
-    data = yaml.safe_load(Path(path).read_text()) or {}
+    data = read_yaml(path, what) or {}  # a malformed file: an error naming the file and line
     if not isinstance(data, dict):
         raise ValueError(f"{what} {str(path)!r} must be a YAML mapping")
     return data
