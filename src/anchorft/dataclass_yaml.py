@@ -1,4 +1,4 @@
-"""Configs as dataclasses: the one small YAML -> dataclass helper of the simulator and the testbed.
+"""Configs as dataclasses: the one small YAML -> dataclass module of the simulator and the testbed.
 
 `update(obj, values, what)` returns a copy of the dataclass `obj` with `values` (a mapping, e.g. a YAML
 file's, or `key=value` strings) applied, and `from_mapping(cls, values, what)` builds one. Each value is
@@ -69,7 +69,7 @@ def _scalar(name: str, typ: Any, value: Any, what: str) -> Any:
             return float(value)
         if typ is str:
             return str(value).strip()
-        return value  # Any, or a type this helper does not coerce
+        return value  # Any, or a type this module does not coerce
     except (TypeError, ValueError):
         raise ValueError(f"invalid {what}: {name}={value!r} is not a valid {typ.__name__}") from None
 
