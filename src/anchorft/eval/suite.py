@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from anchorft.eval.benchmarks import Bench, load_bench, score_bench, summarize
+from anchorft.eval.benchmarks import Bench, load_bench, resolve_backend, score_bench, summarize
 from anchorft.io import save_figure, write_json, write_jsonl, write_text
 
 __all__ = [
@@ -219,24 +219,6 @@ class HFBackend:
         self.model = None
 
 
-def resolve_suite_backend(backend: str) -> str:
-    """auto: vLLM when it is installed and CUDA is there, else hf; vllm: checked now (one-line error)."""
-    import importlib.util
-
-    if backend not in ("auto", "hf", "vllm"):
-        raise ValueError(f"--backend must be auto, hf or vllm, got {backend!r}")
-    if backend == "vllm":
-        from anchorft.eval.vllm_backend import check_vllm
-
-        check_vllm()
-        return "vllm"
-    if backend == "auto" and importlib.util.find_spec("vllm") is not None:
-        import torch
-
-        return "vllm" if torch.cuda.is_available() else "hf"
-    return "hf"
-
-
 # ---------------------------------------------------------------- running
 
 
@@ -374,7 +356,7 @@ def run_suite(
         ok, why = ifeval_available()
         if not ok:
             raise ValueError(why)
-    kind = "custom" if backend_factory is not None else resolve_suite_backend(backend)
+    kind = "custom" if backend_factory is not None else resolve_backend(backend)
     tokenizers = {}
     for name, path in models.items():
         tok = load_eval_tokenizer(path)
