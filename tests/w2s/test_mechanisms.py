@@ -98,7 +98,7 @@ def test_risk_report_pgr_end_points():
         **{**TINY, "group_sizes": [4]},
         n_tasks=1,
         pi=[1.0],
-        links=["he4"],
+        link="he4",
         activation="he4",
         weak_alignment=0.7,
         n_seeds=2,
@@ -119,7 +119,7 @@ def test_risk_report_pgr_end_points():
 
 def test_pgr_withheld_when_the_denominator_is_within_noise():
     cfg = W2SConfig(
-        **{**TINY, "group_sizes": [4]}, n_tasks=1, pi=[1.0], links=["he4"], activation="he4", n_seeds=2, steps=1
+        **{**TINY, "group_sizes": [4]}, n_tasks=1, pi=[1.0], link="he4", activation="he4", n_seeds=2, steps=1
     ).validate()
     problem = build_problem(cfg)
     report = risk_report(cfg, problem, {"w2s": problem.weak_u.clone(), "ceiling": problem.weak_u.clone()})
@@ -294,7 +294,7 @@ def test_weak_quality_sweep_end_to_end(tmp_path):
             "group_sizes": [4],
             "n_tasks": 1,
             "pi": [1.0],
-            "links": ["he4"],
+            "link": "he4",
             "modes": ["w2s", "ceiling"],
             "steps": 24,
             "n_seeds": 2,

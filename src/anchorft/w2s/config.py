@@ -34,7 +34,7 @@ class W2SConfig:
     n_tasks: int = 2  # K; task 0 is the target kappa
     rho: float = 0.3  # overlap theta_k^T theta_kappa of every non-target task
     pi: list[float] = field(default_factory=lambda: [1.0, 1.0])  # reward weights pi_k
-    links: list[str] = field(default_factory=lambda: ["he4", "he4"])  # sigma*_k
+    link: str = "he4"  # sigma*_kappa, the target task's link (labels r*_kappa; the other tasks enter by theta_k, pi_k)
     # strong model
     activation: str = "he2+he4"  # student activation sigma
     group_sizes: list[int] = field(default_factory=lambda: [32, 128])  # N_k
@@ -101,7 +101,7 @@ class W2SConfig:
             bad("rho", "must be in [0, 1)")
         if not (0.0 <= self.lambda_kappa <= 1.0):
             bad("lambda_kappa", "must be in [0, 1]")
-        for name in ("pi", "links", "group_sizes"):
+        for name in ("pi", "group_sizes"):
             if len(getattr(self, name)) != self.n_tasks:
                 bad(name, f"needs one entry per task (n_tasks={self.n_tasks})")
         if any(p <= 0 for p in self.pi):
@@ -125,16 +125,11 @@ class W2SConfig:
             bad("anneal_start", "must be in [0, 1]")
         if not (0.0 < self.anneal_final <= 1.0):
             bad("anneal_final", "must be in (0, 1]")
-        for name in ("activation", "weak_activation"):
+        for name in ("activation", "weak_activation", "link"):
             try:
                 get_activation(getattr(self, name))
             except ValueError as e:
                 bad(name, str(e))
-        for link in self.links:
-            try:
-                get_activation(link)
-            except ValueError as e:
-                raise ValueError(f"invalid w2s config: links: {e}") from None
         choices = {
             "weak": ("planted", "trained", "scratch"),
             "weak_norm": ("planted", "unit"),

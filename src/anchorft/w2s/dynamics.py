@@ -265,7 +265,7 @@ def train(
     if mode not in STREAMS or mode == "weak":
         raise ValueError(f"mode must be 'w2s', 'sft' or 'sft_anchor', got {mode!r}")
     dev, dtype = problem.w0.device, problem.w0.dtype
-    act, link = get_activation(config.activation), get_activation(config.links[0])
+    act, link = get_activation(config.activation), get_activation(config.link)
     steps, batch, n_seeds = config.steps, config.batch_size, problem.n_seeds
     reduced = mode in ("w2s", "ceiling") and config.lambda_kappa == 1.0
     gens = make_generators(problem.seeds, STREAMS[mode], dev)
@@ -415,7 +415,7 @@ def train_weak(
         u = rng.standard_normal((m, d))
         inits.append(u / np.linalg.norm(u, axis=-1, keepdims=True))
     u = torch.from_numpy(np.stack(inits)).to(device=dev, dtype=dtype)
-    act, link = get_activation(config.weak_activation), get_activation(config.links[0])
+    act, link = get_activation(config.weak_activation), get_activation(config.link)
     a = torch.full((m,), 1.0 / m, dtype=dtype, device=dev)
     theta0 = problem.thetas[:, 0, :].unsqueeze(-1)
     gens = make_generators(problem.seeds, STREAMS["weak"], dev)

@@ -61,7 +61,7 @@ def _outputs(
     act = get_activation(config.activation)
     sel = problem.groups == 0
     a = problem.a[sel]
-    link = get_activation(config.links[0])
+    link = get_activation(config.link)
     out = {"weak": weak_output(x, in_coords(problem.weak_u, basis), config.weak_activation, config.weak_bound)}
     for mode, w in weights.items():
         u = x @ in_coords(w[:, sel], basis).mT
