@@ -14,7 +14,14 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 # layer of each part of the package; a module may import its own layer and the layers below it
-KERNELS = ("anchorft", "anchorft.io", "anchorft.subspace", "anchorft.dataclass_yaml", "anchorft.eval.metrics")
+KERNELS = (
+    "anchorft",
+    "anchorft.io",
+    "anchorft.provenance",
+    "anchorft.subspace",
+    "anchorft.dataclass_yaml",
+    "anchorft.eval.metrics",
+)
 LAYERS: list[tuple[str, ...]] = [
     KERNELS,
     ("anchorft.eval",),

@@ -44,6 +44,7 @@ def test_train_from_paths_writes_artifacts(rp, model_dir, jsonl, tmp_path):
         assert os.path.isfile(out / f), f
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["method"] == "rpsft" and metrics["anchor"]["penalty"] > 0
+    assert metrics["provenance"]["trl"] and metrics["provenance"]["transformers"]
     assert any("anchor/drift_max" in h for h in metrics["log_history"])
 
 

@@ -18,9 +18,7 @@ def test_defaults_are_the_design_note():
 
 
 def test_overrides_coerce_types():
-    c = apply_overrides(
-        W2SConfig(), ["steps=1e3", "rho=0.5", "group_sizes=8,16", "link=he3", "loss=correlation"]
-    )
+    c = apply_overrides(W2SConfig(), ["steps=1e3", "rho=0.5", "group_sizes=8,16", "link=he3", "loss=correlation"])
     assert c.steps == 1000 and isinstance(c.steps, int)
     assert c.rho == 0.5 and c.group_sizes == [8, 16] and c.link == "he3" and c.loss == "correlation"
 

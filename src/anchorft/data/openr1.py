@@ -27,6 +27,7 @@ import numpy as np
 
 from anchorft.eval.answers import last_boxed
 from anchorft.io import save_figure, write_json, write_text
+from anchorft.provenance import write_metrics
 
 __all__ = [
     "SYSTEM_PROMPT",
@@ -232,7 +233,7 @@ def write_training_set(
     write_text(out / "train.jsonl", text)
     write_json(out / "config.json", {**config, "system_prompt": SYSTEM_PROMPT}, indent=2)
     metrics = {**metrics, "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
-    write_json(out / "metrics.json", metrics, indent=2)
+    write_metrics(out / "metrics.json", metrics, indent=2)
     _plot_lengths(rows, out / "lengths.png", title)
     return metrics
 

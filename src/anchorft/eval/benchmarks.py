@@ -20,6 +20,7 @@ from anchorft.eval.answers import MathChecker, default_checker, grade, parse_cho
 from anchorft.eval.metrics import mean_pass_at_k
 from anchorft.eval.pipeline import Sampler, prompt_metrics, score_prompts
 from anchorft.io import iter_jsonl, save_figure, write_json, write_jsonl
+from anchorft.provenance import write_metrics
 
 __all__ = [
     "BenchItem",
@@ -409,6 +410,6 @@ def run_eval(
     finally:
         if engine is not None:
             engine.close()
-    write_json(out_dir / "metrics.json", all_metrics, indent=2)
+    write_metrics(out_dir / "metrics.json", all_metrics, indent=2)
     plot_metrics(all_metrics, out_dir / "metrics.png")
     return all_metrics

@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from anchorft.io import write_json
+from anchorft.provenance import with_provenance
 from anchorft.toy import skills as sk
 from anchorft.toy.evaluate import evaluate_skills
 from anchorft.toy.tokenizer import train_tokenizer
@@ -303,6 +304,7 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, progress: bool = True) ->
         "config": dataclasses.asdict(cfg),
         "key": cfg.key(),
     }
+    metrics = with_provenance(metrics)
     write_json(out_dir / "metrics.json", metrics, indent=2)
     write_json(out_dir / "pretrain_config.json", dataclasses.asdict(cfg), indent=2)
     return metrics

@@ -31,6 +31,7 @@ import torch
 import yaml
 
 from anchorft.io import write_json
+from anchorft.provenance import write_metrics
 from anchorft.w2s.config import PRESET_DIR, W2SConfig, apply_overrides, config_hash, load_config
 from anchorft.w2s.dynamics import train, train_weak
 from anchorft.w2s.experiments import run_experiment
@@ -388,7 +389,7 @@ def run_sweep(
         result["summary"] = _summary(kind, points)
         if kind == "overlap" and len({r["s"] for r in result["summary"]}) > 1:
             result["phase"] = phase_boundary(result["summary"], spec.get("phase", {}))
-    write_json(out / "sweep.json", result, indent=1)
+    write_metrics(out / "sweep.json", result, indent=1)
     from anchorft.w2s.plots import plot_sweep
 
     plot_sweep(result, out / f"{kind}.png")
