@@ -108,7 +108,7 @@ class DAPOConfig(GRPOConfig):
     rl_warmup_ratio: float = field(default=0.0, metadata={"help": "Warm-up as a fraction of the RL steps."})
     overlong_cache: int | None = field(
         default=None,
-        metadata={"help": "DAPO's soft overlong punishment over the last N completion tokens (eq. 13); None: off."},
+        metadata={"help": "DAPO's soft overlong punishment over the last N completion tokens (eq. 13); 0 or None: off."},
     )
     master_dtype: str = field(
         default="fp32",
@@ -130,6 +130,8 @@ class DAPOConfig(GRPOConfig):
     disable_tqdm: bool | None = field(default=False, metadata={"help": "Hide TRL's progress bar."})
 
     def __post_init__(self):
+        if self.overlong_cache == 0:
+            self.overlong_cache = None
         self._validate_dapo_fields()
         cuda = torch.cuda.is_available()
         world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -148,6 +150,7 @@ class DAPOConfig(GRPOConfig):
             setattr(self, name, value)
         if self.data_seed is None:
             self.data_seed = self.seed
+        self.vllm_requested = str(self.use_vllm).lower()  # "auto" | "true" | "false", before this machine decides
         self.use_vllm = resolve_vllm(self.use_vllm, cuda, importlib.util.find_spec("vllm") is not None)
         if self.use_vllm:
             self.vllm_mode = "colocate"
