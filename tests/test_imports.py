@@ -21,6 +21,9 @@ KERNELS = (
     "anchorft.subspace",
     "anchorft.dataclass_yaml",
     "anchorft.eval.metrics",
+    "anchorft.errors",
+    "anchorft.runs",
+    "anchorft.preflight",
 )
 LAYERS: list[tuple[str, ...]] = [
     KERNELS,

@@ -65,7 +65,7 @@ def test_command_writes_rl_prompts_and_counts(tmp_path, capsys):
     assert [d["answer"] for d in data] == ["2", "\\frac{1}{2}"]
     assert data[1]["prompt"][1]["content"] == "Find $y$."
     assert main(["dapo-math", "--source", str(tmp_path / "none.jsonl"), "--out", str(out)]) == 2
-    assert "no such file" in capsys.readouterr().err
+    assert "none.jsonl does not exist" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("style", ["boxed", "original"])

@@ -232,6 +232,13 @@ def test_merge_results_and_report_command(tmp_path):
     saved = json.loads((tmp_path / "m" / "results.json").read_text())
     assert set(saved["methods"]) == {"sft", "l2", "rpsft-k4"}
     assert saved["provenance"]["anchorft"] and saved["provenance"]["parts"] == [None, None]  # the parts had none
+    # rerun: the same sources are reused; other sources are refused unless --overwrite
+    a_b = ["toy", "report", "--from", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "m")]
+    assert cli(a_b) == 0
+    only_a = ["toy", "report", "--from", str(tmp_path / "a"), "--out", str(tmp_path / "m")]
+    assert cli(only_a) == 2
+    assert cli([*only_a, "--overwrite"]) == 0
+    assert set(json.loads((tmp_path / "m" / "results.json").read_text())["methods"]) == {"sft", "l2"}
 
 
 def test_sample_std_is_ddof_one():

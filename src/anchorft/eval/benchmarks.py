@@ -347,6 +347,9 @@ def run_eval(
 
     tokenizer = load_tokenizer(model_dir)
     prompts_by_bench = [format_prompts(tokenizer, b.items) for b in benches]
+    from anchorft.eval.context import check_prompt_lengths, context_length
+
+    check_prompt_lengths(tokenizer, prompts_by_bench, names, context_length(model_dir), max_new_tokens)
     if backend == "vllm":
         from anchorft.eval.vllm_backend import VLLMBackend
 
