@@ -22,6 +22,13 @@ from anchorft.commands.flags import normalize_train_argv
             "skip_bad",
             True,
         ),
+        (
+            "anchorft.commands.rl",
+            "_parser",
+            ["--model", "m", "--dataset", "d", "--out", "o", "--skip-bad", "--prompts-per-step", "3"],
+            "prompts_per_step",
+            3,
+        ),
         ("anchorft.commands.data", "_parser", ["openr1-math", "--out", "o", "--no_progress"], "no_progress", True),
         ("anchorft.commands.toy", "_parser", ["compare", "--out", "o", "--threads", "2"], "threads", 2),
         ("anchorft.commands.toy", "_parser", ["--threads", "2", "compare", "--out", "o"], "threads", 2),
