@@ -108,7 +108,7 @@ class DAPOConfig(GRPOConfig):
     rl_warmup_ratio: float = field(default=0.0, metadata={"help": "Warm-up as a fraction of the RL steps."})
     overlong_cache: int | None = field(
         default=None,
-        metadata={"help": "DAPO's soft overlong punishment over the last N completion tokens (eq. 13); 0 or None: off."},
+        metadata={"help": "DAPO's soft overlong punishment over the last N completion tokens (eq. 13); 0: off."},
     )
     master_dtype: str = field(
         default="fp32",
