@@ -12,7 +12,7 @@ import json
 import sys
 
 from anchorft.commands.eval import add_sampling_flags, pass_k
-from anchorft.commands.flags import both_spellings
+from anchorft.commands.flags import both_spellings, parse_named
 from anchorft.errors import report
 
 
@@ -50,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    from anchorft.eval.suite import SuiteSettings, parse_models, run_suite
+    from anchorft.eval.suite import SuiteSettings, check_models, run_suite
 
     try:
         settings = SuiteSettings(
@@ -64,7 +64,7 @@ def main(argv: list[str]) -> int:
         settings.validate()
         if args.limit is not None and args.limit < 1:
             raise ValueError(f"--limit must be >= 1, got {args.limit}")
-        models = parse_models(args.models)
+        models = check_models(parse_named(args.models, "--models"))
         benches = [b.strip() for b in args.benches.split(",") if b.strip()] if args.benches else None
         from anchorft.eval.answers import MathChecker
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["both_spellings", "normalize_train_argv", "pop_flag", "short_help"]
+__all__ = ["both_spellings", "normalize_train_argv", "parse_named", "pop_flag", "short_help"]
 
 ALIASES = {
     "--out": "--output_dir",
@@ -44,6 +44,20 @@ def normalize_train_argv(argv: list[str]) -> list[str]:
         if name in ALIASES:
             a = ALIASES[name] + eq + value
         out.append(a)
+    return out
+
+
+def parse_named(specs: list[str], flag: str) -> dict[str, str]:
+    """NAME=DIR pairs of a repeatable flag (`--tuned`, `--models`) in order; a malformed or repeated name is a
+    ValueError naming the flag."""
+    out: dict[str, str] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"{flag} must be NAME=DIR, got {spec!r}")
+        if name in out:
+            raise ValueError(f"{flag}: the name {name!r} is given twice")
+        out[name] = path
     return out
 
 

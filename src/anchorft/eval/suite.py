@@ -33,7 +33,7 @@ __all__ = [
     "boxed_system_prompt",
     "resolve_benches",
     "check_model_dir",
-    "parse_models",
+    "check_models",
     "run_suite",
     "main_table",
 ]
@@ -164,17 +164,12 @@ def check_model_dir(name: str, path: str | Path) -> Path:
     return p
 
 
-def parse_models(specs: Sequence[str]) -> dict[str, Path]:
-    """NAME=DIR pairs (the first is the base of the deltas)."""
+def check_models(named: dict[str, str]) -> dict[str, Path]:
+    """{NAME: DIR} (the first is the base of the deltas): each NAME a folder name, each DIR a local model."""
     out: dict[str, Path] = {}
-    for spec in specs:
-        name, sep, path = spec.partition("=")
-        if not sep or not name or not path:
-            raise ValueError(f"--models {spec!r}: expected NAME=DIR")
-        if name in out:
-            raise ValueError(f"--models: the name {name!r} is given twice")
+    for name, path in named.items():
         if "/" in name or name.startswith("."):
-            raise ValueError(f"--models {spec!r}: NAME is a folder name in --out (no '/')")
+            raise ValueError(f"--models {name}={path}: NAME is a folder name in --out (no '/')")
         out[name] = check_model_dir(name, path)
     if not out:
         raise ValueError("--models: give at least one NAME=DIR")
