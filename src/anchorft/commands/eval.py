@@ -13,38 +13,8 @@ import argparse
 import json
 import sys
 
-from anchorft.commands.flags import both_spellings
+from anchorft.commands.flags import add_sampling_flags, both_spellings, pass_k
 from anchorft.errors import report
-
-
-def add_sampling_flags(
-    p: argparse.ArgumentParser,
-    *,
-    n: int,
-    temperature: float,
-    top_p: float,
-    max_new_tokens: int,
-    seed: int,
-    batch_size: int,
-) -> None:
-    """The generation and grading flags of `anchorft eval` and `anchorft eval suite` (defaults given by each):
-    samples, k, sampling, token limit, seed, item limit, backend, batch size, bad lines, math-verify timeout."""
-    p.add_argument("--n", type=int, default=n, help="samples per item")
-    p.add_argument("--k", type=int, default=None, help="k of Avg@k / Pass@k (<= n; default: n)")
-    p.add_argument("--temperature", type=float, default=temperature)
-    p.add_argument("--top_p", type=float, default=top_p)
-    p.add_argument("--max_new_tokens", type=int, default=max_new_tokens)
-    p.add_argument("--seed", type=int, default=seed)
-    p.add_argument("--limit", type=int, default=None, help="first N items of each file (lm-eval: per task)")
-    p.add_argument("--backend", choices=["auto", "hf", "vllm"], default="auto", help="auto: vLLM if installed + GPU")
-    p.add_argument("--batch_size", type=int, default=batch_size, help="rows per batch (transformers; lm-eval)")
-    p.add_argument("--skip-bad", action="store_true", help="skip and count malformed lines instead of failing")
-    p.add_argument("--timeout", type=float, default=10.0, help="math-verify timeout per check, seconds")
-
-
-def pass_k(args: argparse.Namespace) -> int:
-    """k of Avg@k / Pass@k: --k, or --n when not given."""
-    return args.n if args.k is None else args.k
 
 
 def _score_parser() -> argparse.ArgumentParser:

@@ -11,8 +11,7 @@ import argparse
 import json
 import sys
 
-from anchorft.commands.eval import add_sampling_flags, pass_k
-from anchorft.commands.flags import both_spellings, parse_named
+from anchorft.commands.flags import add_sampling_flags, both_spellings, parse_named, pass_k
 from anchorft.errors import report
 
 
