@@ -236,6 +236,10 @@ def test_race_sweep_end_to_end(tmp_path):
     assert len(res["rows"]) == 4  # (mode, loss, x, chi) cells, each at its best step size
     for r in res["rows"]:
         assert r["winner"] in ("learn first", "forget first", "neither") and r["eta"] in r["eta_grid"]
+        learn, forget = r["learn_per_seed"], r["forget_per_seed"]
+        n = sum(f is not None and (ell is None or f < ell) for f, ell in zip(forget, learn))  # a loop, per seed
+        assert r["forget_first_seeds"] == n and r["n_seeds"] == 2
+        assert 0 <= r["turn_first_seeds"] <= r["forget_first_seeds"]  # turning is one way of forgetting
     assert (tmp_path / "out" / "race.png").exists()
 
 

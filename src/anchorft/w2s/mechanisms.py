@@ -352,6 +352,11 @@ def _ablation_row(rec: dict) -> dict:
     return row
 
 
+def _first_count(event: list[float | None], learn: list[float | None]) -> int:
+    """Seeds where `event` happened before the target learnt (or happened and the target never learnt)."""
+    return sum(e is not None and (ell is None or e < ell) for e, ell in zip(event, learn))
+
+
 def _race_rows(spec: dict, recs: list[dict]) -> list[dict]:
     th = {"learn": 0.5, "turn": 0.5, "keep": 0.5, **(spec.get("thresholds") or {})}
     cells: dict[tuple, list[dict]] = {}
@@ -392,6 +397,10 @@ def _race_rows(spec: dict, recs: list[dict]) -> list[dict]:
                 "turn_per_seed": best["times"]["turn"],
                 "lose_per_seed": best["times"]["lose"],
                 "winner": winner,
+                "forget_first_seeds": _first_count(best["times"]["forget"], best["times"]["learn"]),
+                "turn_first_seeds": _first_count(best["times"]["turn"], best["times"]["learn"]),
+                "turn_samples": _median(best["times"]["turn"]),
+                "n_seeds": len(best["times"]["learn"]),
                 "all_eta": [
                     {"eta": r["eta"], "learn": r["learn_median"], "forget": r["forget_median"]} for r in items
                 ],
@@ -457,7 +466,7 @@ TABLE_COLS = {
     ],
     "race": [
         *("d", "s", "mode", "loss", "rho_sqrt_s", "chi", "eta", "eta_on_edge"),
-        *("learn_samples", "forget_samples", "winner"),
+        *("learn_samples", "forget_samples", "turn_samples", "winner", "forget_first_seeds", "turn_first_seeds"),
     ],
     "weak-quality": [
         *("weak", "weak_alignment", "weak_steps", "w2s_target", "w2s_target_std", "ceiling_target"),

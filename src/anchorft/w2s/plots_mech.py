@@ -115,7 +115,7 @@ def _weak_quality(result: dict) -> plt.Figure:
                 ax.axvspan(r["weak_alignment"] - 0.01, r["weak_alignment"] + 0.01, color="C0", alpha=0.15, lw=0)
         ax.set_xlabel("weak model's alignment with theta_1")
         ax.set_ylabel("test risk on r*_1 (MSE / Var)")
-        ax.set_title(f"inputs: {dist} (shaded: W2S beats its teacher by > 3 se)", fontsize=9)
+        ax.set_title(f"inputs: {dist}\n(shaded: W2S beats its teacher by > 3 se)", fontsize=9)
         ax.grid(alpha=0.3)
         ax.set_ylim(0, 1.1)
     axes[0][0].legend(fontsize=7)
