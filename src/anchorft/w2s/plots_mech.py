@@ -55,36 +55,47 @@ def _race(result: dict) -> plt.Figure:
     rows = result["rows"]
     panels = sorted({(r["mode"], r["loss"]) for r in rows})
     sizes = sorted({(r.get("d"), r.get("s")) for r in rows}, key=lambda x: (x[1] or 0, x[0] or 0))
-    fig, axes = plt.subplots(len(sizes), len(panels), figsize=(4.6 * len(panels), 3.6 * len(sizes)), squeeze=False)
+    chis = sorted({r["chi"] for r in rows})
+    xs = sorted({r["rho_sqrt_s"] for r in rows})
+    fig, axes = plt.subplots(
+        len(sizes), len(panels), figsize=(4.8 * len(panels), 2.6 * len(sizes) + 0.6), squeeze=False
+    )
     colors = {"learn first": "C0", "forget first": "C3", "neither": "0.6"}
     for axrow, (d, s) in zip(axes, sizes):
         for ax, (mode, loss) in zip(axrow, panels):
             sub = [r for r in rows if r["mode"] == mode and r["loss"] == loss and (r.get("d"), r.get("s")) == (d, s)]
             for r in sub:
-                ax.scatter(r["rho_sqrt_s"], r["chi"], s=140, color=colors[r["winner"]])
+                y = chis.index(r["chi"])
+                ax.scatter(r["rho_sqrt_s"], y, s=120, color=colors[r["winner"]])
                 lm = "cens" if r["learn_samples"] is None else f"{r['learn_samples'] / 1000:.0f}k"
                 fm = "cens" if r["forget_samples"] is None else f"{r['forget_samples'] / 1000:.0f}k"
                 edge = "*" if r.get("eta_on_edge") else ""
+                seeds = f" {r['forget_first_seeds']}/{r['n_seeds']}" if "forget_first_seeds" in r else ""
                 ax.annotate(
-                    f"L {lm}\nF {fm}\neta {r['eta']:g}{edge}",
-                    (r["rho_sqrt_s"], r["chi"]),
+                    f"L {lm}\nF {fm}{seeds}\neta {r['eta']:g}{edge}",
+                    (r["rho_sqrt_s"], y),
                     fontsize=6,
-                    xytext=(6, -10),
+                    xytext=(0, 9),
                     textcoords="offset points",
+                    ha="center",
                 )
-            ax.set_yscale("log")
+            ax.set_yticks(range(len(chis)))
+            ax.set_yticklabels([f"chi {c:g}" for c in chis])
+            ax.set_ylim(-0.5, len(chis) - 0.1)
+            ax.set_xlim(min(xs) - 0.35, max(xs) + 0.35)
             ax.set_xlabel("rho sqrt(s)")
-            ax.set_ylabel("chi_2 = N_1 / N_2")
             size = "" if s is None else f", d={d}, s={s}"
-            ax.set_title(f"{mode.upper()}, {loss} loss{size}", fontsize=10)
+            ax.set_title(f"{mode.upper()}, {loss} loss{size}", fontsize=9)
             ax.grid(alpha=0.3)
     for name, c in colors.items():
         axes[0][0].scatter([], [], color=c, label=name)
-    axes[0][0].legend(fontsize=7, loc="upper left")
+    axes[0][0].legend(fontsize=6, loc="lower left")
     fig.suptitle(
-        "Theorem 2's race: samples to learn (L) and to forget (F), median over seeds; * = best eta on the grid's edge",
-        fontsize=10,
+        "Theorem 2's race: samples to learn (L) and to forget (F), median over seeds; k/n = seeds that forget first;"
+        " * = best eta on the grid's edge",
+        fontsize=9,
     )
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
     return fig
 
 
