@@ -56,6 +56,8 @@ class W2SConfig:
     center_samples: int = 65536  # inputs per seed for that estimate
     weak_bound: float = 0.0  # > 0: weak output b tanh(f_weak / b) (bounded; then clip=0 needs no clip)
     weak_norm: str = "planted"  # "planted" or "unit": weak neurons with unit norm inside V_kappa, same alignment
+    strong_bias: str = "none"  # "none" or "trained": a scalar output bias of the strong model, trained by the same SGD
+    bias_eta: float = 0.05  # its step size (b <- b - bias_eta * mean residual); squared loss only
     label_samples: int = 32768  # inputs per seed for the labels' reported mean, variance, Hermite coefficients
     risk_samples: int = 8192  # fresh inputs per seed (and per distribution) for the test risks and PGR
     # optimisation
@@ -108,7 +110,7 @@ class W2SConfig:
             bad("pi", "reward weights must be positive")
         if any((not isinstance(n, int)) or n < 1 for n in self.group_sizes):
             bad("group_sizes", "must be positive integers")
-        for name in ("eta_w2s", "eta_sft", "c"):
+        for name in ("eta_w2s", "eta_sft", "c", "bias_eta"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 bad(name, "must be a positive number")
@@ -134,6 +136,7 @@ class W2SConfig:
             "weak": ("planted", "trained", "scratch"),
             "weak_norm": ("planted", "unit"),
             "label_center": ("none", "mean"),
+            "strong_bias": ("none", "trained"),
             "transform": tuple(TRANSFORMS),
             "loss": ("squared", "correlation"),
             "schedule": ("constant", "anneal"),
@@ -142,6 +145,11 @@ class W2SConfig:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 bad(name, f"must be one of {list(allowed)}")
+        if self.strong_bias == "trained" and self.loss != "squared":
+            bad(
+                "strong_bias",
+                "needs loss=squared (with the correlation loss a bias never enters the first layer's step)",
+            )
         if not self.device.startswith(("cpu", "cuda")):
             bad("device", "must be 'cpu' or 'cuda[:i]'")
         if not self.modes or any(m not in MODES for m in self.modes):
