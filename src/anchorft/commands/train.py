@@ -40,7 +40,14 @@ def _estimate(argv: list[str]) -> int:
     p.add_argument("--gpus", type=int, default=8, help="memory per GPU: GPUs sharing ZeRO-2's partitions")
     p.add_argument("--per_device", type=int, default=2, help="memory per GPU: sequences per device")
     p.add_argument("--iw_reference", action="store_true", help="memory per GPU: add IW-SFT's bf16 reference copy")
+    p.add_argument("--anchor_rank_rule", default=None, help="energy:F (needs the weights: a model folder)")
+    p.add_argument("--anchor_memory", type=int, default=None, help="byte budget (needs the weights)")
+    p.add_argument("--anchor_map", default=None, help="YAML / JSON map name regex -> rank (needs the weights)")
+    p.add_argument("--anchor_layers", default=None, help="layer ranges or regex")
+    p.add_argument("--anchor_lambda_rest", type=float, default=0.0, help="remainder L2 (stores W_0)")
     a = p.parse_args(argv)
+    if a.anchor_rank_rule or a.anchor_memory or a.anchor_map or a.anchor_layers:
+        return _estimate_resolved(a)
     try:
         for path in a.model_config:
             res = estimate(
@@ -58,6 +65,60 @@ def _estimate(argv: list[str]) -> int:
             )
             print(format_memory(mem, a.stage, a.gpus, a.per_device, a.seq_len))
             print()
+    except ValueError as e:
+        print(f"anchorft train --estimate: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _estimate_resolved(a) -> int:
+    """Per-matrix ranks of the rules / map / budget / layers, resolved on the weights of a model folder."""
+    import os
+
+    from anchorft.rpsft.anchor_plan import describe, parse_rank_rule
+    from anchorft.rpsft.train import WEIGHT_FILES
+
+    try:
+        if a.anchor_rank_rule:
+            rule = parse_rank_rule(a.anchor_rank_rule)
+            if rule.kind == "fisher":
+                raise ValueError(
+                    "fisher rules need F_ood G from calibration data (anchorft.analysis.fisher."
+                    "fisher_gradient_product); --estimate resolves energy rules, maps, layers and budgets"
+                )
+        for path in a.model_config:
+            names = set(os.listdir(path)) if os.path.isdir(path) else set()
+            if not names & set(WEIGHT_FILES) and not any(n.endswith(".safetensors") for n in names):
+                raise ValueError(
+                    f"{path}: rank rules, maps, layers and budgets are resolved on the weights: pass a model folder "
+                    "that holds them (a config.json alone gives only the uniform-rank estimate)"
+                )
+            import torch
+            from transformers import AutoModelForCausalLM
+
+            from anchorft.rpsft.anchor import SubspaceAnchor
+            from anchorft.rpsft.anchor_plan import anchor_numbers
+
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+            bpn = a.bytes_per_number
+            dtype = {4: torch.float32, 2: torch.bfloat16, 8: torch.float64}.get(bpn, torch.float32)
+            planned = SubspaceAnchor.plan(
+                model,
+                a.anchor_rank_rule or a.anchor_rank,
+                include_embeddings=not a.no_embeddings,
+                dtype=dtype,
+                rank_map=a.anchor_map,
+                layers=a.anchor_layers,
+                memory=a.anchor_memory,
+                lambda_rest=a.anchor_lambda_rest,
+            )
+            ranks, shapes = planned["ranks"], planned["shapes"]
+            rest = a.anchor_lambda_rest > 0
+            numbers = sum(anchor_numbers(*shapes[n], k, rest) for n, k in ranks.items())
+            print(f"anchor ranks for {path} (rank {a.anchor_rank_rule or a.anchor_rank}, map {a.anchor_map}, "
+                  f"layers {a.anchor_layers}, memory {a.anchor_memory}):")  # fmt: skip
+            print(describe(ranks, shapes))
+            print(f"  stored: {numbers:,} numbers = {numbers * bpn:,} bytes at {bpn} bytes/number")
     except ValueError as e:
         print(f"anchorft train --estimate: {e}", file=sys.stderr)
         return 2

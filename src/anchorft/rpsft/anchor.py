@@ -249,19 +249,13 @@ class SubspaceAnchor:
         self.meta = dict(meta)
 
     # ------------------------------------------------------------------ construction
-    @classmethod
-    def from_model(
-        cls,
+    @staticmethod
+    def plan(
         model: nn.Module,
         rank: int | str = 768,
         targets: str | Sequence[str] = "all-linear",
         include_embeddings: bool = True,
-        svd: str = "exact",
         dtype: torch.dtype = torch.float32,
-        generator: torch.Generator | None = None,
-        oversample: int = 10,
-        n_iter: int = 4,
-        progress: bool = False,
         *,
         rank_map=None,
         layers: str | None = None,
@@ -270,24 +264,12 @@ class SubspaceAnchor:
         kind: str = "block",
         base_lambda: float = 1.0,
         fisher: dict[str, torch.Tensor] | None = None,
-    ) -> SubspaceAnchor:
-        """Compute U_k, V_k and S_ref = U_k^T W_0 V_k (in fp32 or better) for every selected matrix.
-
-        `rank`: an integer k >= 1 (the paper's uniform rank) or a rule "energy:F" / "fisher:F"
-        (`anchorft.rpsft.anchor_plan`); `rank_map` ({regex: rank | rule | {rank, lambda}}, a YAML / JSON string
-        or file) overrides it per matrix (its lambda is absolute: the matrix's term is weighted by
-        lambda / `base_lambda`); `layers` ("0-1,3" or a regex) narrows `targets`; `memory` (bytes) replaces the
-        global rank by the budget allocation (the rule's kind, energy by default, is the objective); `kind`:
-        "block" (the paper's ||U^T D V||^2) or "subspace" (||U^T D||^2 + ||D V||^2 - ||U^T D V||^2);
-        `lambda_rest` > 0 adds (lambda_rest / base_lambda) x the L2 of the rest of D (stores W_0); `fisher`:
-        {name: F_ood G} for fisher rules (`anchorft.analysis.fisher.fisher_gradient_product`). Every input is
-        checked (one-line ValueError) before any SVD. A matrix at rank 0 is not anchored.
-
-        Matrices with rank >= min(m, n) fall back to L2 (W_0 stored in `dtype`). Under
-        torch.distributed every rank computes, then rank 0's bases are broadcast so all ranks agree
-        bit for bit. `svd="randomized"` records per matrix the relative residual
-        max(||W V - U S||, ||W^T U - V S||) / ||S|| (0 for an exact SVD) in `svd_residual`.
-        """
+        svd: str = "exact",
+    ) -> dict:
+        """The anchor's plan without its bases: {"named": [(name, param)], "ranks": {name: k}, "mapped": {name:
+        map entry}, "rule", "map_entries", "budget": {...}} (what `from_model` builds; `anchorft train --estimate`
+        prints its ranks). Checks every input (one-line ValueError) before any SVD; then only singular values
+        (and, for fisher rules, the bases of F_ood G's projection) are computed."""
         from anchorft.rpsft import anchor_plan as plan
         from anchorft.subspace import cumulative_block_energy, energy_rank
 
@@ -393,6 +375,65 @@ class SubspaceAnchor:
             ranks.update(dict(zip(free, alloc)))
             budget_info["cost"] = budget_info.get("cost", 0.0) + used
 
+        return {
+            "named": named,
+            "ranks": ranks,
+            "mapped": mapped,
+            "rule": rule,
+            "map_entries": entries_map,
+            "budget": budget_info,
+            "shapes": shapes,
+        }
+
+    @classmethod
+    def from_model(
+        cls,
+        model: nn.Module,
+        rank: int | str = 768,
+        targets: str | Sequence[str] = "all-linear",
+        include_embeddings: bool = True,
+        svd: str = "exact",
+        dtype: torch.dtype = torch.float32,
+        generator: torch.Generator | None = None,
+        oversample: int = 10,
+        n_iter: int = 4,
+        progress: bool = False,
+        *,
+        rank_map=None,
+        layers: str | None = None,
+        memory: int | None = None,
+        lambda_rest: float = 0.0,
+        kind: str = "block",
+        base_lambda: float = 1.0,
+        fisher: dict[str, torch.Tensor] | None = None,
+    ) -> SubspaceAnchor:
+        """Compute U_k, V_k and S_ref = U_k^T W_0 V_k (in fp32 or better) for every selected matrix.
+
+        `rank`: an integer k >= 1 (the paper's uniform rank) or a rule "energy:F" / "fisher:F"
+        (`anchorft.rpsft.anchor_plan`); `rank_map` ({regex: rank | rule | {rank, lambda}}, a YAML / JSON string
+        or file) overrides it per matrix (its lambda is absolute: the matrix's term is weighted by
+        lambda / `base_lambda`); `layers` ("0-1,3" or a regex) narrows `targets`; `memory` (bytes) replaces the
+        global rank by the budget allocation (the rule's kind, energy by default, is the objective); `kind`:
+        "block" (the paper's ||U^T D V||^2) or "subspace" (||U^T D||^2 + ||D V||^2 - ||U^T D V||^2);
+        `lambda_rest` > 0 adds (lambda_rest / base_lambda) x the L2 of the rest of D (stores W_0); `fisher`:
+        {name: F_ood G} for fisher rules (`anchorft.analysis.fisher.fisher_gradient_product`). Every input is
+        checked (one-line ValueError) before any SVD. A matrix at rank 0 is not anchored.
+
+        Matrices with rank >= min(m, n) fall back to L2 (W_0 stored in `dtype`). Under
+        torch.distributed every rank computes, then rank 0's bases are broadcast so all ranks agree
+        bit for bit. `svd="randomized"` records per matrix the relative residual
+        max(||W V - U S||, ||W^T U - V S||) / ||S|| (0 for an exact SVD) in `svd_residual`.
+        """
+        from anchorft.rpsft import anchor_plan as plan
+
+        planned = cls.plan(
+            model, rank, targets, include_embeddings, dtype, rank_map=rank_map, layers=layers, memory=memory,
+            lambda_rest=lambda_rest, kind=kind, base_lambda=base_lambda, fisher=fisher, svd=svd,
+        )  # fmt: skip
+        named, ranks, mapped, rule = planned["named"], planned["ranks"], planned["mapped"], planned["rule"]
+        entries_map, budget_info = planned["map_entries"], planned["budget"]
+        rest = lambda_rest > 0
+        compute_dtype = torch.float64 if dtype == torch.float64 else torch.float32
         entries = []
         iterator = named
         if progress:

@@ -56,6 +56,11 @@ class RLStageSettings:
     seed: int = 0
     skill_eval_items: int = 100  # held-out items per prompt skill for its greedy accuracy before/after
     save_models: bool = True
+    # the weight anchor during DAPO (RLSettings.anchor_*; docs/anchoring.md): W_0 = each RL starting model
+    anchor_method: str = "none"  # "none", "rpsft" or "l2"
+    anchor_rank: int = 24
+    anchor_lambda: float = 1.0
+    anchor_kind: str = "block"
 
     def validate(self) -> None:
         for name in ("steps", "prompts_per_step", "max_completion_length", "n_prompts"):
@@ -67,6 +72,7 @@ class RLStageSettings:
             raise ValueError("learning_rate and temperature: must be > 0")
         if self.skill_eval_items < 0:
             raise ValueError(f"skill_eval_items: must be >= 0, got {self.skill_eval_items}")
+        self.rl_settings().validate()  # the anchor options
         bad = [s for s in self.prompt_skills if s not in MATH_SKILLS]
         if bad:
             raise ValueError(f"prompt_skills: {bad} are not ID math skills {MATH_SKILLS}")
@@ -83,6 +89,10 @@ class RLStageSettings:
             temperature=self.temperature,
             seed=self.seed,
             save_model=self.save_models,
+            anchor_method=self.anchor_method,
+            anchor_rank=self.anchor_rank,
+            anchor_lambda=self.anchor_lambda,
+            anchor_kind=self.anchor_kind,
         )
 
 
