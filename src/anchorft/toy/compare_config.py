@@ -213,7 +213,7 @@ def expand_sweeps(runs: list[RunSpec], sweeps: list[str]) -> list[RunSpec]:
                 "anchor_memory": "mem",
                 "anchor_lambda_rest": "rest",
                 "anchor_kind": "kind",
-            }[key]
+            }.get(key, "k")
             for v in values:
                 base = r.name.split("-k")[0] if key == "anchor_rank" else r.name
                 name = f"{base}-k{v}" if key == "anchor_rank" else f"{base}-{short}{v}"
