@@ -78,3 +78,34 @@ def test_estimate_prints_resolved_ranks_from_a_model_folder(rp, tmp_path, capsys
     err = capsys.readouterr().err
     assert rc == 2 and "resolved on the weights" in err
     assert err.count("\n") == 1
+
+
+def test_cli_train_with_a_fisher_rule_and_a_map_in_yaml(rp, tokenizer_dir, tmp_path):
+    import json
+
+    from anchorft.commands.train import main
+    from anchorft.eval.loading import load_tokenizer
+
+    tok = load_tokenizer(tokenizer_dir)
+    mdir = tmp_path / "m"
+    rp.tiny_model("llama", len(tok)).save_pretrained(mdir)
+    tok.save_pretrained(mdir)
+    for name, seed in (("id.jsonl", 0), ("ood.jsonl", 1)):
+        with open(tmp_path / name, "w") as f:
+            for p, c in rp.make_texts(6, seed):
+                f.write(json.dumps({"prompt": p, "completion": c}) + "\n")
+    out = tmp_path / "run"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "# anchorft train --config c.yaml\n"
+        f"model_name_or_path: {mdir}\ndataset: {tmp_path / 'id.jsonl'}\noutput_dir: {out}\n"
+        f"method: rpsft\nanchor_rank_rule: 'fisher:0.5'\nanchor_calibration: {tmp_path / 'ood.jsonl'}\n"
+        "anchor_calibration_samples: 4\nanchor_map: {'lm_head': 0}\nmax_steps: 1\nper_device_train_batch_size: 2\n"
+        "max_length: 32\nreport_to: []\nsave_strategy: 'steps'\nsave_steps: 1\nlogging_steps: 1\ndisable_tqdm: true\n"
+    )
+    assert main(["--config", str(cfg)]) == 0
+    anchor = SubspaceAnchor.load(out / "checkpoint-1" / "anchor")
+    assert anchor.meta["rank"] == "fisher:0.5" and anchor.ranks["lm_head.weight"] == 0
+    assert len(set(anchor.ranks.values())) > 1
+    cfg.write_text(cfg.read_text().replace(f"anchor_calibration: {tmp_path / 'ood.jsonl'}\n", ""))
+    assert main(["--config", str(cfg)]) == 2  # a fisher rule without calibration data: one-line error

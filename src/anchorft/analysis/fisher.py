@@ -34,6 +34,7 @@ __all__ = [
     "nested_block_energy",
     "fisher_vector_product",
     "fisher_gradient_product",
+    "fisher_product_from_files",
     "fisher_overlap",
     "fisher_projected_overlap",
 ]
@@ -135,6 +136,26 @@ def fisher_gradient_product(
     model.zero_grad(set_to_none=True)
     model.train(was_training)
     return fg
+
+
+def fisher_product_from_files(
+    model: torch.nn.Module,
+    tokenizer,
+    id_path: str,
+    ood_path: str,
+    names: list[str],
+    samples: int = 32,
+    max_length: int = 512,
+    dtype: torch.dtype = torch.float64,
+    progress: bool = False,
+) -> dict[str, torch.Tensor]:
+    """`fisher_gradient_product` on the first `samples` rows of two JSONL files (`anchorft.analysis.prompts`
+    format: prompt and completion), one example per batch: the calibration of the anchor's `fisher:F` rule."""
+    from anchorft.analysis.prompts import encode_batch, load_prompts
+
+    id_b = [encode_batch(tokenizer, [it], max_length, with_completion=True) for it in load_prompts(id_path, samples)]
+    ood = [encode_batch(tokenizer, [it], max_length, with_completion=True) for it in load_prompts(ood_path, samples)]
+    return fisher_gradient_product(model, id_b, ood, names, dtype, progress)
 
 
 def fisher_projected_overlap(

@@ -28,7 +28,8 @@ def _parser() -> argparse.ArgumentParser:
         "--sweep",
         action="append",
         default=[],
-        help="key=v1,v2,... (anchor_rank, anchor_lambda, anchor_targets, learning_rate); repeatable",
+        help="key=v1,v2,... (anchor_rank, anchor_lambda, anchor_targets, learning_rate, anchor_rank_rule, "
+        "anchor_layers, anchor_memory, anchor_lambda_rest, anchor_kind); repeatable",
     )
     cmp_.add_argument("--seeds", type=int, nargs="+", default=None, help="override the preset's seeds")
     cmp_.add_argument(

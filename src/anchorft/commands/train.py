@@ -125,6 +125,29 @@ def _estimate_resolved(a) -> int:
     return 0
 
 
+def _fisher_calibration(args, script, tok):
+    """(model, tokenizer, {name: F_ood G}) for a fisher:F rank rule, from the calibration JSONL files."""
+    from anchorft.analysis.fisher import fisher_product_from_files
+    from anchorft.eval.loading import load_tokenizer
+    from anchorft.rpsft.anchor import select_parameters
+    from anchorft.rpsft.anchor_plan import select_layers
+    from anchorft.rpsft.train import load_model
+
+    if not args.anchor_calibration:
+        raise ValueError("anchor_rank_rule fisher:F needs --anchor_calibration (a JSONL of out-of-domain rows)")
+    id_path = args.anchor_calibration_id or script.dataset
+    if not str(id_path).endswith(".jsonl"):
+        raise ValueError("fisher:F: set --anchor_calibration_id to a JSONL of in-domain rows")
+    model = load_model(script.model_name_or_path, args)
+    tok = tok or load_tokenizer(script.model_name_or_path, trust_remote_code=bool(args.trust_remote_code))
+    names = [n for n, _ in select_parameters(model, args.anchor_targets, args.anchor_include_embeddings)]
+    names = select_layers(names, args.anchor_layers)
+    fisher = fisher_product_from_files(
+        model, tok, id_path, args.anchor_calibration, names, args.anchor_calibration_samples, args.max_length or 512
+    )
+    return model, tok, fisher
+
+
 def dry_run_main(argv: Sequence[str]) -> int:
     """`anchorft train --config X.yaml --dry-run [--dry_run_steps N] [--output_dir D] [--field value ...]`.
 
@@ -208,8 +231,11 @@ def main(argv: list[str]) -> int:
     if script.tokenizer_name_or_path:
         tok = load_tokenizer(script.tokenizer_name_or_path, trust_remote_code=bool(args.trust_remote_code))
     try:
+        model, fisher = script.model_name_or_path, None
+        if args.anchored and str(args.anchor_rank_rule or "").startswith("fisher"):
+            model, tok, fisher = _fisher_calibration(args, script, tok)
         trainer = train(
-            args, script.model_name_or_path, script.dataset, tokenizer=tok, eval_dataset=script.eval_dataset
+            args, model, script.dataset, tokenizer=tok, eval_dataset=script.eval_dataset, anchor_fisher=fisher
         )
     except ValueError as e:
         print(f"anchorft train: {e}", file=sys.stderr)

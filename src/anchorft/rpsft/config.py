@@ -110,6 +110,19 @@ class RPSFTConfig(SFTConfig):
             "choices": ["block", "subspace"],
         },
     )
+    anchor_calibration: str | None = field(
+        default=None,
+        metadata={
+            "help": "fisher:F calibration (`anchorft train`): a JSONL of out-of-domain prompt/completion rows for "
+            "F_ood; the in-domain gradient G comes from anchor_calibration_id (default: the --dataset JSONL)."
+        },
+    )
+    anchor_calibration_id: str | None = field(
+        default=None, metadata={"help": "fisher:F calibration: in-domain JSONL (default: the training dataset)."}
+    )
+    anchor_calibration_samples: int = field(
+        default=32, metadata={"help": "fisher:F calibration: examples per file (one gradient each)."}
+    )
     anchor_include_embeddings: bool = field(
         default=True, metadata={"help": "Also anchor the input embeddings and lm_head (paper: yes)."}
     )
