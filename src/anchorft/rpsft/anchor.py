@@ -485,7 +485,7 @@ class SubspaceAnchor:
                 for t in e.tensors().values():
                     torch.distributed.broadcast(t, src=0)
         meta = {
-            "rank": rank if isinstance(rank, int) else str(rule),
+            "rank": f"memory:{memory}" if memory is not None else (rank if isinstance(rank, int) else str(rule)),
             "targets": targets if isinstance(targets, str) else list(targets),
             "include_embeddings": include_embeddings,
             "svd": svd,
