@@ -46,6 +46,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("--from", dest="sources", nargs="+", required=True, help="comparison folders (results.json)")
     rep.add_argument("--out", required=True, help="output folder (report.md, tradeoff.png, results.json)")
+    rep.add_argument(
+        "--front", nargs="+", default=None, metavar="RUN",
+        help="also front.md: every run against the interpolated front of these runs (and the base)",
+    )  # fmt: skip
     sub.add_parser("rl", add_help=False, help="DAPO from a comparison's models, evaluated before/after (rl -h)")
     p.add_argument(
         "--threads",
@@ -89,6 +93,10 @@ def main(argv: list[str]) -> int:
         save_results(merged, out / RESULTS_FILE)
         write_report(merged, out / "report.md")
         write_tradeoff_plot(merged, out / "tradeoff.png")
+        if args.front:
+            from anchorft.toy.report import write_front
+
+            write_front(merged, args.front, out / "front.md")
         print(f"report: {out / 'report.md'}  ({len(merged['methods'])} runs from {len(parts)} comparisons)")
         return 0
     from anchorft.toy.compare_config import load_config
