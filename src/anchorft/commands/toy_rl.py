@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from anchorft.commands.flags import both_spellings
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -40,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--anchor-rank", type=int, default=24, help="rank k of the rpsft anchor (default 24)")
     p.add_argument("--anchor-lambda", type=float, default=1.0, help="lambda of the anchor (default 1)")
     p.add_argument("--anchor-kind", default="block", choices=("block", "subspace"), help="anchor kind (default block)")
+    p.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
+    both_spellings(p)
     return p
 
 
@@ -66,7 +70,15 @@ def main_rl(argv: list[str]) -> int:
         anchor_kind=args.anchor_kind,
     )
     settings.validate()
-    run_rl_stage(args.compare, args.out, methods=args.methods, settings=settings)
+    from anchorft.runs import claim_output, existing_files, finish, reused
+
     out = Path(args.out) if args.out else Path(args.compare) / "rl"
-    print(f"report: {out / 'report.md'}  results: {out / 'results.json'}  plot: {out / 'reward_curve.png'}")
+    run = {"compare": str(Path(args.compare).resolve()), "methods": args.methods, "settings": vars(settings)}
+    claim = claim_output(out, "toy rl", run, overwrite=args.overwrite)
+    if claim.complete:
+        print(reused(claim))
+        return 0
+    run_rl_stage(args.compare, args.out, methods=args.methods, settings=settings)
+    finish(claim)
+    print(f"wrote {existing_files(out, 'report.md', 'results.json', 'reward_curve.png')}")
     return 0

@@ -32,6 +32,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from anchorft.errors import UsageError
+from anchorft.io import new_file_mode
 from anchorft.subspace import (
     block_residual,
     reference_block,
@@ -278,20 +280,20 @@ class SubspaceAnchor:
         if isinstance(rank, str):
             rule = plan.parse_rank_rule(rank, "anchor rank")
         elif isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-            raise ValueError(f"anchor rank must be an integer >= 1 or 'energy:F' / 'fisher:F', got {rank!r}")
+            raise UsageError(f"anchor rank must be an integer >= 1 or 'energy:F' / 'fisher:F', got {rank!r}")
         else:
             rule = rank
         if svd not in ("exact", "randomized"):
-            raise ValueError(f"anchor svd must be 'exact' or 'randomized', got {svd!r}")
+            raise UsageError(f"anchor svd must be 'exact' or 'randomized', got {svd!r}")
         if kind not in ("block", "subspace"):
-            raise ValueError(f"anchor kind must be 'block' or 'subspace', got {kind!r}")
+            raise UsageError(f"anchor kind must be 'block' or 'subspace', got {kind!r}")
         if not lambda_rest >= 0:
-            raise ValueError(f"anchor lambda_rest must be >= 0, got {lambda_rest!r}")
+            raise UsageError(f"anchor lambda_rest must be >= 0, got {lambda_rest!r}")
         if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int) or memory < 1):
-            raise ValueError(f"anchor memory must be a number of bytes >= 1, got {memory!r}")
+            raise UsageError(f"anchor memory must be a number of bytes >= 1, got {memory!r}")
         entries_map = plan.parse_anchor_map(rank_map)
         if (lambda_rest > 0 or any(e.lam is not None for e in entries_map)) and not base_lambda > 0:
-            raise ValueError("anchor: a map lambda or lambda_rest needs a global anchor lambda > 0")
+            raise UsageError("anchor: a map lambda or lambda_rest needs a global anchor lambda > 0")
         named = select_parameters(model, targets, include_embeddings)
         keep = set(plan.select_layers([n for n, _ in named], layers))
         named = [(n, p) for n, p in named if n in keep]
@@ -305,7 +307,7 @@ class SubspaceAnchor:
             free = [n for n in names if n not in fixed]
             need = plan.min_block_bytes([shapes[n] for n in free] or list(shapes.values()), bpn, rest)
             if memory < need:
-                raise ValueError(
+                raise UsageError(
                     f"anchor memory {memory:,} bytes is below the cheapest rank-1 block ({need:,} bytes at "
                     f"{bpn} bytes/number)"
                 )
@@ -317,7 +319,7 @@ class SubspaceAnchor:
         if uses_fisher:
             missing = [n for n in names if fisher is None or n not in fisher]
             if missing:
-                raise ValueError(
+                raise UsageError(
                     f"anchor: fisher rules need F_ood G per matrix (fisher=, from "
                     f"anchorft.analysis.fisher.fisher_gradient_product); missing for {missing[:4]}"
                 )
@@ -793,9 +795,11 @@ class SubspaceAnchor:
         }
         fd, tmp = tempfile.mkstemp(dir=path, suffix=".tmp")
         os.close(fd)
+        os.chmod(tmp, new_file_mode())
         save_file(tensors, tmp, metadata={"format": "pt", "anchorft": "subspace-anchor"})
         os.replace(tmp, os.path.join(path, "anchor.safetensors"))
         fd, tmp = tempfile.mkstemp(dir=path, suffix=".tmp")
+        os.chmod(tmp, new_file_mode())
         with os.fdopen(fd, "w") as f:
             json.dump(meta, f, indent=1)
         os.replace(tmp, os.path.join(path, "anchor.json"))

@@ -15,6 +15,8 @@ curves, before any basis is computed; every bad input is a one-line ValueError r
 - Budget (`allocate_ranks`): ranks that maximise the protected energy under a byte budget, by the greedy on the
   upper concave hull of each matrix's (bytes, energy) points (Sinha and Zoltners 1979, for the multiple-choice
   knapsack): never over budget; its gap to the optimum is bounded by the value of one hull segment.
+
+Bad input is an `anchorft.errors.UsageError` (a ValueError): one line, exit code 2 in the commands.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from anchorft.errors import UsageError
 
 __all__ = [
     "RankRule",
@@ -67,28 +71,28 @@ def parse_rank_rule(rule: str, field: str = "anchor_rank_rule") -> RankRule:
     kind, sep, frac = str(rule).partition(":")
     kind = kind.strip().lower()
     if not sep or kind not in ("energy", "fisher"):
-        raise ValueError(f"{field}: expected 'energy:F' or 'fisher:F' (F in [0, 1]), got {rule!r}")
+        raise UsageError(f"{field}: expected 'energy:F' or 'fisher:F' (F in [0, 1]), got {rule!r}")
     try:
         f = float(frac)
     except ValueError:
-        raise ValueError(f"{field}: fraction must be a number in [0, 1], got {frac!r} in {rule!r}") from None
+        raise UsageError(f"{field}: fraction must be a number in [0, 1], got {frac!r} in {rule!r}") from None
     if not 0.0 <= f <= 1.0:
-        raise ValueError(f"{field}: fraction must be in [0, 1], got {f:g} in {rule!r}")
+        raise UsageError(f"{field}: fraction must be in [0, 1], got {f:g} in {rule!r}")
     return RankRule(kind, f)
 
 
 def _rank_value(value, where: str) -> int | RankRule:
     if isinstance(value, bool):
-        raise ValueError(f"{where}: rank must be an integer >= 0 or 'energy:F' / 'fisher:F', got {value!r}")
+        raise UsageError(f"{where}: rank must be an integer >= 0 or 'energy:F' / 'fisher:F', got {value!r}")
     if isinstance(value, int):
         if value < 0:
-            raise ValueError(f"{where}: rank must be >= 0, got {value}")
+            raise UsageError(f"{where}: rank must be >= 0, got {value}")
         return value
     if isinstance(value, str):
         if value.strip().isdigit():
             return int(value)
         return parse_rank_rule(value, where)
-    raise ValueError(f"{where}: rank must be an integer >= 0 or 'energy:F' / 'fisher:F', got {value!r}")
+    raise UsageError(f"{where}: rank must be an integer >= 0 or 'energy:F' / 'fisher:F', got {value!r}")
 
 
 def parse_anchor_map(spec) -> list[MapEntry]:
@@ -107,29 +111,29 @@ def parse_anchor_map(spec) -> list[MapEntry]:
         try:
             spec = yaml.safe_load(text)
         except yaml.YAMLError as e:
-            raise ValueError(f"anchor_map: not YAML / JSON: {str(e).splitlines()[0]}") from None
+            raise UsageError(f"anchor_map: not YAML / JSON: {str(e).splitlines()[0]}") from None
     if isinstance(spec, list):  # [[regex, value], ...] keeps the order explicit
         spec = dict(spec)
     if not isinstance(spec, dict):
-        raise ValueError(f"anchor_map: expected a mapping of name regex -> rank / {{rank, lambda}}, got {spec!r}")
+        raise UsageError(f"anchor_map: expected a mapping of name regex -> rank / {{rank, lambda}}, got {spec!r}")
     out = []
     for pattern, value in spec.items():
         where = f"anchor_map[{pattern!r}]"
         try:
             re.compile(str(pattern))
         except re.error as e:
-            raise ValueError(f"{where}: invalid regular expression: {e}") from None
+            raise UsageError(f"{where}: invalid regular expression: {e}") from None
         rank, lam = None, None
         if isinstance(value, dict):
             unknown = set(value) - {"rank", "lambda"}
             if unknown:
-                raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; use 'rank' and 'lambda'")
+                raise UsageError(f"{where}: unknown key(s) {sorted(unknown)}; use 'rank' and 'lambda'")
             if "rank" in value:
                 rank = _rank_value(value["rank"], where)
             if "lambda" in value:
                 lam = value["lambda"]
                 if isinstance(lam, bool) or not isinstance(lam, (int, float)) or lam < 0:
-                    raise ValueError(f"{where}: lambda must be a number >= 0, got {lam!r}")
+                    raise UsageError(f"{where}: lambda must be a number >= 0, got {lam!r}")
                 lam = float(lam)
         else:
             rank = _rank_value(value, where)
@@ -156,17 +160,17 @@ def select_layers(names: Sequence[str], layers: str | None) -> list[str]:
             lo, _, hi = part.partition("-")
             a, b = int(lo), int(hi or lo)
             if b < a:
-                raise ValueError(f"anchor_layers: empty range {part.strip()!r} in {spec!r}")
+                raise UsageError(f"anchor_layers: empty range {part.strip()!r} in {spec!r}")
             wanted.update(range(a, b + 1))
         chosen = [n for n in names if layer_index(n) in wanted]
     else:
         try:
             pattern = re.compile(spec)
         except re.error as e:
-            raise ValueError(f"anchor_layers: invalid regular expression {spec!r}: {e}") from None
+            raise UsageError(f"anchor_layers: invalid regular expression {spec!r}: {e}") from None
         chosen = [n for n in names if pattern.search(n)]
     if not chosen:
-        raise ValueError(f"anchor_layers={spec!r} matches none of the anchored matrices {list(names)}")
+        raise UsageError(f"anchor_layers={spec!r} matches none of the anchored matrices {list(names)}")
     return chosen
 
 
@@ -177,7 +181,7 @@ def map_for(names: Sequence[str], entries: Sequence[MapEntry]) -> dict[str, MapE
     for e in entries:
         hits = [n for n in names if re.search(e.pattern, n)]
         if not hits:
-            raise ValueError(f"anchor_map: {e.pattern!r} matches none of the anchored matrices {list(names)}")
+            raise UsageError(f"anchor_map: {e.pattern!r} matches none of the anchored matrices {list(names)}")
         for n in hits:
             out.setdefault(n, e)
     return out
@@ -326,19 +330,19 @@ def validate_options(obj) -> None:
     parse_anchor_map(getattr(obj, "anchor_map", None))
     kind = getattr(obj, "anchor_kind", "block")
     if kind not in ("block", "subspace"):
-        raise ValueError(f"anchor_kind must be 'block' or 'subspace', got {kind!r}")
+        raise UsageError(f"anchor_kind must be 'block' or 'subspace', got {kind!r}")
     rest = getattr(obj, "anchor_lambda_rest", 0.0)
     if isinstance(rest, bool) or not isinstance(rest, (int, float)) or not rest >= 0:
-        raise ValueError(f"anchor_lambda_rest must be a number >= 0, got {rest!r}")
+        raise UsageError(f"anchor_lambda_rest must be a number >= 0, got {rest!r}")
     mem = getattr(obj, "anchor_memory", None)
     if mem is not None and (isinstance(mem, bool) or not isinstance(mem, int) or mem < 1):
-        raise ValueError(f"anchor_memory must be a number of bytes >= 1, got {mem!r}")
+        raise UsageError(f"anchor_memory must be a number of bytes >= 1, got {mem!r}")
     layers = getattr(obj, "anchor_layers", None)
     if layers not in (None, "") and not _RANGES.match(str(layers)):
         try:
             re.compile(str(layers))
         except re.error as e:
-            raise ValueError(f"anchor_layers: invalid regular expression {layers!r}: {e}") from None
+            raise UsageError(f"anchor_layers: invalid regular expression {layers!r}: {e}") from None
 
 
 def build_kwargs(obj, lam: float, full_rank: bool = False) -> dict:
