@@ -107,8 +107,6 @@ def test_cli_main_rl_validates(tmp_path):
 
 
 def test_rl_stage_passes_the_anchor_to_dapo():
-    from anchorft.toy.rl_stage import RLStageSettings
-
     s = RLStageSettings(anchor_method="rpsft", anchor_rank=12, anchor_lambda=0.5, anchor_kind="subspace")
     s.validate()
     d = s.rl_settings()
