@@ -492,7 +492,7 @@ class SubspaceAnchor:
             "include_embeddings": include_embeddings,
             "svd": svd,
             "dtype": str(dtype).removeprefix("torch."),
-            "fingerprint": weights_fingerprint(named),
+            "fingerprint": weights_fingerprint([(n, p) for n, p in named if ranks[n] > 0]),  # what check_model sees
             "svd_residual_max": max((e.svd_residual for e in entries), default=0.0),
             "kind": kind,
             "layers": layers,
