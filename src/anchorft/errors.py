@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["UsageError", "one_line", "debug_enabled", "read_yaml", "check_jsonl", "check_keys", "check_types"]
+__all__ += ["check_mapping_types"]
 __all__ += ["EXIT_USAGE", "EXIT_INTERRUPTED"]
 
 EXIT_USAGE = 2
@@ -152,6 +153,20 @@ def check_keys(value: Any, cls: type, where: str) -> dict:
             close = difflib.get_close_matches(str(key), names, n=3, cutoff=0.6)
             hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else f"; known: {', '.join(names)}"
             raise UsageError(f"{where}: unknown key {key!r}{hint}")
+    return value
+
+
+def check_mapping_types(value: dict, cls: type, where: str) -> dict:
+    """Each value of the mapping has the annotated type of the field of dataclass `cls` it names, else a
+    UsageError naming `where`: key, the value and the type expected (keys that are no field are left alone)."""
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    for key, v in value.items():
+        tp = hints.get(key, Any)
+        if not _type_ok(v, tp):
+            name = getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+            raise UsageError(f"{where}: {key}: expected {name}, got {v!r} ({type(v).__name__})")
     return value
 
 

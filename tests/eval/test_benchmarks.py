@@ -242,3 +242,47 @@ def test_format_prompts_needs_a_chat_template(tmp_path):
     f.write_text(_line() + "\n")
     with pytest.raises(ValueError, match="chat_template"):
         format_prompts(SimpleNamespace(chat_template=None), load_bench(f).items)
+
+
+def test_run_eval_through_the_vllm_backend_with_a_stand_in_engine(tiny_model_dir, tmp_path, checker, monkeypatch):
+    """--backend vllm: token ids of the chat-formatted prompt (no second BOS), one seed per item index,
+    a greedy request at temperature 0, results mapped back to their items."""
+    from types import SimpleNamespace
+
+    from anchorft.eval import benchmarks, vllm_backend
+    from anchorft.eval.hf_backend import row_seed
+
+    log: list = []
+    heads: list = []
+
+    class Engine:
+        def generate(self, prompts, params, use_tqdm=True):
+            log.append([p.kw for p in params])
+            heads.extend(p["prompt_token_ids"][:2] for p in prompts)
+            return [
+                SimpleNamespace(outputs=[SimpleNamespace(index=j, text=f"\\boxed{{{sp.kw['seed'] % 97}}}") for j in
+                                         range(sp.kw["n"])])
+                for sp in params
+            ]  # fmt: skip
+
+    class Params:
+        def __init__(self, **kw):
+            self.kw = kw
+
+    real = vllm_backend.VLLMBackend
+    monkeypatch.setattr(benchmarks, "resolve_backend", lambda b: "vllm")
+    monkeypatch.setattr(
+        vllm_backend, "VLLMBackend", lambda model_dir, seed: real(model_dir, seed=seed,
+                                                                  engine_factory=lambda r: Engine(),
+                                                                  sampling_cls=Params)
+    )  # fmt: skip
+    f = tmp_path / "b.jsonl"
+    f.write_text("".join(_line(f"What is {i}+{i}?", str(row_seed(5, i, 0) % 97)) + "\n" for i in range(3)))
+    metrics = run_eval(tiny_model_dir, [f], tmp_path / "o", n=2, k=1, seed=5, backend="vllm", checker=checker)
+    assert [kw["temperature"] for kw in log[0]] == [0.7] * 3 and [kw["temperature"] for kw in log[1]] == [0.0] * 3
+    assert [kw["seed"] for kw in log[0]] == [row_seed(5, i, 0) for i in range(3)]
+    assert metrics["b"]["avg@k"] == 1.0 and metrics["b"]["greedy_acc"] == 1.0  # each item got its own seed's text
+    from transformers import AutoTokenizer
+
+    bos = AutoTokenizer.from_pretrained(tiny_model_dir).bos_token_id
+    assert heads and all(h[0] == bos and h[1] != bos for h in heads)

@@ -1,4 +1,4 @@
-"""Worker for tests/rpsft/test_distributed.py, run under torchrun (gloo, CPU).
+"""Worker for tests/rpsft/test_trainer_distributed.py, run under torchrun (gloo, CPU).
 
 torchrun --nproc_per_node 2 dist_worker.py ddp  TOKENIZER_DIR OUT_DIR
 torchrun --nproc_per_node 2 dist_worker.py fsdp2 OUT_DIR
@@ -20,11 +20,11 @@ torch.set_num_threads(1)
 
 
 def ddp(tok_dir: str, out: str) -> None:
-    from conftest import base_args, pc_dataset, tiny_model
     from safetensors.torch import save_file
 
     from anchorft.eval.loading import load_tokenizer
     from anchorft.rpsft.trainer import RPSFTTrainer
+    from conftest import base_args, pc_dataset, tiny_model
 
     tok = load_tokenizer(tok_dir)
     model = tiny_model("llama", len(tok))
@@ -52,11 +52,11 @@ def ddp_kwargs(per_device: int) -> dict:
 
 def fsdp2(out: str) -> None:
     """The shard-aware penalty gradient on FSDP2 (fully_shard) parameters equals the unsharded one."""
-    from conftest import tiny_model
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     from anchorft.rpsft.anchor import SubspaceAnchor
+    from conftest import tiny_model
 
     dist.init_process_group("gloo")
     m = tiny_model("llama", 63, hidden=40, inter=51)  # odd row counts: uneven shards
@@ -126,11 +126,11 @@ def zero_kwargs(per_device: int) -> dict:
 
 def zero(stage: str, tok_dir: str, out: str) -> None:
     """RPSFTTrainer under DeepSpeed ZeRO-`stage` (2 processes); writes the final full weights and the log."""
-    from conftest import base_args, pc_dataset, tiny_model
     from safetensors.torch import save_file
 
     from anchorft.eval.loading import load_tokenizer
     from anchorft.rpsft.trainer import RPSFTTrainer
+    from conftest import base_args, pc_dataset, tiny_model
 
     deepspeed_state()
     ds_config = {

@@ -8,9 +8,9 @@ from anchorft.w2s.config import PRESET_DIR, W2SConfig, apply_overrides, load_con
 def test_defaults_are_the_design_note():
     c = W2SConfig().validate()
     assert (c.d, c.s, c.n_tasks, c.rho, c.group_sizes, c.c) == (1024, 128, 2, 0.3, [32, 128], 0.3)
-    assert (c.activation, c.links, c.weak_neurons, c.weak_alignment, c.clip) == (
+    assert (c.activation, c.link, c.weak_neurons, c.weak_alignment, c.clip) == (
         "he2+he4",
-        ["he4", "he4"],
+        "he4",
         16,
         0.95,
         2.0,
@@ -18,11 +18,9 @@ def test_defaults_are_the_design_note():
 
 
 def test_overrides_coerce_types():
-    c = apply_overrides(
-        W2SConfig(), ["steps=1e3", "rho=0.5", "group_sizes=8,16", "links=[he3, he4]", "loss=correlation"]
-    )
+    c = apply_overrides(W2SConfig(), ["steps=1e3", "rho=0.5", "group_sizes=8,16", "link=he3", "loss=correlation"])
     assert c.steps == 1000 and isinstance(c.steps, int)
-    assert c.rho == 0.5 and c.group_sizes == [8, 16] and c.links == ["he3", "he4"] and c.loss == "correlation"
+    assert c.rho == 0.5 and c.group_sizes == [8, 16] and c.link == "he3" and c.loss == "correlation"
 
 
 def test_unknown_key_and_bad_value():
@@ -47,7 +45,7 @@ def test_unknown_key_and_bad_value():
         ({"eta_w2s": 0.0}, "eta_w2s"),
         ({"eta_sft": -1.0}, "eta_sft"),
         ({"activation": "swish"}, "activation"),
-        ({"links": ["he4", "sin"]}, "links"),
+        ({"link": "sin"}, "link"),
         ({"loss": "hinge"}, "loss"),
         ({"group_sizes": [4]}, "group_sizes"),
         ({"modes": ["rl"]}, "modes"),
@@ -69,3 +67,10 @@ def test_presets_load_by_name_and_path_and_start_with_their_command():
     assert a == b and a.d == 1024 and a.s == 128 and a.n_seeds == 3
     with pytest.raises(ValueError, match="unknown preset"):
         load_config("no-such-preset")
+
+
+def test_only_the_target_link_is_a_setting():
+    """The other tasks enter through theta_k and pi_k only: a list of links is refused, naming `link`."""
+    with pytest.raises(ValueError, match="did you mean 'link'"):
+        apply_overrides(W2SConfig(), {"links": ["he4", "he4"]})
+    assert apply_overrides(W2SConfig(), ["link=he6"]).link == "he6"

@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from anchorft.commands.w2s import main
-from anchorft.w2s.config import W2SConfig
+from anchorft.w2s.config import PRESET_DIR, W2SConfig
 from anchorft.w2s.experiments import prepare_weak, run_experiment
 from anchorft.w2s.labels import label_mean, label_report, unit_weak_in_subspace, weak_output
 from anchorft.w2s.mechanisms import expand, first_crossing, race_times, validate_mech_spec
@@ -98,7 +98,7 @@ def test_risk_report_pgr_end_points():
         **{**TINY, "group_sizes": [4]},
         n_tasks=1,
         pi=[1.0],
-        links=["he4"],
+        link="he4",
         activation="he4",
         weak_alignment=0.7,
         n_seeds=2,
@@ -112,6 +112,8 @@ def test_risk_report_pgr_end_points():
     iso = report["isotropic"]
     assert iso["risk"]["ceiling"] < 1e-10 and iso["risk"]["weak"] > 0.1
     assert iso["pgr"]["w2s"] == pytest.approx(0.0, abs=1e-9)
+    assert iso["gain_over_weak"]["w2s"] == pytest.approx(0.0, abs=1e-12)  # paired: the same errors, sample by sample
+    assert iso["surpasses_teacher"]["w2s"] is False and iso["surpasses_teacher"]["ceiling"] is True
     report = risk_report(cfg, problem, {"w2s": theta.clone(), "ceiling": theta.clone()})
     assert report["isotropic"]["pgr"]["w2s"] == pytest.approx(1.0, abs=1e-9)
     assert report["generative"]["pgr"]["w2s"] == pytest.approx(1.0, abs=1e-9)
@@ -119,7 +121,7 @@ def test_risk_report_pgr_end_points():
 
 def test_pgr_withheld_when_the_denominator_is_within_noise():
     cfg = W2SConfig(
-        **{**TINY, "group_sizes": [4]}, n_tasks=1, pi=[1.0], links=["he4"], activation="he4", n_seeds=2, steps=1
+        **{**TINY, "group_sizes": [4]}, n_tasks=1, pi=[1.0], link="he4", activation="he4", n_seeds=2, steps=1
     ).validate()
     problem = build_problem(cfg)
     report = risk_report(cfg, problem, {"w2s": problem.weak_u.clone(), "ceiling": problem.weak_u.clone()})
@@ -234,13 +236,64 @@ def test_race_sweep_end_to_end(tmp_path):
     assert len(res["rows"]) == 4  # (mode, loss, x, chi) cells, each at its best step size
     for r in res["rows"]:
         assert r["winner"] in ("learn first", "forget first", "neither") and r["eta"] in r["eta_grid"]
+        learn, forget = r["learn_per_seed"], r["forget_per_seed"]
+        n = sum(f is not None and (ell is None or f < ell) for f, ell in zip(forget, learn))  # a loop, per seed
+        assert r["forget_first_seeds"] == n and r["n_seeds"] == 2
+        assert 0 <= r["turn_first_seeds"] <= r["forget_first_seeds"]  # turning is one way of forgetting
     assert (tmp_path / "out" / "race.png").exists()
+
+
+def test_race_over_sizes_with_a_budget_per_mode(tmp_path):
+    spec = {
+        **RACE,
+        "sizes": [[48, 8], [36, 9]],
+        "mode_steps": {"sft": 40, "w2s": 16},
+        "eta": {"sft": [1.0], "w2s": [0.3]},
+    }
+    res = run_sweep("race", tmp_path / "out", progress=False, spec_path=_write(tmp_path, "r.yaml", spec))
+    assert sorted({(r["d"], r["s"]) for r in res["rows"]}) == [(36, 9), (48, 8)]
+    assert len(res["rows"]) == 2 * 2 * 2  # sizes x modes x overlaps
+    for rec in res["points"]:
+        pt = rec["point"]
+        assert (rec["d"], rec["s"]) == (pt["d"], pt["s"])
+        mode = rec[pt["mode"]]["curves"]["samples"]
+        assert mode[-1] == {"sft": 40, "w2s": 16}[pt["mode"]] * TINY["batch_size"]
+    x2 = [r for r in res["rows"] if r["rho_sqrt_s"] == 2.0 and r["s"] == 9]
+    assert x2 and all(r["rho"] == pytest.approx(2.0 / 3.0) for r in x2)  # rho = rho sqrt(s) / sqrt(s) at that row's s
+
+
+ABLATION_BIAS = {
+    **ABLATION,
+    "factors": {
+        "transform": ["zexp"],
+        "variant": ["clip2"],
+        "center": ["none", "mean"],
+        "bias": ["none", "trained"],
+        "weak_norm": ["unit"],
+        "loss": ["squared"],
+    },
+}
+
+
+def test_ablation_with_a_trained_bias(tmp_path):
+    spec = {**ABLATION_BIAS, "base": {**ABLATION["base"], "steps": 200}}
+    res = run_sweep("ablation", tmp_path / "out", progress=False, spec_path=_write(tmp_path, "a.yaml", spec))
+    assert len(res["rows"]) == 4
+    by = {(r["center"], r["bias"]): r for r in res["rows"]}
+    assert "bias_final" not in by[("none", "none")]
+    raw, centred = by[("none", "trained")], by[("mean", "trained")]
+    # the bias ends near mean(labels) - mean(strong output) (zero mean residual); centring moves it by the labels' mean
+    assert raw["labels_mean"] > 0.15 and raw["bias_final"] > 0.15
+    assert centred["bias_final"] == pytest.approx(raw["bias_final"] - raw["labels_mean"], abs=0.1)
+    assert "| center | bias |" in (tmp_path / "out" / "table.md").read_text().splitlines()[0]
 
 
 @pytest.mark.parametrize(
     "patch, match",
     [
         ({"factors": {"transform": ["identity", "tanh"]}}, "unknown value 'tanh' of factor 'transform'"),
+        ({"factors": {"bias": ["maybe"]}}, "unknown value 'maybe' of factor 'bias'"),
+        ({"factors": {"bias": ["trained"], "loss": ["correlation"]}}, "strong_bias.*squared"),
         ({"factors": {"variant": ["clip9"]}}, "unknown value 'clip9' of factor 'variant'"),
         ({"factors": {"colour": ["red"]}}, "unknown factor 'colour'"),
     ],
@@ -261,6 +314,11 @@ def test_ablation_bad_factor_values_fail_before_work(tmp_path, patch, match):
         ({"eta": {"sft": [-1.0]}}, "positive numbers"),
         ({"eta": {}}, "eta must be non-empty"),
         ({"rho_sqrt_s": []}, "rho_sqrt_s must be non-empty"),
+        ({"sizes": [[48]]}, r"sizes must be \[d, s\] pairs"),
+        ({"sizes": [[48, 0]]}, r"sizes must be \[d, s\] pairs"),
+        ({"sizes": [[16, 16]]}, "n_tasks"),
+        ({"mode_steps": {"ceiling": 10}}, "mode_steps"),
+        ({"mode_steps": {"sft": 0}}, "mode_steps"),
     ],
 )
 def test_race_bad_input_fails_before_work(tmp_path, patch, match):
@@ -284,6 +342,9 @@ def test_shipped_mechanism_specs_validate():
             validate_mech_spec(spec)
             assert expand(spec)
     assert len(expand(load_sweep("ablation"))) == 64
+    for quick in (False, True):
+        spec = load_sweep("ablation", quick, path=PRESET_DIR / "sweep-ablation-bias.yaml")
+        assert {pt["bias"] for pt in expand(spec)} == {"none", "trained"}
 
 
 def test_weak_quality_sweep_end_to_end(tmp_path):
@@ -294,7 +355,7 @@ def test_weak_quality_sweep_end_to_end(tmp_path):
             "group_sizes": [4],
             "n_tasks": 1,
             "pi": [1.0],
-            "links": ["he4"],
+            "link": "he4",
             "modes": ["w2s", "ceiling"],
             "steps": 24,
             "n_seeds": 2,
@@ -309,6 +370,46 @@ def test_weak_quality_sweep_end_to_end(tmp_path):
     assert len(res["rows"]) == 3
     assert all("isotropic_risk_weak" in r and "isotropic_pgr_link" in r for r in res["rows"])
     assert not math.isnan(res["rows"][0]["isotropic_risk_w2s"])
+    assert all(
+        r["isotropic_gain_link"] == pytest.approx(r["isotropic_risk_weak"] - r["isotropic_risk_w2s@link"], abs=1e-9)
+        for r in res["rows"]
+    )
+
+
+def test_weak_quality_with_a_longer_ceiling(tmp_path):
+    spec = {
+        "base": {
+            "preset": "paper",
+            **TINY,
+            "group_sizes": [4],
+            "n_tasks": 1,
+            "pi": [1.0],
+            "link": "he4",
+            "modes": ["w2s", "ceiling"],
+            "steps": 16,
+            "n_seeds": 2,
+            "label_samples": 1000,
+            "risk_samples": 1000,
+        },
+        "weak_alignment": [0.5, 0.9],
+        "ceiling_steps": 48,
+    }
+    res = run_sweep("weak-quality", tmp_path / "out", progress=False, spec_path=_write(tmp_path, "w.yaml", spec))
+    rows, pts = res["rows"], res["points"]
+    assert all(r["ceiling_long_steps"] == 48 and "isotropic_risk_ceiling_long@link" in r for r in rows)
+    # the long ceiling does not see the weak model: one training, the same weights read out at every point
+    assert pts[0]["ceiling_long"]["final_per_seed"] == pts[1]["ceiling_long"]["final_per_seed"]
+    assert pts[0]["risks_long_ceiling"]["isotropic"]["risk"]["ceiling@link"] == pytest.approx(
+        pts[1]["risks_long_ceiling"]["isotropic"]["risk"]["ceiling@link"]
+    )
+    assert pts[0]["ceiling"]["final_per_seed"] != pts[0]["ceiling_long"]["final_per_seed"]
+    with pytest.raises(ValueError, match="ceiling_steps"):
+        run_sweep(
+            "weak-quality",
+            tmp_path / "o2",
+            progress=False,
+            spec_path=_write(tmp_path, "w2.yaml", {**spec, "ceiling_steps": 0}),
+        )
 
 
 def test_cli_ablation_and_race_with_a_spec_file(tmp_path, capsys):

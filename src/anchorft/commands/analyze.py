@@ -16,7 +16,7 @@ import re
 import sys
 from pathlib import Path
 
-from anchorft.commands.flags import both_spellings
+from anchorft.commands.flags import both_spellings, parse_named
 from anchorft.errors import report
 
 
@@ -61,18 +61,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _parse_tuned(items: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for it in items:
-        name, sep, path = it.partition("=")
-        if not sep or not name or not path:
-            raise ValueError(f"--tuned must be NAME=DIR, got {it!r}")
-        if name in out:
-            raise ValueError(f"--tuned: name {name!r} given twice")
-        out[name] = path
-    return out
-
-
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.threads is not None:
@@ -84,12 +72,15 @@ def main(argv: list[str]) -> int:
         torch.set_num_threads(args.threads)
     from anchorft.analysis.run import AnalysisConfig, run_analysis
     from anchorft.analysis.streaming import CheckpointError
-    from anchorft.runs import claim_output, finish
+    from anchorft.runs import claim_output, finish, reused
 
     run = {k: v for k, v in vars(args).items() if k not in ("out", "threads", "overwrite", "device")}
     claim = claim_output(args.out, "analyze", run, overwrite=args.overwrite)
+    if claim.complete:
+        print(reused(claim))
+        return 0
     try:
-        tuned = _parse_tuned(args.tuned)
+        tuned = parse_named(args.tuned, "--tuned")
         base = args.base
         if args.compare and (base is None or not tuned):
             models = Path(args.compare) / "models"

@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from anchorft.commands.flags import both_spellings
+from anchorft.commands.flags import add_sampling_flags, both_spellings, pass_k
 from anchorft.errors import report
 
 
@@ -46,20 +46,10 @@ def _eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--lm-eval", dest="lm_eval", default=None, help="comma-separated lm-eval task names or YAML files")
     p.add_argument("--include-path", action="append", default=[], help="folder of custom lm-eval task YAMLs")
     p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--n", type=int, default=16, help="samples per item")
-    p.add_argument("--k", type=int, default=None, help="k of Pass@k (<= n; default: n)")
-    p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--top_p", "--top-p", dest="top_p", type=float, default=0.95)
-    p.add_argument("--max_new_tokens", "--max-new-tokens", dest="max_new_tokens", type=int, default=4096)
-    p.add_argument("--batch_size", "--batch-size", dest="batch_size", type=int, default=32)
-    p.add_argument("--limit", type=int, default=None, help="first N items of each file (lm-eval: per task)")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-greedy", dest="greedy", action="store_false", help="skip the greedy pass")
-    p.add_argument("--backend", choices=["auto", "hf", "vllm"], default="auto", help="auto: vLLM if installed + GPU")
-    p.add_argument("--skip-bad", action="store_true", help="skip and count malformed lines instead of failing")
+    add_sampling_flags(p, n=16, temperature=0.7, top_p=0.95, max_new_tokens=4096, seed=0, batch_size=32)
     p.add_argument("--num-fewshot", type=int, default=None, help="lm-eval: few-shot examples")
     p.add_argument("--apply-chat-template", action="store_true", help="lm-eval: apply the model's chat template")
-    p.add_argument("--timeout", type=float, default=10.0, help="math-verify timeout per check, seconds")
     p.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
     both_spellings(p)
     return p
@@ -152,7 +142,7 @@ def main(argv: list[str]) -> int:
                 args.bench,
                 args.out,
                 n=args.n,
-                k=args.n if args.k is None else args.k,
+                k=pass_k(args),
                 temperature=args.temperature,
                 top_p=args.top_p,
                 max_new_tokens=args.max_new_tokens,

@@ -2,14 +2,18 @@
 
 TrlParser (HfArgumentParser) already accepts every field as `--snake_case` and `--kebab-case`. Here:
 `--out` is the project's name for TRL's `--output_dir`, `--dataset_name` (TRL's own script flag) is
-`--dataset`, and `--help` lists the project's flags first; `--help-all` prints TRL's full help.
+`--dataset`, and `--help` lists the project's flags first; `--help-all` prints TRL's full help. Also the flags
+several commands share: NAME=DIR pairs (`parse_named`: `analyze --tuned`, `eval suite --models`) and the
+generation and grading flags of `eval` and `eval suite` (`add_sampling_flags`, `pass_k`).
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 
-__all__ = ["both_spellings", "normalize_train_argv", "pop_flag", "short_help"]
+__all__ = ["add_sampling_flags", "both_spellings", "normalize_train_argv", "parse_named", "pass_k", "pop_flag"]
+__all__ += ["short_help"]
 
 ALIASES = {
     "--out": "--output_dir",
@@ -44,6 +48,20 @@ def normalize_train_argv(argv: list[str]) -> list[str]:
         if name in ALIASES:
             a = ALIASES[name] + eq + value
         out.append(a)
+    return out
+
+
+def parse_named(specs: list[str], flag: str) -> dict[str, str]:
+    """NAME=DIR pairs of a repeatable flag (`--tuned`, `--models`) in order; a malformed or repeated name is a
+    ValueError naming the flag."""
+    out: dict[str, str] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"{flag} must be NAME=DIR, got {spec!r}")
+        if name in out:
+            raise ValueError(f"{flag}: the name {name!r} is given twice")
+        out[name] = path
     return out
 
 
@@ -117,3 +135,33 @@ def both_spellings(parser) -> None:
                 if other != opt and other not in parser._option_string_actions:
                     action.option_strings.append(other)
                     parser._option_string_actions[other] = action
+
+
+def add_sampling_flags(
+    p: argparse.ArgumentParser,
+    *,
+    n: int,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+    seed: int,
+    batch_size: int,
+) -> None:
+    """The generation and grading flags of `anchorft eval` and `anchorft eval suite` (defaults given by each):
+    samples, k, sampling, token limit, seed, item limit, backend, batch size, bad lines, math-verify timeout."""
+    p.add_argument("--n", type=int, default=n, help="samples per item")
+    p.add_argument("--k", type=int, default=None, help="k of Avg@k / Pass@k (<= n; default: n)")
+    p.add_argument("--temperature", type=float, default=temperature)
+    p.add_argument("--top_p", type=float, default=top_p)
+    p.add_argument("--max_new_tokens", type=int, default=max_new_tokens)
+    p.add_argument("--seed", type=int, default=seed)
+    p.add_argument("--limit", type=int, default=None, help="first N items of each file (lm-eval: per task)")
+    p.add_argument("--backend", choices=["auto", "hf", "vllm"], default="auto", help="auto: vLLM if installed + GPU")
+    p.add_argument("--batch_size", type=int, default=batch_size, help="rows per batch (transformers; lm-eval)")
+    p.add_argument("--skip-bad", action="store_true", help="skip and count malformed lines instead of failing")
+    p.add_argument("--timeout", type=float, default=10.0, help="math-verify timeout per check, seconds")
+
+
+def pass_k(args: argparse.Namespace) -> int:
+    """k of Avg@k / Pass@k: --k, or --n when not given."""
+    return args.n if args.k is None else args.k

@@ -3,51 +3,42 @@
   anchorft rl --model DIR --dataset FILE.jsonl --out DIR [--config configs/rl/dapo.yaml] [--steps N ...]
 
 The dataset is JSONL in the paper's benchmark format (prompt messages, reward_model.ground_truth)
-or {"prompt": str | messages, "answer": str}. Settings: the paper's DAPO values by default, then a
-YAML --config (keys of anchorft.rpsft.rl.RLSettings), then the command-line flags.
+or {"prompt": str | messages, "answer": str}. Settings: `DAPOConfig` (TRL's GRPOConfig counted in RL steps,
+`anchorft.rpsft.dapo_config`) through TrlParser, as `anchorft train` reads `RPSFTConfig`: its defaults are the
+paper's DAPO values, a YAML `--config` sets fields, and the flags (any field, as --snake_case or --kebab-case)
+override both.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import json
+from dataclasses import dataclass, field
 
-from anchorft.commands.flags import both_spellings
 from anchorft.errors import report
 
 
-def _parser() -> argparse.ArgumentParser:
-    from anchorft.rpsft.rl import RLSettings
+@dataclass
+class RLScriptArguments:
+    """The model, data and output of `anchorft rl` (parsed by TrlParser beside `DAPOConfig`)."""
 
-    p = argparse.ArgumentParser(prog="anchorft rl", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", required=True, help="local SFT checkpoint directory")
-    p.add_argument("--dataset", default=None, help="JSONL prompts with gold answers (required unless --estimate)")
-    p.add_argument("--out", default=None, help="output directory (required unless --estimate)")
-    p.add_argument("--config", default=None, help="YAML of RLSettings fields")
-    p.add_argument("--limit", type=int, default=None, help="use the first N prompts")
-    p.add_argument("--skip-bad", action="store_true", help="skip and count malformed dataset lines")
-    p.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
-    for f in dataclasses.fields(RLSettings):
-        flag = "--" + f.name
-        if f.type in ("bool", bool):
-            p.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=None, metavar="BOOL")
-        elif f.name == "overlong_cache":
-            p.add_argument(flag, type=int, default=None, help="soft overlong punishment window (tokens); 0: off")
-        else:
-            t = str(f.type)
-            conv = int if t.startswith("int") else float if t.startswith("float") else str
-            p.add_argument(flag, type=conv, default=None, help=f"default {f.default}")
-    p.add_argument(
-        "--estimate", action="store_true",
-        help="print the memory estimate for --model (parameters counted from config.json, no weights loaded) "
-        "on 1 and 8 GPUs, and exit",
-    )  # fmt: skip
-    both_spellings(p)
-    return p
+    model: str | None = field(default=None, metadata={"help": "Local SFT checkpoint directory."})
+    dataset: str | None = field(
+        default=None, metadata={"help": "JSONL prompts with gold answers (required unless --estimate)."}
+    )
+    out: str | None = field(default=None, metadata={"help": "Output directory (required unless --estimate)."})
+    limit: int | None = field(default=None, metadata={"help": "Use the first N prompts."})
+    skip_bad: bool = field(default=False, metadata={"help": "Skip and count malformed dataset lines."})
+    overwrite: bool = field(default=False, metadata={"help": "Replace an output folder that holds another run."})
+    estimate: bool = field(
+        default=False,
+        metadata={
+            "help": "Print the memory estimate for --model (parameters counted from config.json, no weights "
+            "loaded) on 1 and 8 GPUs, and exit."
+        },
+    )
 
 
-def _estimate(model_dir: str, settings) -> list[str]:
+def _estimate(model_dir: str, config) -> list[str]:
     from pathlib import Path
 
     import torch
@@ -60,50 +51,77 @@ def _estimate(model_dir: str, settings) -> list[str]:
     cfg = AutoConfig.from_pretrained(model_dir, trust_remote_code=False)
     with torch.device("meta"):
         n = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())
-    colocate = str(settings.use_vllm).lower() != "false"
-    return [format_memory_estimate(rl_memory_estimate(n, g, settings.master_dtype, colocate)) for g in (1, 8)]
+    colocate = config.vllm_requested != "false"  # the GPU node's choice, not this machine's
+    return [format_memory_estimate(rl_memory_estimate(n, g, config.master_dtype, colocate)) for g in (1, 8)]
+
+
+def _parser():
+    """TrlParser over (RLScriptArguments, DAPOConfig): every field a flag, as --snake_case or --kebab-case."""
+    from trl import TrlParser
+
+    from anchorft.rpsft.dapo_config import DAPOConfig
+
+    return TrlParser((RLScriptArguments, DAPOConfig), prog="anchorft rl")
+
+
+def parse(argv: list[str]):
+    """(RLScriptArguments, DAPOConfig) from argv: TrlParser, with `--config` YAML read, its keys and value types
+    checked (one-line errors naming the file), then set as the parser's defaults."""
+    import dataclasses
+
+    from anchorft.errors import check_keys, check_mapping_types, read_yaml
+    from anchorft.rpsft.dapo_config import DAPOConfig
+
+    argv = list(argv)
+    parser = _parser()
+    path = None
+    for i, a in enumerate(argv):
+        if a == "--config" or a.startswith("--config="):
+            path = a.partition("=")[2] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else "")
+            del argv[i : i + (1 if "=" in a else 2)]
+            break
+    if path is not None:
+        if not path:
+            raise ValueError("--config needs a YAML file")
+        cfg = read_yaml(path) or {}
+        script_keys = {f.name for f in dataclasses.fields(RLScriptArguments)}
+        check_keys({k: v for k, v in cfg.items() if k not in script_keys}, DAPOConfig, path)
+        check_mapping_types(cfg, RLScriptArguments, path)
+        check_mapping_types(cfg, DAPOConfig, path)
+        parser.set_defaults_with_config(**cfg)
+    return parser.parse_args_into_dataclasses(args=argv)
 
 
 def main(argv: list[str]) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if not args.estimate and (args.dataset is None or args.out is None):
-        parser.error("--dataset and --out are required (unless --estimate)")
-    from anchorft.errors import check_types
+    try:
+        script, config = parse(argv)
+    except ValueError as e:  # a bad YAML, key or value: DAPOConfig checks every field on construction
+        return report("anchorft rl", e)
+    if script.model is None or (not script.estimate and (script.dataset is None or script.out is None)):
+        return report("anchorft rl", ValueError("--model, --dataset and --out are required (unless --estimate)"))
     from anchorft.preflight import check_input_file, check_model_source
-    from anchorft.rpsft.rl import RLSettings, load_rl_dataset, run_rl
+    from anchorft.rpsft.rl import load_rl_dataset, run_rl
     from anchorft.runs import claim_output, finish, reused
 
     try:
-        values: dict = {}
-        names = {f.name for f in dataclasses.fields(RLSettings)}
-        if args.config:
-            from anchorft.errors import check_keys, read_yaml
-
-            values.update(check_keys(read_yaml(args.config) or {}, RLSettings, args.config))
-        values.update({k: v for k, v in vars(args).items() if k in names and v is not None})
-        if values.get("overlong_cache") == 0:
-            values["overlong_cache"] = None
-        settings = RLSettings(**values)
-        check_types(settings, f"{args.config}: settings" if args.config else "settings")
-        settings.validate()
-        if args.estimate:
-            print("\n".join(_estimate(args.model, settings)))
+        if script.estimate:
+            print("\n".join(_estimate(script.model, config)))
             return 0
-        check_input_file(args.dataset, "--dataset", jsonl=not args.skip_bad)
-        check_model_source(args.model, "--model")
-        run = {"model": args.model, "dataset": args.dataset, "limit": args.limit, "settings": vars(settings)}
-        claim = claim_output(args.out, "rl", run, overwrite=args.overwrite)
+        check_input_file(script.dataset, "--dataset", jsonl=not script.skip_bad)
+        check_model_source(script.model, "--model")
+        run = {"model": script.model, "dataset": script.dataset, "limit": script.limit}
+        run["settings"] = config.dapo_settings()
+        claim = claim_output(script.out, "rl", run, overwrite=script.overwrite)
         if claim.complete:
             print(reused(claim))
             return 0
-        data = load_rl_dataset(args.dataset, skip_bad=args.skip_bad, limit=args.limit)
-        metrics = run_rl(args.model, data, args.out, settings)
+        data = load_rl_dataset(script.dataset, skip_bad=script.skip_bad, limit=script.limit)
+        metrics = run_rl(script.model, data, script.out, config)
         finish(claim)
     except (ValueError, FileNotFoundError) as e:
         return report("anchorft rl", e)
     metrics.pop("model", None)
     print(
-        json.dumps({"reward_first": metrics["reward_first"], "reward_last": metrics["reward_last"], "out": args.out})
+        json.dumps({"reward_first": metrics["reward_first"], "reward_last": metrics["reward_last"], "out": script.out})
     )
     return 0

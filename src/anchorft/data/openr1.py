@@ -40,6 +40,7 @@ __all__ = [
     "load_source",
     "select_verified",
     "prepare_openr1_math",
+    "write_training_set",
 ]
 
 SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -206,7 +207,7 @@ def select_verified(
     return out, stats
 
 
-def _plot_lengths(rows: list[dict[str, Any]], path: Path) -> None:
+def _plot_lengths(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     from anchorft.io import pyplot
 
     plt = pyplot()
@@ -216,9 +217,25 @@ def _plot_lengths(rows: list[dict[str, Any]], path: Path) -> None:
     ax.hist(lengths, bins=min(50, max(5, len(lengths) // 4)))
     ax.set_xlabel("trace length (characters)")
     ax.set_ylabel("examples")
-    ax.set_title(f"OpenR1-Math subset: {len(rows)} verified traces")
+    ax.set_title(title)
     fig.tight_layout()
     save_figure(fig, path, dpi=100)
+
+
+def write_training_set(
+    out_dir: str | os.PathLike, rows: list[dict[str, Any]], config: dict, metrics: dict, title: str
+) -> dict[str, Any]:
+    """Write a prepared fine-tuning set: `train.jsonl` (one example a line, keys sorted), `config.json` (with
+    the system prompt), `metrics.json` (with the sha256 of train.jsonl) and `lengths.png`; returns the metrics."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    text = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
+    write_text(out / "train.jsonl", text)
+    write_json(out / "config.json", {**config, "system_prompt": SYSTEM_PROMPT}, indent=2)
+    metrics = {**metrics, "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
+    write_metrics(out / "metrics.json", metrics, indent=2)
+    _plot_lengths(rows, out / "lengths.png", title)
+    return metrics
 
 
 def prepare_openr1_math(
@@ -247,18 +264,9 @@ def prepare_openr1_math(
         rows, stats = select_verified(ds, size=size, seed=seed, fmt=fmt, progress=progress, check=checker.check)
     if not rows:
         raise ValueError(f"no trace of the {stats.rows_examined} rows examined in {source} verifies against 'answer'")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    text = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
-    write_text(out / "train.jsonl", text)
     config = {"source": source, "subset": subset, "split": split, "size": size, "seed": seed, "limit": limit}
     config["format"] = fmt
-    config["system_prompt"] = SYSTEM_PROMPT
-    write_json(out / "config.json", config, indent=2)
     metrics = asdict(stats)
     metrics["short_by"] = max(0, size - stats.kept)
     metrics["verify_timeouts"] = checker.n_timeouts
-    metrics["sha256"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    write_metrics(out / "metrics.json", metrics, indent=2)
-    _plot_lengths(rows, out / "lengths.png")
-    return metrics
+    return write_training_set(out_dir, rows, config, metrics, f"OpenR1-Math subset: {len(rows)} verified traces")

@@ -27,16 +27,11 @@ verifying sampler (`anchorft data openr1-math --sampler verified`) for that sour
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
-from anchorft.data.openr1 import SYSTEM_PROMPT, load_source, to_conversation
-from anchorft.io import write_json, write_text
-from anchorft.provenance import write_metrics
+from anchorft.data.openr1 import load_source, to_conversation, write_training_set
 
 __all__ = [
     "RELEASE_HUB_NAME",
@@ -133,21 +128,10 @@ def prepare_release_set(
 ) -> dict[str, Any]:
     """Write `out_dir/train.jsonl` (the release's set in TRL's conversational form), `config.json`,
     `metrics.json` (rows read, written, skipped, sha256 of train.jsonl) and `lengths.png`."""
-    from anchorft.data.openr1 import _plot_lengths
-
     ds = load_source(source, subset="default", split=split, limit=limit)
     check_release_columns(ds.column_names, source)
     rows, counts = convert_release_rows(ds, fmt)
     if not rows:
         raise ValueError(f"{source}: none of its {counts['rows']} rows has both a question and a trace")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    text = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
-    write_text(out / "train.jsonl", text)
     config = {"sampler": "release", "source": source, "split": split, "limit": limit, "format": fmt}
-    config["system_prompt"] = SYSTEM_PROMPT
-    write_json(out / "config.json", config, indent=2)
-    metrics = {**counts, "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
-    write_metrics(out / "metrics.json", metrics, indent=2)
-    _plot_lengths(rows, out / "lengths.png")
-    return metrics
+    return write_training_set(out_dir, rows, config, counts, f"{source}: {len(rows)} traces")

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from anchorft.eval.answers import MathChecker, default_checker, grade, parse_choices
-from anchorft.eval.metrics import accuracy, avg_at_k, mean_pass_at_k
+from anchorft.eval.metrics import mean_pass_at_k
+from anchorft.eval.pipeline import Sampler, prompt_metrics, score_prompts
 from anchorft.io import iter_jsonl, save_figure, write_json, write_jsonl
 from anchorft.provenance import write_metrics
 
@@ -163,6 +164,28 @@ def _grade_item(it: BenchItem, response: str, checker: MathChecker) -> tuple[str
     return answer, ok
 
 
+def _record(
+    it: BenchItem,
+    responses: Sequence[str],
+    graded: Sequence[tuple[str | None, bool]],
+    greedy: str | None = None,
+    greedy_graded: tuple[str | None, bool] | None = None,
+) -> dict:
+    """One item's record: its responses with their answers and correctness (and the greedy one's)."""
+    rec = {
+        "index": it.index,
+        "kind": it.kind,
+        "gold": it.gold,
+        "responses": list(responses),
+        "answers": [a for a, _ in graded],
+        "correct": [c for _, c in graded],
+        "n_correct": sum(c for _, c in graded),
+    }
+    if greedy_graded is not None:
+        rec.update(greedy=greedy, greedy_answer=greedy_graded[0], greedy_correct=greedy_graded[1])
+    return rec
+
+
 def score_bench(
     bench: Bench,
     responses: dict[int, Sequence[str]],
@@ -179,19 +202,8 @@ def score_bench(
     for idx in sorted(responses):
         it = by_index[idx]
         graded = [_grade_item(it, r, checker) for r in responses[idx]]
-        rec = {
-            "index": idx,
-            "kind": it.kind,
-            "gold": it.gold,
-            "responses": list(responses[idx]),
-            "answers": [a for a, _ in graded],
-            "correct": [c for _, c in graded],
-            "n_correct": sum(c for _, c in graded),
-        }
-        if greedy is not None and idx in greedy:
-            answer, ok = _grade_item(it, greedy[idx], checker)
-            rec.update(greedy=greedy[idx], greedy_answer=answer, greedy_correct=ok)
-        records.append(rec)
+        g = greedy[idx] if greedy is not None and idx in greedy else None
+        records.append(_record(it, responses[idx], graded, g, None if g is None else _grade_item(it, g, checker)))
     return records
 
 
@@ -204,18 +216,19 @@ def summarize(records: Sequence[dict], k: int | None = None) -> dict:
     k = n_min if k is None else k
     if not 1 <= k <= n_min:
         raise ValueError(f"k must be in [1, {n_min}] (the fewest samples of any item), got {k}")
+    greedy = [r["greedy_correct"] for r in records if "greedy_correct" in r]
+    m = prompt_metrics(correct, k, greedy or None)
     out = {
         "n_items": len(records),
         "n_samples": n_min,
         "k": k,
-        "avg@k": avg_at_k(correct),
-        "pass@k": mean_pass_at_k(correct, k),
+        "avg@k": m["avg@k"],
+        "pass@k": m["pass@k"],
         "pass@1": mean_pass_at_k(correct, 1),
         "no_answer_rate": sum(a is None for r in records for a in r["answers"]) / sum(len(c) for c in correct),
     }
-    greedy = [r["greedy_correct"] for r in records if "greedy_correct" in r]
     if greedy:
-        out["greedy_acc"] = accuracy(greedy)
+        out["greedy_acc"] = m["greedy"]
         out["n_greedy"] = len(greedy)
     return out
 
@@ -338,47 +351,68 @@ def run_eval(
 
     check_prompt_lengths(tokenizer, prompts_by_bench, names, context_length(model_dir), max_new_tokens)
     if backend == "vllm":
-        from anchorft.eval.generate import generate_vllm
+        from anchorft.eval.vllm_backend import VLLMBackend
 
-        def sample(prompts: list[str], n_: int, temp: float) -> list[list[str]]:
-            return generate_vllm(
-                str(model_dir), prompts, n=n_, temperature=temp, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed
-            )
+        engine = VLLMBackend(str(model_dir), seed=seed)
+
+        def sampler(bench: Bench) -> Sampler:  # one seed per (seed, item index), as in `eval suite`
+            def sample(prompts, n_: int, temp: float) -> list[list[str]]:
+                ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]  # the template holds BOS
+                keys = [it.index for it in bench.items]
+                return engine.generate(
+                    ids, keys, n=n_, temperature=temp, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed
+                )
+
+            return sample
     else:
         import torch
         from transformers import AutoModelForCausalLM
 
-        from anchorft.eval.generate import generate
+        from anchorft.eval.pipeline import hf_sampler
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
         dtype = torch.bfloat16 if device == "cuda" else torch.float32
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, trust_remote_code=False).to(device)
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
-        gen = torch.Generator(device=device).manual_seed(seed)
+        hf = hf_sampler(
+            model, tokenizer, top_p=top_p, max_new_tokens=max_new_tokens, batch_size=batch_size,
+            generator=torch.Generator(device=device).manual_seed(seed), progress=progress, add_special_tokens=False,
+        )  # fmt: skip
+        engine = None
 
-        def sample(prompts: list[str], n_: int, temp: float) -> list[list[str]]:
-            return generate(
-                model, tokenizer, prompts, n=n_, temperature=temp, top_p=top_p, max_new_tokens=max_new_tokens,
-                batch_size=batch_size, generator=gen, progress=progress, add_special_tokens=False,
-            )  # fmt: skip
+        def sampler(bench: Bench) -> Sampler:
+            return hf
 
     checker = checker or default_checker()
     all_metrics: dict[str, dict] = {}
-    for bench, prompts in zip(benches, prompts_by_bench):
-        sampled = sample(prompts, n, temperature)
-        responses = {it.index: s for it, s in zip(bench.items, sampled)}
-        greedy_resp = None
-        if greedy:
-            greedy_resp = {it.index: s[0] for it, s in zip(bench.items, sample(prompts, 1, 0.0))}
-        records = score_bench(bench, responses, greedy_resp, checker)
-        metrics = summarize(records, k)
-        metrics.update(bench=str(bench.path), n_bad_lines=bench.n_bad)
-        all_metrics[bench.name] = metrics
-        sub = out_dir / bench.name
-        sub.mkdir(exist_ok=True)
-        write_jsonl(sub / "records.jsonl", records)
-        write_json(sub / "metrics.json", metrics, indent=2)
+    try:
+        for bench, prompts in zip(benches, prompts_by_bench):
+            items = bench.items
+            scored = score_prompts(
+                sampler(bench), prompts, lambda i, r, items=items: _grade_item(items[i], r, checker), greedy=greedy,
+                n_samples=n, k=k, temperature=temperature,
+            )  # fmt: skip
+            records = [
+                _record(
+                    it,
+                    scored.samples[i],
+                    list(zip(scored.answers[i], scored.correct[i])),
+                    scored.greedy[i] if greedy else None,
+                    (scored.greedy_answers[i], scored.greedy_correct[i]) if greedy else None,
+                )  # fmt: skip
+                for i, it in enumerate(items)
+            ]
+            metrics = summarize(records, k)
+            metrics.update(bench=str(bench.path), n_bad_lines=bench.n_bad)
+            all_metrics[bench.name] = metrics
+            sub = out_dir / bench.name
+            sub.mkdir(exist_ok=True)
+            write_jsonl(sub / "records.jsonl", records)
+            write_json(sub / "metrics.json", metrics, indent=2)
+    finally:
+        if engine is not None:
+            engine.close()
     write_metrics(out_dir / "metrics.json", all_metrics, indent=2)
     plot_metrics(all_metrics, out_dir / "metrics.png")
     return all_metrics

@@ -2,8 +2,8 @@
 
 A small decoding loop over the transformers KV cache rather than `model.generate`, so that sampling
 draws from a `torch.Generator` passed by the caller (same seed, same samples; no global seeding) and
-so that the same function serves the testbed and the paper's benchmarks. `generate_vllm` is the
-vLLM backend, used by `anchorft.eval.benchmarks.run_eval` only when vLLM is installed and a GPU is there.
+so that the same function serves the testbed and the paper's benchmarks. The vLLM backend is
+`anchorft.eval.vllm_backend`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 from tqdm.auto import tqdm
 
-__all__ = ["sample_next", "generate", "generate_vllm"]
+__all__ = ["sample_next", "generate"]
 
 
 def sample_next(
@@ -101,35 +101,3 @@ def generate(
             outputs.append(tokenizer.decode(row, skip_special_tokens=True))
     model.train(was_training)
     return [outputs[i * n : (i + 1) * n] for i in range(len(prompts))]
-
-
-def generate_vllm(
-    model_dir: str,
-    prompts: Sequence[str],
-    *,
-    n: int = 1,
-    temperature: float = 0.0,
-    top_p: float = 1.0,
-    max_new_tokens: int = 64,
-    seed: int = 0,
-) -> list[list[str]]:
-    """Same contract as `generate`, through vLLM (optional extra `vllm`; needs a GPU). The engine is
-    cached per model directory; sampling is seeded per request."""
-    try:
-        from vllm import LLM, SamplingParams
-    except ImportError as e:  # pragma: no cover - vllm is not installed on the CPU machines
-        raise ImportError("the vLLM backend needs vllm: pip install 'anchorft[vllm]'") from e
-    llm = _VLLM_ENGINES.get(model_dir)
-    if llm is None:
-        llm = LLM(model=model_dir, seed=seed, trust_remote_code=False)
-        _VLLM_ENGINES[model_dir] = llm
-    params = SamplingParams(
-        n=n, temperature=temperature, top_p=top_p if temperature > 0 else 1.0, max_tokens=max_new_tokens, seed=seed
-    )
-    tok = llm.get_tokenizer()  # prompts already carry the chat template's BOS: no second one
-    token_prompts = [{"prompt_token_ids": tok(p, add_special_tokens=False)["input_ids"]} for p in prompts]
-    outs = llm.generate(token_prompts, params, use_tqdm=False)
-    return [[c.text for c in o.outputs] for o in outs]
-
-
-_VLLM_ENGINES: dict = {}

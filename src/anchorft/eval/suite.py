@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from anchorft.eval.benchmarks import Bench, load_bench, score_bench, summarize
+from anchorft.eval.benchmarks import Bench, load_bench, resolve_backend, score_bench, summarize
 from anchorft.io import save_figure, write_json, write_jsonl, write_text
 from anchorft.provenance import write_metrics
 
@@ -33,7 +33,7 @@ __all__ = [
     "boxed_system_prompt",
     "resolve_benches",
     "check_model_dir",
-    "parse_models",
+    "check_models",
     "run_suite",
     "main_table",
 ]
@@ -164,17 +164,12 @@ def check_model_dir(name: str, path: str | Path) -> Path:
     return p
 
 
-def parse_models(specs: Sequence[str]) -> dict[str, Path]:
-    """NAME=DIR pairs (the first is the base of the deltas)."""
+def check_models(named: dict[str, str]) -> dict[str, Path]:
+    """{NAME: DIR} (the first is the base of the deltas): each NAME a folder name, each DIR a local model."""
     out: dict[str, Path] = {}
-    for spec in specs:
-        name, sep, path = spec.partition("=")
-        if not sep or not name or not path:
-            raise ValueError(f"--models {spec!r}: expected NAME=DIR")
-        if name in out:
-            raise ValueError(f"--models: the name {name!r} is given twice")
+    for name, path in named.items():
         if "/" in name or name.startswith("."):
-            raise ValueError(f"--models {spec!r}: NAME is a folder name in --out (no '/')")
+            raise ValueError(f"--models {name}={path}: NAME is a folder name in --out (no '/')")
         out[name] = check_model_dir(name, path)
     if not out:
         raise ValueError("--models: give at least one NAME=DIR")
@@ -218,24 +213,6 @@ class HFBackend:
 
     def close(self) -> None:
         self.model = None
-
-
-def resolve_suite_backend(backend: str) -> str:
-    """auto: vLLM when it is installed and CUDA is there, else hf; vllm: checked now (one-line error)."""
-    import importlib.util
-
-    if backend not in ("auto", "hf", "vllm"):
-        raise ValueError(f"--backend must be auto, hf or vllm, got {backend!r}")
-    if backend == "vllm":
-        from anchorft.eval.vllm_backend import check_vllm
-
-        check_vllm()
-        return "vllm"
-    if backend == "auto" and importlib.util.find_spec("vllm") is not None:
-        import torch
-
-        return "vllm" if torch.cuda.is_available() else "hf"
-    return "hf"
 
 
 # ---------------------------------------------------------------- running
@@ -375,7 +352,7 @@ def run_suite(
         ok, why = ifeval_available()
         if not ok:
             raise ValueError(why)
-    kind = "custom" if backend_factory is not None else resolve_suite_backend(backend)
+    kind = "custom" if backend_factory is not None else resolve_backend(backend)
     tokenizers = {}
     for name, path in models.items():
         tok = load_eval_tokenizer(path)

@@ -9,113 +9,30 @@ with math-verify (gold first), optionally plus DAPO's soft overlong punishment (
 (`mask_truncated_completions`). DAPO's dynamic sampling (dropping groups whose rewards are all
 equal) is not in TRL's GRPOTrainer; such groups get zero advantage and so add no gradient.
 
-`run_rl` is the library entry point (the testbed's comparison calls it with its own prompts and
-checker); `anchorft rl` wraps it.
+The settings are `DAPOConfig` (TRL's GRPOConfig counted in RL steps, `anchorft.rpsft.dapo_config`). `run_rl` is
+the library entry point (the testbed's comparison calls it with its own prompts and checker); `anchorft rl`
+wraps it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from anchorft.io import save_figure, write_json
 from anchorft.provenance import write_metrics
+from anchorft.rpsft.dapo_config import DAPOConfig
 
 __all__ = [
-    "RLSettings",
+    "DAPOConfig",
+    "build_rl_anchor",
     "boxed_math_reward",
     "make_reward_func",
     "load_rl_dataset",
-    "grpo_kwargs",
     "rl_memory_estimate",
     "format_memory_estimate",
     "run_rl",
 ]
-
-
-@dataclass
-class RLSettings:
-    """DAPO settings; defaults are the paper's (release) values."""
-
-    steps: int = 100
-    learning_rate: float = 1e-6
-    num_generations: int = 8
-    prompts_per_step: int = 4
-    max_completion_length: int = 1024
-    temperature: float = 1.0
-    top_p: float = 1.0
-    epsilon: float = 0.2
-    epsilon_high: float = 0.28
-    beta: float = 0.0
-    loss_type: str = "dapo"
-    mask_truncated_completions: bool = False
-    overlong_cache: int | None = None  # soft overlong punishment over the last N tokens; None: off
-    warmup_ratio: float = 0.0
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    logging_steps: int = 1
-    seed: int = 0
-    save_model: bool = True
-    # the release's scale (see configs/rl/dapo.yaml and `grpo_kwargs`)
-    mini_batch_prompts: int | None = None  # prompts per policy update; None: one update per step
-    micro_batch: int | None = None  # completions per device per forward pass; None: the whole mini-batch
-    warmup_steps: int = 0  # RL steps (rollout batches) of linear warm-up, as VERL counts them
-    delta: float | None = None  # dual clip: ratio capped at delta (VERL clip_ratio_c; TRL `delta`)
-    master_dtype: str = "fp32"  # "fp32": fp32 weights and AdamW, bf16 autocast on GPU; "bf16": all bf16
-    gradient_checkpointing: bool = True  # GPU only
-    use_vllm: str = "auto"  # "auto": TRL's vLLM rollouts (colocate) when vLLM and CUDA are there; "true" / "false"
-    vllm_gpu_memory_utilization: float = 0.3
-    # the weight anchor during RL (docs/anchoring.md): the options of `anchorft train`, same names and meaning
-    anchor_method: str = "none"  # "none", "rpsft" (the subspace anchor at anchor_rank / a rule) or "l2" (full rank)
-    anchor_reference: str = "start"  # W_0: "start" (the RL starting weights, e.g. the SFT model) or a model folder
-    anchor_lambda: float = 1.0
-    anchor_rank: int = 768
-    anchor_rank_rule: str | None = None
-    anchor_map: str | None = None
-    anchor_layers: str | None = None
-    anchor_memory: int | None = None
-    anchor_lambda_rest: float = 0.0
-    anchor_kind: str = "block"
-    anchor_targets: str = "all-linear"
-    anchor_include_embeddings: bool = True
-
-    def validate(self) -> None:
-        if self.steps < 1:
-            raise ValueError(f"steps must be >= 1, got {self.steps}")
-        if self.num_generations < 2:
-            raise ValueError(f"num_generations must be >= 2 (group advantages), got {self.num_generations}")
-        if self.prompts_per_step < 1 or self.max_completion_length < 1:
-            raise ValueError("prompts_per_step and max_completion_length must be >= 1")
-        if not (0 <= self.epsilon and self.epsilon_high >= self.epsilon):
-            raise ValueError(f"need 0 <= epsilon <= epsilon_high, got {self.epsilon}, {self.epsilon_high}")
-        if self.beta < 0 or self.learning_rate <= 0 or self.temperature <= 0:
-            raise ValueError("need beta >= 0, learning_rate > 0, temperature > 0")
-        if self.overlong_cache is not None and not 0 < self.overlong_cache < self.max_completion_length:
-            raise ValueError(f"overlong_cache must be in (0, max_completion_length), got {self.overlong_cache}")
-        mini = self.mini_batch_prompts or self.prompts_per_step
-        if mini < 1 or self.prompts_per_step % mini:
-            raise ValueError(f"mini_batch_prompts ({mini}) must divide prompts_per_step ({self.prompts_per_step})")
-        if self.micro_batch is not None and self.micro_batch < 1:
-            raise ValueError(f"micro_batch must be >= 1, got {self.micro_batch}")
-        if self.master_dtype not in ("fp32", "bf16"):
-            raise ValueError(f"master_dtype must be 'fp32' or 'bf16', got {self.master_dtype!r}")
-        if str(self.use_vllm).lower() not in ("auto", "true", "false"):
-            raise ValueError(f"use_vllm must be auto, true or false, got {self.use_vllm!r}")
-        if self.delta is not None and self.delta <= 1 + self.epsilon_high:
-            raise ValueError(f"delta (dual clip) must exceed 1 + epsilon_high, got {self.delta}")
-        if self.warmup_steps < 0 or (self.warmup_steps and self.warmup_ratio):
-            raise ValueError("give warmup_steps >= 0 or warmup_ratio, not both")
-        if self.anchor_method not in ("none", "rpsft", "l2"):
-            raise ValueError(f"anchor_method must be 'none', 'rpsft' or 'l2', got {self.anchor_method!r}")
-        if self.anchor_method != "none":
-            from anchorft.rpsft.anchor_plan import validate_options
-
-            if not self.anchor_lambda >= 0:
-                raise ValueError(f"anchor_lambda must be >= 0, got {self.anchor_lambda!r}")
-            if isinstance(self.anchor_rank, bool) or not isinstance(self.anchor_rank, int) or self.anchor_rank < 1:
-                raise ValueError(f"anchor_rank must be an integer >= 1, got {self.anchor_rank!r}")
-            validate_options(self)
 
 
 def boxed_math_reward(completion: str, answer: str) -> float:
@@ -173,43 +90,6 @@ def load_rl_dataset(path: str | Path, skip_bad: bool = False, limit: int | None 
     return rows
 
 
-def grpo_kwargs(s: RLSettings, out_dir: Path, *, cuda: bool, has_vllm: bool, world_size: int = 1) -> dict:
-    """GRPOConfig arguments for settings `s`. One RL step = `prompts_per_step` prompts x `num_generations`
-    completions, then `prompts_per_step / mini_batch_prompts` policy updates (TRL optimiser steps), each
-    over a mini-batch accumulated from micro-batches of `micro_batch` completions per device; so TRL's
-    max_steps and warm-up count updates (steps x updates), as VERL's per-update schedule does."""
-    mini = s.mini_batch_prompts or s.prompts_per_step
-    updates = s.prompts_per_step // mini
-    mini_completions = mini * s.num_generations
-    micro = s.micro_batch or max(1, mini_completions // world_size)
-    if mini_completions % (micro * world_size):
-        raise ValueError(
-            f"a mini-batch of {mini_completions} completions is not a whole number of micro-batches of {micro} "
-            f"on {world_size} device(s)"
-        )
-    accum = mini_completions // (micro * world_size)
-    want_vllm = str(s.use_vllm).lower()
-    if want_vllm == "true" and not (has_vllm and cuda):
-        raise ValueError("use_vllm true: vLLM rollouts need vllm installed and a CUDA device")
-    use_vllm = want_vllm == "true" or (want_vllm == "auto" and has_vllm and cuda)
-    warm = s.warmup_steps * updates if s.warmup_steps else int(round(s.warmup_ratio * s.steps * updates))
-    kw = dict(
-        output_dir=str(out_dir / "trainer"), max_steps=s.steps * updates, learning_rate=s.learning_rate,
-        lr_scheduler_type="constant_with_warmup" if warm > 0 else "constant", warmup_steps=warm,
-        weight_decay=s.weight_decay, max_grad_norm=s.max_grad_norm, per_device_train_batch_size=micro,
-        gradient_accumulation_steps=accum, steps_per_generation=accum * updates, num_iterations=1,
-        num_generations=s.num_generations, max_completion_length=s.max_completion_length,
-        temperature=s.temperature, top_p=s.top_p, epsilon=s.epsilon, epsilon_high=s.epsilon_high, delta=s.delta,
-        beta=s.beta, loss_type=s.loss_type, mask_truncated_completions=s.mask_truncated_completions,
-        logging_steps=s.logging_steps, save_strategy="no", report_to="none", seed=s.seed, data_seed=s.seed,
-        use_cpu=not cuda, bf16=cuda, gradient_checkpointing=cuda and s.gradient_checkpointing,
-        use_vllm=use_vllm, disable_tqdm=False,
-    )  # fmt: skip
-    if use_vllm:
-        kw.update(vllm_mode="colocate", vllm_gpu_memory_utilization=s.vllm_gpu_memory_utilization)
-    return kw
-
-
 def rl_memory_estimate(n_params: int, n_gpus: int = 1, master_dtype: str = "fp32", vllm_colocate: bool = True) -> dict:
     """Bytes per GPU for the model states of full-parameter RL (an estimate; activations, the KV cache
     and fragmentation come on top): weights (4 B fp32 or 2 B bf16), gradients (same), AdamW's two
@@ -251,7 +131,7 @@ def _plot_rewards(steps: Sequence[int], rewards: Sequence[float], path: Path) ->
     save_figure(fig, path, dpi=100)
 
 
-def build_rl_anchor(model, s: RLSettings):
+def build_rl_anchor(model, s: DAPOConfig):
     """The RL stage's anchor (None for anchor_method "none"): W_0 is the RL starting weights ("start", e.g. the SFT
     model) or the model in the folder `anchor_reference` (e.g. the base model; the penalty is then not 0 at step 0).
     Its metadata records the reference."""
@@ -313,7 +193,7 @@ def run_rl(
     model,
     train_data: Sequence[dict],
     out_dir: str | Path,
-    settings: RLSettings | None = None,
+    config: DAPOConfig | None = None,
     *,
     tokenizer=None,
     reward_fn: Callable[[str, str], float] = boxed_math_reward,
@@ -322,18 +202,19 @@ def run_rl(
 ) -> dict:
     """DAPO on `train_data` ([{"prompt": str | messages, "answer": str}]) starting from `model`
     (a local directory or a loaded causal LM, with `tokenizer`). Writes out_dir/{config.json,
-    metrics.json, reward.png, model/}; returns metrics with the per-step reward curve and, under
-    "model", the trained model object.
+    metrics.json, reward.png, model/} (TRL's own output in out_dir/trainer); returns metrics with the
+    per-step reward curve and, under "model", the trained model object.
     """
+    import os
+
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     from anchorft.eval.loading import load_tokenizer
 
-    settings = settings or RLSettings()
-    settings.validate()
+    args = config or DAPOConfig()
     if not train_data:
         raise ValueError("train_data is empty")
     for i, row in enumerate(train_data):
@@ -346,7 +227,7 @@ def run_rl(
             raise ValueError(f"model {model_dir}: no config.json there")
         tokenizer = tokenizer or load_tokenizer(model_dir)
         # fp32 master weights (bf16 autocast compute through bf16=True): lr 1e-6 updates round away in bf16
-        dtype = torch.bfloat16 if cuda and settings.master_dtype == "bf16" else torch.float32
+        dtype = torch.bfloat16 if cuda and args.master_dtype == "bf16" else torch.float32
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, trust_remote_code=False)
     elif tokenizer is None:
         raise ValueError("pass the tokenizer with a loaded model")
@@ -355,26 +236,21 @@ def run_rl(
     if isinstance(train_data[0]["prompt"], list) and not getattr(tokenizer, "chat_template", None):
         raise ValueError("the prompts are chat messages but the tokenizer has no chat_template")
 
-    import importlib.util
-    import os
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    s = settings
+    args.output_dir = str(out_dir / "trainer")
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    kw = grpo_kwargs(s, out_dir, cuda=cuda, has_vllm=importlib.util.find_spec("vllm") is not None, world_size=world)
-    est = rl_memory_estimate(sum(p.numel() for p in model.parameters()), world, s.master_dtype, kw["use_vllm"])
+    est = rl_memory_estimate(sum(p.numel() for p in model.parameters()), world, args.master_dtype, args.use_vllm)
     print(format_memory_estimate(est), flush=True)
-    args = GRPOConfig(**kw)
     reward_funcs: list[Callable] = [make_reward_func(reward_fn)]
-    if s.overlong_cache is not None:
+    if args.overlong_cache is not None:
         from trl.rewards import get_soft_overlong_punishment
 
-        reward_funcs.append(get_soft_overlong_punishment(s.max_completion_length, s.overlong_cache))
+        reward_funcs.append(get_soft_overlong_punishment(args.max_completion_length, args.overlong_cache))
     reward_funcs += list(extra_reward_funcs)
     dataset = Dataset.from_list([{"prompt": r["prompt"], "answer": str(r["answer"])} for r in train_data])
-    anchor = build_rl_anchor(model, s)
-    extra = {} if anchor is None else {"anchor": anchor, "anchor_lambda": s.anchor_lambda}
+    anchor = build_rl_anchor(model, args)
+    extra = {} if anchor is None else {"anchor": anchor, "anchor_lambda": args.anchor_lambda}
     trainer = (GRPOTrainer if anchor is None else _anchored(GRPOTrainer))(
         model=model,
         reward_funcs=reward_funcs,
@@ -384,9 +260,10 @@ def run_rl(
         callbacks=list(callbacks) or None,
         **extra,
     )
-    resolved = {"settings": asdict(s), "n_prompts": len(train_data), "grpo_config": args.to_dict(), "memory": est}
+    resolved = {"dapo": args.dapo_settings(), "dapo_config": args.to_dict(), "n_prompts": len(train_data)}
+    resolved["memory"] = est
     if anchor is not None:
-        resolved["anchor"] = {"repr": repr(anchor), "reference": s.anchor_reference, "ranks": anchor.ranks}
+        resolved["anchor"] = {"repr": repr(anchor), "reference": args.anchor_reference, "ranks": anchor.ranks}
         anchor.save(out_dir / "anchor")
     write_json(out_dir / "config.json", resolved, indent=2, default=str)
     trainer.train()
@@ -408,13 +285,13 @@ def run_rl(
     if anchor is not None:
         metrics["anchor"] = {
             "applications": trainer.anchor_applications,
-            "reference": s.anchor_reference,
+            "reference": args.anchor_reference,
             **anchor.drift(trainer.model),
         }
     write_metrics(out_dir / "metrics.json", metrics, indent=2)
     if steps:
         _plot_rewards(steps, rewards, out_dir / "reward.png")
-    if s.save_model:
+    if args.save_model:
         trainer.save_model(str(out_dir / "model"))
         tokenizer.save_pretrained(str(out_dir / "model"))
     metrics["model"] = trainer.model

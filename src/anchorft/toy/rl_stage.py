@@ -43,7 +43,7 @@ MATH_SKILLS = ("math_easy", *sk.ID_SKILLS)  # ID math skills (boxed answers)
 class RLStageSettings:
     """DAPO on the testbed. Defaults are fitted to the 0.2-1M-parameter testbed models on a CPU
     (the paper's lr 1e-6 / 100 steps does not move them); the DAPO clip, loss, G and beta are the
-    paper's (`anchorft.rpsft.rl.RLSettings` defaults)."""
+    paper's (`anchorft.rpsft.dapo_config.DAPOConfig` defaults)."""
 
     steps: int = 60
     learning_rate: float = 3e-4
@@ -57,7 +57,7 @@ class RLStageSettings:
     seed: int = 0
     skill_eval_items: int = 100  # held-out items per prompt skill for its greedy accuracy before/after
     save_models: bool = True
-    # the weight anchor during DAPO (RLSettings.anchor_*; docs/anchoring.md): W_0 = each RL starting model
+    # the weight anchor during DAPO (DAPOConfig.anchor_*; docs/anchoring.md): W_0 = each RL starting model
     anchor_method: str = "none"  # "none", "rpsft" or "l2"
     anchor_rank: int = 24
     anchor_lambda: float = 1.0
@@ -73,15 +73,15 @@ class RLStageSettings:
             raise ValueError("learning_rate and temperature: must be > 0")
         if self.skill_eval_items < 0:
             raise ValueError(f"skill_eval_items: must be >= 0, got {self.skill_eval_items}")
-        self.rl_settings().validate()  # the anchor options
+        self.rl_settings()  # DAPOConfig checks its fields (the anchor options too) when built
         bad = [s for s in self.prompt_skills if s not in MATH_SKILLS]
         if bad:
             raise ValueError(f"prompt_skills: {bad} are not ID math skills {MATH_SKILLS}")
 
     def rl_settings(self):
-        from anchorft.rpsft.rl import RLSettings
+        from anchorft.rpsft.dapo_config import DAPOConfig
 
-        return RLSettings(
+        return DAPOConfig(
             steps=self.steps,
             learning_rate=self.learning_rate,
             num_generations=self.num_generations,
@@ -181,7 +181,7 @@ def run_rl_stage(
     results: dict = {
         "compare_dir": str(cdir),
         "settings": {**dataclasses.asdict(settings), "prompt_skills": list(skills),
-                     "dapo": dataclasses.asdict(settings.rl_settings())},
+                     "dapo": settings.rl_settings().dapo_settings()},
         "eval": {"id_skill": cfg.id_skill, "eval_seed": cfg.eval_seed, **dataclasses.asdict(cfg.eval),
                  "id_items": len(eval_sets[cfg.id_skill]), "ood_items": {s: len(eval_sets[s]) for s in sk.OOD_SKILLS}},
         "methods": {},

@@ -34,7 +34,7 @@ class W2SConfig:
     n_tasks: int = 2  # K; task 0 is the target kappa
     rho: float = 0.3  # overlap theta_k^T theta_kappa of every non-target task
     pi: list[float] = field(default_factory=lambda: [1.0, 1.0])  # reward weights pi_k
-    links: list[str] = field(default_factory=lambda: ["he4", "he4"])  # sigma*_k
+    link: str = "he4"  # sigma*_kappa, the target task's link (labels r*_kappa; the other tasks enter by theta_k, pi_k)
     # strong model
     activation: str = "he2+he4"  # student activation sigma
     group_sizes: list[int] = field(default_factory=lambda: [32, 128])  # N_k
@@ -56,6 +56,8 @@ class W2SConfig:
     center_samples: int = 65536  # inputs per seed for that estimate
     weak_bound: float = 0.0  # > 0: weak output b tanh(f_weak / b) (bounded; then clip=0 needs no clip)
     weak_norm: str = "planted"  # "planted" or "unit": weak neurons with unit norm inside V_kappa, same alignment
+    strong_bias: str = "none"  # "none" or "trained": a scalar output bias of the strong model, trained by the same SGD
+    bias_eta: float = 0.05  # its step size (b <- b - bias_eta * mean residual); squared loss only
     label_samples: int = 32768  # inputs per seed for the labels' reported mean, variance, Hermite coefficients
     risk_samples: int = 8192  # fresh inputs per seed (and per distribution) for the test risks and PGR
     # optimisation
@@ -101,14 +103,14 @@ class W2SConfig:
             bad("rho", "must be in [0, 1)")
         if not (0.0 <= self.lambda_kappa <= 1.0):
             bad("lambda_kappa", "must be in [0, 1]")
-        for name in ("pi", "links", "group_sizes"):
+        for name in ("pi", "group_sizes"):
             if len(getattr(self, name)) != self.n_tasks:
                 bad(name, f"needs one entry per task (n_tasks={self.n_tasks})")
         if any(p <= 0 for p in self.pi):
             bad("pi", "reward weights must be positive")
         if any((not isinstance(n, int)) or n < 1 for n in self.group_sizes):
             bad("group_sizes", "must be positive integers")
-        for name in ("eta_w2s", "eta_sft", "c"):
+        for name in ("eta_w2s", "eta_sft", "c", "bias_eta"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 bad(name, "must be a positive number")
@@ -125,20 +127,16 @@ class W2SConfig:
             bad("anneal_start", "must be in [0, 1]")
         if not (0.0 < self.anneal_final <= 1.0):
             bad("anneal_final", "must be in (0, 1]")
-        for name in ("activation", "weak_activation"):
+        for name in ("activation", "weak_activation", "link"):
             try:
                 get_activation(getattr(self, name))
             except ValueError as e:
                 bad(name, str(e))
-        for link in self.links:
-            try:
-                get_activation(link)
-            except ValueError as e:
-                raise ValueError(f"invalid w2s config: links: {e}") from None
         choices = {
             "weak": ("planted", "trained", "scratch"),
             "weak_norm": ("planted", "unit"),
             "label_center": ("none", "mean"),
+            "strong_bias": ("none", "trained"),
             "transform": tuple(TRANSFORMS),
             "loss": ("squared", "correlation"),
             "schedule": ("constant", "anneal"),
@@ -147,6 +145,11 @@ class W2SConfig:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 bad(name, f"must be one of {list(allowed)}")
+        if self.strong_bias == "trained" and self.loss != "squared":
+            bad(
+                "strong_bias",
+                "needs loss=squared (with the correlation loss a bias never enters the first layer's step)",
+            )
         if not self.device.startswith(("cpu", "cuda")):
             bad("device", "must be 'cpu' or 'cuda[:i]'")
         if not self.modes or any(m not in MODES for m in self.modes):

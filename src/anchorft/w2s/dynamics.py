@@ -265,7 +265,7 @@ def train(
     if mode not in STREAMS or mode == "weak":
         raise ValueError(f"mode must be 'w2s', 'sft' or 'sft_anchor', got {mode!r}")
     dev, dtype = problem.w0.device, problem.w0.dtype
-    act, link = get_activation(config.activation), get_activation(config.links[0])
+    act, link = get_activation(config.activation), get_activation(config.link)
     steps, batch, n_seeds = config.steps, config.batch_size, problem.n_seeds
     reduced = mode in ("w2s", "ceiling") and config.lambda_kappa == 1.0
     gens = make_generators(problem.seeds, STREAMS[mode], dev)
@@ -273,6 +273,7 @@ def train(
     theta0 = thetas[:, 0, :].unsqueeze(-1)  # (S, d, 1)
     pi0 = config.pi[0]
     base = step_scale(config, mode)
+    bias = torch.zeros(n_seeds, dtype=dtype, device=dev) if config.strong_bias == "trained" else None
 
     if reduced:
         # p = w0 - B c0 is never formed (B^T B = I): ||p||^2 = ||w0||^2 - ||c0||^2, theta^T p = theta^T w0 - (B^T
@@ -284,7 +285,9 @@ def train(
         p_theta = w0 @ thetas.mT - c0 @ b_theta  # (S, N, K)
         weak_b = problem.weak_u @ b0  # (S, M, s)
         theta0_b = b_theta[:, :, :1]  # (S, s, 1): theta_kappa in the coordinates z of x = B z
-        stepper = ReducedStepper(c0, torch.ones_like(q), a, act, config.loss, batch, config.chunk)
+        stepper = ReducedStepper(
+            c0, torch.ones_like(q), a, act, config.loss, batch, config.chunk, bias, config.bias_eta
+        )
         zbuf = torch.empty(n_seeds, config.chunk, batch, config.s, dtype=dtype, device=dev)
 
         def alignment() -> torch.Tensor:
@@ -305,7 +308,9 @@ def train(
             def extra_grad(w: torch.Tensor) -> torch.Tensor:
                 return config.anchor_weight * subspace_penalty_grad(w, u0, v0, s_ref)
 
-        stepper = DenseStepper(problem.w0, a, act, config.loss, config.chunk, dense_step, extra_grad)
+        stepper = DenseStepper(
+            problem.w0, a, act, config.loss, config.chunk, dense_step, extra_grad, bias, config.bias_eta
+        )
 
         def alignment() -> torch.Tensor:
             return stepper.weights() @ thetas.mT
@@ -395,6 +400,8 @@ def train(
     if center is not None:
         extra["label_center"] = [float(v) for v in center.cpu()]
     extra["train_label_mean"] = [float(v) / max(t * batch, 1) for v in label_sum]
+    if bias is not None:
+        extra["bias"] = [float(v) for v in bias.cpu()]  # the trained output bias at the end, per seed
     return RunResult(mode=mode, log=logger.log, weights=weights(), diverged_at=diverged, extra=extra)
 
 
@@ -415,7 +422,7 @@ def train_weak(
         u = rng.standard_normal((m, d))
         inits.append(u / np.linalg.norm(u, axis=-1, keepdims=True))
     u = torch.from_numpy(np.stack(inits)).to(device=dev, dtype=dtype)
-    act, link = get_activation(config.weak_activation), get_activation(config.links[0])
+    act, link = get_activation(config.weak_activation), get_activation(config.link)
     a = torch.full((m,), 1.0 / m, dtype=dtype, device=dev)
     theta0 = problem.thetas[:, 0, :].unsqueeze(-1)
     gens = make_generators(problem.seeds, STREAMS["weak"], dev)

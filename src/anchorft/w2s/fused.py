@@ -40,15 +40,30 @@ class ReducedStepper:
     `step(i, z, gram, y, eta)` advances one step and writes the network outputs f (less the constant q_0 sum a) of
     that step into row i of the chunk buffer; `prepare_labels(y)` turns a chunk of labels into the form `step` takes;
     `losses(y, i0, i1)` gives the losses (i1 - i0, S) of steps i0..i1-1 of the current chunk; `weights()` gives the
-    current (c, r); `reset(c, r)` sets them (used after the per-chunk renormalisation).
+    current (c, r); `reset(c, r)` sets them (used after the per-chunk renormalisation). With `bias` (S,) (squared
+    loss) the network has a trainable output bias b, updated in place each step: residual f + b - y, then
+    b <- b - bias_eta mean_b (f + b - y).
     """
 
     def __init__(
-        self, c: torch.Tensor, r: torch.Tensor, a: torch.Tensor, act: Activation, loss: str, batch: int, chunk: int
+        self,
+        c: torch.Tensor,
+        r: torch.Tensor,
+        a: torch.Tensor,
+        act: Activation,
+        loss: str,
+        batch: int,
+        chunk: int,
+        bias: torch.Tensor | None = None,
+        bias_eta: float = 0.0,
     ):
         if loss not in ("squared", "correlation"):
             raise ValueError(f"loss must be 'squared' or 'correlation', got {loss!r}")
         n_seeds, n, _ = c.shape
+        # optional trainable output bias b (S,), squared loss: residual f + b - y, b <- b - bias_eta mean_b residual
+        self.bias, self.bias_eta = bias, bias_eta
+        if bias is not None:
+            self.fb = torch.zeros(chunk, n_seeds, dtype=c.dtype, device=c.device)  # b before each step of the chunk
         dt, dev = c.dtype, c.device
         self.loss, self.act, self.a, self.b = loss, act, a, batch
         self.c = c.clone()
@@ -114,6 +129,10 @@ class ReducedStepper:
             torch.mul(der, self.a, out=h)
         if self.loss == "squared":
             torch.sub(f, y, out=self.res)
+            if self.bias is not None:
+                self.fb[i].copy_(self.bias)
+                self.res.add_(self.bias.unsqueeze(-1))
+                self.bias.sub_(self.res.mean(-1), alpha=self.bias_eta)
             h.mul_(self.res_col)  # G
         else:
             h.mul_(y.unsqueeze(-1))  # y holds -y_true
@@ -138,6 +157,8 @@ class ReducedStepper:
         f, yy = self.f[i0:i1], y[i0:i1]
         if self.loss == "squared":
             d = f - yy
+            if self.bias is not None:
+                d = d + self.fb[i0:i1].unsqueeze(-1)
             return 0.5 * (d * d).mean(-1)
         return (yy * (f + self.const)).mean(-1)  # yy = -y_true
 
@@ -158,7 +179,8 @@ class DenseStepper:
     `dynamics.train` runs one loop for every mode: `step(i, x, gram, y, eta)`, `prepare_labels`, `losses`,
     `weights()` (the current W (S, N, d)), `end_chunk()` (exact renormalisation). `step_fn` is
     `dynamics.dense_step` (passed in: this module does not import dynamics); `extra_grad(w)`, if given, adds a
-    gradient term to every step (the RPSFT anchor's penalty gradient)."""
+    gradient term to every step (the RPSFT anchor's penalty gradient); `bias` (S,), if given, is a trained output
+    bias as in `ReducedStepper`."""
 
     def __init__(
         self,
@@ -169,10 +191,13 @@ class DenseStepper:
         chunk: int,
         step_fn: Callable[..., tuple[torch.Tensor, torch.Tensor]],
         extra_grad: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        bias: torch.Tensor | None = None,
+        bias_eta: float = 0.0,
     ):
         if loss not in ("squared", "correlation"):
             raise ValueError(f"loss must be 'squared' or 'correlation', got {loss!r}")
         self.w, self.a, self.act, self.loss, self.extra_grad = w.clone(), a, act, loss, extra_grad
+        self.bias, self.bias_eta = bias, bias_eta  # as in ReducedStepper
         self.step_fn = step_fn
         self.lbuf = torch.empty(chunk, w.shape[0], dtype=w.dtype, device=w.device)
 
@@ -181,6 +206,10 @@ class DenseStepper:
 
     def step(self, i: int, x: torch.Tensor, gram: torch.Tensor, y: torch.Tensor, eta: float) -> None:
         extra = self.extra_grad(self.w) if self.extra_grad is not None else None
+        if self.bias is not None:  # residual f + b - y: the step sees labels y - b; then b follows the mean residual
+            f = self.act.value(x @ self.w.mT) @ self.a
+            y = y - self.bias.unsqueeze(-1)
+            self.bias.sub_((f - y).mean(-1), alpha=self.bias_eta)
         self.w, lval = self.step_fn(self.w, x, y, self.a, self.act, eta, self.loss, extra, gram)
         self.lbuf[i] = lval
 

@@ -132,7 +132,7 @@ def _mode_samples(
         if center is not None:
             y = y - center.unsqueeze(-1)
     else:
-        y = config.pi[0] * get_activation(config.links[0]).value(z)
+        y = config.pi[0] * get_activation(config.link).value(z)
     return z, y
 
 

@@ -126,7 +126,7 @@ def label_model(
     (quadrature). W2S: measured from `n_samples` labels T(clip(f_weak(x))) of the generative distribution at
     lambda = 1 (x = B z), of seed `seed_index` (its own generator, not the training stream)."""
     if mode != "w2s":
-        coef = config.pi[0] * hermite_coefficients(config.links[0], n_max)
+        coef = config.pi[0] * hermite_coefficients(config.link, n_max)
         return LabelModel(coef=coef, second_moment=float(np.sum(coef**2)))
     gen = make_generators([problem.seeds[seed_index]], 101, torch.device("cpu"))[0]
     z = torch.randn(n_samples, config.s, generator=gen, dtype=torch.float64)

@@ -1,16 +1,19 @@
 """Mechanism sweeps of the weak-to-strong simulator (docs/w2s.md, "Mechanisms"): which ingredient does what.
 
 - ablation: the full product of `factors` (transform, label variant = clip or bounded weak output, centring,
-  weak-model norm inside V_kappa, loss) on a base config; each row carries its factors, the final target /
-  non-target / non-target-to-theta_kappa alignments (mean and sample std over seeds, ddof=1), and the labels'
-  mean and measured c2 (c_n = E[y He_n(z)] / n!) with its standard error.
+  trained output bias of the strong model, weak-model norm inside V_kappa, loss) on a base config; each row carries
+  its factors, the final target / non-target / non-target-to-theta_kappa alignments (mean and sample std over seeds,
+  ddof=1), and the labels' mean and measured c2 (c_n = E[y He_n(z)] / n!) with its standard error.
 - race (Theorem 2): for each mode (sft, w2s), loss, overlap x = rho sqrt(s), chi_2 = N_1 pi_2 / (N_2 pi_1) and step
   size on the mode's grid: per seed, the samples until the target neurons learn (mean |cos(w, theta_1)| >= learn)
   and until the non-target neurons forget (mean |cos(w, theta_1)| >= turn, or mean |cos(w, theta_2)| < keep),
   read off the log-spaced curves by linear interpolation; each cell reports the step size with the fastest
-  median learning (a post-hoc choice) and who finished first.
+  median learning (a post-hoc choice) and who finished first. Optional: `sizes` ([d, s] pairs, one diagram each),
+  `mode_steps` (a budget per mode), `stop_at_learn` (stop a run once every seed has learnt: the race is decided).
 - weak-quality: the weak model's alignment swept (or the weak model trained); raw test risks of the weak model,
-  W2S and the ceiling, and the PGR where its denominator exceeds three standard errors.
+  W2S and the ceiling, W2S's gain over its teacher (paired on the same inputs) and whether it exceeds three standard
+  errors, and the PGR where its denominator exceeds three standard errors; with `ceiling_steps`, also against a
+  ceiling trained for that longer budget (trained once per sweep run: it does not see the weak model).
 
 Spec files: configs/w2s/sweep-<kind>.yaml (first line: the command). Each run writes DIR/results.json (rows),
 DIR/table.md and DIR/<kind>.png; finished points are cached in DIR/cache/ by the hash of their config.
@@ -32,7 +35,11 @@ import torch
 from anchorft.io import write_json, write_text
 from anchorft.provenance import write_metrics
 from anchorft.w2s.config import W2SConfig, apply_overrides, config_hash, load_config
-from anchorft.w2s.experiments import run_experiment
+from anchorft.w2s.dynamics import train
+from anchorft.w2s.experiments import prepare_weak, run_experiment, summarise
+from anchorft.w2s.labels import label_report
+from anchorft.w2s.problem import build_problem
+from anchorft.w2s.risk import risk_report
 
 __all__ = ["MECH_KINDS", "FACTORS", "validate_mech_spec", "race_times", "first_crossing", "run_mech_sweep"]
 
@@ -44,6 +51,7 @@ FACTORS = {  # factor name -> (config key, allowed values); "variant" maps to th
     "weak_norm": ("weak_norm", ("planted", "unit")),
     "loss": ("loss", ("squared", "correlation")),
     "weak": ("weak", ("planted", "trained")),
+    "bias": ("strong_bias", ("none", "trained")),
 }
 
 
@@ -84,8 +92,25 @@ def validate_mech_spec(spec: dict) -> None:
         for name in ("rho_sqrt_s", "group_sizes", "eta"):
             if not spec.get(name):
                 raise ValueError(f"sweep {kind!r}: {name} must be non-empty")
+        if not isinstance(spec.get("stop_at_learn", False), bool):
+            raise ValueError(f"sweep {kind!r}: stop_at_learn must be true or false")
+        for mode, n in (spec.get("mode_steps") or {}).items():
+            if mode not in (spec.get("eta") or {}) or not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                raise ValueError(
+                    f"sweep {kind!r}: mode_steps needs a positive integer per swept mode, got {mode}: {n!r}"
+                )
+        for size in spec.get("sizes") or []:
+            if (
+                not isinstance(size, list)
+                or len(size) != 2
+                or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in size)
+            ):
+                raise ValueError(f"sweep {kind!r}: sizes must be [d, s] pairs of positive integers, got {size!r}")
     if kind == "weak-quality" and not (spec.get("weak_alignment") or spec.get("weak_steps")):
         raise ValueError(f"sweep {kind!r}: give weak_alignment and/or weak_steps values")
+    n = spec.get("ceiling_steps")
+    if n is not None and (kind != "weak-quality" or not isinstance(n, int) or isinstance(n, bool) or n < 1):
+        raise ValueError(f"sweep {kind!r}: ceiling_steps (weak-quality only) must be a positive integer, got {n!r}")
     for name in ("rho_sqrt_s", "weak_alignment"):
         for v in spec.get(name) or []:
             if not _num(v) or v < 0:
@@ -103,11 +128,15 @@ def expand(spec: dict) -> list[dict]:
         return [dict(zip(names, vals)) for vals in itertools.product(*(factors[n] for n in names))]
     if kind == "race":
         pts = []
-        for mode, grid in (spec.get("eta") or {}).items():
+        sizes = spec.get("sizes") or [None]  # [d, s] pairs; None: the base config's d and s
+        for size, (mode, grid) in itertools.product(sizes, (spec.get("eta") or {}).items()):
             for loss, x, gs, eta in itertools.product(
                 (spec.get("factors") or {}).get("loss", ["correlation"]), spec["rho_sqrt_s"], spec["group_sizes"], grid
             ):
-                pts.append({"mode": mode, "loss": loss, "rho_sqrt_s": x, "group_sizes": gs, "eta": eta})
+                pt = {"mode": mode, "loss": loss, "rho_sqrt_s": x, "group_sizes": gs, "eta": eta}
+                if size is not None:
+                    pt["d"], pt["s"] = size
+                pts.append(pt)
         return pts
     pts = [{"weak": "planted", "weak_alignment": a} for a in spec.get("weak_alignment") or []]
     pts += [{"weak": "trained", "weak_steps": n} for n in spec.get("weak_steps") or []]
@@ -117,7 +146,8 @@ def expand(spec: dict) -> list[dict]:
 def _controlled(spec: dict) -> set[str]:
     """Config keys that the sweep's points set (a command-line override of one of them would be silently lost)."""
     if spec["kind"] == "race":
-        return {"modes", "loss", "rho", "group_sizes", "eta_w2s", "eta_sft"}
+        keys = {"modes", "loss", "rho", "group_sizes", "eta_w2s", "eta_sft"}
+        return keys | ({"d", "s"} if spec.get("sizes") else set()) | ({"steps"} if spec.get("mode_steps") else set())
     if spec["kind"] == "weak-quality":
         return {"weak", "weak_alignment", "weak_steps"}
     keys = {FACTORS[n][0] for n in (spec.get("factors") or {}) if n != "variant"}
@@ -139,6 +169,10 @@ def _point_overrides(spec: dict, pt: dict) -> dict:
                 out[FACTORS[name][0]] = v
         return out
     if kind == "race":
+        if "s" in pt:
+            base["d"], base["s"] = pt["d"], pt["s"]
+        if pt["mode"] in (spec.get("mode_steps") or {}):  # a budget per mode (W2S learns in far fewer samples)
+            base["steps"] = spec["mode_steps"][pt["mode"]]
         s = int(base.get("s", spec.get("s", 16)))
         eta_key = "eta_w2s" if pt["mode"] == "w2s" else "eta_sft"
         return {
@@ -201,14 +235,23 @@ def _stat(values: list[float]) -> dict:
     return {"mean": float(a.mean()), "std": float(a.std(ddof=1)) if a.size > 1 else None}
 
 
-def _evaluate(spec: dict, pt: dict, cache: Path) -> dict:
+def _evaluate(spec: dict, pt: dict, cache: Path, shared: dict) -> dict:
     config = _point_config(spec, pt)
     key = hashlib.sha256(json.dumps({"c": config_hash(config), "k": spec["kind"]}).encode()).hexdigest()[:20]
+    if spec["kind"] == "race" and spec.get("stop_at_learn"):
+        key += "-stop"
+    if spec["kind"] == "weak-quality" and spec.get("ceiling_steps"):
+        key += f"-ceiling{spec['ceiling_steps']}"
     path = cache / f"{key}.json"
     if path.exists():
         return json.loads(path.read_text())
+    if spec["kind"] == "race" and spec.get("stop_at_learn"):
+        return _race_until_learnt(spec, pt, config, path)
     with torch.no_grad():
-        m = run_experiment(config, None, progress=False)
+        if spec["kind"] == "weak-quality" and spec.get("ceiling_steps"):
+            m = _weak_quality_point(spec, config, shared)
+        else:
+            m = run_experiment(config, None, progress=False)
     rec: dict[str, Any] = {"point": pt, "config_hash": config_hash(config), "s": config.s, "d": config.d}
     rec["diverged"] = m["diverged"]
     for mode in config.modes:
@@ -223,10 +266,69 @@ def _evaluate(spec: dict, pt: dict, cache: Path) -> dict:
             "labels_c2": lab["hermite"][2],
             "labels_c2_se": lab["hermite_se"][2],
             "labels_c4": lab["hermite"][4],
+            "bias": e.get("bias"),
             "curves": {k: e[k] for k in ("samples", *(f"{n}_alignment_seeds" for n in ("target", "nontarget")))},
         }
         rec[mode]["curves"]["nontarget_target_alignment_seeds"] = e["nontarget_target_alignment_seeds"]
     rec["risks"] = m.get("risks")
+    if "ceiling_long" in m:
+        rec["ceiling_long"] = {
+            "steps": m["ceiling_long"]["steps"][-1],
+            **{k: m["ceiling_long"][k] for k in ("init", "final_per_seed")},
+        }
+        rec["risks_long_ceiling"] = m["risks_long_ceiling"]
+    write_json(path, rec)
+    return rec
+
+
+def _long_ceiling(spec: dict, config: W2SConfig, shared: dict):
+    """The ceiling trained for `ceiling_steps` (`weak-quality`): it does not see the weak model, so it is trained once
+    per sweep run (kept in `shared`) and read out beside every point."""
+    cfg = apply_overrides(config, {"modes": ["ceiling"], "steps": spec["ceiling_steps"]}).validate()
+    key = config_hash(cfg, exclude=("weak_alignment", "weak_steps", "weak", "weak_norm", "weak_bound"))
+    if key not in shared:
+        shared[key] = train(cfg, build_problem(cfg), "ceiling", progress=False)
+    return shared[key]
+
+
+def _weak_quality_point(spec: dict, config: W2SConfig, shared: dict) -> dict:
+    """`run_experiment`'s metrics without files, plus the ceiling at its longer budget (`ceiling_long`) and the risks
+    and PGR against it (`risks_long_ceiling`), on the same test inputs."""
+    problem = build_problem(config)
+    prepare_weak(config, problem)
+    m: dict[str, Any] = {"diverged": None}
+    weights = {}
+    for mode in config.modes:
+        res = train(config, problem, mode, progress=False)
+        m[mode] = summarise(res, 0.0)
+        center = res.extra.get("label_center")
+        center_t = None if center is None else torch.tensor(center, dtype=problem.w0.dtype, device=problem.w0.device)
+        m[mode]["labels"] = label_report(config, problem, mode, center_t)
+        weights[mode] = res.weights
+        if res.diverged_at is not None:
+            m["diverged"] = {"mode": mode, "step": res.diverged_at}
+            return m
+    m["risks"] = risk_report(config, problem, weights)
+    long = _long_ceiling(spec, config, shared)
+    m["ceiling_long"] = summarise(long, 0.0)
+    m["risks_long_ceiling"] = risk_report(config, problem, {"w2s": weights["w2s"], "ceiling": long.weights})
+    return m
+
+
+def _race_until_learnt(spec: dict, pt: dict, config: W2SConfig, path: Path) -> dict:
+    """A race point that stops once every seed's target group has learnt (`stop_at_learn`): the race is decided by
+    then, so forgetting later is not needed (it is censored at the stop); no label or risk report."""
+    learn = {"learn": 0.5, **(spec.get("thresholds") or {})}["learn"]
+    problem = build_problem(config)
+    prepare_weak(config, problem)
+    with torch.no_grad():
+        res = train(config, problem, pt["mode"], progress=False, hit_threshold=learn)
+    log = res.log
+    curves = {k: log[k] for k in ("samples", "target_alignment_seeds", "nontarget_alignment_seeds")}
+    curves["nontarget_target_alignment_seeds"] = log["nontarget_target_alignment_seeds"]
+    rec: dict[str, Any] = {"point": pt, "config_hash": config_hash(config), "s": config.s, "d": config.d}
+    rec["diverged"] = None if res.diverged_at is None else {"mode": pt["mode"], "step": res.diverged_at}
+    rec[pt["mode"]] = {"curves": curves, "steps_run": res.extra.get("steps_run"), "stopped_at_learn": True}
     write_json(path, rec)
     return rec
 
@@ -246,7 +348,14 @@ def _ablation_row(rec: dict) -> dict:
     row["labels_mean"], row["labels_c2"], row["labels_c2_se"] = e["labels_mean"], e["labels_c2"], e["labels_c2_se"]
     row["labels_c4"] = e["labels_c4"]
     row["diverged"] = rec["diverged"] is not None
+    if e.get("bias") is not None:  # the trained output bias at the end (strong_bias: trained)
+        row["bias_final"], row["bias_final_std"] = _stat(e["bias"])["mean"], _stat(e["bias"])["std"]
     return row
+
+
+def _first_count(event: list[float | None], learn: list[float | None]) -> int:
+    """Seeds where `event` happened before the target learnt (or happened and the target never learnt)."""
+    return sum(e is not None and (ell is None or e < ell) for e, ell in zip(event, learn))
 
 
 def _race_rows(spec: dict, recs: list[dict]) -> list[dict]:
@@ -259,9 +368,9 @@ def _race_rows(spec: dict, recs: list[dict]) -> list[dict]:
         chi = gs[0] / gs[1]  # pi = 1 for both tasks
         item = {**pt, "chi": chi, "s": rec["s"], "d": rec["d"], "times": times}
         item["learn_median"], item["forget_median"] = _median(times["learn"]), _median(times["forget"])
-        cells.setdefault((pt["mode"], pt["loss"], pt["rho_sqrt_s"], chi), []).append(item)
+        cells.setdefault((rec["d"], rec["s"], pt["mode"], pt["loss"], pt["rho_sqrt_s"], chi), []).append(item)
     rows = []
-    for (mode, loss, x, chi), items in sorted(cells.items()):
+    for (d, s, mode, loss, x, chi), items in sorted(cells.items()):
         best = min(items, key=lambda r: (math.inf if r["learn_median"] is None else r["learn_median"], r["eta"]))
         lm, fm = best["learn_median"], best["forget_median"]
         if lm is None and fm is None:
@@ -272,6 +381,8 @@ def _race_rows(spec: dict, recs: list[dict]) -> list[dict]:
             winner = "forget first"
         rows.append(
             {
+                "d": d,
+                "s": s,
                 "mode": mode,
                 "loss": loss,
                 "rho_sqrt_s": x,
@@ -287,6 +398,10 @@ def _race_rows(spec: dict, recs: list[dict]) -> list[dict]:
                 "turn_per_seed": best["times"]["turn"],
                 "lose_per_seed": best["times"]["lose"],
                 "winner": winner,
+                "forget_first_seeds": _first_count(best["times"]["forget"], best["times"]["learn"]),
+                "turn_first_seeds": _first_count(best["times"]["turn"], best["times"]["learn"]),
+                "turn_samples": _median(best["times"]["turn"]),
+                "n_seeds": len(best["times"]["learn"]),
                 "all_eta": [
                     {"eta": r["eta"], "learn": r["learn_median"], "forget": r["forget_median"]} for r in items
                 ],
@@ -301,6 +416,16 @@ def _wq_row(rec: dict) -> dict:
     row["w2s_target"], row["w2s_target_std"] = _stat(fps)["mean"], _stat(fps)["std"]
     cps = rec["ceiling"]["final_per_seed"]["target_alignment"] if "ceiling" in rec else None
     row["ceiling_target"] = None if cps is None else _stat(cps)["mean"]
+    if "ceiling_long" in rec:
+        row["ceiling_long_steps"] = rec["ceiling_long"]["steps"]
+        row["ceiling_long_target"] = _stat(rec["ceiling_long"]["final_per_seed"]["target_alignment"])["mean"]
+        for dist in ("isotropic", "generative"):
+            r = rec["risks_long_ceiling"][dist]
+            row[f"{dist}_risk_ceiling_long@link"] = r["risk"]["ceiling@link"]
+            row[f"{dist}_risk_ceiling_long@link_se"] = r["risk_se"]["ceiling@link"]
+            row[f"{dist}_pgr_long_link"] = r["pgr"].get("w2s@link")
+            row[f"{dist}_pgr_long_denominator_link"] = r["pgr_denominator"]["ceiling@link"]
+            row[f"{dist}_pgr_long_denominator_link_se"] = r["pgr_denominator_se"]["ceiling@link"]
     for dist in ("isotropic", "generative"):
         r = (rec.get("risks") or {}).get(dist)
         if r is None:
@@ -311,8 +436,13 @@ def _wq_row(rec: dict) -> dict:
                 row[f"{dist}_risk_{name}_se"] = r["risk_se"][name]
         row[f"{dist}_pgr"] = r["pgr"].get("w2s")
         row[f"{dist}_pgr_link"] = r["pgr"].get("w2s@link")
-        se = math.hypot(r["risk_se"]["weak"], r["risk_se"].get("w2s@link", 0.0))
-        row[f"{dist}_surpasses_teacher_link"] = r["risk"].get("w2s@link", math.inf) < r["risk"]["weak"] - 3 * se
+        for key in ("pgr_denominator", "pgr_denominator_se"):
+            row[f"{dist}_{key}_link"] = (r.get(key) or {}).get("ceiling@link")
+        for name, tag in (("w2s@link", "_link"), ("w2s", "")):  # paired on the same inputs (risk.risk_report)
+            if name in (r.get("gain_over_weak") or {}):
+                row[f"{dist}_gain{tag}"] = r["gain_over_weak"][name]
+                row[f"{dist}_gain{tag}_se"] = r["gain_over_weak_se"][name]
+                row[f"{dist}_surpasses_teacher{tag}"] = r["surpasses_teacher"][name]
     return row
 
 
@@ -332,19 +462,22 @@ def _table(rows: list[dict], cols: list[str]) -> str:
 
 TABLE_COLS = {
     "ablation": [
-        *("transform", "variant", "center", "weak_norm", "loss", "labels_mean", "labels_c2", "labels_c2_se"),
+        *("transform", "variant", "center", "bias", "weak_norm", "loss", "labels_mean", "labels_c2", "labels_c2_se"),
         *("target", "target_std", "nontarget", "nontarget_std", "nontarget_to_theta1", "nontarget_to_theta1_std"),
     ],
-    "race": ["mode", "loss", "rho_sqrt_s", "chi", "eta", "eta_on_edge", "learn_samples", "forget_samples", "winner"],
+    "race": [
+        *("d", "s", "mode", "loss", "rho_sqrt_s", "chi", "eta", "eta_on_edge"),
+        *("learn_samples", "forget_samples", "turn_samples", "winner", "forget_first_seeds", "turn_first_seeds"),
+    ],
     "weak-quality": [
-        *("weak", "weak_alignment", "weak_steps", "w2s_target", "ceiling_target"),
-        *("isotropic_risk_weak", "isotropic_risk_w2s@link", "isotropic_risk_ceiling@link", "isotropic_pgr_link"),
-        *(
-            "isotropic_surpasses_teacher_link",
-            "generative_risk_weak",
-            "generative_risk_w2s@link",
-            "generative_pgr_link",
-        ),
+        *("weak", "weak_alignment", "weak_steps", "w2s_target", "w2s_target_std", "ceiling_target"),
+        *("isotropic_risk_weak", "isotropic_risk_w2s@link", "isotropic_risk_ceiling@link"),
+        *("isotropic_gain_link", "isotropic_gain_link_se", "isotropic_surpasses_teacher_link", "isotropic_pgr_link"),
+        *("generative_risk_weak", "generative_risk_w2s@link", "generative_risk_ceiling@link"),
+        *("generative_gain_link", "generative_gain_link_se", "generative_surpasses_teacher_link"),
+        "generative_pgr_link",
+        *("ceiling_long_target", "isotropic_risk_ceiling_long@link", "isotropic_pgr_long_link"),
+        *("generative_risk_ceiling_long@link", "generative_pgr_long_link"),
     ],
 }
 
@@ -369,7 +502,9 @@ def run_mech_sweep(
     cache.mkdir(parents=True, exist_ok=True)
     from tqdm.auto import tqdm
 
-    recs = [_evaluate(spec, pt, cache) for pt in tqdm(expand(spec), desc=f"sweep {kind}", disable=not progress)]
+    shared: dict = {}  # results shared between points (the long ceiling of `weak-quality`)
+    points = tqdm(expand(spec), desc=f"sweep {kind}", disable=not progress)
+    recs = [_evaluate(spec, pt, cache, shared) for pt in points]
     if kind == "ablation":
         rows = [_ablation_row(r) for r in recs]
     elif kind == "race":

@@ -61,7 +61,7 @@ def _outputs(
     act = get_activation(config.activation)
     sel = problem.groups == 0
     a = problem.a[sel]
-    link = get_activation(config.links[0])
+    link = get_activation(config.link)
     out = {"weak": weak_output(x, in_coords(problem.weak_u, basis), config.weak_activation, config.weak_bound)}
     for mode, w in weights.items():
         u = x @ in_coords(w[:, sel], basis).mT
@@ -80,10 +80,22 @@ def _draw(config: W2SConfig, problem: Problem, dist: str, stream: int) -> tuple[
     return isotropic(gens, 1, n, config.d, problem.w0.dtype, problem.w0.device)[0], None
 
 
+def _paired(e1: np.ndarray, e2: np.ndarray) -> tuple[float, float]:
+    """Mean of e1 - e2 (S, n) (per-sample errors on the same inputs) over seeds and samples, and its standard error:
+    the larger of the paired per-sample error and the between-seed error."""
+    diff = e1 - e2
+    n_seeds, n = diff.shape
+    sample_se = math.sqrt(np.sum(diff.var(1, ddof=1) / n)) / n_seeds
+    seed_se = float(diff.mean(1).std(ddof=1) / math.sqrt(n_seeds)) if n_seeds > 1 else 0.0
+    return float(diff.mean()), max(sample_se, seed_se)
+
+
 def risk_report(config: W2SConfig, problem: Problem, weights: dict[str, torch.Tensor]) -> dict:
     """Risks (mean over seeds, per seed, standard errors) of the weak model and of each strong model in `weights`
     (mode -> final first layer (S, N, d)) on "isotropic" and "generative" inputs, and the PGR of every strong mode
-    against "ceiling" where the ceiling is present and its denominator exceeds three standard errors."""
+    against "ceiling" where the ceiling is present and its denominator exceeds three standard errors. Each predictor's
+    gain over the weak model (risk_weak - risk, paired on the same inputs; `gain_over_weak`, `_se`) and whether it
+    exceeds three standard errors (`surpasses_teacher`)."""
     report: dict = {
         "definition": "MSE of the affine readout (fitted on a separate fresh sample) / Var(r*_kappa)",
         "n_samples_per_seed": config.risk_samples,
@@ -111,16 +123,20 @@ def risk_report(config: W2SConfig, problem: Problem, weights: dict[str, torch.Te
             entry["risk"][name] = float(per_seed.mean())
             entry["risk_per_seed"][name] = [float(v) for v in per_seed]
             entry["risk_se"][name] = float(math.sqrt(np.sum(e.var(1, ddof=1) / n)) / len(per_seed))
+        # the strong models against their teacher, paired on the same test inputs: gain = risk_weak - risk_mode
+        entry["gain_over_weak"], entry["gain_over_weak_se"], entry["surpasses_teacher"] = {}, {}, {}
+        for name in errs:
+            if name == "weak":
+                continue
+            gain, gain_se = _paired(errs["weak"], errs[name])
+            entry["gain_over_weak"][name], entry["gain_over_weak_se"][name] = gain, gain_se
+            entry["surpasses_teacher"][name] = bool(gain > 3.0 * gain_se)
         entry["pgr_denominator"], entry["pgr_denominator_se"] = {}, {}
         for suffix in ("", "@link"):
             ceil = f"ceiling{suffix}"
             if ceil not in errs:
                 continue
-            diff = errs["weak"] - errs[ceil]
-            den = float(diff.mean())
-            sample_se = math.sqrt(np.sum(diff.var(1, ddof=1) / n)) / diff.shape[0]
-            seed_se = float(diff.mean(1).std(ddof=1) / math.sqrt(diff.shape[0])) if diff.shape[0] > 1 else 0.0
-            den_se = max(sample_se, seed_se)  # the larger of the sampling and the between-seed error
+            den, den_se = _paired(errs["weak"], errs[ceil])
             entry["pgr_denominator"][ceil], entry["pgr_denominator_se"][ceil] = den, den_se
             for mode in weights:
                 name = f"{mode}{suffix}"

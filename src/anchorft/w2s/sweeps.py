@@ -403,7 +403,7 @@ def _scaling_summary(kind: str, spec: dict, points: list[dict]) -> dict:
     its profile-likelihood interval; censored seeds enter as lower bounds), the older median/bootstrap fit
     (censored points left out) beside it, and the theory's slope with p the information exponent of the link."""
     configs = [point_config(spec, pt["params"]) for pt in points]
-    ps = {information_exponent(c.links[0]) for c in configs}
+    ps = {information_exponent(c.link) for c in configs}
     if len(ps) != 1 or None in ps:
         raise ValueError(f"sweep {kind!r}: the points' links must share one information exponent, got {sorted(ps)}")
     p = ps.pop()

@@ -108,8 +108,8 @@ def preset_theory_report(preset: str, overrides: list[str] | None = None, n_seed
     if n_seeds is not None:
         extra.append(f"n_seeds={n_seeds}")
     config = load_config(preset, extra)
-    rep = theory_report(config.links[0], config.transform, config.clip, config.d, config.s)
-    f, tr = get_activation(config.links[0]).numpy, get_transform(config.transform, config.clip or None)
+    rep = theory_report(config.link, config.transform, config.clip, config.d, config.s)
+    f, tr = get_activation(config.link).numpy, get_transform(config.transform, config.clip or None)
     ideal = _he_series(lambda z: tr(f(z)), N_COEF)
     if config.label_center == "mean":
         ideal[0] = 0.0  # centred: the constant is removed

@@ -1,4 +1,4 @@
-"""The weight anchor during DAPO (`RLSettings.anchor_*`): once per optimiser step, and its stated reference."""
+"""The weight anchor during DAPO (`DAPOConfig.anchor_*`): once per optimiser step, and its stated reference."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import json
 import pytest
 
 from anchorft.rpsft.anchor import SubspaceAnchor
-from anchorft.rpsft.rl import RLSettings, run_rl
+from anchorft.rpsft.dapo_config import DAPOConfig
+from anchorft.rpsft.rl import run_rl
 
 PROMPTS = [{"prompt": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(1, 9)]
 
@@ -17,7 +18,7 @@ def _settings(**kw):
     # each accumulated over 2 micro-batches
     base = dict(steps=1, num_generations=2, prompts_per_step=4, mini_batch_prompts=2, micro_batch=2,
                 max_completion_length=4, learning_rate=1e-3, save_model=False)  # fmt: skip
-    return RLSettings(**{**base, **kw})
+    return DAPOConfig(**{**base, **kw})
 
 
 def _varied(completion: str, answer: str) -> float:
@@ -36,7 +37,7 @@ def test_rl_anchor_counts_once_per_optimiser_step(tiny_model_dir, tmp_path, monk
     s = _settings(anchor_method="rpsft", anchor_rank=3, anchor_lambda=0.5, anchor_kind="subspace")
     m = run_rl(str(tiny_model_dir), PROMPTS, tmp_path / "rl", s)
     cfg = json.loads((tmp_path / "rl" / "config.json").read_text())
-    assert cfg["grpo_config"]["gradient_accumulation_steps"] == 2
+    assert cfg["dapo_config"]["gradient_accumulation_steps"] == 2
     assert m["optimizer_steps"] == 2
     assert len(calls) == m["optimizer_steps"] == m["anchor"]["applications"]  # not once per micro-batch (4)
     assert calls == [0.5, 0.5]
@@ -63,4 +64,4 @@ def test_rl_anchor_options_checked_like_train():
         (dict(anchor_method="rpsft", anchor_kind="rows"), "anchor_kind"),
     ]:
         with pytest.raises(ValueError, match=match):
-            RLSettings(**bad).validate()
+            DAPOConfig(**bad)

@@ -9,7 +9,8 @@ import pytest
 import torch
 import yaml
 
-from anchorft.rpsft.rl import RLSettings, grpo_kwargs, rl_memory_estimate, run_rl
+from anchorft.rpsft.dapo_config import DAPOConfig, dapo_schedule, resolve_vllm
+from anchorft.rpsft.rl import rl_memory_estimate, run_rl
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,47 +31,54 @@ def test_lr_1e6_adamw_step_lands_in_fp32_not_in_bf16(dtype, moves):
         assert not moved[w0.float().abs() > 4e-3].any() and moved.float().mean().item() < 0.05
 
 
-def _release() -> RLSettings:
+def _release() -> dict:
     text = (REPO / "configs" / "rl" / "dapo.yaml").read_text()
     assert text.startswith("# anchorft rl ")
-    s = RLSettings(**yaml.safe_load(text))
-    s.validate()
-    return s
+    return yaml.safe_load(text)
 
 
-def test_release_settings_map_to_trl(tmp_path):
-    s = _release()
-    assert (s.prompts_per_step, s.mini_batch_prompts, s.num_generations) == (256, 32, 8)
-    assert (s.max_completion_length, s.overlong_cache, s.weight_decay, s.warmup_steps) == (10240, 2048, 0.1, 10)
-    kw = grpo_kwargs(s, tmp_path, cuda=True, has_vllm=True, world_size=8)
+def test_release_settings_map_to_trl():
+    r = _release()
+    assert (r["prompts_per_step"], r["mini_batch_prompts"], r["num_generations"]) == (256, 32, 8)
+    assert (r["max_completion_length"], r["overlong_cache"], r["weight_decay"], r["rl_warmup_steps"]) == (
+        10240, 2048, 0.1, 10
+    )  # fmt: skip
+    keys = ("steps", "prompts_per_step", "num_generations", "mini_batch_prompts", "micro_batch", "rl_warmup_steps")
+    kw = dapo_schedule(**{k: r[k] for k in keys}, world_size=8)
     # one generation batch = 256 prompts x 8 = 2,048 completions = 8 updates of 32 x 8 = 256 completions
     gen_batch = kw["per_device_train_batch_size"] * 8 * kw["steps_per_generation"]
     assert gen_batch == 256 * 8
     per_update = kw["per_device_train_batch_size"] * 8 * kw["gradient_accumulation_steps"]
     assert per_update == 32 * 8 and kw["steps_per_generation"] // kw["gradient_accumulation_steps"] == 8
     assert kw["max_steps"] == 100 * 8 and kw["warmup_steps"] == 10 * 8
-    assert kw["bf16"] and kw["gradient_checkpointing"] and kw["use_vllm"] and kw["vllm_mode"] == "colocate"
-    assert kw["delta"] == 10.0 and kw["loss_type"] == "dapo" and kw["beta"] == 0.0
-    cpu = grpo_kwargs(s, tmp_path, cuda=False, has_vllm=True, world_size=1)
-    assert not cpu["bf16"] and not cpu["gradient_checkpointing"] and not cpu["use_vllm"] and cpu["use_cpu"]
+    assert kw["lr_scheduler_type"] == "constant_with_warmup"
+    assert resolve_vllm("auto", cuda=True, has_vllm=True) and not resolve_vllm("auto", cuda=False, has_vllm=True)
+    cpu = dapo_schedule(**{k: r[k] for k in keys}, world_size=1)
     assert cpu["gradient_accumulation_steps"] == 32  # 256 completions in micro-batches of 8 on one device
+    # the whole YAML builds the config (here on the CPU: no bf16, no checkpointing, no vLLM)
+    c = DAPOConfig(**r)
+    assert (c.max_steps, c.warmup_steps, c.gradient_accumulation_steps) == (800, 80, 32)
+    assert (c.delta, c.loss_type, c.beta, c.epsilon_high) == (10.0, "dapo", 0.0, 0.28)
+    assert c.use_cpu and not c.bf16 and not c.gradient_checkpointing and c.use_vllm is False
     with pytest.raises(ValueError, match="vLLM rollouts need"):
-        grpo_kwargs(RLSettings(use_vllm="true"), tmp_path, cuda=False, has_vllm=False)
+        resolve_vllm("true", cuda=False, has_vllm=False)
     with pytest.raises(ValueError, match="micro-batches"):
-        grpo_kwargs(
-            RLSettings(prompts_per_step=4, num_generations=3, micro_batch=5), tmp_path, cuda=False, has_vllm=False
-        )
+        DAPOConfig(prompts_per_step=4, num_generations=3, micro_batch=5)
+    with pytest.raises(ValueError, match="set steps instead"):
+        DAPOConfig(steps=3, max_steps=7)
+    with pytest.raises(ValueError, match="rl_warmup_steps or rl_warmup_ratio instead"):
+        DAPOConfig(warmup_steps=10)
 
 
 def test_mini_batched_updates_run(tiny_model_dir, tmp_path):
     # 4 prompts x 2 responses a step, updates over 2 prompts: 2 optimiser steps per RL step
     prompts = [{"prompt": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(1, 9)]
-    s = RLSettings(steps=1, num_generations=2, prompts_per_step=4, mini_batch_prompts=2, micro_batch=2,
+    s = DAPOConfig(steps=1, num_generations=2, prompts_per_step=4, mini_batch_prompts=2, micro_batch=2,
                    max_completion_length=4, learning_rate=1e-3, save_model=False)  # fmt: skip
     m = run_rl(str(tiny_model_dir), prompts, tmp_path / "rl", s)
     assert m["optimizer_steps"] == 2 and m["steps"] == [1]  # the reward is logged once per generation batch
     cfg = json.loads((tmp_path / "rl" / "config.json").read_text())
-    assert cfg["grpo_config"]["steps_per_generation"] == 4 and cfg["grpo_config"]["gradient_accumulation_steps"] == 2
+    assert cfg["dapo"]["steps_per_generation"] == 4 and cfg["dapo"]["gradient_accumulation_steps"] == 2
     assert m["model"].dtype == torch.float32 and cfg["memory"]["bytes_per_param"] == 16
 
 

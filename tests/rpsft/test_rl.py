@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 
-from anchorft.rpsft.rl import RLSettings, boxed_math_reward, load_rl_dataset, make_reward_func, run_rl
+from anchorft.rpsft.dapo_config import DAPOConfig
+from anchorft.rpsft.rl import boxed_math_reward, load_rl_dataset, make_reward_func, run_rl
 
 SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
 
@@ -46,17 +47,17 @@ def test_load_rl_dataset_formats(tmp_path):
 
 
 def test_settings_validation():
-    RLSettings().validate()
+    DAPOConfig()
     for bad in (dict(num_generations=1), dict(epsilon=0.3, epsilon_high=0.2), dict(overlong_cache=2000)):
         with pytest.raises(ValueError):
-            RLSettings(**bad).validate()
+            DAPOConfig(**bad)
 
 
 def test_run_rl_one_step_with_dapo_settings(tiny_model_dir, tmp_path):
-    s = RLSettings(steps=1, num_generations=2, prompts_per_step=2, max_completion_length=6, overlong_cache=2)
+    s = DAPOConfig(steps=1, num_generations=2, prompts_per_step=2, max_completion_length=6, overlong_cache=2)
     m = run_rl(str(tiny_model_dir), _prompts(), tmp_path / "rl", s)
     assert m["steps"] == [1] and len(m["reward"]) == 1
-    cfg = json.loads((tmp_path / "rl" / "config.json").read_text())["grpo_config"]
+    cfg = json.loads((tmp_path / "rl" / "config.json").read_text())["dapo"]
     assert cfg["loss_type"] == "dapo" and cfg["epsilon"] == 0.2 and cfg["epsilon_high"] == 0.28
     assert cfg["beta"] == 0.0 and cfg["num_generations"] == 2
     for name in ("metrics.json", "reward.png", "model/config.json"):
@@ -71,7 +72,7 @@ def _weights(model_dir):
 
 def test_one_dapo_step_moves_the_weights_only_when_rewards_differ(tiny_model_dir, tmp_path):
     """Rewards that differ inside a group give non-zero advantages and an update; equal rewards (beta 0) give none."""
-    s = RLSettings(steps=1, num_generations=4, prompts_per_step=2, max_completion_length=6, learning_rate=1e-2)
+    s = DAPOConfig(steps=1, num_generations=4, prompts_per_step=2, max_completion_length=6, learning_rate=1e-2)
     start = _weights(tiny_model_dir)
     m = run_rl(str(tiny_model_dir), _prompts(), tmp_path / "dense", s, reward_fn=_count_a)
     moved = _weights(tmp_path / "dense" / "model")
@@ -104,7 +105,7 @@ def _count_a(completion: str, answer: str) -> float:
 @pytest.mark.slow
 def test_reward_rises_on_a_learnable_reward(tiny_model_dir, tmp_path):
     """GRPO/DAPO machinery learns: the fraction of 'a' in the completions rises from a random start."""
-    s = RLSettings(
+    s = DAPOConfig(
         steps=30, num_generations=8, prompts_per_step=2, max_completion_length=8, learning_rate=1e-2, temperature=1.0
     )
     m = run_rl(str(tiny_model_dir), _prompts(), tmp_path / "rl", s, reward_fn=_count_a)
@@ -142,7 +143,7 @@ def test_rl_on_the_testbed_reward_rises(tmp_path):
     items = sk.sample_items(skill, 512, "train", np.random.default_rng(0))
     data = [{"prompt": it.prompt, "answer": last_boxed(it.answer)} for it in items]
     pps = int(os.environ.get("ANCHORFT_TOY_RL_PROMPTS", "8"))
-    s = RLSettings(steps=steps, num_generations=8, prompts_per_step=pps, max_completion_length=16, learning_rate=lr)
+    s = DAPOConfig(steps=steps, num_generations=8, prompts_per_step=pps, max_completion_length=16, learning_rate=lr)
     m = run_rl(model_dir, data, tmp_path / "rl", s)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -22,6 +22,13 @@ from anchorft.commands.flags import normalize_train_argv
             "skip_bad",
             True,
         ),
+        (
+            "anchorft.commands.rl",
+            "_parser",
+            ["--model", "m", "--dataset", "d", "--out", "o", "--skip-bad", "--prompts-per-step", "3"],
+            "prompts_per_step",
+            3,
+        ),
         ("anchorft.commands.data", "_parser", ["openr1-math", "--out", "o", "--no_progress"], "no_progress", True),
         ("anchorft.commands.toy", "_parser", ["compare", "--out", "o", "--threads", "2"], "threads", 2),
         ("anchorft.commands.toy", "_parser", ["--threads", "2", "compare", "--out", "o"], "threads", 2),
@@ -37,3 +44,13 @@ def test_both_spellings(module, builder, argv, dest, value):
 def test_train_aliases():
     argv = normalize_train_argv(["--out", "o", "--dataset_name", "d.jsonl", "--dataset-name=e", "--out=p"])
     assert argv == ["--output_dir", "o", "--dataset", "d.jsonl", "--dataset=e", "--output_dir=p"]
+
+
+def test_parse_named_pairs_in_order_and_errors():
+    from anchorft.commands.flags import parse_named
+
+    assert list(parse_named(["b=x", "a=y=z"], "--tuned").items()) == [("b", "x"), ("a", "y=z")]
+    with pytest.raises(ValueError, match="--models must be NAME=DIR"):
+        parse_named(["noequals"], "--models")
+    with pytest.raises(ValueError, match="the name 'a' is given twice"):
+        parse_named(["a=x", "a=y"], "--tuned")
