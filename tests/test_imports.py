@@ -14,7 +14,17 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 # layer of each part of the package; a module may import its own layer and the layers below it
-KERNELS = ("anchorft", "anchorft.io", "anchorft.subspace", "anchorft.dataclass_yaml", "anchorft.eval.metrics")
+KERNELS = (
+    "anchorft",
+    "anchorft.io",
+    "anchorft.provenance",
+    "anchorft.subspace",
+    "anchorft.dataclass_yaml",
+    "anchorft.eval.metrics",
+    "anchorft.errors",
+    "anchorft.runs",
+    "anchorft.preflight",
+)
 LAYERS: list[tuple[str, ...]] = [
     KERNELS,
     ("anchorft.eval",),

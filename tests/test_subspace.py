@@ -79,7 +79,7 @@ def test_rank_one_is_a_valid_rank():
 
 
 def test_rank_is_clipped_by_the_last_two_dims_of_a_batch():
-    """(2, 3, 5, 6): k = 5 fits a 5 x 6 matrix; the leading sizes (here 3 < 5) do not clip it."""
+    """(2, 3, 5, 6): k = 5 fits a 5 x 6 matrix; the batch sizes in front (here 3 < 5) do not clip it."""
     w0 = _rand(2, 3, 5, 6, seed=8)
     u, s, v = top_k_bases(w0, 5)
     assert u.shape == (2, 3, 5, 5) and s.shape == (2, 3, 5) and v.shape == (2, 3, 6, 5)

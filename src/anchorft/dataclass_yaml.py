@@ -1,4 +1,4 @@
-"""Configs as dataclasses: the one small YAML -> dataclass helper of the simulator and the testbed.
+"""Configs as dataclasses: the one small YAML -> dataclass module of the simulator and the testbed.
 
 `update(obj, values, what)` returns a copy of the dataclass `obj` with `values` (a mapping, e.g. a YAML
 file's, or `key=value` strings) applied, and `from_mapping(cls, values, what)` builds one. Each value is
@@ -17,10 +17,11 @@ import os
 import types
 import typing
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import yaml
+
+from anchorft.errors import read_yaml
 
 __all__ = ["coerce", "from_mapping", "parse_overrides", "read_yaml_mapping", "unknown_key_error", "update"]
 
@@ -45,7 +46,7 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, str]:
 
 def read_yaml_mapping(path: str | os.PathLike, what: str = "config") -> dict[str, Any]:
     """The mapping in the YAML file `path` ({} for an empty file); ValueError otherwise."""
-    data = yaml.safe_load(Path(path).read_text()) or {}
+    data = read_yaml(path, what) or {}  # a malformed file: an error naming the file and line
     if not isinstance(data, dict):
         raise ValueError(f"{what} {str(path)!r} must be a YAML mapping")
     return data
@@ -68,7 +69,7 @@ def _scalar(name: str, typ: Any, value: Any, what: str) -> Any:
             return float(value)
         if typ is str:
             return str(value).strip()
-        return value  # Any, or a type this helper does not coerce
+        return value  # Any, or a type this module does not coerce
     except (TypeError, ValueError):
         raise ValueError(f"invalid {what}: {name}={value!r} is not a valid {typ.__name__}") from None
 

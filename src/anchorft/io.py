@@ -14,7 +14,17 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_text", "write_json", "write_jsonl", "iter_jsonl", "pyplot", "save_figure"]
+__all__ = ["write_text", "write_json", "write_jsonl", "iter_jsonl", "pyplot", "save_figure", "new_file_mode"]
+
+
+def new_file_mode() -> int:
+    """The mode `open()` gives a new file under the user's umask (0o666 & ~umask), e.g. 0o644.
+
+    `tempfile.mkstemp` creates files 0o600 whatever the umask; the atomic writers chmod their temporary
+    file to this mode, so results are as readable as any file the user writes (on a shared cluster too)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def _atomic(path: str | os.PathLike, suffix: str) -> tuple[Path, str]:
@@ -22,6 +32,7 @@ def _atomic(path: str | os.PathLike, suffix: str) -> tuple[Path, str]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=suffix)
     os.close(fd)
+    os.chmod(tmp, new_file_mode())
     return path, tmp
 
 

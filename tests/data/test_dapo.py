@@ -59,12 +59,13 @@ def test_command_writes_rl_prompts_and_counts(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["dapo-math", "--source", str(src), "--out", str(out)]) == 0
     stats = json.loads((out / "metrics.json").read_text())
+    assert stats.pop("provenance")["anchorft"]  # the code that wrote the file
     assert stats == {"rows_read": 4, "kept": 2, "dropped_no_problem_or_answer": 1, "dropped_duplicate": 1}
     data = load_rl_dataset(out / "train.jsonl")
     assert [d["answer"] for d in data] == ["2", "\\frac{1}{2}"]
     assert data[1]["prompt"][1]["content"] == "Find $y$."
     assert main(["dapo-math", "--source", str(tmp_path / "none.jsonl"), "--out", str(out)]) == 2
-    assert "no such file" in capsys.readouterr().err
+    assert "none.jsonl does not exist" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("style", ["boxed", "original"])

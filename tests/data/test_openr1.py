@@ -113,6 +113,7 @@ def test_format_and_filter(source: Path, tmp_path: Path) -> None:
     assert by_id["good-msg"]["completion"][0]["content"] == src["good-msg"]["messages"][1]["content"]
     for name in ("config.json", "metrics.json", "lengths.png"):
         assert (out / name).stat().st_size > 0
+    assert "git_commit" in json.loads((out / "metrics.json").read_text())["provenance"]
     # the trainer reads the folder back as a conversational dataset
     import datasets
 

@@ -75,6 +75,7 @@ def test_converts_every_row_in_order(source: Path, tmp_path: Path) -> None:
     assert rows[1]["completion"] == [{"role": "assistant", "content": "<think>one</think> \\boxed{1}"}]
     for name in ("config.json", "metrics.json", "lengths.png"):
         assert (tmp_path / "out" / name).is_file()
+    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["provenance"]["anchorft"]
     # the same rows from parquet give the same file; --limit reads the first rows only
     pq = tmp_path / "src.parquet"
     datasets.Dataset.from_list(_rows()).to_parquet(str(pq))

@@ -195,7 +195,8 @@ def test_tiny_model_end_to_end_on_10_item_slices(bench_root, tiny_model_dir, tmp
             assert 0.0 <= m[key] <= 1.0
         recs = [json.loads(line) for line in (tmp_path / "out" / name / "records.jsonl").read_text().splitlines()]
         assert len(recs) == 10 and all(len(r["responses"]) == 2 for r in recs)
-    assert json.loads((tmp_path / "out" / "metrics.json").read_text()) == metrics
+    on_disk = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert on_disk.pop("provenance")["anchorft"] and on_disk == metrics
     assert (tmp_path / "out" / "metrics.png").stat().st_size > 0
     assert json.loads((tmp_path / "out" / "config.json").read_text())["limit"] == 10
 

@@ -94,7 +94,7 @@ def test_rl_command(tiny_model_dir, tmp_path, capsys):
     assert not (tmp_path / "o" / "model").exists()
     cfg.write_text("num_generationz: 2\n")
     assert main(argv) == 2
-    assert "unknown field" in capsys.readouterr().err
+    assert "unknown key" in capsys.readouterr().err
 
 
 def _count_a(completion: str, answer: str) -> float:

@@ -107,10 +107,12 @@ def test_suite_end_to_end_resumes_and_writes_the_table(toy_model, bench_dir, tmp
     table = json.loads((out / "table.json").read_text())
     assert (out / "table.md").is_file() and (out / "table.png").stat().st_size > 0
     assert table["base"] == "base" and table["k"] == 3
+    assert table["provenance"]["anchorft"] and "git_commit" in table["provenance"]
     row = table["models"]["tuned"]
     assert set(row["benches"]) == {"adds", "olymp", "pick_test"}
     m_adds = json.loads((out / "tuned" / "adds" / "metrics.json").read_text())
     m_olymp = json.loads((out / "tuned" / "olymp" / "metrics.json").read_text())
+    assert m_adds["provenance"]["torch"] and "git_dirty" in m_olymp["provenance"]
     assert row["id_mean_avg@k"] == pytest.approx((m_adds["avg@k"] + m_olymp["avg@k"]) / 2)
     assert row["delta_id_mean_avg@k"] == pytest.approx(row["id_mean_avg@k"] - table["models"]["base"]["id_mean_avg@k"])
     gens = (out / "tuned" / "adds" / "generations.jsonl").read_text().splitlines()

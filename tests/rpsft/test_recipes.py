@@ -219,6 +219,7 @@ def test_dry_run(path: Path, tmp_path: Path) -> None:
     if path.stem == "dft":
         assert resolved["loss_type"] == "dft"
     assert (tmp_path / "dry_run.json").is_file() and (tmp_path / "checkpoint-2").is_dir()
+    assert json.loads((tmp_path / "dry_run.json").read_text())["provenance"]["trl"]
     if path.stem in ("l2", "rpsft"):
         assert (tmp_path / "checkpoint-2" / "anchor").is_dir()
 

@@ -13,6 +13,29 @@ from anchorft.rpsft.config import RPSFTConfig
 from anchorft.rpsft.train import train
 
 
+def _check_provenance(prov: dict) -> None:
+    """A run's provenance against what is installed and, where the code runs from a git checkout, against git."""
+    import shutil
+    import subprocess
+    from importlib import metadata
+    from pathlib import Path
+
+    import anchorft
+
+    assert prov["anchorft"] == anchorft.__version__
+    for lib in ("torch", "transformers", "trl"):
+        assert prov[lib] == metadata.version(lib), lib
+    src = Path(anchorft.__file__).resolve().parent
+    git = shutil.which("git")
+    run = lambda *a: subprocess.run([git, "-C", str(src), *a], capture_output=True, text=True)  # noqa: E731
+    head = run("rev-parse", "HEAD") if git else None
+    if head is None or head.returncode != 0 or not run("ls-files", "--", ".").stdout:
+        assert prov["git_commit"] is None and prov["git_dirty"] is None  # an installed copy: no commit to name
+    else:
+        assert prov["git_commit"] == head.stdout.strip()
+        assert prov["git_dirty"] == bool(run("status", "--porcelain", "--untracked-files=no").stdout.strip())
+
+
 @pytest.fixture
 def model_dir(rp, tokenizer_dir, tmp_path):
     """A tiny Qwen2 model saved beside the project's tokenizer (AutoTokenizer would turn it into Qwen2Tokenizer)."""
@@ -44,6 +67,7 @@ def test_train_from_paths_writes_artifacts(rp, model_dir, jsonl, tmp_path):
         assert os.path.isfile(out / f), f
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["method"] == "rpsft" and metrics["anchor"]["penalty"] > 0
+    _check_provenance(metrics["provenance"])
     assert any("anchor/drift_max" in h for h in metrics["log_history"])
 
 

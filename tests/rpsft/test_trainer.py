@@ -123,10 +123,11 @@ def test_resume_matches_uninterrupted_and_reuses_anchor(rp, tokenizer, dataset, 
     resumed = run(rp, model, tokenizer, dataset, tmp_path / "res", resume=str(ckpt), **kw)
     assert resumed.state.global_step == 4
     assert_same_weights(weights(full), weights(resumed), rtol=1e-5, atol=1e-6)
-    # a checkpoint without its anchor is refused
+    # a checkpoint without its anchor nor the fingerprint to rebuild it is refused
     import shutil
 
     shutil.rmtree(ckpt / "anchor")
+    (ckpt / "anchor_meta.json").unlink()
     with pytest.raises(ValueError, match="no anchor"):
         run(rp, model, tokenizer, dataset, tmp_path / "res2", resume=str(ckpt), **kw)
 
@@ -156,3 +157,4 @@ def test_checkpoint_files(rp, tokenizer, dataset, tmp_path):
     run(rp, model, tokenizer, dataset, tmp_path, method="rpsft", max_steps=1, save_strategy="steps", save_steps=1)
     files = set(os.listdir(tmp_path / "checkpoint-1" / "anchor"))
     assert files == {"anchor.json", "anchor.safetensors"}
+    assert (tmp_path / "checkpoint-1" / "anchor_meta.json").is_file()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 
 import numpy as np
 import pytest
@@ -154,6 +155,7 @@ def test_smoke_compare_end_to_end(tmp_path, monkeypatch):
         assert (out / f).is_file(), f
     saved = json.loads((out / "results.json").read_text())
     assert set(saved["methods"]) == {"sft", "dft", "iw_sft", "l2", "rpsft-k2", "rpsft-k6"}
+    assert {"anchorft", "git_commit", "git_dirty", "torch", "transformers", "trl"} <= set(saved["provenance"])
     for m in saved["methods"].values():
         for key in ("id_avg@k", "id_pass@k", "id_greedy", "ood_mean", "train_seconds"):
             assert 0 <= m[key] and (key == "train_seconds" or m[key] <= 1)
@@ -214,7 +216,7 @@ def test_merge_results_and_report_command(tmp_path):
     pooled = merge_results([a, c]).methods["sft"]
     assert [s["seed"] for s in pooled["per_seed"]] == [0, 1, 2]
     assert pooled["id_greedy"] == pytest.approx(np.mean([0.5, 0.5, 0.2]))
-    assert pooled["std"]["ood_mean"] == pytest.approx(np.std([0.6, 0.6, 0.3]))
+    assert pooled["std"]["ood_mean"] == pytest.approx(statistics.stdev([0.6, 0.6, 0.3]))  # sample std, ddof 1
     assert pooled["ood"]["reverse"] == pytest.approx(0.5)
     c["methods"]["sft"]["settings"] = {"learning_rate": 0.1}
     with pytest.raises(ValueError, match="different methods or settings"):
@@ -227,4 +229,21 @@ def test_merge_results_and_report_command(tmp_path):
     )
     text = (tmp_path / "m" / "report.md").read_text()
     assert "| rpsft-k4 |" in text and "| sft |" in text and (tmp_path / "m" / "tradeoff.png").stat().st_size > 0
-    assert set(json.loads((tmp_path / "m" / "results.json").read_text())["methods"]) == {"sft", "l2", "rpsft-k4"}
+    saved = json.loads((tmp_path / "m" / "results.json").read_text())
+    assert set(saved["methods"]) == {"sft", "l2", "rpsft-k4"}
+    assert saved["provenance"]["anchorft"] and saved["provenance"]["parts"] == [None, None]  # the parts had none
+    # rerun: the same sources are reused; other sources are refused unless --overwrite
+    a_b = ["toy", "report", "--from", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "m")]
+    assert cli(a_b) == 0
+    only_a = ["toy", "report", "--from", str(tmp_path / "a"), "--out", str(tmp_path / "m")]
+    assert cli(only_a) == 2
+    assert cli([*only_a, "--overwrite"]) == 0
+    assert set(json.loads((tmp_path / "m" / "results.json").read_text())["methods"]) == {"sft", "l2"}
+
+
+def test_sample_std_is_ddof_one():
+    """Spreads over seeds are sample standard deviations (n - 1), not population ones; one seed has none."""
+    from anchorft.toy.results import sample_std
+
+    assert sample_std([0.1, 0.4, 0.7]) == pytest.approx(statistics.stdev([0.1, 0.4, 0.7]))
+    assert sample_std([0.5]) == 0.0

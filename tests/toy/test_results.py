@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 
 import numpy as np
 import pytest
@@ -19,12 +20,13 @@ def test_round_trip_and_record(tmp_path):
     res.record("sft", "sft", {"learning_rate": 1e-3}, [_seed(0, 0.2), _seed(1, 0.4)])
     entry = res.methods["sft"]
     assert entry["id_greedy"] == pytest.approx(np.mean([0.2, 0.4]))
-    assert entry["std"]["id_greedy"] == pytest.approx(np.std([0.2, 0.4]))
+    assert entry["std"]["id_greedy"] == pytest.approx(statistics.stdev([0.2, 0.4]))  # sample std, ddof 1
     assert entry["method"] == "sft" and entry["settings"] == {"learning_rate": 1e-3} and len(entry["per_seed"]) == 2
     path = tmp_path / "results.json"
     save_results(res, path)
     text = path.read_text()
     assert text == json.dumps(res.to_dict(), indent=2) + "\n"
+    assert json.loads(text)["provenance"]["git_commit"] == res.provenance["git_commit"]  # the code that made it
     back = load_results(tmp_path)  # a folder or the file itself
     assert back == res and load_results(path) == res
     save_results(back, tmp_path / "again.json")

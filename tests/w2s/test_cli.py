@@ -35,6 +35,7 @@ def test_run_writes_config_metrics_and_figure(tmp_path):
     cfg = yaml.safe_load(cfg_text)
     assert cfg["d"] == 48 and cfg["steps"] == 30 and cfg["n_seeds"] == 2
     m = json.loads((out / "metrics.json").read_text())
+    assert m["provenance"]["anchorft"] and "git_dirty" in m["provenance"]
     for mode in ("w2s", "sft"):
         e = m[mode]
         for key in ("steps", "samples", "target_alignment", "nontarget_alignment", "nontarget_target_alignment"):

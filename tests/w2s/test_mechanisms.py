@@ -318,7 +318,8 @@ def test_cli_ablation_and_race_with_a_spec_file(tmp_path, capsys):
         assert main(["sweep", "--kind", kind, "--spec", str(path), "--out", str(out), "--quiet"]) == 0
         printed = capsys.readouterr().out
         assert printed.startswith("| ") and "results.json" in printed
-        assert json.loads((out / "results.json").read_text())["rows"]
+        saved = json.loads((out / "results.json").read_text())
+        assert saved["rows"] and saved["provenance"]["anchorft"] and "git_commit" in saved["provenance"]
 
 
 @pytest.mark.slow

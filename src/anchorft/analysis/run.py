@@ -35,6 +35,7 @@ from anchorft.analysis.streaming import (
     open_checkpoint,
 )
 from anchorft.io import write_json
+from anchorft.provenance import with_provenance
 
 __all__ = ["AnalysisConfig", "run_analysis", "analyze_rotation", "summarize_rotation", "resolve_rank"]
 
@@ -331,7 +332,7 @@ def run_analysis(cfg: AnalysisConfig, progress: bool = True) -> dict:
     analysis["figures"] = [Path(f).name for f in figures]
     analysis["timings_s"]["total"] = time.perf_counter() - t_start
     analysis["peak_rss_mb"] = _peak_rss_mb()
-    _write_json(out / "analysis.json", analysis)
+    _write_json(out / "analysis.json", with_provenance(analysis))
     return analysis
 
 

@@ -16,6 +16,9 @@ import re
 import sys
 from pathlib import Path
 
+from anchorft.commands.flags import both_spellings
+from anchorft.errors import report
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="anchorft analyze", description=__doc__.split("\n")[0])
@@ -53,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--in-memory", action="store_true", help="load whole models instead of streaming (same numbers)")
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
+    both_spellings(p)
     return p
 
 
@@ -79,7 +84,10 @@ def main(argv: list[str]) -> int:
         torch.set_num_threads(args.threads)
     from anchorft.analysis.run import AnalysisConfig, run_analysis
     from anchorft.analysis.streaming import CheckpointError
+    from anchorft.runs import claim_output, finish
 
+    run = {k: v for k, v in vars(args).items() if k not in ("out", "threads", "overwrite", "device")}
+    claim = claim_output(args.out, "analyze", run, overwrite=args.overwrite)
     try:
         tuned = _parse_tuned(args.tuned)
         base = args.base
@@ -139,8 +147,8 @@ def main(argv: list[str]) -> int:
         )
         res = run_analysis(cfg)
     except (ValueError, CheckpointError) as e:
-        print(f"anchorft analyze: error: {e}", file=sys.stderr)
-        return 2
+        return report("anchorft analyze", e)
+    finish(claim)
     brief = {m: {k: round(v, 4) for k, v in r["overall"].items()} for m, r in res["rotation"].items()}
     print(json.dumps({"rank": res["rank"], "rotation_overall": brief, "figures": res["figures"]}, indent=1))
     print(f"wrote {Path(args.out) / 'analysis.json'}")

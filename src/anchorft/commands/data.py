@@ -14,6 +14,9 @@ import argparse
 import json
 import sys
 
+from anchorft.commands.flags import both_spellings
+from anchorft.errors import report
+
 
 def _parser() -> argparse.ArgumentParser:
     from anchorft.data.openr1 import FORMATS, HUB_NAME
@@ -44,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument("--limit", type=int, default=None, help="read only the first N source rows")
     o.add_argument("--format", dest="fmt", choices=FORMATS, default="prompt-completion")
     o.add_argument("--no-progress", action="store_true")
+    o.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
     from anchorft.data.dapo import HUB_NAME as DAPO_HUB
 
     d = sub.add_parser(
@@ -64,52 +68,63 @@ def _parser() -> argparse.ArgumentParser:
         help="boxed: the boxed system prompt + the bare problem (default); original: the row's messages",
     )
     d.add_argument("--keep-duplicates", dest="dedupe", action="store_false")
+    d.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
+    both_spellings(p)
     return p
 
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    from anchorft.preflight import check_input_file
+    from anchorft.runs import claim_output, fail, finish, reused
+
+    if args.dataset == "openr1-math" and args.source is None:
+        from anchorft.data.openr1 import HUB_NAME
+        from anchorft.data.release import RELEASE_HUB_NAME
+
+        args.source = RELEASE_HUB_NAME if args.sampler == "release" else HUB_NAME
+    try:
+        if args.source.lower().endswith(".jsonl"):
+            check_input_file(args.source, "--source")
+        run = {k: v for k, v in vars(args).items() if k not in ("out", "no_progress", "overwrite")}
+        claim = claim_output(args.out, f"data {args.dataset}", run, overwrite=args.overwrite)
+    except ValueError as err:
+        return report("anchorft data", err)
+    if claim.complete:
+        print(reused(claim))
+        return 0
+    try:
+        metrics = _prepare(args)
+    except (ValueError, FileNotFoundError) as err:
+        fail(claim)  # a source refused before anything was written leaves no folder behind
+        return report("anchorft data", err)
+    finish(claim)
+    print(json.dumps(metrics, indent=2))
+    if metrics.get("short_by"):
+        print(f"warning: only {metrics['kept']} of {args.size} requested examples verified", file=sys.stderr)
+    return 0
+
+
+def _prepare(args: argparse.Namespace) -> dict:
     if args.dataset == "dapo-math":
         from anchorft.data.dapo import prepare_dapo_math
 
-        try:
-            stats = prepare_dapo_math(args.out, source=args.source, split=args.split, limit=args.limit,
-                                      prompt_style=args.prompt_style, dedupe=args.dedupe)  # fmt: skip
-        except (ValueError, FileNotFoundError) as err:
-            print(f"anchorft data: error: {err}", file=sys.stderr)
-            return 2
-        print(json.dumps(stats, indent=2))
-        return 0
-    from anchorft.data.openr1 import HUB_NAME, prepare_openr1_math
-    from anchorft.data.release import RELEASE_HUB_NAME, prepare_release_set
-
+        return prepare_dapo_math(args.out, source=args.source, split=args.split, limit=args.limit,
+                                 prompt_style=args.prompt_style, dedupe=args.dedupe)  # fmt: skip
     if args.sampler == "release":
-        try:
-            metrics = prepare_release_set(
-                args.out, source=args.source or RELEASE_HUB_NAME, limit=args.limit, fmt=args.fmt, split=args.split
-            )
-        except ValueError as err:
-            print(f"anchorft data: error: {err}", file=sys.stderr)
-            return 2
-        print(json.dumps(metrics, indent=2))
-        return 0
-    args.source = args.source or HUB_NAME
-    try:
-        metrics = prepare_openr1_math(
-            args.out,
-            source=args.source,
-            size=args.size,
-            seed=args.seed,
-            limit=args.limit,
-            fmt=args.fmt,
-            subset=args.subset,
-            split=args.split,
-            progress=not args.no_progress,
-        )
-    except ValueError as err:
-        print(f"anchorft data: error: {err}", file=sys.stderr)
-        return 2
-    print(json.dumps(metrics, indent=2))
-    if metrics["short_by"]:
-        print(f"warning: only {metrics['kept']} of {args.size} requested examples verified", file=sys.stderr)
-    return 0
+        from anchorft.data.release import prepare_release_set
+
+        return prepare_release_set(args.out, source=args.source, limit=args.limit, fmt=args.fmt, split=args.split)
+    from anchorft.data.openr1 import prepare_openr1_math
+
+    return prepare_openr1_math(
+        args.out,
+        source=args.source,
+        size=args.size,
+        seed=args.seed,
+        limit=args.limit,
+        fmt=args.fmt,
+        subset=args.subset,
+        split=args.split,
+        progress=not args.no_progress,
+    )

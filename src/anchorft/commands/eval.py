@@ -13,6 +13,9 @@ import argparse
 import json
 import sys
 
+from anchorft.commands.flags import both_spellings
+from anchorft.errors import report
+
 
 def _score_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -27,6 +30,7 @@ def _score_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-bad", action="store_true", help="skip and count malformed lines instead of failing")
     p.add_argument("--records", default=None, help="also write per-item records (JSONL) here")
     p.add_argument("--timeout", type=float, default=10.0, help="math-verify timeout per check, seconds")
+    both_spellings(p)
     return p
 
 
@@ -56,6 +60,8 @@ def _eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-fewshot", type=int, default=None, help="lm-eval: few-shot examples")
     p.add_argument("--apply-chat-template", action="store_true", help="lm-eval: apply the model's chat template")
     p.add_argument("--timeout", type=float, default=10.0, help="math-verify timeout per check, seconds")
+    p.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
+    both_spellings(p)
     return p
 
 
@@ -75,11 +81,16 @@ def _score(argv: list[str]) -> int:
             metrics = summarize(records, args.k)
             metrics["n_timeouts"] = checker.n_timeouts
     except (ValueError, FileNotFoundError) as e:
-        print(f"anchorft eval score: error: {e}", file=sys.stderr)
-        return 2
+        return report("anchorft eval score", e)
     metrics.update(
         n_missing=len(bench.items) - len(records), n_bad_bench_lines=bench.n_bad, n_bad_response_lines=len(bad)
     )
+    if metrics["n_missing"]:
+        print(
+            f"anchorft eval score: warning: no responses for {metrics['n_missing']} of {len(bench.items)} items; "
+            f"the score covers the {len(records)} answered",
+            file=sys.stderr,
+        )
     if args.records:
         from pathlib import Path
 
@@ -101,7 +112,20 @@ def main(argv: list[str]) -> int:
     if bool(args.bench) == bool(args.lm_eval):
         print("anchorft eval: error: give --bench FILE.jsonl (one or more) or --lm-eval TASKS", file=sys.stderr)
         return 2
+    from anchorft.preflight import check_input_file, check_model_source
+    from anchorft.runs import claim_output, finish, reused
+
     try:
+        if args.k is not None and not 1 <= args.k <= args.n and args.bench:
+            raise ValueError(f"--k: must be in 1..--n ({args.n}), got {args.k}")
+        check_model_source(args.model, "--model")
+        for b in args.bench:
+            check_input_file(b, "--bench", jsonl=False)
+        run = {k: v for k, v in vars(args).items() if k not in ("out", "overwrite", "timeout")}
+        claim = claim_output(args.out, "eval", run, overwrite=args.overwrite)
+        if claim.complete:
+            print(reused(claim))
+            return 0
         if args.lm_eval:
             from anchorft.eval.lm_eval_bridge import run_lm_eval
 
@@ -116,6 +140,7 @@ def main(argv: list[str]) -> int:
                 apply_chat_template=args.apply_chat_template,
                 seed=args.seed,
             )
+            finish(claim)
             print(json.dumps(out["results"], default=str))
             return 0
         from anchorft.eval.answers import MathChecker
@@ -140,7 +165,7 @@ def main(argv: list[str]) -> int:
                 checker=checker,
             )
     except (ValueError, FileNotFoundError, ImportError) as e:
-        print(f"anchorft eval: error: {e}", file=sys.stderr)
-        return 2
+        return report("anchorft eval", e)
+    finish(claim)
     print(json.dumps(metrics))
     return 0

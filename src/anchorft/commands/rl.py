@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
+
+from anchorft.commands.flags import both_spellings
+from anchorft.errors import report
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -25,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, help="YAML of RLSettings fields")
     p.add_argument("--limit", type=int, default=None, help="use the first N prompts")
     p.add_argument("--skip-bad", action="store_true", help="skip and count malformed dataset lines")
+    p.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
     for f in dataclasses.fields(RLSettings):
         flag = "--" + f.name
         if f.type in ("bool", bool):
@@ -40,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
         help="print the memory estimate for --model (parameters counted from config.json, no weights loaded) "
         "on 1 and 8 GPUs, and exit",
     )  # fmt: skip
+    both_spellings(p)
     return p
 
 
@@ -65,35 +69,39 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if not args.estimate and (args.dataset is None or args.out is None):
         parser.error("--dataset and --out are required (unless --estimate)")
+    from anchorft.errors import check_types
+    from anchorft.preflight import check_input_file, check_model_source
     from anchorft.rpsft.rl import RLSettings, load_rl_dataset, run_rl
+    from anchorft.runs import claim_output, finish, reused
 
     try:
         values: dict = {}
         names = {f.name for f in dataclasses.fields(RLSettings)}
         if args.config:
-            import yaml
+            from anchorft.errors import check_keys, read_yaml
 
-            with open(args.config, encoding="utf-8") as fh:
-                cfg = yaml.safe_load(fh) or {}
-            if not isinstance(cfg, dict):
-                raise ValueError(f"{args.config}: expected a mapping of RLSettings fields")
-            unknown = sorted(set(cfg) - names)
-            if unknown:
-                raise ValueError(f"{args.config}: unknown field(s) {unknown}")
-            values.update(cfg)
+            values.update(check_keys(read_yaml(args.config) or {}, RLSettings, args.config))
         values.update({k: v for k, v in vars(args).items() if k in names and v is not None})
         if values.get("overlong_cache") == 0:
             values["overlong_cache"] = None
         settings = RLSettings(**values)
+        check_types(settings, f"{args.config}: settings" if args.config else "settings")
         settings.validate()
         if args.estimate:
             print("\n".join(_estimate(args.model, settings)))
             return 0
+        check_input_file(args.dataset, "--dataset", jsonl=not args.skip_bad)
+        check_model_source(args.model, "--model")
+        run = {"model": args.model, "dataset": args.dataset, "limit": args.limit, "settings": vars(settings)}
+        claim = claim_output(args.out, "rl", run, overwrite=args.overwrite)
+        if claim.complete:
+            print(reused(claim))
+            return 0
         data = load_rl_dataset(args.dataset, skip_bad=args.skip_bad, limit=args.limit)
         metrics = run_rl(args.model, data, args.out, settings)
+        finish(claim)
     except (ValueError, FileNotFoundError) as e:
-        print(f"anchorft rl: error: {e}", file=sys.stderr)
-        return 2
+        return report("anchorft rl", e)
     metrics.pop("model", None)
     print(
         json.dumps({"reward_first": metrics["reward_first"], "reward_last": metrics["reward_last"], "out": args.out})

@@ -8,6 +8,8 @@ import json
 import shutil
 from pathlib import Path
 
+from anchorft.commands.flags import both_spellings
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="anchorft toy", description="Embedded testbed: a tiny pretrained Llama.")
@@ -20,6 +22,7 @@ def _parser() -> argparse.ArgumentParser:
         "--seed", type=int, default=None, help="override the pretraining seed (corpus draws, tokenizer, init)"
     )
     pre.add_argument("--no-cache", action="store_true", help="pretrain again even when cached")
+    pre.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
     cmp_ = sub.add_parser("compare", help="fine-tune base with every method, evaluate, write the report")
     cmp_.add_argument("--out", required=True, help="output directory")
     cmp_.add_argument("--preset", default="default", help="smoke | default | a YAML file")
@@ -31,6 +34,9 @@ def _parser() -> argparse.ArgumentParser:
         help="key=v1,v2,... (anchor_rank, anchor_lambda, anchor_targets, learning_rate); repeatable",
     )
     cmp_.add_argument("--seeds", type=int, nargs="+", default=None, help="override the preset's seeds")
+    cmp_.add_argument(
+        "--overwrite", action="store_true", help="replace an output folder that holds another comparison"
+    )
     cmp_.add_argument(
         "--workers",
         type=int,
@@ -45,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("--from", dest="sources", nargs="+", required=True, help="comparison folders (results.json)")
     rep.add_argument("--out", required=True, help="output folder (report.md, tradeoff.png, results.json)")
+    rep.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
+    for sp in (pre, cmp_, rep):  # the global option is accepted after the subcommand too
+        sp.add_argument("--threads", type=int, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub.add_parser("rl", add_help=False, help="DAPO from a comparison's models, evaluated before/after (rl -h)")
     p.add_argument(
         "--threads",
@@ -53,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
         help="torch CPU threads (default: the number of cores, at most 4; on a machine shared with other jobs use 1, "
         "since extra threads spin-wait under contention)",
     )
+    both_spellings(p)
     return p
 
 
@@ -72,22 +82,29 @@ def main(argv: list[str]) -> int:
         raise ValueError(f"--threads: must be >= 1, got {args.threads}")
     import torch
 
+    from anchorft.runs import check_output_dir, claim_output, existing_files, finish, reused
+
     torch.set_num_threads(args.threads)
     if args.cmd == "report":
         from anchorft.toy.report import write_report, write_tradeoff_plot
         from anchorft.toy.results import RESULTS_FILE, load_results, merge_results, save_results
 
+        check_output_dir(args.out)  # before the sources are read
         parts = []
         for src in args.sources:
             path = Path(src) / RESULTS_FILE
             if not path.is_file():
                 raise ValueError(f"--from: {path} does not exist")
             parts.append(load_results(path))
+        claim = claim_output(
+            args.out, "toy report", {"sources": [p.to_dict() for p in parts]}, overwrite=args.overwrite
+        )
         merged = merge_results(parts).to_dict()
         out = Path(args.out)
         save_results(merged, out / RESULTS_FILE)
         write_report(merged, out / "report.md")
         write_tradeoff_plot(merged, out / "tradeoff.png")
+        finish(claim)
         print(f"report: {out / 'report.md'}  ({len(merged['methods'])} runs from {len(parts)} comparisons)")
         return 0
     from anchorft.toy.compare_config import load_config
@@ -98,7 +115,12 @@ def main(argv: list[str]) -> int:
 
         overrides = {k: v for k, v in (("steps", args.steps), ("seed", args.seed)) if v is not None}
         pre = dataclasses.replace(cfg.pretrain, **overrides)
+        pre.validate()
         out = Path(args.out)
+        claim = claim_output(out, "toy pretrain", dataclasses.asdict(pre), overwrite=args.overwrite)
+        if claim.complete:
+            print(reused(claim))
+            return 0
         if args.no_cache:
             metrics = pretrain(pre, out)
         else:
@@ -106,6 +128,7 @@ def main(argv: list[str]) -> int:
             if src.resolve() != out.resolve():
                 shutil.copytree(src, out, dirs_exist_ok=True)
             metrics = json.loads((out / "metrics.json").read_text())
+        finish(claim)
         acc = metrics["greedy_accuracy"]
         print(f"pretrained model in {out} ({metrics['params']:,} parameters)")
         print("greedy accuracy: " + ", ".join(f"{s}={v:.2f}" for s, v in acc.items()))
@@ -116,6 +139,12 @@ def main(argv: list[str]) -> int:
         cfg.seeds = list(args.seeds)
     # default: one worker per thread (each fine-tune then runs on one thread, pretraining on all of them)
     workers = args.workers if args.workers is not None else args.threads  # run_compare checks it
-    run_compare(cfg, args.out, methods=args.methods, sweep=args.sweep, workers=workers)
-    print(f"report: {Path(args.out) / 'report.md'}  results: {Path(args.out) / 'results.json'}")
+    run = {"config": dataclasses.asdict(cfg), "methods": args.methods, "sweep": args.sweep}  # workers: same results
+    claim = claim_output(args.out, "toy compare", run, overwrite=args.overwrite)
+    if claim.complete:
+        print(reused(claim))
+        return 0
+    run_compare(cfg, args.out, methods=args.methods, sweep=args.sweep, workers=workers, resume=claim.resume)
+    finish(claim)
+    print(f"wrote {existing_files(args.out, 'report.md', 'tradeoff.png', 'results.json')}")
     return 0

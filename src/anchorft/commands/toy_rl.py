@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from anchorft.commands.flags import both_spellings
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -33,6 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="DAPO seed (sampling, data order)")
     p.add_argument("--no-save-models", action="store_true", help="do not keep the RL models (OUT/NAME/model)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    p.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
+    both_spellings(p)
     return p
 
 
@@ -55,7 +59,15 @@ def main_rl(argv: list[str]) -> int:
         save_models=not args.no_save_models,
     )
     settings.validate()
-    run_rl_stage(args.compare, args.out, methods=args.methods, settings=settings)
+    from anchorft.runs import claim_output, existing_files, finish, reused
+
     out = Path(args.out) if args.out else Path(args.compare) / "rl"
-    print(f"report: {out / 'report.md'}  results: {out / 'results.json'}  plot: {out / 'reward_curve.png'}")
+    run = {"compare": str(Path(args.compare).resolve()), "methods": args.methods, "settings": vars(settings)}
+    claim = claim_output(out, "toy rl", run, overwrite=args.overwrite)
+    if claim.complete:
+        print(reused(claim))
+        return 0
+    run_rl_stage(args.compare, args.out, methods=args.methods, settings=settings)
+    finish(claim)
+    print(f"wrote {existing_files(out, 'report.md', 'results.json', 'reward_curve.png')}")
     return 0

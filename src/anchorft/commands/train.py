@@ -13,9 +13,14 @@ model (anchorft.rpsft.stand_in).
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import sys
 import tempfile
 from collections.abc import Sequence
+
+from anchorft.commands.flags import both_spellings
+from anchorft.errors import report
 
 
 def _estimate(argv: list[str]) -> int:
@@ -40,6 +45,7 @@ def _estimate(argv: list[str]) -> int:
     p.add_argument("--gpus", type=int, default=8, help="memory per GPU: GPUs sharing ZeRO-2's partitions")
     p.add_argument("--per_device", type=int, default=2, help="memory per GPU: sequences per device")
     p.add_argument("--iw_reference", action="store_true", help="memory per GPU: add IW-SFT's bf16 reference copy")
+    both_spellings(p)
     a = p.parse_args(argv)
     try:
         for path in a.model_config:
@@ -59,9 +65,30 @@ def _estimate(argv: list[str]) -> int:
             print(format_memory(mem, a.stage, a.gpus, a.per_device, a.seq_len))
             print()
     except ValueError as e:
-        print(f"anchorft train --estimate: {e}", file=sys.stderr)
-        return 2
+        return report("anchorft train --estimate", e)
     return 0
+
+
+_NOT_HASHED = (
+    "output_dir",
+    "logging_dir",
+    "resume_from_checkpoint",
+    "run_name",
+    "disable_tqdm",
+    "report_to",
+    "dataloader_num_workers",
+    "hub_token",
+)
+
+
+def _run_config(script, args) -> dict:
+    """What defines the run (its marker's hash): script arguments and training fields, output-only ones aside."""
+    fields = {k: v for k, v in args.to_dict().items() if k not in _NOT_HASHED}
+    return {"script": dataclasses.asdict(script), "args": fields}
+
+
+def _existing(out: str, names: tuple[str, ...]) -> str:
+    return ", ".join(n for n in names if os.path.exists(os.path.join(out, n)))
 
 
 def dry_run_main(argv: Sequence[str]) -> int:
@@ -80,6 +107,7 @@ def dry_run_main(argv: Sequence[str]) -> int:
     p.add_argument("--dataset", default=None, help="train on the first rows of this local dataset instead")
     p.add_argument("--model_config", default=None, help="the real config.json (default: the recipe's)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (a tiny model: 1 is fastest)")
+    both_spellings(p)
     ns, rest = p.parse_known_args(list(argv))
     if len(rest) % 2 or not all(r.startswith("--") for r in rest[::2]):
         p.error(f"overrides must be --field value pairs, got {rest}")
@@ -98,8 +126,7 @@ def dry_run_main(argv: Sequence[str]) -> int:
             model_config=ns.model_config,
         )
     except ValueError as err:
-        print(f"anchorft train --dry-run: error: {err}", file=sys.stderr)
-        return 2
+        return report("anchorft train --dry-run", err)
     si = s["stand_in"]
     print(
         f"dry run OK: {s['config']} ({s['method']}, {s['family']}) on a stand-in of {s['parameters']:,} parameters "
@@ -115,17 +142,26 @@ def dry_run_main(argv: Sequence[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
+    from anchorft.commands.flags import normalize_train_argv, pop_flag, short_help
+
+    argv = normalize_train_argv(list(argv))
+    if "-h" in argv or "--help" in argv:
+        print(short_help())
+        return 0
+    argv, help_all = pop_flag(argv, "--help-all", "--help_all")
+    if help_all:
+        argv = [*argv, "--help"]
     if "--dry-run" in argv:
         return dry_run_main(argv)
     if "--estimate" in argv:
         return _estimate(argv)
+    argv, overwrite = pop_flag(argv, "--overwrite")
     from anchorft.rpsft.recipes import resolve_config_argv
 
     try:
         argv = resolve_config_argv(argv)  # flattens a `_base_` recipe into a temp file for TrlParser
     except (OSError, ValueError) as e:
-        print(f"anchorft train: {e}", file=sys.stderr)
-        return 2
+        return report("anchorft train", e)
     from trl import TrlParser
 
     from anchorft.rpsft.config import RPSFTConfig, ScriptArguments
@@ -134,12 +170,27 @@ def main(argv: list[str]) -> int:
     try:
         script, args = parser.parse_args_and_config(argv)
     except ValueError as e:
-        print(f"anchorft train: {e}", file=sys.stderr)
-        return 2
+        return report("anchorft train", e)
     missing = [n for n in ("model_name_or_path", "dataset") if getattr(script, n) is None]
     if missing:
         print(f"anchorft train: missing --{' --'.join(missing)}", file=sys.stderr)
         return 2
+    from anchorft.preflight import check_model_source
+    from anchorft.rpsft.data import check_sft_source
+
+    try:  # everything the user named is checked before a model is loaded
+        check_sft_source(script.dataset, "--dataset")
+        check_sft_source(script.eval_dataset, "--eval_dataset")
+        check_model_source(script.model_name_or_path, "--model_name_or_path")
+        check_model_source(script.tokenizer_name_or_path, "--tokenizer_name_or_path", what="tokenizer")
+        if args.iw_ref_model not in (None, "copy"):
+            check_model_source(args.iw_ref_model, "--iw_ref_model")
+        claim, complete = _claim(script, args, overwrite)
+    except (ValueError, OSError) as e:
+        return report("anchorft train", e)
+    if complete:
+        print(f"anchorft train: {args.output_dir} already holds this finished run (same config); --overwrite to redo")
+        return 0
     from anchorft.eval.loading import load_tokenizer
     from anchorft.rpsft.train import train
 
@@ -151,9 +202,35 @@ def main(argv: list[str]) -> int:
             args, script.model_name_or_path, script.dataset, tokenizer=tok, eval_dataset=script.eval_dataset
         )
     except ValueError as e:
-        print(f"anchorft train: {e}", file=sys.stderr)
-        return 2
+        return report("anchorft train", e)
     trainer.save_model(args.output_dir)  # on every rank: Trainer saves from the main process (gathers under FSDP)
     if trainer.is_world_process_zero():
-        print(f"done: {trainer.state.global_step} steps; model, metrics.json, training.png in {args.output_dir}")
+        from anchorft.runs import finish
+
+        if claim is not None:
+            finish(claim)
+        files = _existing(args.output_dir, ("model.safetensors", "rpsft_config.json", "metrics.json", "training.png"))
+        print(f"done: {trainer.state.global_step} steps; {files} in {args.output_dir}")
     return 0
+
+
+def _claim(script, args, overwrite: bool):
+    """Check and claim the output folder (process 0 only): (claim or None, whether the same run had finished).
+    The same config unfinished: resume from its last complete checkpoint."""
+    from anchorft.rpsft.checkpoints import last_complete_checkpoint
+    from anchorft.runs import check_output_dir, claim_output, config_hash, same_run
+
+    config = _run_config(script, args)
+    check_output_dir(args.output_dir, "--output_dir")
+    status = None if overwrite else same_run(args.output_dir, "train", config)  # the same on every process
+    claim = None
+    if int(os.environ.get("RANK", "0")) == 0:
+        claim = claim_output(args.output_dir, "train", config, overwrite=overwrite, flag="--output_dir")
+    if status == "complete":
+        return None, True
+    if status is not None and args.resume_from_checkpoint is None:
+        last = last_complete_checkpoint(args.output_dir)
+        if last is not None:
+            print(f"anchorft train: same run (config {config_hash(config)}) in {args.output_dir}; resuming {last}")
+            args.resume_from_checkpoint = last
+    return claim, False

@@ -6,6 +6,9 @@ import argparse
 import json
 import sys
 
+from anchorft.commands.flags import both_spellings
+from anchorft.errors import report
+
 
 def _threads(n: int) -> None:
     import torch
@@ -28,16 +31,14 @@ def _run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.preset, overrides)
     except ValueError as e:
-        print(f"anchorft w2s run: {e}", file=sys.stderr)
-        return 2
+        return report("anchorft w2s run", e)
     if args.ode:
         from anchorft.w2s.meanfield import check_supported
 
         try:
             check_supported(config)
         except ValueError as e:
-            print(f"anchorft w2s run: --ode: {e}", file=sys.stderr)
-            return 2
+            return report("anchorft w2s run", ValueError(f"--ode: {e}"))
     if config.device.startswith("cuda"):
         import torch
 
@@ -45,10 +46,17 @@ def _run(args: argparse.Namespace) -> int:
             print("anchorft w2s run: device=cuda requested but CUDA is not available", file=sys.stderr)
             return 2
     _threads(args.threads)
+    from anchorft.runs import claim_output, existing_files, finish, reused
+
+    claim = claim_output(args.out, "w2s run", {**config.to_dict(), "ode": args.ode}, overwrite=args.overwrite)
+    if claim.complete:
+        print(reused(claim))
+        return 0
     header = " ".join(["anchorft w2s run", "--preset", args.preset, "--out", args.out, *overrides])
     if args.ode:
         header += " --ode"
     metrics = run_experiment(config, args.out, progress=not args.quiet, header=header, ode=args.ode)
+    finish(claim)
     for mode in config.modes:
         if mode in metrics:
             i, f = metrics[mode]["init"], metrics[mode]["final"]
@@ -64,7 +72,7 @@ def _run(args: argparse.Namespace) -> int:
                 f"{mode:>10}: escape (target 0.5) samples per seed: mean-field {e['escape_samples_per_seed']}, "
                 f"measured {e['escape_samples_measured']}"
             )
-    print(f"wrote {args.out}/config.yaml, {args.out}/metrics.json, {args.out}/alignment.png")
+    print(f"wrote {existing_files(args.out, 'config.yaml', 'metrics.json', 'alignment.png')}")
     if metrics["diverged"] is not None:
         dv = metrics["diverged"]
         print(
@@ -106,22 +114,33 @@ def _theory(args: argparse.Namespace) -> int:
 
     try:
         if args.preset is not None:
-            report = preset_theory_report(args.preset, list(args.overrides), n_seeds=args.seeds)
+            result = preset_theory_report(args.preset, list(args.overrides), n_seeds=args.seeds)
         else:
             if args.overrides:
                 raise ValueError("key=value overrides need --preset")
-            report = theory_report(args.link, args.transform, args.clip, args.d, args.s)
+            result = theory_report(args.link, args.transform, args.clip, args.d, args.s)
     except ValueError as e:
-        print(f"anchorft w2s theory: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps(report, indent=1) if args.json else _theory_text(report))
+        return report("anchorft w2s theory", e)
+    print(json.dumps(result, indent=1) if args.json else _theory_text(result))
     return 0
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from anchorft.w2s.sweeps import run_sweep
+    from anchorft.runs import claim_output, existing_files, fail, finish, reused
+    from anchorft.w2s.sweeps import load_sweep, run_sweep
 
     _threads(args.threads)
+
+    try:  # a bad --kind, --spec or sweep file is refused before the output folder is touched
+        spec = load_sweep(args.kind, args.quick, args.spec)
+    except ValueError as e:
+        return report("anchorft w2s sweep", e)
+    # the resolved sweep (an edited sweep file is another run) and the overrides
+    run = {"kind": args.kind, "quick": args.quick, "overrides": list(args.overrides), "spec": spec}
+    claim = claim_output(args.out, "w2s sweep", run, overwrite=args.overwrite)
+    if claim.complete:
+        print(reused(claim))
+        return 0
     try:
         result = run_sweep(
             args.kind,
@@ -132,17 +151,18 @@ def _sweep(args: argparse.Namespace) -> int:
             spec_path=args.spec,
         )
     except ValueError as e:
-        print(f"anchorft w2s sweep: {e}", file=sys.stderr)
-        return 2
+        fail(claim)  # refused before anything was written: no folder left behind
+        return report("anchorft w2s sweep", e)
+    finish(claim)
     if "rows" in result:
         from pathlib import Path
 
         print((Path(args.out) / "table.md").read_text(), end="")
-        print(f"wrote {args.out}/results.json, {args.out}/table.md and {args.out}/{args.kind}.png")
+        print(f"wrote {existing_files(args.out, 'results.json', 'table.md', args.kind + '.png')}")
         return 0
     keep = ("kind", "quick", "fit", "theory", "fits", "theories", "summary", "phase")
     print(json.dumps({k: result[k] for k in keep if k in result}, indent=1))
-    print(f"wrote {args.out}/sweep.json and {args.out}/{args.kind}.png")
+    print(f"wrote {existing_files(args.out, 'sweep.json', args.kind + '.png')}")
     return 0
 
 
@@ -159,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--threads", type=int, default=1, help="torch CPU threads (default 1: small matmuls; 0 = torch default)"
     )
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
     r.add_argument(
         "--ode",
         action="store_true",
@@ -177,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--spec", default=None, help="a sweep YAML file instead of configs/w2s/sweep-<kind>.yaml")
     s.add_argument("--threads", type=int, default=1)
     s.add_argument("--quiet", action="store_true")
+    s.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
     s.add_argument("overrides", nargs="*", help="overrides of the sweep's base config, key=value")
     s.set_defaults(func=_sweep)
     t = sub.add_parser("theory", help="exponents, predicted sample complexities, the labels' Hermite coefficients")
@@ -190,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--d", type=int, default=1024)
     t.add_argument("--s", type=int, default=128)
     t.set_defaults(func=_theory)
+    both_spellings(p)
     return p
 
 

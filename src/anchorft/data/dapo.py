@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from anchorft.io import write_json, write_text
+from anchorft.provenance import write_metrics
 
 __all__ = ["HUB_NAME", "SYSTEM_PROMPT", "problem_text", "dapo_row", "prepare_dapo_math"]
 
@@ -108,5 +109,5 @@ def prepare_dapo_math(
     write_text(out / "train.jsonl", "".join(lines))
     config = dict(source=source, split=split, limit=limit, prompt_style=prompt_style, dedupe=dedupe)
     write_json(out / "config.json", config, indent=2)
-    write_json(out / "metrics.json", stats, indent=2)
+    write_metrics(out / "metrics.json", stats, indent=2)
     return stats

@@ -27,6 +27,7 @@ import numpy as np
 
 from anchorft.eval.answers import last_boxed
 from anchorft.io import save_figure, write_json, write_text
+from anchorft.provenance import write_metrics
 
 __all__ = [
     "SYSTEM_PROMPT",
@@ -258,6 +259,6 @@ def prepare_openr1_math(
     metrics["short_by"] = max(0, size - stats.kept)
     metrics["verify_timeouts"] = checker.n_timeouts
     metrics["sha256"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    write_json(out / "metrics.json", metrics, indent=2)
+    write_metrics(out / "metrics.json", metrics, indent=2)
     _plot_lengths(rows, out / "lengths.png")
     return metrics

@@ -36,6 +36,7 @@ from typing import Any
 
 from anchorft.data.openr1 import SYSTEM_PROMPT, load_source, to_conversation
 from anchorft.io import write_json, write_text
+from anchorft.provenance import write_metrics
 
 __all__ = [
     "RELEASE_HUB_NAME",
@@ -147,6 +148,6 @@ def prepare_release_set(
     config["system_prompt"] = SYSTEM_PROMPT
     write_json(out / "config.json", config, indent=2)
     metrics = {**counts, "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
-    write_json(out / "metrics.json", metrics, indent=2)
+    write_metrics(out / "metrics.json", metrics, indent=2)
     _plot_lengths(rows, out / "lengths.png")
     return metrics

@@ -19,6 +19,7 @@ from pathlib import Path
 from anchorft.eval.answers import MathChecker, default_checker, grade, parse_choices
 from anchorft.eval.metrics import accuracy, avg_at_k, mean_pass_at_k
 from anchorft.io import iter_jsonl, save_figure, write_json, write_jsonl
+from anchorft.provenance import write_metrics
 
 __all__ = [
     "BenchItem",
@@ -333,6 +334,9 @@ def run_eval(
 
     tokenizer = load_tokenizer(model_dir)
     prompts_by_bench = [format_prompts(tokenizer, b.items) for b in benches]
+    from anchorft.eval.context import check_prompt_lengths, context_length
+
+    check_prompt_lengths(tokenizer, prompts_by_bench, names, context_length(model_dir), max_new_tokens)
     if backend == "vllm":
         from anchorft.eval.generate import generate_vllm
 
@@ -375,6 +379,6 @@ def run_eval(
         sub.mkdir(exist_ok=True)
         write_jsonl(sub / "records.jsonl", records)
         write_json(sub / "metrics.json", metrics, indent=2)
-    write_json(out_dir / "metrics.json", all_metrics, indent=2)
+    write_metrics(out_dir / "metrics.json", all_metrics, indent=2)
     plot_metrics(all_metrics, out_dir / "metrics.png")
     return all_metrics

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from anchorft.io import write_json
+from anchorft.provenance import with_provenance
 
 __all__ = ["lm_eval_available", "resolve_tasks", "run_lm_eval"]
 
@@ -126,5 +127,5 @@ def run_lm_eval(
         "n_samples": results.get("n-samples"),
         "versions": results.get("versions"),
     }
-    write_json(Path(out_dir) / "lm_eval_results.json", out, indent=2, default=str)
+    write_json(Path(out_dir) / "lm_eval_results.json", with_provenance(out), indent=2, default=str)
     return out

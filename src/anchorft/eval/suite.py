@@ -23,6 +23,7 @@ from pathlib import Path
 
 from anchorft.eval.benchmarks import Bench, load_bench, score_bench, summarize
 from anchorft.io import save_figure, write_json, write_jsonl, write_text
+from anchorft.provenance import write_metrics
 
 __all__ = [
     "PAPER_ID",
@@ -308,7 +309,7 @@ def _run_pair(backend, tokenizer, bench: Bench, sub: Path, s: SuiteSettings, che
     metrics = summarize(records, s.k)
     metrics.update(bench=str(bench.path), n_bad_lines=bench.n_bad, kind=sorted({r["kind"] for r in records}))
     write_jsonl(sub / "records.jsonl", records)
-    write_json(metrics_file, metrics, indent=2)
+    write_metrics(metrics_file, metrics, indent=2)
     return metrics
 
 
@@ -409,7 +410,7 @@ def run_suite(
         finally:
             be.close()
     table = main_table(results, domains, base=next(iter(models)))
-    write_json(out / "table.json", table, indent=2)
+    write_metrics(out / "table.json", table, indent=2)
     write_text(out / "table.md", table_markdown(table))
     plot_table(table, out / "table.png")
     return table

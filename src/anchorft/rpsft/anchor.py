@@ -32,6 +32,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from anchorft.io import new_file_mode
 from anchorft.subspace import block_residual, reference_block, top_k_bases
 
 __all__ = ["SubspaceAnchor", "AnchorEntry", "select_parameters", "weights_fingerprint"]
@@ -519,9 +520,11 @@ class SubspaceAnchor:
         }
         fd, tmp = tempfile.mkstemp(dir=path, suffix=".tmp")
         os.close(fd)
+        os.chmod(tmp, new_file_mode())
         save_file(tensors, tmp, metadata={"format": "pt", "anchorft": "subspace-anchor"})
         os.replace(tmp, os.path.join(path, "anchor.safetensors"))
         fd, tmp = tempfile.mkstemp(dir=path, suffix=".tmp")
+        os.chmod(tmp, new_file_mode())
         with os.fdopen(fd, "w") as f:
             json.dump(meta, f, indent=1)
         os.replace(tmp, os.path.join(path, "anchor.json"))

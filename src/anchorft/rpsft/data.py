@@ -6,7 +6,7 @@ import os
 
 import datasets
 
-__all__ = ["load_sft_dataset", "validate_sft_dataset"]
+__all__ = ["load_sft_dataset", "check_sft_source", "validate_sft_dataset"]
 
 _FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
@@ -35,6 +35,29 @@ def load_sft_dataset(
     if ext in _FILE_BUILDERS or path.startswith(("/", "./", "../", "~")) or path.count("/") > 1:
         raise ValueError(f"{field}: {path!r} not found (expected a local file / folder or a hub name)")
     return datasets.load_dataset(path, split=split)
+
+
+def check_sft_source(spec: str | os.PathLike | None, flag: str = "--dataset") -> None:
+    """Before loading anything: a local file exists and, for .jsonl, every line is a JSON object (file and line
+    named); a path-like name that does not exist is an error; a hub name is left to `load_sft_dataset`."""
+    from anchorft.errors import UsageError
+    from anchorft.preflight import check_input_file, looks_like_path
+
+    if spec is None or not isinstance(spec, (str, os.PathLike)):
+        return
+    path = os.fspath(spec)
+    if os.path.isdir(path):
+        if not os.path.isfile(os.path.join(path, "dataset_info.json")):
+            raise UsageError(f"{flag}: {path} is a folder without dataset_info.json (not a save_to_disk dataset)")
+        return
+    if os.path.exists(path) or looks_like_path(path) or os.path.splitext(path)[1].lower() in _FILE_BUILDERS:
+        check_input_file(path, flag)
+        if path.lower().endswith(".jsonl"):  # the columns of the first row (data of another schema named now)
+            import json
+
+            with open(path, encoding="utf-8") as f:
+                first = next(json.loads(line) for line in f if line.strip())
+            validate_sft_dataset(datasets.Dataset.from_list([first]), None, field=f"{flag} {path}")
 
 
 def validate_sft_dataset(ds: datasets.Dataset, tokenizer=None, field: str = "train_dataset") -> str:

@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from anchorft.errors import read_yaml
 from anchorft.io import write_text
 
 __all__ = ["META_KEYS", "load_recipe", "known_fields", "write_flat_config", "resolve_config_argv"]
@@ -47,8 +48,7 @@ def _load_tree(path: Path, chain: tuple[Path, ...], origin: dict[str, str]) -> d
     if not path.is_file():
         where = f" (named in _base_ of {chain[-1]})" if chain else ""
         raise ValueError(f"config file not found: {path}{where}")
-    with open(path) as f:
-        data = yaml.safe_load(f) or {}
+    data = read_yaml(path) or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a config must be a YAML mapping")
     bases = data.pop("_base_", [])
@@ -135,8 +135,7 @@ def resolve_config_argv(argv: Sequence[str], tmp_dir: str | os.PathLike | None =
     if i + 1 >= len(argv):
         raise ValueError("--config needs a path")
     path = argv[i + 1]
-    with open(path) as f:
-        raw = yaml.safe_load(f) or {}
+    raw = read_yaml(path) or {}
     if not isinstance(raw, dict) or not any(str(k).startswith("_") for k in raw):
         return argv
     fd, flat = tempfile.mkstemp(prefix="anchorft-recipe-", suffix=".yaml", dir=tmp_dir)

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from anchorft.io import save_figure, write_json
+from anchorft.provenance import write_metrics
 
 __all__ = [
     "RLSettings",
@@ -317,7 +318,7 @@ def run_rl(
         "reward_last": rewards[-1] if rewards else None,
         "optimizer_steps": int(trainer.state.global_step),  # policy updates (RL steps x updates per step)
     }
-    write_json(out_dir / "metrics.json", metrics, indent=2)
+    write_metrics(out_dir / "metrics.json", metrics, indent=2)
     if steps:
         _plot_rewards(steps, rewards, out_dir / "reward.png")
     if s.save_model:

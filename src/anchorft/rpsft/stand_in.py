@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from anchorft.io import write_json
+from anchorft.provenance import write_metrics
 from anchorft.rpsft.recipes import known_fields, load_recipe
 
 __all__ = [
@@ -386,5 +386,5 @@ def dry_run(
     }
     if not losses or not all(math.isfinite(x) for x in losses):
         raise RuntimeError(f"dry run of {config}: non-finite or missing losses {losses}")
-    write_json(Path(output_dir) / "dry_run.json", summary, indent=1, default=str)
+    write_metrics(Path(output_dir) / "dry_run.json", summary, indent=1, default=str)
     return summary

@@ -11,7 +11,9 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from anchorft.eval.loading import load_tokenizer
 from anchorft.io import save_figure, write_json
+from anchorft.provenance import write_metrics
 from anchorft.rpsft.anchor import select_parameters
+from anchorft.rpsft.checkpoints import fallback_summary
 from anchorft.rpsft.config import RPSFTConfig
 from anchorft.rpsft.data import load_sft_dataset, validate_sft_dataset
 from anchorft.rpsft.trainer import RPSFTTrainer, frozen_copy
@@ -70,8 +72,8 @@ def _write_run_artifacts(trainer: RPSFTTrainer, out: str, final_drift: dict | No
     hist = trainer.state.log_history
     metrics = {"method": args.method, "global_step": trainer.state.global_step, "log_history": hist}
     if final_drift is not None:
-        metrics["anchor"] = {"repr": repr(trainer._anchor), **final_drift}
-    _write_json(os.path.join(out, "metrics.json"), metrics)
+        metrics["anchor"] = {"repr": repr(trainer._anchor), **fallback_summary(trainer._anchor), **final_drift}
+    write_metrics(os.path.join(out, "metrics.json"), metrics, default=str)
     steps = [h for h in hist if "loss" in h]
     if not steps:
         return

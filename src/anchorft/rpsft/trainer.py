@@ -29,11 +29,19 @@ import os
 import torch
 from torch import nn
 from transformers import TrainerCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl import SFTTrainer
 from trl.trainer.utils import add_fused_lm_head
 
+from anchorft.io import write_json
 from anchorft.rpsft.anchor import SubspaceAnchor, select_parameters
+from anchorft.rpsft.checkpoints import (
+    ANCHOR_META,
+    anchor_meta,
+    last_complete_checkpoint,
+    resume_anchor,
+    warn_fallback,
+)
 from anchorft.rpsft.config import RPSFTConfig
 
 __all__ = ["RPSFTTrainer", "ANCHOR_DIR"]
@@ -102,8 +110,9 @@ class RPSFTTrainer(SFTTrainer):
         return self._anchor
 
     def _build_anchor(self) -> SubspaceAnchor:
-        """SVD of the weights as they are now (called once the model is prepared; a collective under
-        torch.distributed: every rank calls it)."""
+        """SVD of the weights as they are now (called once the model is prepared, or on resume of a checkpoint
+        killed before its anchor was written, from the starting weights; a collective under torch.distributed:
+        every rank calls it)."""
         a = self.args
         rank = 2**62 if a.method_spec.full_rank else a.anchor_rank  # l2: full rank everywhere
         # on the device that holds the weights (randomized SVD draws there): cuda:r on rank r
@@ -119,6 +128,8 @@ class RPSFTTrainer(SFTTrainer):
             progress=not a.disable_tqdm,
         )
         logger.info("built %r", anchor)
+        if not a.method_spec.full_rank:
+            warn_fallback(anchor)
         return anchor
 
     def _anchor_on_train_begin(self) -> None:
@@ -148,29 +159,48 @@ class RPSFTTrainer(SFTTrainer):
         if resume_from_checkpoint is False:
             resume_from_checkpoint = None
         if resume_from_checkpoint is True:
-            resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
+            resume_from_checkpoint = last_complete_checkpoint(self.args.output_dir)
             if resume_from_checkpoint is None:
                 raise ValueError(f"No valid checkpoint found in output directory ({self.args.output_dir})")
         if self.args.anchored and self._anchor is None:
             if resume_from_checkpoint is not None:
-                path = os.path.join(resume_from_checkpoint, ANCHOR_DIR)
-                if not SubspaceAnchor.exists(path):
-                    raise ValueError(
-                        f"resume: {resume_from_checkpoint} has no anchor ({ANCHOR_DIR}/); the SVD is never "
-                        "recomputed from tuned weights"
-                    )
                 # the model still holds the starting weights here: the fingerprint check applies
-                # (the tensors are moved next to the weights once the model is prepared)
-                self._anchor = SubspaceAnchor.load(path, model=self.model)
+                # (the tensors are moved next to the weights once the model is prepared); a checkpoint killed
+                # before its anchor was written gets it rebuilt from these weights, fingerprint-checked
+                self._anchor, rebuilt = resume_anchor(
+                    resume_from_checkpoint, self.model, self._build_anchor, anchor_dir=ANCHOR_DIR
+                )
+                if rebuilt and self.args.should_save:
+                    self._anchor.save(os.path.join(resume_from_checkpoint, ANCHOR_DIR))
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
 
     def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
+        """Save checkpoint-N complete (model, optimizer, state, then its anchor) before any older one is deleted.
+
+        transformers rotates checkpoints (`save_total_limit`) at the end of its own `_save_checkpoint`;
+        rotation is deferred here until `checkpoint-N/anchor/` is written, so a kill at any moment leaves
+        at least one checkpoint that resumes.
+        """
+        run_dir = self._get_output_dir(trial=trial)
+        folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
         if self._anchor is not None and self.args.should_save:
-            folder = os.path.join(
-                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            )
+            # first the fingerprint (a few bytes): a checkpoint killed before its anchor is written can rebuild it
+            write_json(os.path.join(folder, ANCHOR_META), anchor_meta(self._anchor))
+        limit = self.args.save_total_limit
+        self.args.save_total_limit = None
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self.args.save_total_limit = limit
+        if self._anchor is not None and self.args.should_save:
             self._anchor.save(os.path.join(folder, ANCHOR_DIR))
+        if self.args.should_save:
+            rotate_checkpoints(
+                output_dir=run_dir,
+                save_total_limit=limit,
+                best_model_checkpoint=self.state.best_model_checkpoint,
+                use_mtime=True,
+            )
 
     # ------------------------------------------------------------------ loss and step
     def training_step(self, model, inputs, num_items_in_batch=None):

@@ -113,6 +113,20 @@ def _finetune_and_evaluate(cfg: CompareConfig, run: RunSpec, seed: int, base_dir
     return run.name, seed, metrics
 
 
+def _finished(out: Path, cfg: CompareConfig) -> dict[str, dict[int, dict]]:
+    """{run name: {seed: metrics}} of the fine-tunes a stopped comparison in `out` finished (model saved)."""
+    path = out / "results.json"
+    if not path.is_file():
+        return {}
+    done: dict[str, dict[int, dict]] = {}
+    for name, row in json.loads(path.read_text()).get("methods", {}).items():
+        for m in row.get("per_seed", []):
+            model = name if m["seed"] == cfg.seeds[0] else f"{name}-seed{m['seed']}"
+            if name in {r.name for r in cfg.runs} and (out / "models" / model / "config.json").is_file():
+                done.setdefault(name, {})[m["seed"]] = m
+    return done
+
+
 def run_compare(
     preset_or_config: str | dict | CompareConfig = "default",
     out_dir: str | Path = "runs/toy-compare",
@@ -120,6 +134,7 @@ def run_compare(
     sweep: list[str] | None = None,
     progress: bool = True,
     workers: int = 1,
+    resume: bool = False,
 ) -> dict:
     """Pretrain (cached), fine-tune every run x seed through `anchorft.rpsft.train.train`, evaluate,
     write results.json / report.md / tradeoff.png / models/ under `out_dir`; returns the results.
@@ -127,7 +142,8 @@ def run_compare(
     `workers` > 1 runs that many fine-tunes at once in separate processes (spawned), each with
     torch.get_num_threads() // workers threads (at least 1): the testbed's matrices are too small for
     two threads to halve a step, so two one-thread jobs beat one two-thread job. The results do not
-    depend on `workers`."""
+    depend on `workers`. With `resume`, fine-tunes already recorded in `out_dir`/results.json (with their
+    model saved) are kept, not run again: the same comparison, stopped part-way, picks up where it stopped."""
     if workers < 1:
         raise ValueError(f"workers: must be >= 1, got {workers}")
     cfg = load_config(preset_or_config)
@@ -172,7 +188,8 @@ def run_compare(
         },
     )
     jobs = list(itertools.product(cfg.runs, cfg.seeds))
-    per_run: dict[str, dict[int, dict]] = {}
+    per_run: dict[str, dict[int, dict]] = _finished(out, cfg) if resume else {}
+    jobs = [(r, s) for r, s in jobs if s not in per_run.get(r.name, {})]
     specs = {r.name: r for r in cfg.runs}
 
     def record(name: str, seed: int, metrics: dict) -> None:
@@ -187,6 +204,9 @@ def run_compare(
             f"({metrics['train_seconds']:.0f}s)"
         )
 
+    for name, kept in list(per_run.items()):  # fine-tunes kept from a stopped run of the same comparison
+        for seed, metrics in sorted(kept.items()):
+            record(name, seed, metrics)
     bar = tqdm(total=len(jobs), desc="toy compare", disable=not progress)
     if workers == 1:
         for run, seed in jobs:

@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from anchorft.io import write_json
+from anchorft.provenance import with_provenance
 from anchorft.toy import skills as sk
 from anchorft.toy.evaluate import evaluate_skills
 from anchorft.toy.tokenizer import train_tokenizer
@@ -104,9 +105,15 @@ class PretrainConfig:
 
 
 def cache_root() -> Path:
-    """$ANCHORFT_CACHE/toy, else .cache/anchorft/toy under the current directory."""
+    """$ANCHORFT_CACHE/toy, else the user's cache folder (~/.cache/anchorft/toy on Linux; platformdirs), so a
+    command run from any directory finds the testbed pretrained once. Entries are keyed by `PretrainConfig.key()`
+    (the config and CORPUS_VERSION): a changed corpus never reuses an old model."""
     base = os.environ.get("ANCHORFT_CACHE")
-    return (Path(base) if base else Path(".cache") / "anchorft") / "toy"
+    if base:
+        return Path(base) / "toy"
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("anchorft")) / "toy"
 
 
 def _documents(mix: dict[str, float], n: int, rng: np.random.Generator) -> list[tuple[str, str]]:
@@ -303,6 +310,7 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, progress: bool = True) ->
         "config": dataclasses.asdict(cfg),
         "key": cfg.key(),
     }
+    metrics = with_provenance(metrics)
     write_json(out_dir / "metrics.json", metrics, indent=2)
     write_json(out_dir / "pretrain_config.json", dataclasses.asdict(cfg), indent=2)
     return metrics

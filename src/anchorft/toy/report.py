@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from anchorft.io import save_figure, write_text
+from anchorft.toy.results import sample_std
 
 __all__ = ["write_report", "write_tradeoff_plot", "acceptance"]
 
@@ -33,7 +34,7 @@ def acceptance(results: dict) -> dict | None:
 
 
 def write_report(results: dict, path: str | Path) -> None:
-    """Markdown table: each model's metrics (mean over seeds, +- std) and change against base."""
+    """Markdown table: each model's metrics (mean over seeds, +- sample std) and change against base."""
     base, methods, st = results["base"], results["methods"], results["settings"]
     skills = list(base["ood"])
     k = st["k"]
@@ -44,7 +45,7 @@ def write_report(results: dict, path: str | Path) -> None:
         f"Avg@{k} and Pass@{k} from n={st['n_samples']} samples "
         f"(temperature {st['temperature']}, top_p {st['top_p']}, unbiased estimator), greedy accuracy. "
         f"OOD: greedy accuracy on {', '.join(skills)} and their mean. Seeds: {st['seeds']}. "
-        "Values in %, mean over seeds (+- std), change against base in parentheses.",
+        "Values in %, mean over seeds (+- sample std, ddof 1), change against base in parentheses.",
         "",
         "| model | settings | " + " | ".join(c for _, c in COLS) + " | " + " | ".join(skills) + " | train s |",
         "|---|---|" + "---|" * (len(COLS) + len(skills) + 1),
@@ -75,7 +76,7 @@ def write_report(results: dict, path: str | Path) -> None:
     lines += [
         "",
         "Trade-off: tradeoff.png (ID greedy gain against OOD retention = OOD mean / base OOD mean; "
-        "error bars: std over seeds).",
+        "error bars: sample std over seeds).",
     ]
     write_text(path, "\n".join(lines) + "\n")
 
@@ -96,7 +97,8 @@ def write_tradeoff_plot(results: dict, path: str | Path) -> None:
         gains = np.array([100 * (s["id_greedy"] - base["id_greedy"]) for s in seeds])
         keep = np.array([s["ood_mean"] / max(base["ood_mean"], 1e-9) for s in seeds])
         c = METHODS[m["method"]].colour if m["method"] in METHODS else "k"
-        ax.errorbar(keep.mean(), gains.mean(), xerr=keep.std(), yerr=gains.std(), fmt="o", color=c, capsize=3)
+        xerr, yerr = sample_std(keep), sample_std(gains)
+        ax.errorbar(keep.mean(), gains.mean(), xerr=xerr, yerr=yerr, fmt="o", color=c, capsize=3)
         ax.scatter(keep, gains, s=8, color=c, alpha=0.35)
         ax.annotate(name, (keep.mean(), gains.mean()), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.scatter([1.0], [0.0], marker="*", s=120, color="k")

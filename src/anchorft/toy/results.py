@@ -2,10 +2,11 @@
 
 `CompareResults` holds the three parts every reader uses (the report, the RL stage, the analysis, the
 `toy report` command): `base` (the base model's metrics, and its pretraining), `methods` (run name ->
-mean and std over seeds, the mean per OOD skill, `method`, `settings` and `per_seed`) and `settings`
-(the evaluation settings, seeds and the pretrained model). `save_results` writes it (atomically; the
-file's bytes are those of `json.dumps(..., indent=2)`), `load_results` reads it back from a file or a
-comparison folder, `merge_results` pools several comparisons of the same base.
+mean and sample std (ddof 1) over seeds, the mean per OOD skill, `method`, `settings` and `per_seed`) and
+`settings` (the evaluation settings, seeds and the pretrained model); and the `provenance` of the code that
+made it (see anchorft.provenance: set when the object is built, kept when read back). `save_results`
+writes it (atomically; the file's bytes are those of `json.dumps(..., indent=2)`), `load_results` reads
+it back from a file or a comparison folder, `merge_results` pools several comparisons of the same base.
 """
 
 from __future__ import annotations
@@ -18,8 +19,17 @@ from typing import Any
 import numpy as np
 
 from anchorft.io import write_json
+from anchorft.provenance import provenance
 
-__all__ = ["RESULTS_FILE", "CompareResults", "load_results", "save_results", "merge_results", "mean_over_seeds"]
+__all__ = [
+    "RESULTS_FILE",
+    "CompareResults",
+    "load_results",
+    "save_results",
+    "merge_results",
+    "mean_over_seeds",
+    "sample_std",
+]
 
 RESULTS_FILE = "results.json"
 
@@ -31,9 +41,10 @@ class CompareResults:
     base: dict[str, Any]
     methods: dict[str, dict[str, Any]] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] | None = field(default_factory=provenance)  # None: read from a file without one
 
     def to_dict(self) -> dict[str, Any]:
-        return {"base": self.base, "methods": self.methods, "settings": self.settings}
+        return {"base": self.base, "methods": self.methods, "settings": self.settings, "provenance": self.provenance}
 
     def record(self, name: str, method: str, settings: dict[str, Any], per_seed: list[dict]) -> None:
         """Set run `name`'s entry from its per-seed metrics (in seed order)."""
@@ -60,14 +71,20 @@ def load_results(path: str | os.PathLike) -> CompareResults:
     for key in ("base", "methods"):
         if not isinstance(data.get(key), dict):
             raise ValueError(f"{p}: field {key!r} is missing or not a mapping")
-    return CompareResults(data["base"], data["methods"], data.get("settings") or {})
+    return CompareResults(data["base"], data["methods"], data.get("settings") or {}, data.get("provenance"))
+
+
+def sample_std(values) -> float:
+    """Sample standard deviation (ddof = 1) of `values`; 0.0 for a single value (no spread measured)."""
+    values = np.asarray(values, dtype=float)
+    return float(np.std(values, ddof=1)) if values.size > 1 else 0.0
 
 
 def mean_over_seeds(per_seed: list[dict]) -> dict:
-    """Mean and std over seeds of the metrics a comparison reports, and the mean per OOD skill."""
+    """Mean and sample std (ddof = 1) over seeds of the metrics a comparison reports, and the mean per OOD skill."""
     keys = ("id_avg@k", "id_pass@k", "id_greedy", "ood_mean", "train_seconds")
     out = {k: float(np.mean([m[k] for m in per_seed])) for k in keys if k in per_seed[0]}
-    out["std"] = {k: float(np.std([m[k] for m in per_seed])) for k in keys if k in per_seed[0]}
+    out["std"] = {k: sample_std([m[k] for m in per_seed]) for k in keys if k in per_seed[0]}
     out["ood"] = {s: float(np.mean([m["ood"][s] for m in per_seed])) for s in per_seed[0]["ood"]}
     return out
 
@@ -105,4 +122,5 @@ def merge_results(parts: list[CompareResults | dict]) -> CompareResults:
             merged["methods"][name] = {**old, **mean_over_seeds(per_seed), "per_seed": per_seed}
     seeds = sorted({s for r in parts for s in r["settings"].get("seeds", [])})
     merged["settings"] = {**first["settings"], "seeds": seeds}
-    return CompareResults(merged["base"], merged["methods"], merged["settings"])
+    prov = {**provenance(), "parts": [p.get("provenance") for p in parts]}  # the merge's code, then each part's
+    return CompareResults(merged["base"], merged["methods"], merged["settings"], prov)

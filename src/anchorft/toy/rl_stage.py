@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 
 from anchorft.eval.answers import last_boxed
 from anchorft.io import save_figure, write_json
+from anchorft.provenance import with_provenance
 from anchorft.toy import skills as sk
 from anchorft.toy.compare_config import CompareConfig, comparison_eval_sets, load_config, paper_rank
 from anchorft.toy.evaluate import evaluate_toy, greedy_accuracy
@@ -201,7 +202,7 @@ def run_rl_stage(
             f"{after['id_greedy']:.3f}; ood_mean {before['ood_mean']:.3f} -> {after['ood_mean']:.3f}"
         )
         del m
-    write_json(out / "results.json", results, indent=2)
+    write_json(out / "results.json", with_provenance(results), indent=2)
     write_rl_report(results, out / "report.md")
     write_reward_plot(results, out / "reward_curve.png")
     return results

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import yaml
 
 from anchorft.dataclass_yaml import read_yaml_mapping, update
+from anchorft.io import write_text
 from anchorft.w2s.hermite import TRANSFORMS, get_activation
 
 __all__ = ["W2SConfig", "load_config", "apply_overrides", "preset_path", "save_config", "config_hash"]
@@ -194,10 +194,7 @@ def save_config(config: W2SConfig, path: str | os.PathLike, header: str | None =
     """Write the resolved config as YAML, atomically (tmp file then os.replace)."""
     path = Path(path)
     text = (f"# {header}\n" if header else "") + yaml.safe_dump(config.to_dict(), sort_keys=False)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".yaml")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    write_text(path, text)
 
 
 def config_hash(config: W2SConfig, exclude: tuple[str, ...] = ()) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from anchorft.io import write_json
+from anchorft.provenance import write_metrics
 from anchorft.w2s.config import W2SConfig, config_hash, save_config
 from anchorft.w2s.dynamics import RunResult, train, train_weak
 from anchorft.w2s.labels import label_report, unit_weak_in_subspace
@@ -104,7 +104,7 @@ def run_experiment(
         metrics["ode"] = ode_metrics(config, problem, metrics)
     metrics["wall_s"] = time.perf_counter() - t0
     if out is not None:
-        write_json(out / "metrics.json", metrics, indent=1)
+        write_metrics(out / "metrics.json", metrics, indent=1)
         plot_alignment(metrics, out / "alignment.png", title=f"d={config.d}, s={config.s}, {config.n_seeds} seeds")
     return metrics
 

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from anchorft.io import write_json, write_text
+from anchorft.provenance import write_metrics
 from anchorft.w2s.config import W2SConfig, apply_overrides, config_hash, load_config
 from anchorft.w2s.experiments import run_experiment
 
@@ -376,7 +377,7 @@ def run_mech_sweep(
     else:
         rows = [_wq_row(r) for r in recs]
     result = {"kind": kind, "quick": spec.get("quick_run", False), "spec": spec, "rows": rows, "points": recs}
-    write_json(out / "results.json", result)
+    write_metrics(out / "results.json", result)
     write_text(out / "table.md", _table(rows, TABLE_COLS[kind]))
     from anchorft.w2s.plots_mech import plot_mech
 

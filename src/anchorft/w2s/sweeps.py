@@ -28,9 +28,10 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 
+from anchorft.errors import read_yaml
 from anchorft.io import write_json
+from anchorft.provenance import write_metrics
 from anchorft.w2s.config import PRESET_DIR, W2SConfig, apply_overrides, config_hash, load_config
 from anchorft.w2s.dynamics import train, train_weak
 from anchorft.w2s.experiments import prepare_weak, run_experiment
@@ -63,7 +64,9 @@ def load_sweep(kind: str, quick: bool = False, path: str | os.PathLike | None = 
     if kind not in KINDS:
         raise ValueError(f"unknown sweep kind {kind!r}: choose from {list(KINDS)}")
     p = Path(path) if path is not None else PRESET_DIR / f"sweep-{kind}.yaml"
-    spec = yaml.safe_load(p.read_text())
+    spec = read_yaml(p, "--spec" if path is not None else "sweep")  # malformed YAML: file and line named
+    if not isinstance(spec, dict):
+        raise ValueError(f"{p}: a sweep file is a YAML mapping, got {type(spec).__name__}")
     if quick:
         q = spec.get("quick", {})
         merged = {**spec, **{k: v for k, v in q.items() if k not in ("base", "factors")}}
@@ -411,7 +414,7 @@ def run_sweep(
         result["summary"] = _summary(kind, points)
         if kind == "overlap" and len({r["s"] for r in result["summary"]}) > 1:
             result["phase"] = phase_boundary(result["summary"], spec.get("phase", {}))
-    write_json(out / "sweep.json", result, indent=1)
+    write_metrics(out / "sweep.json", result, indent=1)
     from anchorft.w2s.plots import plot_sweep
 
     plot_sweep(result, out / f"{kind}.png")

@@ -1,0 +1,119 @@
+"""Flag spellings of the commands (`--snake_case` and `--kebab-case` both), `anchorft train`'s aliases and short help.
+
+TrlParser (HfArgumentParser) already accepts every field as `--snake_case` and `--kebab-case`. Here:
+`--out` is the project's name for TRL's `--output_dir`, `--dataset_name` (TRL's own script flag) is
+`--dataset`, and `--help` lists the project's flags first; `--help-all` prints TRL's full help.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+__all__ = ["both_spellings", "normalize_train_argv", "pop_flag", "short_help"]
+
+ALIASES = {
+    "--out": "--output_dir",
+    "--dataset_name": "--dataset",
+    "--dataset-name": "--dataset",
+    "--eval_dataset_name": "--eval_dataset",
+    "--eval-dataset-name": "--eval_dataset",
+}
+# TRL / transformers fields a fine-tune usually sets, shown in the short help after the project's own
+COMMON_TRL = (
+    "learning_rate",
+    "num_train_epochs",
+    "max_steps",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "max_length",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "save_steps",
+    "save_total_limit",
+    "resume_from_checkpoint",
+    "seed",
+    "bf16",
+)
+
+
+def normalize_train_argv(argv: list[str]) -> list[str]:
+    """Rewrite the aliases in ALIASES (also in `--flag=value` form) to the names TrlParser knows."""
+    out = []
+    for a in argv:
+        name, eq, value = a.partition("=")
+        if name in ALIASES:
+            a = ALIASES[name] + eq + value
+        out.append(a)
+    return out
+
+
+def pop_flag(argv: list[str], *names: str) -> tuple[list[str], bool]:
+    """Remove the boolean flag `names` (any spelling given) from argv; whether it was there."""
+    kept = [a for a in argv if a not in names]
+    return kept, len(kept) != len(argv)
+
+
+def _first_line(text: str) -> str:
+    return " ".join(text.split())[:100]
+
+
+def short_help() -> str:
+    """The project's flags, then the TRL fields a fine-tune usually sets; `--help-all` for the rest."""
+    from trl import SFTConfig
+
+    from anchorft.rpsft.config import RPSFTConfig, ScriptArguments
+
+    inherited = {f.name for f in dataclasses.fields(SFTConfig)}
+    all_fields = {f.name: f for f in dataclasses.fields(RPSFTConfig)}
+    own = [f for f in dataclasses.fields(RPSFTConfig) if f.name not in inherited]
+    lines = [
+        "usage: anchorft train --config RECIPE.yaml [--field value ...]",
+        "       anchorft train --model_name_or_path PATH --dataset DATA --out DIR [--method rpsft ...]",
+        "       anchorft train --config RECIPE.yaml --dry-run     (two steps on a tiny stand-in model)",
+        "       anchorft train --estimate --model_config CONFIG.json [--anchor_rank 768]",
+        "",
+        "Fields are accepted as --snake_case or --kebab-case; a YAML --config sets the same fields.",
+        "",
+        "run:",
+        "  --config FILE           YAML recipe (configs/rpsft/...; `_base_` parents are merged)",
+        "  --out, --output_dir DIR output folder (checked first; a run marker records the config)",
+        "  --overwrite             replace an output folder that holds another run",
+        "  --dry-run               two steps on a tiny model built from the recipe's config.json",
+        "  --estimate              anchor memory and FLOPs from a config.json, no weights",
+        "  --debug                 show the traceback of an error",
+        "",
+        "data and model:",
+    ]
+    for f in dataclasses.fields(ScriptArguments):
+        alias = ", --dataset_name" if f.name == "dataset" else ""
+        lines.append(f"  --{f.name}{alias}\n      {_first_line(f.metadata.get('help', ''))}")
+    lines += ["", "method and anchor (RPSFTConfig):"]
+    for f in own:
+        lines.append(f"  --{f.name} (default {f.default!r})\n      {_first_line(f.metadata.get('help', ''))}")
+    lines += ["", "common TRL / transformers fields:"]
+    for name in COMMON_TRL:
+        f = all_fields.get(name)
+        if f is not None:
+            lines.append(f"  --{name} (default {f.default!r})")
+    lines += ["", "--help-all lists every TRL / transformers field."]
+    return "\n".join(lines)
+
+
+def both_spellings(parser) -> None:
+    """Let every `--snake_case` option of `parser` (and of its subcommands) also be given as `--kebab-case`,
+    and the reverse: one flag style across commands, whichever a user types."""
+    import argparse
+
+    for action in list(parser._actions):
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                both_spellings(sub)
+            continue
+        for opt in list(action.option_strings):
+            if not opt.startswith("--") or len(opt) < 4:
+                continue
+            body = opt[2:]
+            for other in ("--" + body.replace("_", "-"), "--" + body.replace("-", "_")):
+                if other != opt and other not in parser._option_string_actions:
+                    action.option_strings.append(other)
+                    parser._option_string_actions[other] = action

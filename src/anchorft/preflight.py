@@ -1,0 +1,88 @@
+"""Checks a command runs before it loads anything: the model can be found, the input files are readable.
+
+`check_model_source` fails in well under a second, instead of after transformers' network retries
+(about 40 s without network), when a model is neither a local folder nor in the hub cache and the hub
+cannot be reached (or HF_HUB_OFFLINE=1). `check_input_file` names the flag and, for JSONL, the file
+and line of a malformed row (anchorft.errors.check_jsonl).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from urllib.parse import urlparse
+
+from anchorft.errors import UsageError, check_jsonl
+
+__all__ = ["check_model_source", "check_input_file", "looks_like_path", "hub_reachable"]
+
+
+def looks_like_path(spec: str) -> bool:
+    """True for what can only be a local path: it starts with /, ./, ../ or ~, has 2+ slashes, or a file suffix."""
+    return spec.startswith(("/", "./", "../", "~", ".\\")) or spec.count("/") > 1 or spec.endswith("/")
+
+
+def _offline() -> bool:
+    flags = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    return any(os.environ.get(k, "").strip().lower() in ("1", "true", "yes", "on") for k in flags)
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to the hub's endpoint ($HF_ENDPOINT, else huggingface.co:443) opens in `timeout` s."""
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname or "huggingface.co", port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def check_model_source(spec: str | os.PathLike | None, flag: str = "--model", what: str = "model") -> None:
+    """A local folder with config.json, a hub name in the local cache, or a hub name with the hub reachable.
+
+    Anything else is a UsageError naming `flag`. A non-string (an already built model) is accepted.
+    """
+    if spec is None or not isinstance(spec, (str, os.PathLike)):
+        return
+    spec = os.fspath(spec)
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file() and what == "model":
+            raise UsageError(f"{flag}: {spec} is a folder without config.json (not a saved model)")
+        return
+    if path.exists():
+        raise UsageError(f"{flag}: {spec} is a file; expected a model folder or a hub name")
+    if looks_like_path(spec):
+        raise UsageError(f"{flag}: {spec} does not exist")
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(spec, "config.json" if what == "model" else "tokenizer_config.json")
+    except Exception:  # an invalid repo id, e.g. with characters the hub refuses
+        raise UsageError(f"{flag}: {spec!r} is neither a local folder nor a valid hub name") from None
+    if isinstance(cached, str):
+        return
+    if _offline():
+        raise UsageError(f"{flag}: {spec} is not a local folder and not in the hub cache (HF_HUB_OFFLINE is set)")
+    if not hub_reachable():
+        raise UsageError(
+            f"{flag}: {spec} is not a local folder, not in the hub cache, and the hub cannot be reached "
+            "(no network?); download it first or pass a local folder"
+        )
+
+
+def check_input_file(path: str | os.PathLike | None, flag: str, jsonl: bool | None = None) -> None:
+    """`path` exists and is a file; a .jsonl file (or `jsonl=True`) must hold JSON objects, one a line."""
+    if path is None:
+        return
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"{flag}: {path} does not exist")
+    if p.is_dir():
+        raise UsageError(f"{flag}: {path} is a folder; expected a file")
+    if not os.access(p, os.R_OK):
+        raise UsageError(f"{flag}: {path} is not readable")
+    if jsonl or (jsonl is None and p.suffix.lower() == ".jsonl"):
+        check_jsonl(p, what=flag)

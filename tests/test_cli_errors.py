@@ -1,0 +1,203 @@
+"""Every bad input is one line on stderr naming the problem, exit code 2, no traceback, no model loaded."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from anchorft.cli import main
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+@pytest.fixture
+def files(tmp_path):
+    """Bad and good inputs in a folder of their own; the tests run with it as the current directory."""
+    f = tmp_path
+    (f / "bad.yaml").write_text("pretrain: [\n  steps: 3\n")
+    (f / "unknown.yaml").write_text("pretrain:\n  stepz: 3\n")
+    (f / "wrongtype.yaml").write_text("pretrain:\n  steps: many\n")
+    (f / "rl_unknown.yaml").write_text("learning_ratez: 1.0e-6\n")
+    (f / "rl_wrongtype.yaml").write_text("learning_rate: fast\n")
+    (f / "empty.jsonl").write_text("")
+    (f / "bad.jsonl").write_text('{"prompt": "a", "completion": "b"}\n{"prompt": \n')
+    (f / "good.jsonl").write_text('{"prompt": "a", "completion": "b"}\n')
+    (f / "afile").write_text("x")
+    model = f / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")  # enough for the checks; loading it would fail
+    (f / "cmp").mkdir()
+    (f / "cmp" / "results.json").write_text(json.dumps({"methods": {}}))
+    return f
+
+
+TRAIN = ["train", "--model_name_or_path", "model", "--dataset", "good.jsonl", "--out", "runs/t"]
+# (argv, a piece of the one-line message that names the problem)
+CASES = [
+    # missing model / hub name without network
+    (["train", "--model_name_or_path", "./no/such/model", "--dataset", "good.jsonl", "--out", "o"], "./no/such/model"),
+    (["eval", "--model", "./no/such/model", "--bench", "good.jsonl", "--out", "o"], "does not exist"),
+    (["rl", "--model", "afile", "--dataset", "good.jsonl", "--out", "o"], "is a file"),
+    # malformed YAML (file and line)
+    (["train", "--config", "bad.yaml"], "bad.yaml:3:1: malformed YAML"),
+    (["rl", "--model", "model", "--dataset", "good.jsonl", "--out", "o", "--config", "bad.yaml"], "bad.yaml:3:1"),
+    (["toy", "compare", "--preset", "bad.yaml", "--out", "o"], "bad.yaml:3:1: malformed YAML"),
+    (["w2s", "run", "--preset", "bad.yaml", "--out", "o"], "bad.yaml:3:1: malformed YAML"),
+    # unknown keys and wrong types in toy and rl YAML
+    (["toy", "compare", "--preset", "unknown.yaml", "--out", "o"], "key 'stepz', did you mean 'steps'"),
+    (["toy", "pretrain", "--preset", "wrongtype.yaml", "--out", "o"], "steps='many' is not a valid int"),
+    (["rl", "--model", "model", "--dataset", "good.jsonl", "--out", "o", "--config", "rl_unknown.yaml"], "ratez"),
+    (["rl", "--model", "model", "--dataset", "good.jsonl", "--out", "o", "--config", "rl_wrongtype.yaml"], "float"),
+    # empty or malformed JSONL (file and line)
+    (["train", "--model_name_or_path", "model", "--dataset", "empty.jsonl", "--out", "o"], "empty.jsonl is empty"),
+    (["train", "--model_name_or_path", "model", "--dataset", "bad.jsonl", "--out", "o"], "bad.jsonl:2: not JSON"),
+    (["data", "openr1-math", "--source", "bad.jsonl", "--out", "o"], "bad.jsonl:2: not JSON"),
+    (["data", "openr1-math", "--source", "empty.jsonl", "--out", "o"], "empty.jsonl is empty"),
+    (["rl", "--model", "model", "--dataset", "bad.jsonl", "--out", "o"], "bad.jsonl:2"),
+    # --out is a file, for every command that writes a folder
+    ([*TRAIN[:-1], "afile"], "afile exists and is a file"),
+    (["toy", "pretrain", "--preset", "smoke", "--out", "afile"], "afile exists and is a file"),
+    (["toy", "compare", "--preset", "smoke", "--out", "afile"], "afile exists and is a file"),
+    (["toy", "report", "--from", "cmp", "--out", "afile"], "afile exists and is a file"),
+    (["toy", "rl", "--compare", "cmp", "--out", "afile"], "afile exists and is a file"),
+    (["w2s", "run", "--out", "afile"], "afile exists and is a file"),
+    (["w2s", "sweep", "--kind", "chi", "--quick", "--out", "afile"], "afile exists and is a file"),
+    (["eval", "--model", "model", "--bench", "good.jsonl", "--out", "afile"], "afile exists and is a file"),
+    (["rl", "--model", "model", "--dataset", "good.jsonl", "--out", "afile"], "afile exists and is a file"),
+    (["data", "openr1-math", "--source", "good.jsonl", "--out", "afile"], "afile exists and is a file"),
+    (["analyze", "--base", "model", "--out", "afile"], "afile exists and is a file"),
+    (["w2s", "run", "--out", "afile/sub"], "afile is a file"),
+    # the testbed's ValueErrors
+    (["toy", "pretrain", "--steps", "0", "--out", "o"], "steps: must be >= 1"),
+    (["toy", "compare", "--preset", "smoke", "--threads", "0", "--out", "o"], "--threads: must be >= 1"),
+    (["toy", "compare", "--preset", "smoke", "--methods", "nope", "--out", "o"], "methods: unknown"),
+    (["toy", "compare", "--preset", "smoke", "--sweep", "anchor_rank", "--out", "o"], "anchor_rank"),
+    (["toy", "compare", "--preset", "nope", "--out", "o"], "neither a preset"),
+    (["toy", "report", "--from", "nowhere", "--out", "o"], "nowhere/results.json does not exist"),
+    (["toy", "rl", "--compare", "cmp", "--steps", "0"], "steps"),
+]
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    import transformers
+
+    def refuse(*a, **k):
+        raise RuntimeError("a model was loaded")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", refuse)
+
+
+@pytest.mark.parametrize("argv,expected", CASES, ids=[" ".join(a)[:60] for a, _ in CASES])
+def test_bad_input_is_one_line_and_exit_2(argv, expected, files, monkeypatch, capsys, no_model_loads):
+    monkeypatch.chdir(files)
+    monkeypatch.delenv("ANCHORFT_DEBUG", raising=False)
+    rc = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, err
+    assert len(err.splitlines()) == 1, err
+    assert "Traceback" not in err and expected in err, err
+    assert err.startswith(f"anchorft {argv[0]}")
+
+
+def test_hub_name_fails_fast_without_network(files, monkeypatch, capsys, no_model_loads):
+    monkeypatch.chdir(files)
+    import anchorft.preflight as pf
+
+    monkeypatch.setattr(pf, "hub_reachable", lambda timeout=3.0: False)
+    argv = ["train", "--model_name_or_path", "someorg/not-cached-model", "--dataset", "good.jsonl", "--out", "o"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "someorg/not-cached-model" in err and "cannot be reached" in err
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(pf, "hub_reachable", lambda timeout=3.0: pytest.fail("the network was tried offline"))
+    assert main(argv) == 2
+    assert "HF_HUB_OFFLINE" in capsys.readouterr().err
+
+
+def test_out_not_writable(files, monkeypatch, capsys):
+    monkeypatch.chdir(files)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p).name == "ro" else real(p, mode))
+    (files / "ro").mkdir()
+    assert main(["w2s", "run", "--out", "ro/run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("--out: ro is not writable"), err
+
+
+def test_debug_shows_the_traceback(files, monkeypatch, capsys):
+    monkeypatch.chdir(files)
+    assert main(["toy", "compare", "--preset", "bad.yaml", "--out", "o", "--debug"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.strip().splitlines()[-1].startswith("anchorft toy compare: error:")
+    monkeypatch.setenv("ANCHORFT_DEBUG", "1")
+    assert main(["w2s", "run", "--preset", "bad.yaml", "--out", "o"]) == 2
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_keyboard_interrupt_exits_130_and_marks_the_run(files, monkeypatch, capsys):
+    monkeypatch.chdir(files)
+    import anchorft.w2s.experiments as ex
+
+    def stop(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ex, "run_experiment", stop)
+    assert main(["w2s", "run", "--preset", "paper", "--steps", "3", "--out", "w"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert json.loads((files / "w" / "anchorft-run.json").read_text())["status"] == "interrupted"
+
+
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (["toy", "compare", "--preset", "bad.yaml", "--out", "o"], "bad.yaml:3:1: malformed YAML"),
+        (["train", "--model_name_or_path", "model", "--dataset", "bad.jsonl", "--out", "o"], "bad.jsonl:2"),
+        (["w2s", "run", "--out", "afile"], "afile exists and is a file"),
+    ],
+)
+def test_console_script_one_line(argv, expected, files):
+    env = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1"}
+    env.pop("ANCHORFT_DEBUG", None)
+    p = subprocess.run(
+        [sys.executable, "-m", "anchorft.cli", *argv], cwd=files, env=env, capture_output=True, text=True, timeout=300
+    )
+    err = p.stderr.strip()
+    assert p.returncode == 2 and len(err.splitlines()) == 1 and expected in err, err
+
+
+def test_sigint_exits_130_and_marks_the_run_interrupted(tmp_path):
+    import signal
+    import threading
+    import time
+
+    out = tmp_path / "pt"
+    env = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1", "ANCHORFT_CACHE": str(tmp_path / "cache")}
+    argv = ["toy", "pretrain", "--preset", "smoke", "--steps", "100000", "--no-cache", "--out", str(out)]
+    # a shell starts background jobs with SIGINT ignored, and Python keeps an ignored SIGINT: restore the default
+    p = subprocess.Popen(
+        [sys.executable, "-m", "anchorft.cli", *argv],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.extend(iter(lambda: p.stderr.read(64), "")), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 240
+    while "toy pretrain:" not in "".join(err) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)  # until the pretraining loop runs
+    p.send_signal(signal.SIGINT)
+    p.wait(timeout=240)
+    reader.join(timeout=10)
+    text = "".join(err)
+    assert p.returncode == 130, text[-2000:]
+    assert "interrupted" in text.strip().splitlines()[-1] and "Traceback" not in text
+    assert json.loads((out / "anchorft-run.json").read_text())["status"] == "interrupted"

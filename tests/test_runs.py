@@ -1,0 +1,160 @@
+"""Output folders: checked first, claimed with a run marker; the same run is reused or resumed, another refused."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from anchorft.cli import main as cli
+from anchorft.errors import UsageError
+from anchorft.io import new_file_mode, write_json
+from anchorft.runs import MARKER, claim_output, finish, mark_active
+
+
+def _status(out: Path) -> str:
+    return json.loads((out / MARKER).read_text())["status"]
+
+
+def test_claim_new_same_other_and_overwrite(tmp_path):
+    out = tmp_path / "run"
+    c = claim_output(out, "w2s run", {"a": 1})
+    assert not c.resume and _status(out) == "running"
+    (out / "metrics.json").write_text("{}")
+    mark_active("interrupted")
+    assert _status(out) == "interrupted"
+    c = claim_output(out, "w2s run", {"a": 1})  # same run, stopped: resume
+    assert c.resume and not c.complete
+    finish(c)
+    c = claim_output(out, "w2s run", {"a": 1})  # same run, finished: reused, marker left as it was
+    assert c.resume and c.complete and _status(out) == "complete"
+    with pytest.raises(UsageError, match="holds another run"):
+        claim_output(out, "w2s run", {"a": 2})
+    with pytest.raises(UsageError, match="holds another run"):
+        claim_output(out, "w2s sweep", {"a": 1})
+    c = claim_output(out, "w2s run", {"a": 2}, overwrite=True)
+    assert not c.resume and sorted(p.name for p in out.iterdir()) == [MARKER]  # the old outputs are gone
+    mark_active("failed")
+    # a run that stopped before writing anything does not hold the folder
+    assert not claim_output(out, "w2s run", {"a": 3}).resume
+    mark_active("failed")
+
+
+def test_folder_not_written_by_anchorft(tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    for overwrite in (False, True):
+        with pytest.raises(UsageError, match="not empty"):
+            claim_output(tmp_path / "mine", "eval", {}, overwrite=overwrite)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+    (tmp_path / "empty").mkdir()
+    assert not claim_output(tmp_path / "empty", "eval", {}).resume
+    mark_active("failed")
+
+
+def test_atomic_writes_follow_the_umask(tmp_path):
+    old = os.umask(0o027)
+    try:
+        assert new_file_mode() == 0o640
+        write_json(tmp_path / "m.json", {"a": 1})
+        assert (tmp_path / "m.json").stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(old)
+
+
+W2S = ["w2s", "run", "--preset", "paper", "--seeds", "1", "--steps", "4", "--quiet", "d=32", "s=4"]
+W2S += ["group_sizes=4,4", "weak_neurons=4", "batch_size=4", "n_log=2", "chunk=4"]
+
+
+def test_w2s_run_rerun(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "w"
+    assert cli([*W2S, "--out", str(out)]) == 0
+    assert _status(out) == "complete"
+    first = (out / "metrics.json").read_bytes()
+    import anchorft.w2s.experiments as ex
+
+    monkeypatch.setattr(ex, "run_experiment", lambda *a, **k: pytest.fail("a finished run was run again"))
+    capsys.readouterr()
+    assert cli([*W2S, "--out", str(out)]) == 0
+    assert "already holds this finished run" in capsys.readouterr().out
+    assert cli([*W2S, "rho=0.5", "--out", str(out)]) == 2
+    assert "holds another run" in capsys.readouterr().err
+    assert (out / "metrics.json").read_bytes() == first
+    monkeypatch.undo()
+    assert cli([*W2S, "rho=0.5", "--out", str(out), "--overwrite"]) == 0
+    assert (out / "metrics.json").read_bytes() != first
+
+
+def test_toy_compare_keeps_finished_finetunes(tmp_path, monkeypatch):
+    """A stopped comparison resumed: the fine-tunes recorded with their model are kept, the rest are run."""
+    from anchorft.toy import compare
+    from anchorft.toy.compare_config import load_config
+
+    cfg = load_config("smoke")
+    out = tmp_path / "cmp"
+    name = cfg.runs[0].name
+    (out / "models" / name).mkdir(parents=True)
+    (out / "models" / name / "config.json").write_text("{}")
+    (out / "models" / cfg.runs[1].name).mkdir(parents=True)  # no config.json: its model was not saved
+    rows = {r.name: {"per_seed": [{"seed": cfg.seeds[0], "id_greedy": 0.5}]} for r in cfg.runs[:2]}
+    (out / "results.json").write_text(json.dumps({"methods": rows}))
+    assert compare._finished(out, cfg) == {name: {cfg.seeds[0]: {"seed": cfg.seeds[0], "id_greedy": 0.5}}}
+    assert compare._finished(tmp_path / "none", cfg) == {}
+
+
+def test_toy_compare_command_resumes_the_same_comparison(tmp_path, monkeypatch, capsys):
+    import anchorft.toy.compare as compare
+
+    calls = []
+
+    def fake(cfg, out, methods=None, sweep=None, workers=1, resume=False):
+        calls.append(resume)
+        (Path(out) / "results.json").write_text("{}")
+
+    monkeypatch.setattr(compare, "run_compare", fake)
+    out = str(tmp_path / "c")
+    argv = ["toy", "compare", "--preset", "smoke", "--out", out, "--methods", "sft"]
+    monkeypatch.setattr("anchorft.runs.finish", lambda claim: None)  # as if stopped part-way
+    assert cli(argv) == 0 and cli(argv) == 0
+    assert calls == [False, True]
+    assert cli([*argv[:-1], "l2"]) == 2  # another selection of methods: refused
+    assert "holds another run" in capsys.readouterr().err
+
+
+def test_second_demo_reuses_the_first(tmp_path, monkeypatch, capsys):
+    import anchorft.toy.compare as compare
+    import anchorft.w2s.experiments as ex
+    from anchorft import demo
+
+    calls = {"w2s": 0, "toy": 0}
+
+    def fake_w2s(config, out, progress=True, header=None, **kw):
+        calls["w2s"] += 1
+        Path(out, "metrics.json").write_text("{}")
+        return {"diverged": None}
+
+    def fake_toy(cfg, out, **kw):
+        calls["toy"] += 1
+        Path(out, "results.json").write_text("{}")
+
+    monkeypatch.setattr(ex, "run_experiment", fake_w2s)
+    monkeypatch.setattr(compare, "run_compare", fake_toy)
+    monkeypatch.setattr(demo, "_announce_toy", lambda preset: None)
+    for _ in range(2):
+        assert demo.main(["--out", str(tmp_path / "demo"), "--toy-preset", "smoke"]) == 0
+    assert calls == {"w2s": 1, "toy": 1}
+    assert capsys.readouterr().out.count("already holds this finished run") == 2
+
+
+def test_testbed_cache_is_per_user_not_per_directory(tmp_path, monkeypatch):
+    from platformdirs import user_cache_dir
+
+    from anchorft.toy.pretrain import cache_root
+
+    monkeypatch.delenv("ANCHORFT_CACHE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert cache_root() == Path(user_cache_dir("anchorft")) / "toy" and cache_root().is_absolute()
+    monkeypatch.setenv("ANCHORFT_CACHE", str(tmp_path / "c"))
+    assert cache_root() == tmp_path / "c" / "toy"
