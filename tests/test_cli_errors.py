@@ -33,9 +33,16 @@ def files(tmp_path):
     (model / "config.json").write_text("{}")  # enough for the checks; loading it would fail
     (f / "cmp").mkdir()
     (f / "cmp" / "results.json").write_text(json.dumps({"methods": {}}))
+    suite_model = f / "suite_model"  # passes the suite's folder checks (config, weights, tokenizer files)
+    suite_model.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        (suite_model / name).write_text("{}")
+    (f / "benches" / "id").mkdir(parents=True)
+    (f / "benches" / "id" / "adds.jsonl").write_text("{}\n")
     return f
 
 
+SUITE = ["eval", "suite", "--models", "m=suite_model", "--bench-dir", "benches", "--benches", "adds"]
 TRAIN = ["train", "--model_name_or_path", "model", "--dataset", "good.jsonl", "--out", "runs/t"]
 # (argv, a piece of the one-line message that names the problem)
 CASES = [
@@ -48,6 +55,7 @@ CASES = [
     (["rl", "--model", "model", "--dataset", "good.jsonl", "--out", "o", "--config", "bad.yaml"], "bad.yaml:3:1"),
     (["toy", "compare", "--preset", "bad.yaml", "--out", "o"], "bad.yaml:3:1: malformed YAML"),
     (["w2s", "run", "--preset", "bad.yaml", "--out", "o"], "bad.yaml:3:1: malformed YAML"),
+    (["w2s", "sweep", "--kind", "race", "--spec", "bad.yaml", "--out", "o"], "bad.yaml:3:1: malformed YAML"),
     # unknown keys and wrong types in toy and rl YAML
     (["toy", "compare", "--preset", "unknown.yaml", "--out", "o"], "key 'stepz', did you mean 'steps'"),
     (["toy", "pretrain", "--preset", "wrongtype.yaml", "--out", "o"], "steps='many' is not a valid int"),
@@ -59,6 +67,8 @@ CASES = [
     (["data", "openr1-math", "--source", "bad.jsonl", "--out", "o"], "bad.jsonl:2: not JSON"),
     (["data", "openr1-math", "--source", "empty.jsonl", "--out", "o"], "empty.jsonl is empty"),
     (["rl", "--model", "model", "--dataset", "bad.jsonl", "--out", "o"], "bad.jsonl:2"),
+    (["data", "dapo-math", "--source", "bad.jsonl", "--out", "o"], "bad.jsonl:2: not JSON"),
+    (["data", "dapo-math", "--source", "empty.jsonl", "--out", "o"], "empty.jsonl is empty"),
     # --out is a file, for every command that writes a folder
     ([*TRAIN[:-1], "afile"], "afile exists and is a file"),
     (["toy", "pretrain", "--preset", "smoke", "--out", "afile"], "afile exists and is a file"),
@@ -71,6 +81,9 @@ CASES = [
     (["rl", "--model", "model", "--dataset", "good.jsonl", "--out", "afile"], "afile exists and is a file"),
     (["data", "openr1-math", "--source", "good.jsonl", "--out", "afile"], "afile exists and is a file"),
     (["analyze", "--base", "model", "--out", "afile"], "afile exists and is a file"),
+    ([*SUITE, "--out", "afile"], "afile exists and is a file"),
+    (["data", "dapo-math", "--source", "good.jsonl", "--out", "afile"], "afile exists and is a file"),
+    (["w2s", "sweep", "--kind", "ablation", "--quick", "--out", "afile"], "afile exists and is a file"),
     (["w2s", "run", "--out", "afile/sub"], "afile is a file"),
     # the testbed's ValueErrors
     (["toy", "pretrain", "--steps", "0", "--out", "o"], "steps: must be >= 1"),
@@ -80,6 +93,14 @@ CASES = [
     (["toy", "compare", "--preset", "nope", "--out", "o"], "neither a preset"),
     (["toy", "report", "--from", "nowhere", "--out", "o"], "nowhere/results.json does not exist"),
     (["toy", "rl", "--compare", "cmp", "--steps", "0"], "steps"),
+    # commands' own values: suite preset, sweep kind and overrides, the suite's settings
+    ([*SUITE, "--out", "o", "--preset", "nope"], "unknown preset 'nope'"),
+    ([*SUITE, "--out", "o", "--k", "5", "--n", "2"], "1 <= k <= n"),
+    ([*SUITE[:-1], "nope", "--out", "o"], "no nope.jsonl under benches"),
+    (["w2s", "sweep", "--kind", "nope", "--out", "o"], "unknown sweep kind 'nope'"),
+    (["w2s", "sweep", "--kind", "ablation", "--quick", "--out", "o", "colour=red"], "colour"),
+    (["w2s", "sweep", "--kind", "chi", "--quick", "--out", "o", "steps=0"], "steps"),
+    (["w2s", "run", "--out", "o", "loss=hinge"], "loss"),
 ]
 
 
@@ -104,6 +125,7 @@ def test_bad_input_is_one_line_and_exit_2(argv, expected, files, monkeypatch, ca
     assert len(err.splitlines()) == 1, err
     assert "Traceback" not in err and expected in err, err
     assert err.startswith(f"anchorft {argv[0]}")
+    assert not (files / "o").exists()  # a refused run leaves no output folder behind
 
 
 def test_hub_name_fails_fast_without_network(files, monkeypatch, capsys, no_model_loads):

@@ -158,3 +158,87 @@ def test_testbed_cache_is_per_user_not_per_directory(tmp_path, monkeypatch):
     assert cache_root() == Path(user_cache_dir("anchorft")) / "toy" and cache_root().is_absolute()
     monkeypatch.setenv("ANCHORFT_CACHE", str(tmp_path / "c"))
     assert cache_root() == tmp_path / "c" / "toy"
+
+
+def _fake(calls: list, out_of, result=None, name: str = "result.json"):
+    """A stand-in for a command's work: counts its calls, writes a file into the folder `out_of(args, kwargs)`."""
+
+    def fake(*a, **k):
+        calls.append(1)
+        out = Path(out_of(a, k))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text("{}")
+        return result if result is not None else {}
+
+    return fake
+
+
+def _fake_pretrained(calls: list):
+    def fake(cfg, progress=True):
+        calls.append(1)
+        src = Path(f"cache{len(calls)}")
+        src.mkdir()
+        (src / "metrics.json").write_text(json.dumps({"params": 1, "greedy_accuracy": {}}))
+        return src
+
+    return fake
+
+
+_SECOND = lambda a, k: a[1]  # noqa: E731
+_THIRD = lambda a, k: a[2]  # noqa: E731
+_FIRST = lambda a, k: a[0]  # noqa: E731
+# (argv writing folder "out", the argument pair that makes it another run, module, function, its stand-in)
+RERUNS = [
+    (["toy", "pretrain", "--preset", "smoke"], ["--seed", "7"], "anchorft.toy.pretrain", "pretrained_model",
+     _fake_pretrained),
+    (["toy", "rl", "--compare", "cmp"], ["--seed", "3"], "anchorft.toy.rl_stage", "run_rl_stage",
+     lambda c: _fake(c, _SECOND)),
+    (["w2s", "sweep", "--kind", "ablation", "--quick"], ["--kind", "race"], "anchorft.w2s.sweeps", "run_sweep",
+     lambda c: _fake(c, _SECOND, {"rows": []}, "table.md")),
+    (["w2s", "sweep", "--kind", "chi", "--quick"], ["--kind", "overlap"], "anchorft.w2s.sweeps", "run_sweep",
+     lambda c: _fake(c, _SECOND)),
+    (["eval", "--model", "model", "--bench", "good.jsonl"], ["--seed", "1"], "anchorft.eval.benchmarks", "run_eval",
+     lambda c: _fake(c, _THIRD)),
+    (["rl", "--model", "model", "--dataset", "good.jsonl"], ["--limit", "1"], "anchorft.rpsft.rl", "run_rl",
+     lambda c: _fake(c, _THIRD, {"reward_first": 0.0, "reward_last": 0.0})),
+    (["data", "openr1-math", "--source", "good.jsonl"], ["--limit", "1"], "anchorft.data.release",
+     "prepare_release_set", lambda c: _fake(c, _FIRST)),
+    (["data", "dapo-math", "--source", "good.jsonl"], ["--limit", "1"], "anchorft.data.dapo", "prepare_dapo_math",
+     lambda c: _fake(c, _FIRST)),
+    (["analyze", "--base", "model"], ["--seed", "1"], "anchorft.analysis.run", "run_analysis",
+     lambda c: _fake(c, lambda a, k: a[0].out, {"rank": 1, "rotation": {}, "figures": []})),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("argv,other,module,func,make", RERUNS, ids=[" ".join(r[0][:4]) for r in RERUNS])
+def test_rerun_of_every_folder_writing_command(argv, other, module, func, make, tmp_path, monkeypatch, capsys):
+    """The same command again reuses the finished run (no work done); another run into the folder is refused
+    (exit 2, one line) unless --overwrite, which runs it. (train, toy compare / report, w2s run, eval suite and
+    the demo: their own rerun tests.)"""
+    import importlib
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ANCHORFT_DEBUG", raising=False)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    (tmp_path / "good.jsonl").write_text('{"prompt": "a", "completion": "b", "answer": "1"}\n')
+    (tmp_path / "cmp").mkdir()
+    (tmp_path / "cmp" / "results.json").write_text(json.dumps({"methods": {}}))
+    calls: list = []
+    monkeypatch.setattr(importlib.import_module(module), func, make(calls))
+    argv = [*argv, "--out", "out"]
+    assert cli(argv) == 0 and len(calls) == 1
+    assert _status(tmp_path / "out") == "complete"
+    capsys.readouterr()
+    assert cli(argv) == 0 and len(calls) == 1  # reused, nothing run
+    assert "already holds this finished run" in capsys.readouterr().out
+    if other[0] in argv:  # replace the flag's value
+        i = argv.index(other[0])
+        changed = [*argv[:i], *other, *argv[i + 2 :]]
+    else:
+        changed = [*argv, *other]
+    assert cli(changed) == 2 and len(calls) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "holds another run" in err and "--overwrite" in err, err
+    assert cli([*changed, "--overwrite"]) == 0 and len(calls) == 2
+    assert _status(tmp_path / "out") == "complete"

@@ -30,7 +30,7 @@ from typing import Any
 from anchorft.errors import UsageError
 
 __all__ = ["MARKER", "RunClaim", "claim_output", "check_output_dir", "config_hash", "finish", "mark_active"]
-__all__ += ["same_run", "reused", "existing_files", "fail"]
+__all__ += ["same_run", "reused", "existing_files", "fail", "read_marker"]
 
 MARKER = "anchorft-run.json"
 _ACTIVE: list[RunClaim] = []
@@ -45,6 +45,7 @@ class RunClaim:
     complete: bool  # ... and it had finished
     config: Any = None
     created: bool = False  # the folder did not exist before this claim
+    notes: Any = None  # recorded in the marker, not part of the hash
 
     @property
     def marker(self) -> Path:
@@ -83,6 +84,11 @@ def same_run(out: str | os.PathLike, command: str, config: Any) -> str | None:
     return str(marker.get("status"))
 
 
+def read_marker(out: str | os.PathLike) -> dict | None:
+    """The run marker of folder `out` (command, config_hash, status, config, notes), or None."""
+    return _read_marker(Path(out) / MARKER)
+
+
 def _read_marker(path: Path) -> dict | None:
     try:
         data = json.loads(path.read_text())
@@ -101,6 +107,7 @@ def _write_marker(claim: RunClaim, status: str) -> None:
             "config_hash": claim.config_hash,
             "status": status,
             "config": json.loads(json.dumps(claim.config, default=str)),
+            **({"notes": json.loads(json.dumps(claim.notes, default=str))} if claim.notes is not None else {}),
             "updated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         },
     )
@@ -113,8 +120,13 @@ def claim_output(
     overwrite: bool = False,
     flag: str = "--out",
     ignore: tuple[str, ...] = (),
+    notes: Any = None,
+    rerun_finished: bool = False,
 ) -> RunClaim:
-    """Check `out` and claim it for this run (module docstring); `ignore`: entries that do not make it non-empty."""
+    """Check `out` and claim it for this run (module docstring); `ignore`: entries that do not make it non-empty;
+    `notes`: recorded in the marker, outside the hash; `rerun_finished`: the command runs again over a finished
+    run of the same hash (keeping what it finished, e.g. the evaluation suite's pairs), so the marker says
+    "running" until it finishes again."""
     out = check_output_dir(out, flag)
     digest = config_hash(config)
     resume = complete = False
@@ -142,8 +154,8 @@ def claim_output(
             raise UsageError(f"{flag}: {out} is not empty and holds no anchorft run marker ({MARKER}); {why}")
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    claim = RunClaim(out, command, digest, resume, complete, config, created)
-    if not complete:  # a finished run is left as it is: the command reuses it
+    claim = RunClaim(out, command, digest, resume, complete, config, created, notes)
+    if not complete or rerun_finished:  # a finished run is otherwise left as it is: the command reuses it
         _write_marker(claim, "running")
         _ACTIVE.append(claim)
     return claim

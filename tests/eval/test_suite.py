@@ -129,9 +129,53 @@ def test_suite_end_to_end_resumes_and_writes_the_table(toy_model, bench_dir, tmp
     assert "resuming, 1 of 3 items saved" in capsys.readouterr().err
     assert (pair / "generations.jsonl").read_text().splitlines()[-2:] == gens[1:]
 
-    # other sampling settings on the same folder: refused
+    # other sampling settings on the same folder: refused (the run marker's protocol hash)
     assert _run(argv + ["--temperature", "0.5"]) == 2
-    assert "saved generations were made with" in capsys.readouterr().err
+    assert "holds another run" in capsys.readouterr().err
+
+
+def test_suite_rerun_keeps_finished_pairs(toy_model, bench_dir, tmp_path, capsys, monkeypatch):
+    """Same protocol: finished (model, benchmark) pairs are kept, new models and benchmarks added to the folder;
+    a name bound to another model folder and another protocol are refused; --overwrite starts afresh."""
+    out = tmp_path / "suite"
+    base = ["suite", "--bench-dir", str(bench_dir), "--out", str(out), "--n", "2", "--max-new-tokens", "3",
+            "--backend", "hf", "--no-calibrate"]  # fmt: skip
+    assert _run([*base, "--models", f"a={toy_model}", "--benches", "adds"]) == 0
+    marker = json.loads((out / "anchorft-run.json").read_text())
+    assert marker["status"] == "complete" and marker["notes"]["models"] == {"a": str(toy_model.resolve())}
+    gens = (out / "a" / "adds" / "generations.jsonl").read_bytes()
+    capsys.readouterr()
+
+    import anchorft.eval.suite as suite
+
+    made = []
+    real = suite.HFBackend.generate
+
+    def counting(self, token_ids, keys, **kw):
+        made.append((self, list(keys)))
+        return real(self, token_ids, keys, **kw)
+
+    monkeypatch.setattr(suite.HFBackend, "generate", counting)
+    # the same run again, plus a model and a benchmark: only the new pairs generate
+    twin = tmp_path / "twin"
+    shutil.copytree(toy_model, twin)
+    assert _run([*base, "--models", f"a={toy_model}", f"b={twin}", "--benches", "adds,olymp"]) == 0
+    assert "a/adds: done before, kept" in capsys.readouterr().err
+    assert (out / "a" / "adds" / "generations.jsonl").read_bytes() == gens
+    assert sorted(len(k) for _, k in made) == [1, 1, 3]  # a/olymp, b/olymp, b/adds
+    assert set(json.loads((out / "table.json").read_text())["models"]) == {"a", "b"}
+    marker = json.loads((out / "anchorft-run.json").read_text())
+    assert marker["status"] == "complete" and set(marker["notes"]["models"]) == {"a", "b"}
+    # a name already in the folder bound to another model folder: refused, nothing changed
+    assert _run([*base, "--models", f"b={toy_model}", "--benches", "adds"]) == 2
+    assert "holds results of b=" in _err_line(capsys)
+    assert json.loads((out / "anchorft-run.json").read_text())["status"] == "complete"
+    # another protocol: refused unless --overwrite, which starts the folder afresh
+    other = [*base, "--models", f"a={toy_model}", "--benches", "adds", "--seed", "1"]
+    assert _run(other) == 2
+    assert "holds another run" in _err_line(capsys)
+    assert _run([*other, "--overwrite"]) == 0
+    assert not (out / "b").exists() and (out / "a" / "adds" / "metrics.json").is_file()
 
 
 def test_suite_paper_preset_smoke(toy_model, bench_root, tmp_path):

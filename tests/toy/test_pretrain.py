@@ -86,6 +86,36 @@ def test_cache_key_changes_with_the_corpus_version(monkeypatch):
     assert PretrainConfig().key() != key  # a model built from other documents or tokens is not reused
 
 
+def test_cache_key_changes_with_the_package_version(monkeypatch):
+    import anchorft
+    import anchorft.toy.pretrain as pretrain
+
+    key, cv = PretrainConfig().key(), pretrain.code_version()
+    assert cv == f"{anchorft.__version__}+corpus{pretrain.CORPUS_VERSION}"
+    monkeypatch.setattr(anchorft, "__version__", anchorft.__version__ + ".post1")
+    assert PretrainConfig().key() != key and pretrain.code_version() != cv
+
+
+def test_cached_model_of_other_code_is_not_reused(tmp_path, monkeypatch):
+    """A complete cache entry written under the key of another corpus or release is never found for this code."""
+    import anchorft
+    import anchorft.toy.pretrain as pretrain
+
+    monkeypatch.setenv("ANCHORFT_CACHE", str(tmp_path))
+    cfg = PretrainConfig(steps=1)
+    entry = tmp_path / "toy" / cfg.key()
+    entry.mkdir(parents=True)
+    (entry / "metrics.json").write_text("{}")
+    (entry / "model.safetensors").write_text("")
+    assert pretrain.cached_model(cfg) == entry
+    monkeypatch.setattr(pretrain, "CORPUS_VERSION", pretrain.CORPUS_VERSION + 1)
+    assert pretrain.cached_model(cfg) is None
+    monkeypatch.undo()
+    monkeypatch.setenv("ANCHORFT_CACHE", str(tmp_path))
+    monkeypatch.setattr(anchorft, "__version__", "99.0")
+    assert pretrain.cached_model(cfg) is None
+
+
 def test_cli_pretrain_seed_and_steps_override_the_preset(tmp_path, monkeypatch, capsys):
     """`anchorft toy pretrain --seed S --steps N` pretrains that config (its own cache entry), not the preset's."""
     import json

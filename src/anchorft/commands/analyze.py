@@ -84,10 +84,13 @@ def main(argv: list[str]) -> int:
         torch.set_num_threads(args.threads)
     from anchorft.analysis.run import AnalysisConfig, run_analysis
     from anchorft.analysis.streaming import CheckpointError
-    from anchorft.runs import claim_output, finish
+    from anchorft.runs import claim_output, finish, reused
 
     run = {k: v for k, v in vars(args).items() if k not in ("out", "threads", "overwrite", "device")}
     claim = claim_output(args.out, "analyze", run, overwrite=args.overwrite)
+    if claim.complete:
+        print(reused(claim))
+        return 0
     try:
         tuned = _parse_tuned(args.tuned)
         base = args.base

@@ -11,6 +11,11 @@ import argparse
 import json
 import sys
 
+from anchorft.commands.flags import both_spellings
+from anchorft.errors import UsageError, report
+
+PRESETS = ("paper",)
+
 
 def _parser() -> argparse.ArgumentParser:
     from anchorft.eval.suite import SuiteSettings
@@ -25,8 +30,9 @@ def _parser() -> argparse.ArgumentParser:
         "--models", nargs="+", required=True, metavar="NAME=DIR", help="the first is the base of the deltas"
     )
     p.add_argument("--bench-dir", required=True, help="folder with id/ and ood/ JSONL files in the paper's format")
-    p.add_argument("--out", required=True, help="output folder (reuse it to resume)")
-    p.add_argument("--preset", choices=["paper"], default="paper", help="the release's protocol (the defaults)")
+    p.add_argument("--out", required=True, help="output folder (reuse it to resume, or to add models or benchmarks)")
+    p.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
+    p.add_argument("--preset", default="paper", help=f"the release's protocol (the defaults): {', '.join(PRESETS)}")
     p.add_argument("--benches", default=None, help="comma-separated file names instead of the preset's list")
     p.add_argument("--rl-checkpoint", action="store_true", help=f"RL checkpoints: {d.rl_max_new_tokens} new tokens")
     p.add_argument("--prompt", choices=["boxed-fewshot", "file"], default=d.prompt, help="system prompt")
@@ -47,14 +53,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-calibrate", dest="calibrate", action="store_false", help="skip the timing estimate")
     p.add_argument("--skip-bad", action="store_true", help="skip and count malformed benchmark lines")
     p.add_argument("--timeout", type=float, default=10.0, help="math-verify timeout per check, seconds")
+    both_spellings(p)
     return p
 
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    from anchorft.eval.suite import SuiteSettings, parse_models, run_suite
+    from anchorft.eval.suite import SuiteSettings, parse_models, resolve_benches, run_suite
+    from anchorft.runs import fail, finish
 
+    claim = None
     try:
+        if args.preset not in PRESETS:
+            raise UsageError(f"--preset: unknown preset {args.preset!r}; choose from {list(PRESETS)}")
         settings = SuiteSettings(
             n=args.n, k=args.n if args.k is None else args.k, temperature=args.temperature, top_p=args.top_p,
             max_new_tokens=args.max_new_tokens, rl_checkpoint=args.rl_checkpoint, prompt=args.prompt,
@@ -68,6 +79,8 @@ def main(argv: list[str]) -> int:
             raise ValueError(f"--limit must be >= 1, got {args.limit}")
         models = parse_models(args.models)
         benches = [b.strip() for b in args.benches.split(",") if b.strip()] if args.benches else None
+        resolve_benches(args.bench_dir, benches)
+        claim = _claim(args, settings, models)
         from anchorft.eval.answers import MathChecker
 
         with MathChecker(timeout_s=args.timeout) as checker:
@@ -76,7 +89,35 @@ def main(argv: list[str]) -> int:
                 log=lambda m: print(m, file=sys.stderr, flush=True),
             )  # fmt: skip
     except (ValueError, FileNotFoundError, ImportError) as e:
-        print(f"anchorft eval suite: error: {e}", file=sys.stderr)
-        return 2
+        if claim is not None:
+            fail(claim)
+        return report("anchorft eval suite", e)
+    finish(claim)
     print(json.dumps({m: {k: v for k, v in r.items() if "mean" in k} for m, r in table["models"].items()}))
     return 0
+
+
+def _claim(args: argparse.Namespace, settings, models: dict):
+    """Claim --out for this protocol: the run's hash is what every saved generation depends on (sampling
+    settings, prompt, token limit, seed, --limit), so a folder of the same protocol keeps its finished
+    (model, benchmark) pairs and takes new models and benchmarks; another protocol is refused unless
+    --overwrite. A model name already in the folder must name the same model folder."""
+    from pathlib import Path
+
+    from anchorft.runs import claim_output, config_hash, read_marker
+
+    protocol = {"generation": settings.generation_key(), "limit": settings.limit}
+    dirs = {name: str(Path(path).resolve()) for name, path in models.items()}
+    marker = read_marker(args.out)
+    known = {}
+    if marker and not args.overwrite and marker.get("command") == "eval suite":
+        if marker.get("config_hash") == config_hash(protocol):
+            known = dict((marker.get("notes") or {}).get("models", {}))
+    for name, path in dirs.items():
+        if known.get(name, path) != path:
+            raise UsageError(
+                f"--models {name}={path}: {args.out} holds results of {name}={known[name]}; "
+                "give this model another name, or use another --out"
+            )
+    notes = {"models": {**known, **dirs}}
+    return claim_output(args.out, "eval suite", protocol, overwrite=args.overwrite, notes=notes, rerun_finished=True)

@@ -38,7 +38,7 @@ from anchorft.toy import skills as sk
 from anchorft.toy.evaluate import evaluate_skills
 from anchorft.toy.tokenizer import train_tokenizer
 
-__all__ = ["PretrainConfig", "pretrain", "pretrained_model", "cached_model", "cache_root"]
+__all__ = ["PretrainConfig", "pretrain", "pretrained_model", "cached_model", "cache_root", "code_version"]
 
 # Bumped whenever the documents, the tokenizer or the packing change for the same config, so that no cached model
 # built from the old ones is reused (2: template words one token each, random strings never a template word;
@@ -97,17 +97,30 @@ class PretrainConfig:
             raise ValueError("mix: weights must be >= 0 with a positive sum")
 
     def key(self) -> str:
-        """Short hash of the config and the corpus/tokenizer version: the cache key."""
+        """Short hash of the config and the code version (`code_version()`): the cache key."""
         fields = {k: v for k, v in dataclasses.asdict(self).items() if k != "eval_every"}  # logging only
         fields["corpus_version"] = CORPUS_VERSION
+        fields["anchorft_version"] = _package_version()
         blob = json.dumps(fields, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def _package_version() -> str:
+    from anchorft import __version__
+
+    return __version__
+
+
+def code_version() -> str:
+    """The code the cache key depends on besides the config: the package version and CORPUS_VERSION (documents,
+    tokenizer, packing), e.g. "0.1.0+corpus3"."""
+    return f"{_package_version()}+corpus{CORPUS_VERSION}"
 
 
 def cache_root() -> Path:
     """$ANCHORFT_CACHE/toy, else the user's cache folder (~/.cache/anchorft/toy on Linux; platformdirs), so a
     command run from any directory finds the testbed pretrained once. Entries are keyed by `PretrainConfig.key()`
-    (the config and CORPUS_VERSION): a changed corpus never reuses an old model."""
+    (the config, the package version and CORPUS_VERSION): a changed corpus or release never reuses an old model."""
     base = os.environ.get("ANCHORFT_CACHE")
     if base:
         return Path(base) / "toy"
@@ -309,6 +322,7 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, progress: bool = True) ->
         "history": history,
         "config": dataclasses.asdict(cfg),
         "key": cfg.key(),
+        "code_version": code_version(),
     }
     metrics = with_provenance(metrics)
     write_json(out_dir / "metrics.json", metrics, indent=2)
