@@ -112,6 +112,33 @@ def matmul_rate(n: int = 512, reps: int = 20) -> float:
     return 2 * n**3 / best
 
 
+def step_parts(cfg, reps: int = 64) -> dict[str, float]:
+    """Seconds per W2S step of two of its parts, timed alone on the step's shapes: the Gaussian draws (one chunk
+    of z per seed, as `sampling.gaussian_chunk` draws them, divided by the chunk) and the step's three batched
+    GEMMs (u = z c^T, Gram G, c - e G^T z). What the step takes beyond both is elementwise work and per-op
+    overhead. Best of 3."""
+    from anchorft.w2s.sampling import gaussian_chunk, make_generators
+
+    S, B, N, s, n = cfg.n_seeds, cfg.batch_size, sum(cfg.group_sizes), cfg.s, cfg.chunk
+    gens = make_generators(list(range(S)), 1, torch.device("cpu"))
+    buf = torch.empty(S, n, B, s)
+    z, c, gram, h = torch.randn(S, B, s), torch.randn(S, N, s), torch.randn(S, B, B), torch.randn(S, B, N)
+    u = torch.empty(S, B, N)
+    best = {"draws": float("inf"), "gemms": float("inf")}
+    for _ in range(3):
+        t0 = _clock()
+        for _ in range(max(reps // n, 2)):
+            gaussian_chunk(gens, n, B, s, torch.float32, torch.device("cpu"), out=buf)
+        best["draws"] = min(best["draws"], (_clock() - t0) / (max(reps // n, 2) * n))
+        t0 = _clock()
+        for _ in range(reps):
+            torch.bmm(z, c.mT, out=u)
+            torch.bmm(gram, h, out=u)
+            c.baddbmm_(h.mT, z, alpha=-1e-9)
+        best["gemms"] = min(best["gemms"], (_clock() - t0) / reps)
+    return best
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=200)
@@ -159,6 +186,16 @@ def main() -> None:
     )
     print(f"ratio W2S step vs the competent reduced-coordinate NumPy loop: {red / proj:.2f}x")
     print(f"ratio W2S step vs the full-space NumPy loop (float64, one seed, x in R^d): {t['np_w2s'] / B / proj:.1f}x")
+    parts = step_parts(cfg)
+    gemm_flops = S * (2 * B * s * N * 2 + 2 * B * B * N)
+    rest = t["w2s"] - parts["draws"] - parts["gemms"]
+    print(
+        f"what bounds the W2S step ({t['w2s'] * 1e3:.2f} ms): its three GEMMs alone {parts['gemms'] * 1e3:.2f} ms"
+        f" ({gemm_flops / parts['gemms'] / rate:.0%} of the 512^3 rate on these shapes), Gaussian draws"
+        f" {parts['draws'] * 1e3:.2f} ms ({parts['draws'] / t['w2s']:.0%} of the step), elementwise work and"
+        f" per-op overhead {rest * 1e3:.2f} ms ({rest / t['w2s']:.0%}); the share of the matmul rate cannot exceed"
+        f" {flops['w2s'] / (parts['gemms'] + parts['draws']) / rate:.0%} without faster draws or GEMMs"
+    )
 
 
 if __name__ == "__main__":

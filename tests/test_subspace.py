@@ -111,3 +111,51 @@ def test_block_residual_computes_in_the_bases_dtype():
     got = block_residual(w.float(), u, v, s_ref)
     assert got.dtype == torch.float64
     torch.testing.assert_close(got, u.mT @ w.float().double() @ v - s_ref)
+
+
+def test_rotation_penalty_and_grad_against_autograd_and_projectors():
+    from anchorft.subspace import rotation_penalty, rotation_penalty_grad, rotation_residuals
+
+    w0 = _rand(9, 7, seed=3)
+    u, _, v = top_k_bases(w0, 3)
+    s_ref = reference_block(w0, u, v)
+    w = (w0 + 0.1 * _rand(9, 7, seed=4)).requires_grad_(True)
+    # independent form: ||D||^2 - ||(I - P_U) D (I - P_V)||^2 with explicit projectors
+    d = w - w0
+    pu, pv = u @ u.T, v @ v.T
+    ref = d.pow(2).sum() - ((torch.eye(9, dtype=w.dtype) - pu) @ d @ (torch.eye(7, dtype=w.dtype) - pv)).pow(2).sum()
+    (auto,) = torch.autograd.grad(ref, w)
+    a, b, c = rotation_residuals(w.detach(), u, v, s_ref)  # without W_0: from S_ref (exact SVD)
+    assert float(rotation_penalty(a, b, c)) == pytest.approx(float(ref), rel=1e-10)
+    torch.testing.assert_close(rotation_penalty_grad(u, v, a, b, c), auto, rtol=1e-10, atol=1e-12)
+    a2, b2, c2 = rotation_residuals(w.detach(), u, v, s_ref, w0=w0)  # with W_0: the same
+    torch.testing.assert_close(a2, a)
+    torch.testing.assert_close(b2, b)
+    # it sees off-diagonal drift (rotation) that the block penalty misses
+    u_perp = torch.linalg.svd(w0)[0][:, 3:4]
+    rot = w0 + 0.3 * u_perp @ v[:, :1].T  # moves W only in the U_perp x V_k block
+    assert float(block_residual(rot, u, v, s_ref).pow(2).sum()) < 1e-20
+    assert float(rotation_penalty(*rotation_residuals(rot, u, v, s_ref))) == pytest.approx(0.09, rel=1e-9)
+
+
+@pytest.mark.parametrize("frac", [0.0, 0.3, 0.9, 0.999, 1.0])
+def test_energy_rank_against_numpy(frac):
+    from anchorft.subspace import energy_rank
+
+    w0 = _rand(12, 8, seed=5)
+    s = np.linalg.svd(w0.numpy(), compute_uv=False)
+    share = np.cumsum(s**2) / np.sum(s**2)
+    want = 0 if frac == 0 else (len(s) if frac == 1 else int(np.argmax(share >= frac)) + 1)
+    assert energy_rank(torch.linalg.svdvals(w0), frac) == want
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        energy_rank(torch.linalg.svdvals(w0), 1.5)
+
+
+def test_cumulative_block_energy_against_a_loop():
+    from anchorft.subspace import cumulative_block_energy
+
+    g, w0 = _rand(10, 6, seed=6), _rand(10, 6, seed=7)
+    u, _, v = top_k_bases(w0, 6)
+    got = cumulative_block_energy(g, u, v)
+    want = [float((u[:, :k].T @ g @ v[:, :k]).pow(2).sum()) for k in range(1, 7)]
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)

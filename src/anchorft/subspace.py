@@ -10,6 +10,15 @@ diag(sigma_1..sigma_k) for an exact SVD).
     R(W)   = || U_0^T (W - W_0) V_0 ||_F^2 = || U_0^T W V_0 - S_ref ||_F^2          (penalty, eq. 3)
     dR/dW  = 2 U_0 (U_0^T W V_0 - S_ref) V_0^T                                      (its gradient)
 
+Rotation-bounding variant ("subspace" kind): with D = W - W_0, P_U = U_0 U_0^T, P_V = V_0 V_0^T,
+
+    R_sub(W) = ||U_0^T D||_F^2 + ||D V_0||_F^2 - ||U_0^T D V_0||_F^2 = ||D||_F^2 - ||(I - P_U) D (I - P_V)||_F^2
+    dR_sub/dW = 2 (P_U D + D P_V - P_U D P_V)
+
+the drift seen by the whole top-k column and row spaces (the k x k block and both off-diagonal blocks, the
+block counted once). Without W_0: U_0^T W_0 = S_ref V_0^T and W_0 V_0 = U_0 S_ref for an exact SVD (up to the
+recorded SVD residual for a randomized one), so it needs the same U_0, V_0, S_ref as the block penalty.
+
 The block covers the column space of U_0 and the row space of V_0 only: for k = min(m, n) it is the whole
 matrix, R(W) = || W - W_0 ||_F^2, only when W_0 is square and of full rank (`SubspaceAnchor` therefore
 stores W_0 and uses the L2 penalty itself whenever k >= min(m, n)).
@@ -20,7 +29,17 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["top_k_bases", "reference_block", "block_residual", "subspace_penalty_grad"]
+__all__ = [
+    "top_k_bases",
+    "reference_block",
+    "block_residual",
+    "subspace_penalty_grad",
+    "rotation_residuals",
+    "rotation_penalty",
+    "rotation_penalty_grad",
+    "energy_rank",
+    "cumulative_block_energy",
+]
 
 
 def top_k_bases(
@@ -70,3 +89,57 @@ def subspace_penalty_grad(w: torch.Tensor, u: torch.Tensor, v: torch.Tensor, s_r
     """dR/dW = 2 U_0 (U_0^T W V_0 - S_ref) V_0^T (..., m, n), in closed form: no autograd graph."""
     d = block_residual(w, u, v, s_ref)
     return 2.0 * (u @ d @ v.mT)
+
+
+def rotation_residuals(
+    w: torch.Tensor, u: torch.Tensor, v: torch.Tensor, s_ref: torch.Tensor, w0: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(A, B, C) = (U_0^T D (k x n), D V_0 (m x k), U_0^T D V_0 (k x k)) for D = W - W_0.
+
+    With `w0` they are formed from D itself; without it, from U_0^T W_0 = S_ref V_0^T and W_0 V_0 = U_0 S_ref
+    (exact for an exact SVD, whose S_ref is diag(sigma))."""
+    w = w.to(u.dtype)
+    if w0 is not None:
+        d = w - w0.to(u.dtype)
+        a, b = u.mT @ d, d @ v
+        return a, b, a @ v
+    a = u.mT @ w - s_ref @ v.mT
+    b = w @ v - u @ s_ref
+    return a, b, a @ v
+
+
+def rotation_penalty(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """R_sub = ||U_0^T D||_F^2 + ||D V_0||_F^2 - ||U_0^T D V_0||_F^2 from `rotation_residuals`' (A, B, C)."""
+    dims = (-2, -1)
+    return a.pow(2).sum(dim=dims) + b.pow(2).sum(dim=dims) - c.pow(2).sum(dim=dims)
+
+
+def rotation_penalty_grad(
+    u: torch.Tensor, v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor
+) -> torch.Tensor:
+    """dR_sub/dW = 2 (P_U D + D P_V - P_U D P_V) = 2 (U_0 A + B V_0^T - U_0 C V_0^T), in closed form."""
+    return 2.0 * (u @ a + (b - u @ c) @ v.mT)
+
+
+def energy_rank(s: torch.Tensor, fraction: float) -> int:
+    """The smallest k whose top-k squared singular values hold `fraction` of sum_i sigma_i^2 = ||W_0||_F^2.
+
+    `s`: all min(m, n) singular values (descending). fraction 0 gives 0 (nothing anchored); fraction 1 gives
+    min(m, n) (the whole matrix, whatever the numerical rank)."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"energy fraction must be in [0, 1], got {fraction}")
+    if fraction == 0.0:
+        return 0
+    if fraction == 1.0:
+        return int(s.shape[-1])
+    cum = torch.cumsum(s.to(torch.float64).pow(2), dim=-1)
+    return int(torch.searchsorted(cum, fraction * cum[-1]).item()) + 1
+
+
+def cumulative_block_energy(g: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """e (r,) with e[k - 1] = ||U[:, :k]^T G V[:, :k]||_F^2 for k = 1..r (nested blocks, one product U^T G V)."""
+    a2 = (u.mT @ g.to(u.dtype) @ v).pow(2)
+    r = a2.shape[-1]
+    # block k adds row k-1 (columns < k) and column k-1 (rows <= k-1)
+    rows = torch.stack([a2[i, : i + 1].sum() + a2[:i, i].sum() for i in range(r)])
+    return torch.cumsum(rows, dim=0)

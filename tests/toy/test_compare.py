@@ -247,3 +247,19 @@ def test_sample_std_is_ddof_one():
 
     assert sample_std([0.1, 0.4, 0.7]) == pytest.approx(statistics.stdev([0.1, 0.4, 0.7]))
     assert sample_std([0.5]) == 0.0
+
+
+def test_anchor_options_sweep_and_reach_the_trainer_args(tmp_path):
+    from anchorft.toy.compare import _train_args
+
+    runs = [RunSpec("sft", "sft"), RunSpec("rpsft-k4", "rpsft", anchor_rank=4)]
+    out = expand_sweeps(runs, ["anchor_kind=block,subspace"])
+    assert [r.name for r in out] == ["sft", "rpsft-k4-kindblock", "rpsft-k4-kindsubspace"]
+    cfg = load_config("smoke")
+    run = RunSpec("r", "rpsft", anchor_rank_rule="energy:0.5", anchor_memory=5000, anchor_kind="subspace",
+                  anchor_lambda_rest=0.01, anchor_layers="0")  # fmt: skip
+    cfg.runs = [run]
+    cfg.validate()  # a rule or a budget stands in for anchor_rank
+    args = _train_args(cfg, run, 0, tmp_path)
+    assert (args.anchor_rank_rule, args.anchor_memory, args.anchor_kind) == ("energy:0.5", 5000, "subspace")
+    assert (args.anchor_lambda_rest, args.anchor_layers) == (0.01, "0")

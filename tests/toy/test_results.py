@@ -39,3 +39,28 @@ def test_load_names_what_is_missing(tmp_path):
     (tmp_path / "results.json").write_text(json.dumps({"base": {}}))
     with pytest.raises(ValueError, match="'methods'"):
         load_results(tmp_path)
+
+
+def test_interpolated_front_and_excess():
+    from anchorft.toy.report import front_table, interpolated_front
+
+    pts = [(1.0, 0.0), (0.9, 10.0), (0.8, 12.0), (0.85, 9.0)]  # (0.85, 9) is dominated by (0.9, 10)
+    assert interpolated_front(pts, 0.95) == pytest.approx(5.0)
+    assert interpolated_front(pts, 0.85) == pytest.approx(11.0)  # on the segment (0.8, 12) - (0.9, 10)
+    assert interpolated_front(pts, 0.5) == 12.0 and interpolated_front(pts, 1.2) == 0.0
+
+    def run(method, pairs):
+        return {"method": method, "per_seed": [{"ood_mean": o, "id_greedy": i} for o, i in pairs]}
+
+    results = {
+        "base": {"ood_mean": 1.0, "id_greedy": 0.0},
+        "methods": {
+            "a": run("l2", [(0.9, 0.10)]),
+            "b": run("rpsft", [(0.95, 0.09), (0.95, 0.10), (0.95, 0.11)]),  # front at 0.95: 5 points; gain 10 +- 0.58
+            "c": run("rpsft", [(0.95, 0.05), (0.95, 0.06)]),
+        },
+    }
+    rows = {r["run"]: r for r in front_table(results, ["a"])}
+    assert rows["b"]["front_gain"] == pytest.approx(5.0) and rows["b"]["excess"] == pytest.approx(5.0)
+    assert rows["b"]["se"] == pytest.approx(1.0 / 3**0.5) and rows["b"]["above_2se"]
+    assert not rows["c"]["above_2se"] and rows["a"]["se"] is None and rows["a"]["front_run"]

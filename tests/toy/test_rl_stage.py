@@ -104,3 +104,13 @@ def test_cli_main_rl_validates(tmp_path):
         main_rl(["--compare", str(tmp_path / "none"), "--steps", "2"])
     with pytest.raises(ValueError, match="steps"):
         main_rl(["--compare", str(tmp_path / "none"), "--steps", "0"])
+
+
+def test_rl_stage_passes_the_anchor_to_dapo():
+    s = RLStageSettings(anchor_method="rpsft", anchor_rank=12, anchor_lambda=0.5, anchor_kind="subspace")
+    s.validate()
+    d = s.rl_settings()
+    assert (d.anchor_method, d.anchor_rank, d.anchor_lambda, d.anchor_kind) == ("rpsft", 12, 0.5, "subspace")
+    assert d.anchor_reference == "start"  # W_0 = each SFT model the stage starts from
+    with pytest.raises(ValueError, match="anchor_kind"):
+        RLStageSettings(anchor_method="rpsft", anchor_kind="rows").validate()

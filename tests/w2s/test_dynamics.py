@@ -228,7 +228,9 @@ def test_hit_threshold_stops_early(tiny):
 def test_weak_model_from_scratch_learns_theta(tiny):
     from anchorft.w2s.dynamics import train_weak
 
-    cfg = apply_overrides(tiny, {"d": 16, "s": 8, "weak": "scratch", "weak_steps": 600, "weak_eta": 1.0})
+    cfg = apply_overrides(
+        tiny, {"d": 16, "s": 8, "weak": "scratch", "weak_space": "ambient", "weak_steps": 600, "weak_eta": 1.0}
+    )
     pb = build_problem(cfg)
     u, info = train_weak(cfg, pb, progress=False, hit_threshold=0.5)
     assert u.shape == (2, cfg.weak_neurons, 16)
@@ -237,6 +239,30 @@ def test_weak_model_from_scratch_learns_theta(tiny):
     assert all(h is not None for h in info["hit_step"]) and info["steps_run"] == max(info["hit_step"])
     _, info = train_weak(apply_overrides(cfg, {"weak_steps": 8}), pb, progress=False, hit_threshold=0.99)
     assert info["hit_step"] == [None, None] and info["steps_run"] == 8
+
+
+def test_weak_model_trained_in_the_subspace(tiny):
+    """weak_space=subspace: the weak model is trained in the s-dimensional problem (inputs x = B z), so its neurons
+    stay unit vectors of V_kappa, start at alignment ~ s^{-1/2} and learn theta_kappa; weak_stop freezes each
+    seed at the first chunk end where it reached the stop alignment (a longer budget leaves those seeds as they
+    were)."""
+    from anchorft.w2s.dynamics import train_weak
+
+    cfg = apply_overrides(tiny, {"d": 64, "s": 8, "weak": "trained", "weak_steps": 1600, "weak_eta": 0.5})
+    pb = build_problem(cfg)
+    b0 = pb.bases[:, 0]
+    u, info = train_weak(cfg, pb, progress=False, hit_threshold=0.6)
+    assert info["space"] == "subspace" and u.shape == (2, cfg.weak_neurons, 64)
+    # inside V_kappa: ||B^T u_j|| = ||u_j|| = 1 (trained in R^d, ||B^T u_j|| would be ~ sqrt(s / d) = 0.35)
+    torch.testing.assert_close((u @ b0).norm(dim=-1), torch.ones(2, cfg.weak_neurons), atol=1e-4, rtol=0)
+    assert all(h is not None for h in info["hit_step"])
+    u1, i1 = train_weak(cfg, pb, progress=False, stop_at=0.6)
+    assert all(t is not None for t in i1["stop_step"]) and min(i1["final_alignment"]) >= 0.6
+    u2, i2 = train_weak(apply_overrides(cfg, {"weak_steps": 3200}), pb, progress=False, stop_at=0.6)
+    assert i2["stop_step"] == i1["stop_step"]
+    torch.testing.assert_close(u2, u1, atol=0, rtol=0)
+    # the stop point is the first checked step at or above the stop alignment, as the hit time is
+    assert i1["stop_step"] == info["hit_step"]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

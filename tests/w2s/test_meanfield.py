@@ -122,3 +122,26 @@ def test_ode_follows_the_simulation_mean_curve_paper_geometry():
     sim, ode, se, oe, _, _ = _compare(ov)
     assert np.max(np.abs(sim - ode)) < 0.05
     assert abs(oe - se) / se < 0.15
+
+
+def test_label_model_measures_the_labels_the_simulator_trains_on():
+    """The ODE's label coefficients are those of the simulator's own labels (centred, bounded weak output, no
+    clip), measured independently by `labels.label_report` on other samples: equal within 5 standard errors,
+    and c_0 = 0 (the centring) where the uncentred labels have mean ~ 0.3."""
+    from anchorft.w2s.labels import label_mean, label_report
+    from anchorft.w2s.meanfield import label_model
+
+    ov = ["d=256", "s=32", "n_seeds=2", "label_center=mean", "weak_bound=1.0", "clip=0", "label_samples=100000"]
+    cfg = load_config("paper", ov)
+    pb = build_problem(cfg)
+    rep = label_report(cfg, pb, "w2s", label_mean(cfg, pb))
+    scale = np.sqrt([math.factorial(n) for n in range(7)])  # c_n = E[y He_n] / n!  ->  normalised h_n
+    for i in range(2):
+        lm = label_model(cfg, pb, "w2s", n_samples=100_000, seed_index=i)
+        ref = np.asarray(rep["hermite_per_seed"][i]) * scale
+        se_ref = np.asarray(rep["hermite_se"]) * scale * math.sqrt(2)  # one seed's share of the pooled estimate
+        # same sample size on both sides: the difference's standard error is about sqrt(2) se_ref
+        assert np.all(np.abs(lm.coef - ref) < 5 * math.sqrt(2) * se_ref), (lm.coef, ref)
+        assert abs(lm.coef[0]) < 4 * se_ref[0]
+    raw = load_config("paper", ["d=256", "s=32", "n_seeds=2"])
+    assert label_model(raw, build_problem(raw), "w2s", n_samples=20_000).coef[0] > 0.2

@@ -268,3 +268,18 @@ def test_overlap_preset_is_a_grid_over_s_with_budgets_proportional_to_s():
     steps = {pt["s"]: pt["steps"] for pt in spec["points"]}
     assert len({steps[s] / s for s in ss}) == 1
     assert len({pt["s"] for pt in load_sweep("overlap", quick=True)["points"]}) >= 2
+
+
+@pytest.mark.parametrize("path", sorted(sweeps.PRESET_DIR.glob("sweep-*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_sweep_file_loads_under_its_command_and_builds_its_points(path):
+    """Each sweep file's first line names its command; the file loads under that --kind (full and quick), and every
+    scaling point builds a valid W2SConfig (mechanism sweeps validate their points while loading)."""
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# anchorft w2s sweep --kind "), path
+    kind = first.split("--kind ")[1].split()[0]
+    for quick in (False, True):
+        spec = load_sweep(kind, quick=quick, path=path)
+        assert spec["points"], path
+        if kind not in sweeps.MECH_KINDS:
+            for point in spec["points"]:
+                sweeps.point_config(spec, point).validate()

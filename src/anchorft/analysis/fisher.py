@@ -33,6 +33,8 @@ __all__ = [
     "random_orthonormal",
     "nested_block_energy",
     "fisher_vector_product",
+    "fisher_gradient_product",
+    "fisher_product_from_files",
     "fisher_overlap",
     "fisher_projected_overlap",
 ]
@@ -101,6 +103,61 @@ def _grads(model, batch, names, params, dtype) -> dict[str, torch.Tensor]:
     return {n: params[n].grad.detach().to(dtype) for n in names if params[n].grad is not None}
 
 
+def fisher_gradient_product(
+    model: torch.nn.Module,
+    id_batches: list[dict[str, torch.Tensor]],
+    ood_batches: list[dict[str, torch.Tensor]],
+    names: list[str],
+    dtype: torch.dtype = torch.float64,
+    progress: bool = True,
+) -> dict[str, torch.Tensor]:
+    """{name: F_ood G} at the model's current weights: G the mean in-domain loss gradient over `id_batches`,
+    F_ood the empirical Fisher of the per-example OOD gradients (`ood_batches` of batch size 1), applied in one
+    streaming pass (`fisher_vector_product`'s sum, one example at a time). Also the input of the anchor's
+    `fisher:F` rank rule (`SubspaceAnchor.from_model(..., fisher=...)`)."""
+    from tqdm.auto import tqdm
+
+    params = dict(model.named_parameters())
+    missing = [n for n in names if n not in params]
+    if missing:
+        raise ValueError(f"model has no parameter {missing[0]!r}")
+    if not id_batches or not ood_batches:
+        raise ValueError("the Fisher-projected gradient needs in-domain and out-of-domain batches")
+    was_training = model.training
+    model.eval()
+    g = {n: torch.zeros(params[n].shape, dtype=dtype, device=params[n].device) for n in names}
+    for batch in tqdm(id_batches, desc="SFT gradient", leave=False, disable=not progress):
+        for n, gr in _grads(model, batch, names, params, dtype).items():
+            g[n] += gr / len(id_batches)
+    fg = {n: torch.zeros_like(g[n]) for n in names}
+    for batch in tqdm(ood_batches, desc="OOD Fisher x G", leave=False, disable=not progress):
+        for n, h in _grads(model, batch, names, params, dtype).items():
+            fg[n] += h * ((h * g[n]).sum() / len(ood_batches))
+    model.zero_grad(set_to_none=True)
+    model.train(was_training)
+    return fg
+
+
+def fisher_product_from_files(
+    model: torch.nn.Module,
+    tokenizer,
+    id_path: str,
+    ood_path: str,
+    names: list[str],
+    samples: int = 32,
+    max_length: int = 512,
+    dtype: torch.dtype = torch.float64,
+    progress: bool = False,
+) -> dict[str, torch.Tensor]:
+    """`fisher_gradient_product` on the first `samples` rows of two JSONL files (`anchorft.analysis.prompts`
+    format: prompt and completion), one example per batch: the calibration of the anchor's `fisher:F` rule."""
+    from anchorft.analysis.prompts import encode_batch, load_prompts
+
+    id_b = [encode_batch(tokenizer, [it], max_length, with_completion=True) for it in load_prompts(id_path, samples)]
+    ood = [encode_batch(tokenizer, [it], max_length, with_completion=True) for it in load_prompts(ood_path, samples)]
+    return fisher_gradient_product(model, id_b, ood, names, dtype, progress)
+
+
 def fisher_projected_overlap(
     model: torch.nn.Module,
     id_batches: list[dict[str, torch.Tensor]],
@@ -120,8 +177,6 @@ def fisher_projected_overlap(
     pass (`fisher_vector_product`'s sum, one example at a time). Returns {name: {"shape", "grad_energy"
     (||F_ood G||_F^2), "share": {k: ..}, "random_share": {k: ..}, "expected_random": {k: ..}}}.
     """
-    from tqdm.auto import tqdm
-
     params = dict(model.named_parameters())
     missing = [n for n in names if n not in params]
     if missing:
@@ -131,18 +186,7 @@ def fisher_projected_overlap(
     ks = sorted(set(ks))
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
     frames = _frames(params, names, ks[-1], n_random, gen, svd, dtype)
-    was_training = model.training
-    model.eval()
-    g = {n: torch.zeros(params[n].shape, dtype=dtype, device=params[n].device) for n in names}
-    for batch in tqdm(id_batches, desc="SFT gradient", leave=False, disable=not progress):
-        for n, gr in _grads(model, batch, names, params, dtype).items():
-            g[n] += gr / len(id_batches)
-    fg = {n: torch.zeros_like(g[n]) for n in names}
-    for batch in tqdm(ood_batches, desc="OOD Fisher x G", leave=False, disable=not progress):
-        for n, h in _grads(model, batch, names, params, dtype).items():
-            fg[n] += h * ((h * g[n]).sum() / len(ood_batches))
-    model.zero_grad(set_to_none=True)
-    model.train(was_training)
+    fg = fisher_gradient_product(model, id_batches, ood_batches, names, dtype, progress)
     out = {}
     for name in names:
         m, n = params[name].shape

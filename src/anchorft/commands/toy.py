@@ -31,7 +31,8 @@ def _parser() -> argparse.ArgumentParser:
         "--sweep",
         action="append",
         default=[],
-        help="key=v1,v2,... (anchor_rank, anchor_lambda, anchor_targets, learning_rate); repeatable",
+        help="key=v1,v2,... (anchor_rank, anchor_lambda, anchor_targets, learning_rate, anchor_rank_rule, "
+        "anchor_layers, anchor_memory, anchor_lambda_rest, anchor_kind); repeatable",
     )
     cmp_.add_argument("--seeds", type=int, nargs="+", default=None, help="override the preset's seeds")
     cmp_.add_argument(
@@ -51,6 +52,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("--from", dest="sources", nargs="+", required=True, help="comparison folders (results.json)")
     rep.add_argument("--out", required=True, help="output folder (report.md, tradeoff.png, results.json)")
+    rep.add_argument(
+        "--front", nargs="+", default=None, metavar="RUN",
+        help="also front.md: every run against the interpolated front of these runs (and the base)",
+    )  # fmt: skip
     rep.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
     for sp in (pre, cmp_, rep):  # the global option is accepted after the subcommand too
         sp.add_argument("--threads", type=int, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -104,6 +109,10 @@ def main(argv: list[str]) -> int:
         save_results(merged, out / RESULTS_FILE)
         write_report(merged, out / "report.md")
         write_tradeoff_plot(merged, out / "tradeoff.png")
+        if args.front:
+            from anchorft.toy.report import write_front
+
+            write_front(merged, args.front, out / "front.md")
         finish(claim)
         print(f"report: {out / 'report.md'}  ({len(merged['methods'])} runs from {len(parts)} comparisons)")
         return 0

@@ -35,6 +35,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="DAPO seed (sampling, data order)")
     p.add_argument("--no-save-models", action="store_true", help="do not keep the RL models (OUT/NAME/model)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    p.add_argument(
+        "--anchor-method", default="none", choices=("none", "rpsft", "l2"),
+        help="weight anchor during DAPO, W_0 = each starting (SFT) model (default none)",
+    )  # fmt: skip
+    p.add_argument("--anchor-rank", type=int, default=24, help="rank k of the rpsft anchor (default 24)")
+    p.add_argument("--anchor-lambda", type=float, default=1.0, help="lambda of the anchor (default 1)")
+    p.add_argument("--anchor-kind", default="block", choices=("block", "subspace"), help="anchor kind (default block)")
     p.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
     both_spellings(p)
     return p
@@ -57,6 +64,10 @@ def main_rl(argv: list[str]) -> int:
         n_prompts=args.n_prompts,
         seed=args.seed,
         save_models=not args.no_save_models,
+        anchor_method=args.anchor_method,
+        anchor_rank=args.anchor_rank,
+        anchor_lambda=args.anchor_lambda,
+        anchor_kind=args.anchor_kind,
     )
     settings.validate()
     from anchorft.runs import claim_output, existing_files, finish, reused

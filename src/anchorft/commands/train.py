@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Sequence
 
 from anchorft.commands.flags import both_spellings
-from anchorft.errors import report
+from anchorft.errors import UsageError, report
 
 
 def _estimate(argv: list[str]) -> int:
@@ -45,8 +45,15 @@ def _estimate(argv: list[str]) -> int:
     p.add_argument("--gpus", type=int, default=8, help="memory per GPU: GPUs sharing ZeRO-2's partitions")
     p.add_argument("--per_device", type=int, default=2, help="memory per GPU: sequences per device")
     p.add_argument("--iw_reference", action="store_true", help="memory per GPU: add IW-SFT's bf16 reference copy")
+    p.add_argument("--anchor_rank_rule", default=None, help="energy:F (needs the weights: a model folder)")
+    p.add_argument("--anchor_memory", type=int, default=None, help="byte budget (needs the weights)")
+    p.add_argument("--anchor_map", default=None, help="YAML / JSON map name regex -> rank (needs the weights)")
+    p.add_argument("--anchor_layers", default=None, help="layer ranges or regex")
+    p.add_argument("--anchor_lambda_rest", type=float, default=0.0, help="remainder L2 (stores W_0)")
     both_spellings(p)
     a = p.parse_args(argv)
+    if a.anchor_rank_rule or a.anchor_memory or a.anchor_map or a.anchor_layers:
+        return _estimate_resolved(a)
     try:
         for path in a.model_config:
             res = estimate(
@@ -67,6 +74,82 @@ def _estimate(argv: list[str]) -> int:
     except ValueError as e:
         return report("anchorft train --estimate", e)
     return 0
+
+
+def _estimate_resolved(a) -> int:
+    """Per-matrix ranks of the rules / map / budget / layers, resolved on the weights of a model folder."""
+    import os
+
+    from anchorft.rpsft.anchor_plan import describe, parse_rank_rule
+    from anchorft.rpsft.train import WEIGHT_FILES
+
+    try:
+        if a.anchor_rank_rule:
+            rule = parse_rank_rule(a.anchor_rank_rule)
+            if rule.kind == "fisher":
+                raise UsageError(
+                    "fisher rules need F_ood G from calibration data (anchorft.analysis.fisher."
+                    "fisher_gradient_product); --estimate resolves energy rules, maps, layers and budgets"
+                )
+        for path in a.model_config:
+            names = set(os.listdir(path)) if os.path.isdir(path) else set()
+            if not names & set(WEIGHT_FILES) and not any(n.endswith(".safetensors") for n in names):
+                raise UsageError(
+                    f"{path}: rank rules, maps, layers and budgets are resolved on the weights: pass a model folder "
+                    "that holds them (a config.json alone gives only the uniform-rank estimate)"
+                )
+            import torch
+            from transformers import AutoModelForCausalLM
+
+            from anchorft.rpsft.anchor import SubspaceAnchor
+            from anchorft.rpsft.anchor_plan import anchor_numbers
+
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+            bpn = a.bytes_per_number
+            dtype = {4: torch.float32, 2: torch.bfloat16, 8: torch.float64}.get(bpn, torch.float32)
+            planned = SubspaceAnchor.plan(
+                model,
+                a.anchor_rank_rule or a.anchor_rank,
+                include_embeddings=not a.no_embeddings,
+                dtype=dtype,
+                rank_map=a.anchor_map,
+                layers=a.anchor_layers,
+                memory=a.anchor_memory,
+                lambda_rest=a.anchor_lambda_rest,
+            )
+            ranks, shapes = planned["ranks"], planned["shapes"]
+            rest = a.anchor_lambda_rest > 0
+            numbers = sum(anchor_numbers(*shapes[n], k, rest) for n, k in ranks.items())
+            print(f"anchor ranks for {path} (rank {a.anchor_rank_rule or a.anchor_rank}, map {a.anchor_map}, "
+                  f"layers {a.anchor_layers}, memory {a.anchor_memory}):")  # fmt: skip
+            print(describe(ranks, shapes))
+            print(f"  stored: {numbers:,} numbers = {numbers * bpn:,} bytes at {bpn} bytes/number")
+    except ValueError as e:
+        return report("anchorft train --estimate", e)
+    return 0
+
+
+def _fisher_calibration(args, script, tok):
+    """(model, tokenizer, {name: F_ood G}) for a fisher:F rank rule, from the calibration JSONL files."""
+    from anchorft.analysis.fisher import fisher_product_from_files
+    from anchorft.eval.loading import load_tokenizer
+    from anchorft.rpsft.anchor import select_parameters
+    from anchorft.rpsft.anchor_plan import select_layers
+    from anchorft.rpsft.train import load_model
+
+    if not args.anchor_calibration:
+        raise UsageError("anchor_rank_rule fisher:F needs --anchor_calibration (a JSONL of out-of-domain rows)")
+    id_path = args.anchor_calibration_id or script.dataset
+    if not str(id_path).endswith(".jsonl"):
+        raise UsageError("fisher:F: set --anchor_calibration_id to a JSONL of in-domain rows")
+    model = load_model(script.model_name_or_path, args)
+    tok = tok or load_tokenizer(script.model_name_or_path, trust_remote_code=bool(args.trust_remote_code))
+    names = [n for n, _ in select_parameters(model, args.anchor_targets, args.anchor_include_embeddings)]
+    names = select_layers(names, args.anchor_layers)
+    fisher = fisher_product_from_files(
+        model, tok, id_path, args.anchor_calibration, names, args.anchor_calibration_samples, args.max_length or 512
+    )
+    return model, tok, fisher
 
 
 _NOT_HASHED = (
@@ -198,8 +281,11 @@ def main(argv: list[str]) -> int:
     if script.tokenizer_name_or_path:
         tok = load_tokenizer(script.tokenizer_name_or_path, trust_remote_code=bool(args.trust_remote_code))
     try:
+        model, fisher = script.model_name_or_path, None
+        if args.anchored and str(args.anchor_rank_rule or "").startswith("fisher"):
+            model, tok, fisher = _fisher_calibration(args, script, tok)
         trainer = train(
-            args, script.model_name_or_path, script.dataset, tokenizer=tok, eval_dataset=script.eval_dataset
+            args, model, script.dataset, tokenizer=tok, eval_dataset=script.eval_dataset, anchor_fisher=fisher
         )
     except ValueError as e:
         return report("anchorft train", e)

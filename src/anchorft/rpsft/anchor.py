@@ -32,8 +32,15 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from anchorft.errors import UsageError
 from anchorft.io import new_file_mode
-from anchorft.subspace import block_residual, reference_block, top_k_bases
+from anchorft.subspace import (
+    block_residual,
+    reference_block,
+    rotation_penalty,
+    rotation_residuals,
+    top_k_bases,
+)
 
 __all__ = ["SubspaceAnchor", "AnchorEntry", "select_parameters", "weights_fingerprint"]
 
@@ -43,7 +50,9 @@ _EXCLUDED = re.compile(r"(^|\.)(vision|visual|vision_tower|vision_model|image_en
 
 @dataclass
 class AnchorEntry:
-    """One anchored matrix. SVD branch: u (m x k), v (n x k), s_ref (k x k). Fallback: w0 (m x n)."""
+    """One anchored matrix. SVD branch: u (m x k), v (n x k), s_ref (k x k) (and w0 when `rest` > 0). Fallback:
+    w0 (m x n). `weight` multiplies its penalty term (a map's lambda over the global lambda); `rest` weights
+    the L2 on the complement of the protected part (anchor_lambda_rest over the global lambda)."""
 
     name: str
     shape: tuple[int, int]
@@ -55,15 +64,19 @@ class AnchorEntry:
     w0: torch.Tensor | None = None
     aliases: tuple[str, ...] = ()
     svd_residual: float = 0.0
+    weight: float = 1.0
+    rest: float = 0.0
 
     @property
     def numel(self) -> int:
-        """Numbers stored for this matrix: (m + n) k + k^2 (SVD branch) or m n (fallback)."""
+        """Numbers stored for this matrix: (m + n) k + k^2 (SVD branch; + m n with W_0 for `rest`) or m n."""
         m, n = self.shape
-        return m * n if self.fallback else (m + n) * self.rank + self.rank**2
+        if self.fallback:
+            return m * n
+        return (m + n) * self.rank + self.rank**2 + (m * n if self.w0 is not None else 0)
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        keys = ("w0",) if self.fallback else ("u", "v", "s_ref")
+        keys = ("w0",) if self.fallback else ("u", "v", "s_ref") + (("w0",) if self.w0 is not None else ())
         return {k: getattr(self, k) for k in keys}
 
 
@@ -135,6 +148,17 @@ def select_parameters(
             f"Module names available: {leaves}; e.g. parameters {names[:6]}{' ...' if len(names) > 6 else ''}"
         )
     return chosen
+
+
+def _fisher_rank(cum: torch.Tensor, total: float, fraction: float, k_max: int) -> int:
+    """The smallest k with ||U_k^T (F G) V_k||^2 >= fraction * ||F G||^2 (k_max, the whole matrix, if no block
+    reaches it; 0 for fraction 0, k_max for fraction 1)."""
+    if fraction == 0.0:
+        return 0
+    if fraction == 1.0 or total <= 0.0:
+        return k_max if fraction > 0 and total > 0 else 0
+    hit = (cum >= fraction * total).nonzero()
+    return int(hit[0, 0]) + 1 if hit.numel() else k_max
 
 
 def _is_zero3(p: torch.Tensor) -> bool:
@@ -227,11 +251,147 @@ class SubspaceAnchor:
         self.meta = dict(meta)
 
     # ------------------------------------------------------------------ construction
+    @staticmethod
+    def plan(
+        model: nn.Module,
+        rank: int | str = 768,
+        targets: str | Sequence[str] = "all-linear",
+        include_embeddings: bool = True,
+        dtype: torch.dtype = torch.float32,
+        *,
+        rank_map=None,
+        layers: str | None = None,
+        memory: int | None = None,
+        lambda_rest: float = 0.0,
+        kind: str = "block",
+        base_lambda: float = 1.0,
+        fisher: dict[str, torch.Tensor] | None = None,
+        svd: str = "exact",
+    ) -> dict:
+        """The anchor's plan without its bases: {"named": [(name, param)], "ranks": {name: k}, "mapped": {name:
+        map entry}, "rule", "map_entries", "budget": {...}} (what `from_model` builds; `anchorft train --estimate`
+        prints its ranks). Checks every input (one-line ValueError) before any SVD; then only singular values
+        (and, for fisher rules, the bases of F_ood G's projection) are computed."""
+        from anchorft.rpsft import anchor_plan as plan
+        from anchorft.subspace import cumulative_block_energy, energy_rank
+
+        if isinstance(rank, str) and rank.strip().isdigit():
+            rank = int(rank)
+        if isinstance(rank, str):
+            rule = plan.parse_rank_rule(rank, "anchor rank")
+        elif isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+            raise UsageError(f"anchor rank must be an integer >= 1 or 'energy:F' / 'fisher:F', got {rank!r}")
+        else:
+            rule = rank
+        if svd not in ("exact", "randomized"):
+            raise UsageError(f"anchor svd must be 'exact' or 'randomized', got {svd!r}")
+        if kind not in ("block", "subspace"):
+            raise UsageError(f"anchor kind must be 'block' or 'subspace', got {kind!r}")
+        if not lambda_rest >= 0:
+            raise UsageError(f"anchor lambda_rest must be >= 0, got {lambda_rest!r}")
+        if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int) or memory < 1):
+            raise UsageError(f"anchor memory must be a number of bytes >= 1, got {memory!r}")
+        entries_map = plan.parse_anchor_map(rank_map)
+        if (lambda_rest > 0 or any(e.lam is not None for e in entries_map)) and not base_lambda > 0:
+            raise UsageError("anchor: a map lambda or lambda_rest needs a global anchor lambda > 0")
+        named = select_parameters(model, targets, include_embeddings)
+        keep = set(plan.select_layers([n for n, _ in named], layers))
+        named = [(n, p) for n, p in named if n in keep]
+        names = [n for n, _ in named]
+        mapped = plan.map_for(names, entries_map)
+        shapes = {n: tuple(_shape(p)) for n, p in named}
+        bpn = torch.empty((), dtype=dtype).element_size()
+        rest = lambda_rest > 0
+        fixed = {n: e.rank for n, e in mapped.items() if e.rank is not None}
+        if memory is not None:
+            free = [n for n in names if n not in fixed]
+            need = plan.min_block_bytes([shapes[n] for n in free] or list(shapes.values()), bpn, rest)
+            if memory < need:
+                raise UsageError(
+                    f"anchor memory {memory:,} bytes is below the cheapest rank-1 block ({need:,} bytes at "
+                    f"{bpn} bytes/number)"
+                )
+        specs = {n: fixed.get(n, rule) for n in names}
+        objective = rule.kind if isinstance(rule, plan.RankRule) else "energy"
+        uses_fisher = any(isinstance(r, plan.RankRule) and r.kind == "fisher" for r in specs.values()) or (
+            memory is not None and objective == "fisher"
+        )
+        if uses_fisher:
+            missing = [n for n in names if fisher is None or n not in fisher]
+            if missing:
+                raise UsageError(
+                    f"anchor: fisher rules need F_ood G per matrix (fisher=, from "
+                    f"anchorft.analysis.fisher.fisher_gradient_product); missing for {missing[:4]}"
+                )
+        compute_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+
+        # ---- resolve the per-matrix ranks (spectra and Fisher curves where a rule or the budget needs them)
+        params = dict(named)
+        curves: dict[str, dict] = {}
+        needs_curve = [
+            n for n in names if isinstance(specs[n], plan.RankRule) or (memory is not None and n not in fixed)
+        ]
+        for n in needs_curve:
+            w0 = _full(params[n]).to(compute_dtype)
+            spec = specs[n] if isinstance(specs[n], plan.RankRule) else None
+            kind_n = spec.kind if spec is not None else objective
+            if kind_n == "fisher":
+                u, s, vh = torch.linalg.svd(w0, full_matrices=False)
+                fg = fisher[n].to(w0.device, compute_dtype)
+                total = float(fg.pow(2).sum())
+                cum = cumulative_block_energy(fg, u, vh.mT)
+                curves[n] = {"s": s, "fisher": cum, "fisher_total": total}
+            else:
+                curves[n] = {"s": torch.linalg.svdvals(w0)}
+        ranks: dict[str, int] = {}
+        for n in names:
+            m, k_max = shapes[n][0], min(shapes[n])
+            spec = specs[n]
+            if isinstance(spec, int):
+                ranks[n] = min(spec, k_max)
+            elif isinstance(spec, plan.RankRule) and spec.kind == "energy":
+                ranks[n] = energy_rank(curves[n]["s"], spec.fraction)
+            elif isinstance(spec, plan.RankRule):
+                ranks[n] = _fisher_rank(curves[n]["fisher"], curves[n]["fisher_total"], spec.fraction, k_max)
+        budget_info: dict = {}
+        if memory is not None:
+            free = [n for n in names if n not in fixed]
+            used = sum(plan.anchor_numbers(*shapes[n], ranks[n], rest) for n in fixed) * bpn
+            if used > memory:
+                raise ValueError(f"anchor memory {memory:,} bytes: the map's fixed ranks alone take {used:,} bytes")
+            costs, gains = [], []
+            fisher_norm = sum(curves[n].get("fisher_total", 0.0) for n in free) or 1.0
+            for n in free:
+                m, nn_ = shapes[n]
+                r = min(m, nn_)
+                costs.append([plan.anchor_numbers(m, nn_, k, rest) * bpn for k in range(r + 1)])
+                if objective == "fisher":
+                    cum = curves[n]["fisher"].tolist()
+                    g = [0.0] + [c / fisher_norm for c in cum]
+                    g[r] = curves[n]["fisher_total"] / fisher_norm  # the fallback (L2) covers the whole matrix
+                else:
+                    e = torch.cumsum(curves[n]["s"].double().pow(2), 0)
+                    g = [0.0] + (e / e[-1].clamp_min(1e-300)).tolist()
+                gains.append(g)
+            alloc = plan.allocate_ranks(costs, gains, memory - used, budget_info)
+            ranks.update(dict(zip(free, alloc)))
+            budget_info["cost"] = budget_info.get("cost", 0.0) + used
+
+        return {
+            "named": named,
+            "ranks": ranks,
+            "mapped": mapped,
+            "rule": rule,
+            "map_entries": entries_map,
+            "budget": budget_info,
+            "shapes": shapes,
+        }
+
     @classmethod
     def from_model(
         cls,
         model: nn.Module,
-        rank: int = 768,
+        rank: int | str = 768,
         targets: str | Sequence[str] = "all-linear",
         include_embeddings: bool = True,
         svd: str = "exact",
@@ -240,19 +400,41 @@ class SubspaceAnchor:
         oversample: int = 10,
         n_iter: int = 4,
         progress: bool = False,
+        *,
+        rank_map=None,
+        layers: str | None = None,
+        memory: int | None = None,
+        lambda_rest: float = 0.0,
+        kind: str = "block",
+        base_lambda: float = 1.0,
+        fisher: dict[str, torch.Tensor] | None = None,
     ) -> SubspaceAnchor:
         """Compute U_k, V_k and S_ref = U_k^T W_0 V_k (in fp32 or better) for every selected matrix.
+
+        `rank`: an integer k >= 1 (the paper's uniform rank) or a rule "energy:F" / "fisher:F"
+        (`anchorft.rpsft.anchor_plan`); `rank_map` ({regex: rank | rule | {rank, lambda}}, a YAML / JSON string
+        or file) overrides it per matrix (its lambda is absolute: the matrix's term is weighted by
+        lambda / `base_lambda`); `layers` ("0-1,3" or a regex) narrows `targets`; `memory` (bytes) replaces the
+        global rank by the budget allocation (the rule's kind, energy by default, is the objective); `kind`:
+        "block" (the paper's ||U^T D V||^2) or "subspace" (||U^T D||^2 + ||D V||^2 - ||U^T D V||^2);
+        `lambda_rest` > 0 adds (lambda_rest / base_lambda) x the L2 of the rest of D (stores W_0); `fisher`:
+        {name: F_ood G} for fisher rules (`anchorft.analysis.fisher.fisher_gradient_product`). Every input is
+        checked (one-line ValueError) before any SVD. A matrix at rank 0 is not anchored.
 
         Matrices with rank >= min(m, n) fall back to L2 (W_0 stored in `dtype`). Under
         torch.distributed every rank computes, then rank 0's bases are broadcast so all ranks agree
         bit for bit. `svd="randomized"` records per matrix the relative residual
         max(||W V - U S||, ||W^T U - V S||) / ||S|| (0 for an exact SVD) in `svd_residual`.
         """
-        if not isinstance(rank, int) or rank < 1:
-            raise ValueError(f"anchor rank must be an integer >= 1, got {rank!r}")
-        if svd not in ("exact", "randomized"):
-            raise ValueError(f"anchor svd must be 'exact' or 'randomized', got {svd!r}")
-        named = select_parameters(model, targets, include_embeddings)
+        from anchorft.rpsft import anchor_plan as plan
+
+        planned = cls.plan(
+            model, rank, targets, include_embeddings, dtype, rank_map=rank_map, layers=layers, memory=memory,
+            lambda_rest=lambda_rest, kind=kind, base_lambda=base_lambda, fisher=fisher, svd=svd,
+        )  # fmt: skip
+        named, ranks, mapped, rule = planned["named"], planned["ranks"], planned["mapped"], planned["rule"]
+        entries_map, budget_info = planned["map_entries"], planned["budget"]
+        rest = lambda_rest > 0
         compute_dtype = torch.float64 if dtype == torch.float64 else torch.float32
         entries = []
         iterator = named
@@ -262,13 +444,20 @@ class SubspaceAnchor:
             iterator = tqdm(named, desc="anchor SVD", unit="matrix")
         all_named = dict(_unwrap(model).named_parameters(remove_duplicate=False))
         for name, p in iterator:
-            aliases = tuple(n for n, q in all_named.items() if q is p and n != name)
+            k = ranks[name]
+            if k == 0:
+                continue
+            lam = mapped[name].lam if name in mapped else None
+            weight = 1.0 if lam is None else lam / base_lambda
+            aliases = tuple(nm for nm, q in all_named.items() if q is p and nm != name)
             w0 = _full(p).to(compute_dtype)
             m, n = w0.shape
-            if rank >= min(m, n):
-                entries.append(AnchorEntry(name, (m, n), min(m, n), True, w0=w0.to(dtype).clone(), aliases=aliases))
+            if k >= min(m, n):
+                entries.append(
+                    AnchorEntry(name, (m, n), min(m, n), True, w0=w0.to(dtype).clone(), aliases=aliases, weight=weight)
+                )
                 continue
-            u, s, v = top_k_bases(w0, rank, svd=svd, oversample=oversample, n_iter=n_iter, generator=generator)
+            u, s, v = top_k_bases(w0, k, svd=svd, oversample=oversample, n_iter=n_iter, generator=generator)
             s_ref = reference_block(w0, u, v)
             residual = 0.0
             if svd == "randomized":
@@ -280,13 +469,16 @@ class SubspaceAnchor:
                 AnchorEntry(
                     name,
                     (m, n),
-                    rank,
+                    k,
                     False,
                     u=u.to(dtype).contiguous(),
                     v=v.to(dtype).contiguous(),
                     s_ref=s_ref.to(dtype).contiguous(),
+                    w0=w0.to(dtype).clone() if rest else None,
                     aliases=aliases,
                     svd_residual=residual,
+                    weight=weight,
+                    rest=lambda_rest / base_lambda if rest else 0.0,
                 )
             )
         ok, world = _dist_info()
@@ -295,15 +487,34 @@ class SubspaceAnchor:
                 for t in e.tensors().values():
                     torch.distributed.broadcast(t, src=0)
         meta = {
-            "rank": rank,
+            "rank": f"memory:{memory}" if memory is not None else (rank if isinstance(rank, int) else str(rule)),
             "targets": targets if isinstance(targets, str) else list(targets),
             "include_embeddings": include_embeddings,
             "svd": svd,
             "dtype": str(dtype).removeprefix("torch."),
-            "fingerprint": weights_fingerprint(named),
+            "fingerprint": weights_fingerprint([(n, p) for n, p in named if ranks[n] > 0]),  # what check_model sees
             "svd_residual_max": max((e.svd_residual for e in entries), default=0.0),
+            "kind": kind,
+            "layers": layers,
+            "rank_map": plan.to_json(entries_map) if entries_map else None,
+            "memory": memory,
+            "lambda_rest": lambda_rest,
+            "base_lambda": base_lambda,
+            "ranks": ranks,
         }
+        if memory is not None:
+            meta["memory_used"] = int(budget_info.get("cost", 0))
+            meta["memory_gap_bound"] = budget_info.get("gap_bound", 0.0)
         return cls(entries, meta)
+
+    @property
+    def ranks(self) -> dict[str, int]:
+        """The resolved rank of every considered matrix (0: not anchored; min(m, n): the L2 fallback)."""
+        return dict(self.meta.get("ranks") or {e.name: e.rank for e in self.entries})
+
+    @property
+    def kind(self) -> str:
+        return self.meta.get("kind", "block")
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -346,11 +557,18 @@ class SubspaceAnchor:
         return torch.float64 if self.meta.get("dtype") == "float64" else torch.float32
 
     # ------------------------------------------------------------------ penalty
+    def _extended(self, e: AnchorEntry) -> bool:
+        """True for an SVD-branch matrix whose penalty is the subspace kind or carries the remainder L2."""
+        return not e.fallback and (self.kind == "subspace" or e.rest > 0)
+
     def _blocks(self, model: nn.Module, differentiable: bool):
         """Per matrix the residual D (or W - W_0 on local rows for fallbacks), globally reduced.
 
-        Returns a list of (entry, param, local weight, local grad, row slice, residual) and the
-        per-matrix squared norms (a 1-D tensor, summed over shards).
+        Returns a list of (entry, param, local weight, local grad, row slice, residual), the per-matrix
+        squared norms of the protected part (a 1-D tensor, summed over shards: ||D||^2, ||U^T D V||^2 or the
+        subspace kind's R_sub) and the per-matrix remainder ||D||^2 minus that (0 unless `rest` > 0).
+        For the subspace kind and the remainder (whole matrices only) the residual is (P, D or None): P the
+        projection of D the kind protects (U C V^T, or U A + B V^T - U C V^T).
 
         A DeepSpeed ZeRO-3 parameter is gathered (read-only) just for its own matrix's terms, one matrix
         at a time (peak: one whole matrix); the residual and its autograd graph keep no reference to the
@@ -359,7 +577,7 @@ class SubspaceAnchor:
         The local weight returned for it is stale once gathered again; its local grad is None.
         """
         cd = self._compute_dtype()
-        items, sq, reduce_group = [], [], None
+        items, sq, rest, reduce_group = [], [], [], None
         for e, p in zip(self.entries, self._params(model)):
             with _gathered([p]):
                 if differentiable:
@@ -371,10 +589,32 @@ class SubspaceAnchor:
                 if group is not None:
                     reduce_group = group
                 w = w_loc.to(cd)
+                r_part = torch.zeros((), dtype=cd, device=w.device)
                 if e.fallback:
                     w0 = e.w0.to(cd) if rows is None else e.w0[rows].to(cd)
                     d = w - w0
                     partial = d.pow(2).sum()
+                elif self._extended(e):
+                    if rows is not None:
+                        raise ValueError(
+                            f"anchor: {e.name}: anchor_kind='subspace' and anchor_lambda_rest need whole matrices "
+                            "(not FSDP2 row shards)"
+                        )
+                    u, v, s_ref = e.u.to(cd), e.v.to(cd), e.s_ref.to(cd)
+                    w0 = e.w0.to(cd) if e.w0 is not None else None
+                    if self.kind == "subspace":
+                        a_, b_, c_ = rotation_residuals(w, u, v, s_ref, w0)
+                        partial = rotation_penalty(a_, b_, c_)
+                        proj = None if differentiable else u @ a_ + (b_ - u @ c_) @ v.mT
+                    else:
+                        c_ = block_residual(w, u, v, s_ref) if w0 is None else u.mT @ (w - w0) @ v
+                        partial = c_.pow(2).sum()
+                        proj = None if differentiable else u @ c_ @ v.mT
+                    full = None
+                    if e.rest > 0:
+                        full = w - w0
+                        r_part = full.pow(2).sum() - partial
+                    d = (proj, full)
                 else:
                     u = e.u.to(cd) if rows is None else e.u[rows].to(cd)
                     v, s_ref = e.v.to(cd), e.s_ref.to(cd)
@@ -382,6 +622,7 @@ class SubspaceAnchor:
                     partial = None
             items.append([e, p, w_loc, g_loc, rows, d])
             sq.append(partial)
+            rest.append(r_part)
         if reduce_group is not None:
             # one all-reduce for every sharded partial: k x k blocks (SVD branch) and fallback sums of squares
             bufs = []
@@ -404,24 +645,39 @@ class SubspaceAnchor:
         for i, it in enumerate(items):
             if sq[i] is None:
                 sq[i] = it[5].pow(2).sum()
-        return items, torch.stack(sq) if sq else torch.zeros(0)
+        if not sq:
+            return items, torch.zeros(0), torch.zeros(0)
+        return items, torch.stack(sq), torch.stack([r.to(sq[0].device) for r in rest])
+
+    def _weights(self, device) -> tuple[torch.Tensor, torch.Tensor]:
+        w = torch.tensor([e.weight for e in self.entries], dtype=torch.float64)
+        r = torch.tensor([e.rest for e in self.entries], dtype=torch.float64)
+        return w.to(device), r.to(device)
 
     def penalty(self, model: nn.Module) -> torch.Tensor:
-        """R = sum over matrices of ||U^T (W - W_0) V||_F^2 (no lambda), differentiable, in fp32."""
+        """R = sum over matrices of weight_l R_l + rest_l Rest_l (no global lambda), differentiable, in fp32:
+        R_l = ||U^T (W - W_0) V||_F^2 (block) or the subspace kind's R_sub; Rest_l = ||W - W_0||^2 - R_l."""
         return self.penalty_terms(model).sum()
 
     def penalty_terms(self, model: nn.Module) -> torch.Tensor:
-        """The per-matrix terms ||U_l^T (W_l - W_0,l) V_l||_F^2 (1-D, in `self.entries` order), differentiable."""
-        _, sq = self._blocks(model, differentiable=True)
-        return sq
+        """The per-matrix terms weight_l R_l + rest_l Rest_l (1-D, in `self.entries` order), differentiable."""
+        _, sq, rest = self._blocks(model, differentiable=True)
+        if not len(sq):
+            return sq
+        self._last_sq = sq.detach()
+        w, r = self._weights(sq.device)
+        return sq * w.to(sq.dtype) + rest * r.to(sq.dtype)
 
     def summarize(self, terms: torch.Tensor) -> dict[str, float]:
-        """{"penalty": sum of `terms`, "drift_max": max_l sqrt(term_l) / ||S_ref,l||_F}."""
-        return self._summary(terms.detach())
+        """{"penalty": sum of `terms`, "drift_max": max_l sqrt(R_l) / ||S_ref,l||_F} (R_l from the last
+        `penalty_terms` call)."""
+        sq = getattr(self, "_last_sq", None)
+        return self._summary(sq if sq is not None else terms.detach(), terms.detach())
 
     @torch.no_grad()
     def add_penalty_grad_(self, model: nn.Module, scale: float) -> dict[str, float]:
-        """Add scale * dR/dW = scale * 2 U (U^T W V - S_ref) V^T (or scale * 2 (W - W_0)) to each `.grad`.
+        """Add scale * dR/dW to each `.grad`: scale * weight * 2 U (U^T W V - S_ref) V^T (or scale * weight *
+        2 (W - W_0)); for the subspace kind 2 (P_U D + D P_V - P_U D P_V); plus scale * rest * 2 (D - P(D)).
 
         No autograd graph. Sharded (FSDP2 DTensor, Shard(0)) parameters: each rank forms its rows'
         partial block U_r^T W_r V, one all-reduce sums the k x k blocks, and each rank adds
@@ -434,27 +690,39 @@ class SubspaceAnchor:
                 f"anchor: {z3[0]} is a DeepSpeed ZeRO-3 parameter, whose gradient lives in the engine: add "
                 "`penalty(model)` to the loss instead (RPSFTTrainer does: anchor_mode='autograd')"
             )
-        items, sq = self._blocks(model, differentiable=False)
+        items, sq, rest = self._blocks(model, differentiable=False)
         cd = self._compute_dtype()
         for e, p, w_loc, g_loc, rows, d in items:
             if g_loc is None:
                 if hasattr(p, "to_local"):
                     raise ValueError(f"anchor: sharded parameter {e.name} has no gradient yet")
                 g_loc = p.grad = torch.zeros_like(w_loc)
+            alpha = 2.0 * scale * e.weight
             if e.fallback:
-                g_loc.add_(d.to(g_loc.dtype), alpha=2.0 * scale)
+                g_loc.add_(d.to(g_loc.dtype), alpha=alpha)
+                continue
+            if self._extended(e):
+                proj, full = d
+                g_loc.add_(proj.to(g_loc.dtype), alpha=2.0 * scale * (e.weight - e.rest))
+                if full is not None:
+                    g_loc.add_(full.to(g_loc.dtype), alpha=2.0 * scale * e.rest)
                 continue
             u = e.u.to(cd) if rows is None else e.u[rows].to(cd)
             ud, vt = u @ d, e.v.to(cd).mT
             if g_loc.dtype == cd:  # fused: grad += 2 scale (U D) V^T, no m x n temporary
-                g_loc.addmm_(ud, vt, alpha=2.0 * scale)
+                g_loc.addmm_(ud, vt, alpha=alpha)
             else:
-                g_loc.add_((ud @ vt).to(g_loc.dtype), alpha=2.0 * scale)
-        return self._summary(sq)
+                g_loc.add_((ud @ vt).to(g_loc.dtype), alpha=alpha)
+        if not len(sq):
+            return self._summary(sq, sq)
+        w, r = self._weights(sq.device)
+        return self._summary(sq, sq * w.to(sq.dtype) + rest * r.to(sq.dtype))
 
-    def _summary(self, sq: torch.Tensor) -> dict[str, float]:
+    def _summary(self, sq: torch.Tensor, terms: torch.Tensor) -> dict[str, float]:
+        if not sq.numel():
+            return {"penalty": 0.0, "drift_max": 0.0}
         rel = sq.sqrt() / self._ref_norms(sq.device)
-        return {"penalty": float(sq.sum()), "drift_max": float(rel.max()) if rel.numel() else 0.0}
+        return {"penalty": float(terms.sum()), "drift_max": float(rel.max())}
 
     def _ref_norms(self, device) -> torch.Tensor:
         if getattr(self, "_ref_norm_cache", None) is None or self._ref_norm_cache.device != device:
@@ -464,17 +732,20 @@ class SubspaceAnchor:
 
     @torch.no_grad()
     def drift(self, model: nn.Module) -> dict[str, float]:
-        """{"penalty": R, "drift_max": max_l ||D_l||_F / ||S_ref,l||_F} without touching gradients."""
-        _, sq = self._blocks(model, differentiable=False)
-        return self._summary(sq)
+        """{"penalty": R, "drift_max": max_l sqrt(R_l) / ||S_ref,l||_F} without touching gradients."""
+        _, sq, rest = self._blocks(model, differentiable=False)
+        if not len(sq):
+            return self._summary(sq, sq)
+        w, r = self._weights(sq.device)
+        return self._summary(sq, sq * w.to(sq.dtype) + rest * r.to(sq.dtype))
 
     def stats(self, model: nn.Module | None = None) -> list[dict]:
-        """Per matrix: name, shape, rank, fallback, numbers and bytes stored, svd_residual, and with a model
-        the current drift: penalty ||D||_F^2 and relative ||D||_F / ||S_ref||_F (||W_0||_F for fallbacks)."""
+        """Per matrix: name, shape, rank, fallback, weight, rest, numbers and bytes stored, svd_residual, and with
+        a model the current drift: R_l and relative sqrt(R_l) / ||S_ref||_F (||W_0||_F for fallbacks)."""
         sq = None
         if model is not None:
             with torch.no_grad():
-                _, sq = self._blocks(model, differentiable=False)
+                _, sq, _ = self._blocks(model, differentiable=False)
         rows = []
         for i, e in enumerate(self.entries):
             elt = next(iter(e.tensors().values())).element_size()
@@ -483,6 +754,8 @@ class SubspaceAnchor:
                 "shape": list(e.shape),
                 "rank": e.rank,
                 "fallback": e.fallback,
+                "weight": e.weight,
+                "rest": e.rest,
                 "numel": e.numel,
                 "bytes": e.numel * elt,
                 "svd_residual": e.svd_residual,
@@ -514,6 +787,8 @@ class SubspaceAnchor:
                     "fallback": e.fallback,
                     "aliases": list(e.aliases),
                     "svd_residual": e.svd_residual,
+                    "weight": e.weight,
+                    "rest": e.rest,
                 }
                 for e in self.entries
             ],
@@ -559,8 +834,11 @@ class SubspaceAnchor:
                 mm["fallback"],
                 aliases=tuple(mm["aliases"]),
                 svd_residual=mm["svd_residual"],
+                weight=float(mm.get("weight", 1.0)),
+                rest=float(mm.get("rest", 0.0)),
             )
-            for k in ("w0",) if e.fallback else ("u", "v", "s_ref"):
+            keys = ("w0",) if e.fallback else ("u", "v", "s_ref") + (("w0",) if e.rest > 0 else ())
+            for k in keys:
                 key = f"{name}::{k}"
                 if key not in tensors:
                     raise ValueError(f"anchor in {path}: tensor {key} missing")
@@ -576,7 +854,8 @@ class SubspaceAnchor:
         nf = sum(e.fallback for e in self.entries)
         numel = sum(e.numel for e in self.entries)
         return (
-            f"SubspaceAnchor(rank={self.meta.get('rank')}, matrices={len(self.entries)}, fallback={nf}, "
+            f"SubspaceAnchor(rank={self.meta.get('rank')}, kind={self.kind}, matrices={len(self.entries)}, "
+            f"fallback={nf}, "
             f"numbers={numel:,}, svd={self.meta.get('svd')}, "
             f"svd_residual_max={self.meta.get('svd_residual_max', 0.0):.2e})"
         )

@@ -69,6 +69,60 @@ class RPSFTConfig(SFTConfig):
             "(e.g. 'q_proj|v_proj'), or (Python API) a list of names."
         },
     )
+    anchor_rank_rule: str | None = field(
+        default=None,
+        metadata={
+            "help": "Per-matrix rank rule instead of anchor_rank: 'energy:F' (smallest k holding fraction F of "
+            "||W_0||_F^2; energy:1 = full rank, energy:0 = nothing) or 'fisher:F' (fraction F of the Fisher-projected "
+            "gradient energy; needs F_ood G, see docs/anchoring.md). F in [0, 1]."
+        },
+    )
+    anchor_map: str | None = field(
+        default=None,
+        metadata={
+            "help": "Per-matrix overrides: a YAML / JSON mapping (or a path to one) of name regex -> rank (int, 0 = "
+            "not anchored, or a rule) or {rank: .., lambda: ..} (lambda absolute). The first matching entry wins."
+        },
+    )
+    anchor_layers: str | None = field(
+        default=None,
+        metadata={
+            "help": "Anchor only these layers: decoder layer ranges ('0-1,3'; embeddings and lm_head left out) or a "
+            "regex searched in parameter names. Composes with anchor_targets."
+        },
+    )
+    anchor_memory: int | None = field(
+        default=None,
+        metadata={
+            "help": "Byte budget of the stored anchor: ranks chosen per matrix to maximise the protected spectral "
+            "energy (or Fisher energy with a fisher rule), never over budget. Replaces anchor_rank."
+        },
+    )
+    anchor_lambda_rest: float = field(
+        default=0.0,
+        metadata={"help": "L2 weight on the rest of W - W_0 (outside the protected part); > 0 stores W_0."},
+    )
+    anchor_kind: str = field(
+        default="block",
+        metadata={
+            "help": "'block': ||U_k^T dW V_k||^2 (paper). 'subspace': ||U_k^T dW||^2 + ||dW V_k||^2 - "
+            "||U_k^T dW V_k||^2 (bounds the rotation of the top-k subspaces; same memory).",
+            "choices": ["block", "subspace"],
+        },
+    )
+    anchor_calibration: str | None = field(
+        default=None,
+        metadata={
+            "help": "fisher:F calibration (`anchorft train`): a JSONL of out-of-domain prompt/completion rows for "
+            "F_ood; the in-domain gradient G comes from anchor_calibration_id (default: the --dataset JSONL)."
+        },
+    )
+    anchor_calibration_id: str | None = field(
+        default=None, metadata={"help": "fisher:F calibration: in-domain JSONL (default: the training dataset)."}
+    )
+    anchor_calibration_samples: int = field(
+        default=32, metadata={"help": "fisher:F calibration: examples per file (one gradient each)."}
+    )
     anchor_include_embeddings: bool = field(
         default=True, metadata={"help": "Also anchor the input embeddings and lm_head (paper: yes)."}
     )
@@ -153,6 +207,9 @@ class RPSFTConfig(SFTConfig):
             raise ValueError(f"anchor_dtype must be float32, float64, bfloat16 or float16, got {self.anchor_dtype!r}")
         if self.anchor_mode not in ("grad", "autograd"):
             raise ValueError(f"anchor_mode must be 'grad' or 'autograd', got {self.anchor_mode!r}")
+        from anchorft.rpsft.anchor_plan import validate_options
+
+        validate_options(self)
         if not (isinstance(self.anchor_targets, (str, list, tuple)) and len(self.anchor_targets) > 0):
             raise ValueError(f"anchor_targets must be a non-empty string or list, got {self.anchor_targets!r}")
         if not self.iw_temperature > 0:

@@ -29,8 +29,21 @@ from anchorft.rpsft.losses import iw_sft_loss
 __all__ = ["Method", "METHODS", "RUN_KEYS", "get_method", "method_names", "register"]
 
 # the settings a comparison may sweep per run, in RunSpec order (see `Method.sweep_keys`)
-RUN_KEYS = ("anchor_rank", "anchor_lambda", "anchor_targets", "anchor_include_embeddings", "learning_rate")
-_ANCHOR_KEYS = ("anchor_lambda", "anchor_targets", "anchor_include_embeddings", "learning_rate")
+RUN_KEYS = (
+    "anchor_rank",
+    "anchor_lambda",
+    "anchor_targets",
+    "anchor_include_embeddings",
+    "learning_rate",
+    "anchor_rank_rule",
+    "anchor_layers",
+    "anchor_memory",
+    "anchor_lambda_rest",
+    "anchor_kind",
+)
+_ANCHOR_KEYS = ("anchor_lambda", "anchor_targets", "anchor_include_embeddings", "learning_rate", "anchor_layers")
+# the options of an anchor below full rank (rpsft): rank rules, budget, remainder L2, kind
+_RANK_KEYS = ("anchor_rank", "anchor_rank_rule", "anchor_memory", "anchor_lambda_rest", "anchor_kind")
 
 LossFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
@@ -116,7 +129,7 @@ register(
         "rpsft",
         "NLL + lambda ||U0^T (W - W0) V0||^2 on the top-k singular subspaces",
         anchored=True,
-        sweep_keys=("anchor_rank", *_ANCHOR_KEYS),
+        sweep_keys=(*_RANK_KEYS, *_ANCHOR_KEYS),
         colour="C4",
     )  # fmt: skip
 )

@@ -25,6 +25,7 @@ from anchorft.rpsft.dapo_config import DAPOConfig
 
 __all__ = [
     "DAPOConfig",
+    "build_rl_anchor",
     "boxed_math_reward",
     "make_reward_func",
     "load_rl_dataset",
@@ -130,6 +131,64 @@ def _plot_rewards(steps: Sequence[int], rewards: Sequence[float], path: Path) ->
     save_figure(fig, path, dpi=100)
 
 
+def build_rl_anchor(model, s: DAPOConfig):
+    """The RL stage's anchor (None for anchor_method "none"): W_0 is the RL starting weights ("start", e.g. the SFT
+    model) or the model in the folder `anchor_reference` (e.g. the base model; the penalty is then not 0 at step 0).
+    Its metadata records the reference."""
+    if s.anchor_method == "none":
+        return None
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from anchorft.rpsft.anchor import SubspaceAnchor
+    from anchorft.rpsft.anchor_plan import build_kwargs
+
+    ref = model
+    if s.anchor_reference != "start":
+        if not (Path(s.anchor_reference) / "config.json").is_file():
+            raise ValueError(
+                f"anchor_reference {s.anchor_reference}: neither 'start' nor a model folder (no config.json)"
+            )
+        ref = AutoModelForCausalLM.from_pretrained(s.anchor_reference, dtype=torch.float32)
+    anchor = SubspaceAnchor.from_model(
+        ref,
+        generator=torch.Generator().manual_seed(s.seed),
+        **build_kwargs(s, s.anchor_lambda, s.anchor_method == "l2"),
+    )
+    anchor.meta["reference"] = s.anchor_reference
+    anchor.check_model(model, check_fingerprint=s.anchor_reference == "start")
+    return anchor
+
+
+def _anchored(base):
+    """`base` (TRL's GRPOTrainer) adding lambda * dR/dW (closed form) to `.grad` once per optimiser step, after the
+    step's last micro-batch's backward and before clipping, as `RPSFTTrainer` does for SFT."""
+
+    class AnchoredGRPOTrainer(base):
+        def __init__(self, *args, anchor, anchor_lambda: float, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.anchor, self.anchor_lambda = anchor, float(anchor_lambda)
+            self.anchor_applications = 0
+            self._anchor_last = None
+
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            loss = super().training_step(model, inputs, num_items_in_batch)
+            if self.anchor_lambda > 0 and self.model.training and self.accelerator.gradient_state.sync_gradients:
+                if self.anchor_applications == 0:
+                    self.anchor.to(model=self.model)
+                self._anchor_last = self.anchor.add_penalty_grad_(self.model, self.anchor_lambda)
+                self.anchor_applications += 1
+            return loss
+
+        def log(self, logs, start_time=None):
+            if self._anchor_last is not None and "loss" in logs:
+                logs["anchor/penalty"] = self._anchor_last["penalty"]
+                logs["anchor/drift_max"] = self._anchor_last["drift_max"]
+            super().log(logs, start_time)
+
+    return AnchoredGRPOTrainer
+
+
 def run_rl(
     model,
     train_data: Sequence[dict],
@@ -190,16 +249,22 @@ def run_rl(
         reward_funcs.append(get_soft_overlong_punishment(args.max_completion_length, args.overlong_cache))
     reward_funcs += list(extra_reward_funcs)
     dataset = Dataset.from_list([{"prompt": r["prompt"], "answer": str(r["answer"])} for r in train_data])
-    trainer = GRPOTrainer(
+    anchor = build_rl_anchor(model, args)
+    extra = {} if anchor is None else {"anchor": anchor, "anchor_lambda": args.anchor_lambda}
+    trainer = (GRPOTrainer if anchor is None else _anchored(GRPOTrainer))(
         model=model,
         reward_funcs=reward_funcs,
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
         callbacks=list(callbacks) or None,
+        **extra,
     )
     resolved = {"dapo": args.dapo_settings(), "dapo_config": args.to_dict(), "n_prompts": len(train_data)}
     resolved["memory"] = est
+    if anchor is not None:
+        resolved["anchor"] = {"repr": repr(anchor), "reference": args.anchor_reference, "ranks": anchor.ranks}
+        anchor.save(out_dir / "anchor")
     write_json(out_dir / "config.json", resolved, indent=2, default=str)
     trainer.train()
 
@@ -217,6 +282,12 @@ def run_rl(
         "reward_last": rewards[-1] if rewards else None,
         "optimizer_steps": int(trainer.state.global_step),  # policy updates (RL steps x updates per step)
     }
+    if anchor is not None:
+        metrics["anchor"] = {
+            "applications": trainer.anchor_applications,
+            "reference": args.anchor_reference,
+            **anchor.drift(trainer.model),
+        }
     write_metrics(out_dir / "metrics.json", metrics, indent=2)
     if steps:
         _plot_rewards(steps, rewards, out_dir / "reward.png")

@@ -99,6 +99,7 @@ def train(
     tokenizer=None,
     eval_dataset: datasets.Dataset | str | None = None,
     ref_model: str | PreTrainedModel | None = None,
+    anchor_fisher: dict[str, torch.Tensor] | None = None,
 ) -> RPSFTTrainer:
     """Fine-tune `model` with `args.method` and return the trainer after `trainer.train()`.
 
@@ -112,6 +113,8 @@ def train(
       loaded as such). Without a pad token, the eos token pads.
     - ref_model: the frozen IW-SFT reference (a model or path); else `args.iw_ref_model` ("copy" for a
       frozen copy of the starting model). Required for methods that need a reference (iw_sft).
+    - anchor_fisher: {parameter name: F_ood G} for an anchor_rank_rule 'fisher:F'
+      (`anchorft.analysis.fisher.fisher_gradient_product`).
 
     Everything is checked before training: the dataset's columns, the anchor targets (a ValueError
     listing the names available), the reference model. rpsft anchors rank `args.anchor_rank`; l2 is
@@ -147,7 +150,10 @@ def train(
     if eval_ds is not None:
         validate_sft_dataset(eval_ds, tokenizer, field="eval_dataset")
     if args.anchored:
-        select_parameters(model_obj, args.anchor_targets, args.anchor_include_embeddings)
+        from anchorft.rpsft.anchor_plan import map_for, parse_anchor_map, select_layers
+
+        names = [n for n, _ in select_parameters(model_obj, args.anchor_targets, args.anchor_include_embeddings)]
+        map_for(select_layers(names, args.anchor_layers), parse_anchor_map(args.anchor_map))
     ref = None
     if args.method_spec.needs_reference:
         spec = ref_model if ref_model is not None else args.iw_ref_model
@@ -160,6 +166,7 @@ def train(
         eval_dataset=eval_ds,
         processing_class=tokenizer,
         ref_model=ref,
+        anchor_fisher=anchor_fisher,
     )
     resume = args.resume_from_checkpoint
     if isinstance(resume, str) and resume.lower() in ("true", "false"):

@@ -70,6 +70,7 @@ class RPSFTTrainer(SFTTrainer):
         *pos,
         ref_model: nn.Module | None = None,
         anchor: SubspaceAnchor | None = None,
+        anchor_fisher: dict[str, torch.Tensor] | None = None,
         **kwargs,
     ):
         if not isinstance(args, RPSFTConfig):
@@ -84,6 +85,7 @@ class RPSFTTrainer(SFTTrainer):
             # fail now (before any training) if the targets match nothing
             select_parameters(self.model, args.anchor_targets, args.anchor_include_embeddings)
         self._anchor = anchor
+        self._anchor_fisher = anchor_fisher  # {name: F_ood G} for fisher rank rules
         if anchor is not None:
             anchor.check_model(self.model, check_fingerprint=False)
         self.add_callback(_AnchorAfterPrepare(self))
@@ -113,19 +115,19 @@ class RPSFTTrainer(SFTTrainer):
         """SVD of the weights as they are now (called once the model is prepared, or on resume of a checkpoint
         killed before its anchor was written, from the starting weights; a collective under torch.distributed:
         every rank calls it)."""
+        from anchorft.rpsft.anchor_plan import build_kwargs
+
         a = self.args
-        rank = 2**62 if a.method_spec.full_rank else a.anchor_rank  # l2: full rank everywhere
         # on the device that holds the weights (randomized SVD draws there): cuda:r on rank r
         gen = torch.Generator(device=next(self.model.parameters()).device).manual_seed(a.seed)
         anchor = SubspaceAnchor.from_model(
             self.model,
-            rank=rank,
-            targets=a.anchor_targets,
-            include_embeddings=a.anchor_include_embeddings,
             svd=a.anchor_svd,
             dtype=a.anchor_torch_dtype,
             generator=gen,
             progress=not a.disable_tqdm,
+            fisher=self._anchor_fisher,
+            **build_kwargs(a, a.anchor_lambda, full_rank=a.method_spec.full_rank),
         )
         logger.info("built %r", anchor)
         if not a.method_spec.full_rank:

@@ -81,7 +81,13 @@ def _train_args(cfg: CompareConfig, run: RunSpec, seed: int, out: Path):
     )
     method = get_method(run.method)
     if method.uses_rank:
-        kw["anchor_rank"] = run.anchor_rank
+        if run.anchor_rank:
+            kw["anchor_rank"] = run.anchor_rank
+        for name in ("anchor_rank_rule", "anchor_memory", "anchor_lambda_rest", "anchor_kind"):
+            if getattr(run, name) is not None:
+                kw[name] = getattr(run, name)
+    if run.anchor_layers is not None:
+        kw["anchor_layers"] = run.anchor_layers
     if method.needs_reference:
         kw["iw_ref_model"] = "copy"
     return RPSFTConfig(**kw)

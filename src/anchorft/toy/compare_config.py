@@ -44,6 +44,11 @@ class RunSpec:
     anchor_targets: str | None = None
     anchor_include_embeddings: bool | None = None
     learning_rate: float | None = None
+    anchor_rank_rule: str | None = None  # 'energy:F' / 'fisher:F' instead of anchor_rank (docs/anchoring.md)
+    anchor_layers: str | None = None
+    anchor_memory: int | None = None  # bytes
+    anchor_lambda_rest: float | None = None
+    anchor_kind: str | None = None  # 'block' (default) or 'subspace'
 
 
 @dataclass
@@ -74,7 +79,7 @@ class CompareConfig:
         for r in self.runs:
             if r.method not in METHODS:
                 raise ValueError(f"runs[{r.name}].method: must be one of {tuple(METHODS)}, got {r.method!r}")
-            if get_method(r.method).uses_rank and not r.anchor_rank:
+            if get_method(r.method).uses_rank and not (r.anchor_rank or r.anchor_rank_rule or r.anchor_memory):
                 raise ValueError(f"runs[{r.name}].anchor_rank: {r.method} needs a rank")
         if self.id_skill not in sk.ID_SKILLS:
             raise ValueError(f"id_skill: must be one of {sk.ID_SKILLS}, got {self.id_skill!r}")
@@ -198,7 +203,17 @@ def expand_sweeps(runs: list[RunSpec], sweeps: list[str]) -> list[RunSpec]:
             if key not in get_method(r.method).sweep_keys:
                 new.append(r)
                 continue
-            short = {"anchor_lambda": "lam", "learning_rate": "lr", "anchor_targets": "tgt"}.get(key, "emb")
+            short = {
+                "anchor_lambda": "lam",
+                "learning_rate": "lr",
+                "anchor_targets": "tgt",
+                "anchor_include_embeddings": "emb",
+                "anchor_rank_rule": "rule",
+                "anchor_layers": "layers",
+                "anchor_memory": "mem",
+                "anchor_lambda_rest": "rest",
+                "anchor_kind": "kind",
+            }.get(key, "k")
             for v in values:
                 base = r.name.split("-k")[0] if key == "anchor_rank" else r.name
                 name = f"{base}-k{v}" if key == "anchor_rank" else f"{base}-{short}{v}"

@@ -109,3 +109,72 @@ def write_tradeoff_plot(results: dict, path: str | Path) -> None:
     ax.grid(alpha=0.3)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
+
+
+def _point(m: dict, base: dict) -> tuple[np.ndarray, np.ndarray]:
+    seeds = m["per_seed"]
+    keep = np.array([s["ood_mean"] / max(base["ood_mean"], 1e-9) for s in seeds])
+    gain = np.array([100 * (s["id_greedy"] - base["id_greedy"]) for s in seeds])
+    return keep, gain
+
+
+def interpolated_front(points: list[tuple[float, float]], x: float) -> float:
+    """The Pareto front of (retention, gain) `points` (the base (1, 0) included by the caller), linearly
+    interpolated at retention `x`: the non-dominated points sorted by retention, joined by segments; left of the
+    first, its gain (a run that keeps less is dominated by it); right of the last, 0."""
+    front = [p for p in points if not any(q != p and q[0] >= p[0] and q[1] >= p[1] for q in points)]
+    front.sort()
+    if x <= front[0][0]:
+        return front[0][1]
+    for (x0, y0), (x1, y1) in zip(front, front[1:]):
+        if x0 <= x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / max(x1 - x0, 1e-12)
+    return 0.0
+
+
+def front_table(results: dict, front_runs: list[str]) -> list[dict]:
+    """Each run against the front of `front_runs` (and the base): mean retention and ID gain (points) over its
+    seeds, the front's gain at its retention, the excess, its standard error (std ddof=1 / sqrt(n), None for one
+    seed) and whether it lies above the front by more than two standard errors."""
+    base = results["base"]
+    missing = [r for r in front_runs if r not in results["methods"]]
+    if missing:
+        raise ValueError(f"front: runs {missing} not in the results (have {sorted(results['methods'])})")
+    pts = [(1.0, 0.0)]
+    for r in front_runs:
+        keep, gain = _point(results["methods"][r], base)
+        pts.append((float(keep.mean()), float(gain.mean())))
+    rows = []
+    for name, m in results["methods"].items():
+        keep, gain = _point(m, base)
+        x, y = float(keep.mean()), float(gain.mean())
+        f = interpolated_front(pts, x)
+        se = float(gain.std(ddof=1) / np.sqrt(len(gain))) if len(gain) > 1 else None
+        rows.append({
+            "run": name, "seeds": len(gain), "retention": x, "id_gain": y, "front_gain": f, "excess": y - f,
+            "se": se, "above_2se": se is not None and y - f > 2 * se, "front_run": name in front_runs,
+        })  # fmt: skip
+    return rows
+
+
+def write_front(results: dict, front_runs: list[str], path: str | Path) -> list[dict]:
+    """front.md: `front_table` as a Markdown table."""
+    rows = front_table(results, front_runs)
+    lines = [
+        f"# Against the front of {', '.join(front_runs)} (and the base)",
+        "",
+        "Retention = OOD mean / base OOD mean; ID gain in points of greedy accuracy; front = the non-dominated "
+        "front runs joined by segments, at the run's retention; SE = std (ddof=1) / sqrt(seeds) of the run's gain.",
+        "",
+        "| run | seeds | retention | ID gain | front at it | excess | SE | above by > 2 SE |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        se = "-" if r["se"] is None else f"{r['se']:.1f}"
+        tag = "(front)" if r["front_run"] else ("yes" if r["above_2se"] else "no")
+        lines.append(
+            f"| {r['run']} | {r['seeds']} | {r['retention']:.3f} | {r['id_gain']:+.1f} | {r['front_gain']:+.1f} | "
+            f"{r['excess']:+.1f} | {se} | {tag} |"
+        )
+    write_text(path, "\n".join(lines) + "\n")
+    return rows

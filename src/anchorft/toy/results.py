@@ -104,7 +104,10 @@ def merge_results(parts: list[CompareResults | dict]) -> CompareResults:
     merged = {"base": first["base"], "methods": {}, "settings": first["settings"]}
     for i, r in enumerate(parts):
         for key in ("pretrained", "id_skill", "id_items", "ood_items", "k", "n_samples", "temperature", "top_p"):
-            if r["settings"].get(key) != first["settings"].get(key):
+            a, b = r["settings"].get(key), first["settings"].get(key)
+            if key == "pretrained" and a and b:  # the cache key (a hash of the pretraining config), wherever cached
+                a, b = Path(a).name, Path(b).name
+            if a != b:
                 raise ValueError(f"results {i}: settings[{key!r}] differs from the first ({r['settings'].get(key)!r})")
         if r["base"]["ood"] != first["base"]["ood"] or r["base"]["id_greedy"] != first["base"]["id_greedy"]:
             raise ValueError(f"results {i}: its base scores differ from the first: not the same base or evaluation")

@@ -57,6 +57,11 @@ class RLStageSettings:
     seed: int = 0
     skill_eval_items: int = 100  # held-out items per prompt skill for its greedy accuracy before/after
     save_models: bool = True
+    # the weight anchor during DAPO (DAPOConfig.anchor_*; docs/anchoring.md): W_0 = each RL starting model
+    anchor_method: str = "none"  # "none", "rpsft" or "l2"
+    anchor_rank: int = 24
+    anchor_lambda: float = 1.0
+    anchor_kind: str = "block"
 
     def validate(self) -> None:
         for name in ("steps", "prompts_per_step", "max_completion_length", "n_prompts"):
@@ -68,6 +73,7 @@ class RLStageSettings:
             raise ValueError("learning_rate and temperature: must be > 0")
         if self.skill_eval_items < 0:
             raise ValueError(f"skill_eval_items: must be >= 0, got {self.skill_eval_items}")
+        self.rl_settings()  # DAPOConfig checks its fields (the anchor options too) when built
         bad = [s for s in self.prompt_skills if s not in MATH_SKILLS]
         if bad:
             raise ValueError(f"prompt_skills: {bad} are not ID math skills {MATH_SKILLS}")
@@ -84,6 +90,10 @@ class RLStageSettings:
             temperature=self.temperature,
             seed=self.seed,
             save_model=self.save_models,
+            anchor_method=self.anchor_method,
+            anchor_rank=self.anchor_rank,
+            anchor_lambda=self.anchor_lambda,
+            anchor_kind=self.anchor_kind,
         )
 
 

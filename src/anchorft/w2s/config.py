@@ -45,8 +45,10 @@ class W2SConfig:
     weak_neurons: int = 16  # M
     weak_alignment: float = 0.95  # planted: u_j = a theta_kappa + sqrt(1 - a^2) xi_j
     weak_activation: str = "he4"
-    weak_steps: int = 2000  # scratch: online SGD steps on isotropic inputs with true labels
-    weak_eta: float = 1.0  # scratch: step size (times M / d)
+    weak_space: str = "subspace"  # trained: "subspace" (the s-dim problem: x = B z in V_kappa) or "ambient" (R^d)
+    weak_steps: int = 2000  # trained: online SGD steps with the true labels
+    weak_eta: float = 1.0  # trained: step size (times M / s in the subspace, M / d in R^d)
+    weak_stop: float = 0.0  # trained, > 0: a seed's weak model stops once its mean alignment reaches this
     # W2S data
     transform: str = "zexp"  # label transformation T
     clip: float = 2.0  # labels T(clip(f_weak, -clip, clip)); <= 0 disables the clip
@@ -118,6 +120,8 @@ class W2SConfig:
             bad("weak_bound", "must be a finite number >= 0 (0: unbounded)")
         if self.weak in ("scratch", "trained") and (self.weak_eta <= 0 or self.weak_steps < 1):
             bad("weak_eta", "weak_eta and weak_steps must be positive")
+        if not (isinstance(self.weak_stop, (int, float)) and 0.0 <= self.weak_stop < 1.0):
+            bad("weak_stop", "must be in [0, 1) (0: train for weak_steps)")
         if self.anchor_weight < 0:
             bad("anchor_weight", "must be >= 0")
         for name in ("pretrained_alignment", "weak_alignment"):
@@ -135,6 +139,7 @@ class W2SConfig:
         choices = {
             "weak": ("planted", "trained", "scratch"),
             "weak_norm": ("planted", "unit"),
+            "weak_space": ("subspace", "ambient"),
             "label_center": ("none", "mean"),
             "strong_bias": ("none", "trained"),
             "transform": tuple(TRANSFORMS),

@@ -406,48 +406,83 @@ def train(
 
 
 def train_weak(
-    config: W2SConfig, problem: Problem, progress: bool = True, hit_threshold: float | list[float] | None = None
+    config: W2SConfig,
+    problem: Problem,
+    progress: bool = True,
+    hit_threshold: float | list[float] | None = None,
+    stop_at: float | None = None,
 ) -> tuple[torch.Tensor, dict]:
-    """Train the weak model from scratch: M neurons u_j uniform on S^{d-1}, f_weak = mean_j sigma_w(u_j^T x),
-    online spherical SGD on isotropic inputs with the true labels pi_kappa sigma*_kappa(theta_kappa^T x), step
-    weak_eta M / d, `config.weak_steps` steps (or until every seed's mean alignment reaches `hit_threshold`).
+    """Train the weak model from scratch: M neurons, f_weak = mean_j sigma_w(u_j^T x), online spherical SGD with
+    the true labels pi_kappa sigma*_kappa(theta_kappa^T x) for `config.weak_steps` steps, in the space
+    `config.weak_space`:
 
-    Returns (U (S, M, d), info) with info["hit_step"] per seed (None: censored) and the final alignments.
+    - "subspace" (the s-dimensional problem): u_j uniform on the unit sphere of V_kappa, inputs x = B z with
+      z ~ N(0, I_s) (the task restricted to V_kappa, where the strong model's pretraining lives), step
+      weak_eta M / s; the SGD runs in the coordinates z (the weak model's cost depends on s, not on d);
+    - "ambient": u_j uniform on S^{d-1}, x ~ N(0, I_d), step weak_eta M / d.
+
+    With `hit_threshold` the run stops once every seed's mean alignment |theta_kappa^T u_j| reached every
+    threshold (checked at chunk ends). With `stop_at`, each seed's weights are frozen at the first chunk end where
+    its mean alignment reached `stop_at` (the others go on), and the run stops when all are frozen.
+
+    Returns (U (S, M, d), info) with info["hit_step"] per seed (None: censored), the per-threshold hit steps, the
+    final alignments and, with `stop_at`, `stop_step` per seed (None: never reached, weights at the budget).
     """
     dev, dtype = problem.w0.device, problem.w0.dtype
-    m, d, batch = config.weak_neurons, config.d, config.batch_size
+    m, batch = config.weak_neurons, config.batch_size
+    subspace = config.weak_space == "subspace"
+    dim = config.s if subspace else config.d
     inits = []
     for s in problem.seeds:
         rng = np.random.default_rng([s, 1])
-        u = rng.standard_normal((m, d))
+        u = rng.standard_normal((m, dim))
         inits.append(u / np.linalg.norm(u, axis=-1, keepdims=True))
     u = torch.from_numpy(np.stack(inits)).to(device=dev, dtype=dtype)
     act, link = get_activation(config.weak_activation), get_activation(config.link)
     a = torch.full((m,), 1.0 / m, dtype=dtype, device=dev)
-    theta0 = problem.thetas[:, 0, :].unsqueeze(-1)
+    basis = problem.bases[:, 0]  # (S, d, s)
+    theta0 = problem.thetas[:, 0, :].unsqueeze(-1)  # (S, d, 1)
+    if subspace:
+        theta0 = basis.mT @ theta0  # B^T theta_kappa (unit: theta_kappa lies in V_kappa)
     gens = make_generators(problem.seeds, STREAMS["weak"], dev)
-    eta = config.weak_eta * m / d
+    eta = config.weak_eta * m / dim
     hits: dict[float, list] = {thr: [None] * problem.n_seeds for thr in _thresholds(hit_threshold)}
+    stop_step: list[int | None] = [None] * problem.n_seeds
+    frozen = torch.zeros(problem.n_seeds, dtype=torch.bool, device=dev)
+    kept = torch.empty_like(u)
     t = 0
     bar = tqdm(total=config.weak_steps, desc="weak", disable=not progress, leave=False, mininterval=1.0)
     while t < config.weak_steps:
         n = min(config.chunk, config.weak_steps - t)
-        xs = isotropic(gens, n, batch, d, dtype, dev)
+        xs = isotropic(gens, n, batch, dim, dtype, dev)
         ys = config.pi[0] * link.value((xs @ theta0).squeeze(-1))
         for i in range(n):
             u, _ = dense_step(u, xs[i], ys[i], a, act, eta, config.loss)
         t += n
         u = u / u.norm(dim=-1, keepdim=True)
+        if stop_at is not None and frozen.any():
+            u = torch.where(frozen[:, None, None], kept, u)
         bar.update(n)
         al = (u @ theta0).squeeze(-1).abs().mean(-1).cpu()
         if not torch.isfinite(al).all():
             raise FloatingPointError(f"weak model training diverged (non-finite weights) by step {t}")
+        if stop_at is not None:
+            for i, v in enumerate(al.tolist()):
+                if stop_step[i] is None and v >= stop_at:
+                    stop_step[i], frozen[i] = t, True
+                    kept[i] = u[i]
+            if bool(frozen.all()):
+                break
         if hits and _record_hits(hits, al.tolist(), t):
             break
     bar.close()
-    return u, {
+    info = {
+        "space": config.weak_space,
         "hit_step": hits[min(hits)] if hits else [None] * problem.n_seeds,
         **_hit_extra(hits),
         "steps_run": t,
         "final_alignment": al.tolist(),
     }
+    if stop_at is not None:
+        info.update({"stop_at": stop_at, "stop_step": stop_step})
+    return (u @ basis.mT if subspace else u), info

@@ -36,11 +36,13 @@ def summarise(result: RunResult, wall_s: float) -> dict:
 
 
 def prepare_weak(config: W2SConfig, problem: Problem, progress: bool = False) -> dict | None:
-    """Set the weak model of `problem` in place: trained from scratch (`weak: trained`), then, with
-    `weak_norm: unit`, moved to unit norm inside V_kappa at the same alignment. Returns the training info."""
+    """Set the weak model of `problem` in place: trained from scratch (`weak: trained`, in `weak_space`, each seed
+    stopped at `weak_stop` alignment when > 0), then, with `weak_norm: unit`, moved to unit norm inside V_kappa
+    at the same alignment. Returns the training info."""
     info = None
     if config.weak in ("trained", "scratch"):
-        problem.weak_u, info = train_weak(config, problem, progress=progress)
+        stop = config.weak_stop if config.weak_stop > 0 else None
+        problem.weak_u, info = train_weak(config, problem, progress=progress, stop_at=stop)
     if config.weak_norm == "unit":
         problem.weak_u = unit_weak_in_subspace(problem.weak_u, problem.thetas[:, 0], problem.bases[:, 0])
     return info

@@ -35,6 +35,7 @@ __all__ = [
     "REPORT_STREAM",
     "weak_output",
     "transform_labels",
+    "w2s_labels",
     "unit_weak_in_subspace",
     "generative_inputs",
     "in_coords",
@@ -98,9 +99,15 @@ def in_coords(first_layer: torch.Tensor, basis: torch.Tensor | None) -> torch.Te
     return first_layer if basis is None else first_layer @ basis
 
 
-def _raw_w2s_labels(config: W2SConfig, problem: Problem, x: torch.Tensor, basis: torch.Tensor | None) -> torch.Tensor:
-    f = weak_output(x, in_coords(problem.weak_u, basis), config.weak_activation, config.weak_bound)
+def w2s_labels(config: W2SConfig, x: torch.Tensor, weak_first: torch.Tensor) -> torch.Tensor:
+    """The uncentred W2S labels T(clip(f_weak(x))) (bounded weak output when weak_bound > 0), weak first layer
+    `weak_first` in the coordinates of x; the simulator subtracts its centre (label_mean) from these."""
+    f = weak_output(x, weak_first, config.weak_activation, config.weak_bound)
     return transform_labels(f, config.transform, config.clip)
+
+
+def _raw_w2s_labels(config: W2SConfig, problem: Problem, x: torch.Tensor, basis: torch.Tensor | None) -> torch.Tensor:
+    return w2s_labels(config, x, in_coords(problem.weak_u, basis))
 
 
 def label_mean(config: W2SConfig, problem: Problem) -> torch.Tensor:

@@ -47,7 +47,7 @@ from scipy.integrate import solve_ivp
 from anchorft.w2s.config import W2SConfig
 from anchorft.w2s.dynamics import schedule_factor, step_scale
 from anchorft.w2s.hermite import get_activation, hermite_coefficients, measured_coefficients
-from anchorft.w2s.labels import transform_labels
+from anchorft.w2s.labels import label_mean, w2s_labels
 from anchorft.w2s.problem import Problem
 from anchorft.w2s.sampling import make_generators
 
@@ -120,11 +120,21 @@ def check_supported(config: W2SConfig) -> None:
 
 
 def label_model(
-    config: W2SConfig, problem: Problem, mode: str, n_samples: int = 200_000, n_max: int = 6, seed_index: int = 0
+    config: W2SConfig,
+    problem: Problem,
+    mode: str,
+    n_samples: int = 200_000,
+    n_max: int = 6,
+    seed_index: int = 0,
+    centers: torch.Tensor | None = None,
 ) -> LabelModel:
     """The labels' Hermite expansion along theta_kappa. SFT: y = pi_kappa sigma*_kappa(theta_kappa^T x) exactly
-    (quadrature). W2S: measured from `n_samples` labels T(clip(f_weak(x))) of the generative distribution at
-    lambda = 1 (x = B z), of seed `seed_index` (its own generator, not the training stream)."""
+    (quadrature). W2S: measured from `n_samples` of the labels the simulator trains on (`labels.w2s_labels`:
+    T(clip(f_weak(x))) with the weak model of `problem`, planted or trained, bounded when weak_bound > 0, less
+    the simulator's own centre `labels.label_mean` when label_center is "mean") on the generative distribution
+    at lambda = 1 (x = B z), of seed `seed_index` (its own generator, not the training stream). What the labels
+    do along directions of V_kappa orthogonal to theta_kappa is not in the coefficients: it is `noise_var`.
+    `centers` (S,) may pass the per-seed centres already computed."""
     if mode != "w2s":
         coef = config.pi[0] * hermite_coefficients(config.link, n_max)
         return LabelModel(coef=coef, second_moment=float(np.sum(coef**2)))
@@ -132,8 +142,10 @@ def label_model(
     z = torch.randn(n_samples, config.s, generator=gen, dtype=torch.float64)
     b0 = problem.bases[seed_index, 0].double().cpu()
     weak_b = problem.weak_u[seed_index].double().cpu() @ b0  # (M, s)
-    fw = get_activation(config.weak_activation).value(z @ weak_b.mT).mean(-1)
-    y = transform_labels(fw, config.transform, config.clip)
+    y = w2s_labels(config, z, weak_b)
+    if config.label_center == "mean":
+        centers = label_mean(config, problem) if centers is None else centers
+        y = y - float(centers[seed_index])
     nu = z @ (b0.mT @ problem.thetas[seed_index, 0].double().cpu())
     coef, se = measured_coefficients(nu.numpy(), y.numpy(), n_max, normalised=True)
     return LabelModel(coef=coef, second_moment=float((y * y).mean()), stderr=se)
@@ -342,10 +354,13 @@ def predict(
     groups = problem.groups.cpu().numpy()
     non = groups > 0
     per: dict[str, list] = {"target_alignment": [], "nontarget_alignment": [], "nontarget_target_alignment": []}
-    escape, coefs, n_rhs, failed = [], [], [], []
+    escape, coefs, n_rhs, failed, second, noise = [], [], [], [], [], []
+    centers = label_mean(config, problem) if mode == "w2s" and config.label_center == "mean" else None
     for i in range(problem.n_seeds):
-        labels = label_model(config, problem, mode, n_samples=n_label_samples, seed_index=i)
+        labels = label_model(config, problem, mode, n_samples=n_label_samples, seed_index=i, centers=centers)
         coefs.append([float(c) for c in labels.coef])
+        second.append(labels.second_moment)
+        noise.append(labels.noise_var)
         state = initial_state(config, problem, mode, i)
         out = solve_order_parameters(config, mode, state, labels, steps, n_mc=n_mc, mc_seed=i)
         al = out["align"]  # (T', N, K), T' <= T where the solver stopped early
@@ -367,6 +382,17 @@ def predict(
         "threshold": threshold,
         "escape_samples_per_seed": escape,
         "label_coefficients_per_seed": coefs,
+        "label_model": {
+            "coefficients": "normalised Hermite h_n = He_n / sqrt(n!) along theta_kappa^T x, n = 0..6, measured",
+            "center": None if centers is None else [float(v) for v in centers.cpu()],
+            "weak_bound": config.weak_bound,
+            "transform": config.transform,
+            "clip": config.clip,
+            "second_moment_per_seed": second,
+            "projected_out_var_per_seed": noise,
+            "projected_out": "the labels' dependence on directions other than theta_kappa (degree > 6 along it, "
+            "and the weak model's components in V_kappa orthogonal to theta_kappa), kept as independent noise",
+        },
         "n_rhs_evaluations": n_rhs,
         "failed_per_seed": failed,
     }

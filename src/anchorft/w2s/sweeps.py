@@ -34,7 +34,7 @@ from anchorft.io import write_json
 from anchorft.provenance import write_metrics
 from anchorft.w2s.config import PRESET_DIR, W2SConfig, apply_overrides, config_hash, load_config
 from anchorft.w2s.dynamics import train, train_weak
-from anchorft.w2s.experiments import run_experiment
+from anchorft.w2s.experiments import prepare_weak, run_experiment
 from anchorft.w2s.hermite import information_exponent
 from anchorft.w2s.mechanisms import MECH_KINDS, run_mech_sweep, validate_mech_spec
 from anchorft.w2s.mechanisms import expand as expand_mech
@@ -243,20 +243,41 @@ def _hits(config: W2SConfig, series: str, thresholds: list[float], cache_dir: Pa
     if path is not None and path.exists():
         return json.loads(path.read_text())
     problem = build_problem(config)
+    weak_info = None
     if series == "weak":
         _, info = train_weak(config, problem, progress=progress, hit_threshold=thresholds)
         hits, budget = info["hit_steps"], config.weak_steps
     else:
+        if series == "w2s" and config.weak in ("trained", "scratch"):
+            weak_info = _trained_weak(config, problem, progress)
         res = train(config, problem, series, progress=progress, hit_threshold=thresholds)
         hits, budget = res.extra["hit_steps"], config.steps
     rec = {
         "samples": {k: [None if h is None else h * config.batch_size for h in v] for k, v in hits.items()},
         "budget_samples": budget * config.batch_size,
     }
+    if weak_info is not None:
+        rec["weak"] = weak_info
     if path is not None:
         path.parent.mkdir(exist_ok=True)
         write_json(path, rec, indent=1)
     return rec
+
+
+_WEAK_CACHE: dict[str, tuple[torch.Tensor, dict]] = {}
+_STRONG_ONLY = ("eta_w2s", "eta_sft", "steps", "modes", "n_log", "schedule", "anneal_start", "anneal_final", "loss")
+
+
+def _trained_weak(config: W2SConfig, problem, progress: bool) -> dict:
+    """Set `problem`'s weak model to the trained one (`experiments.prepare_weak`), computed once per weak-model
+    config in this process (the W2S step-size grid of a point shares it); returns its training info."""
+    key = config_hash(config, exclude=_STRONG_ONLY)
+    if key not in _WEAK_CACHE:
+        info = prepare_weak(config, problem, progress=progress)
+        _WEAK_CACHE[key] = (problem.weak_u.clone(), info)
+    weak_u, info = _WEAK_CACHE[key]
+    problem.weak_u = weak_u.clone()
+    return info
 
 
 def _rank(samples: list[float | None]) -> tuple[float, int, float]:
@@ -332,6 +353,8 @@ def _scaling_series(spec: dict, config: W2SConfig, series: str, cache_dir: Path 
             "censored": med is None,
             "edge": edge,
         }
+    if runs[0].get("weak") is not None:  # the trained weak model the W2S runs of this point learnt from
+        out["weak"] = runs[0]["weak"]
     primary = out["best"][str(thresholds[0])]
     out.update({k: primary[k] for k in ("samples_per_seed", "median_samples", "censored")})
     return out
