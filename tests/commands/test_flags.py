@@ -54,3 +54,27 @@ def test_parse_named_pairs_in_order_and_errors():
         parse_named(["noequals"], "--models")
     with pytest.raises(ValueError, match="the name 'a' is given twice"):
         parse_named(["a=x", "a=y"], "--tuned")
+
+
+def test_rl_short_help_lists_the_project_flags_first(capsys):
+    """`anchorft rl --help` has the same layout as `anchorft train --help`: the script's and DAPOConfig's own fields
+    first, TRL's full list behind --help-all."""
+    from anchorft.commands.rl import main as rl_main
+
+    assert rl_main(["--help"]) == 0
+    text = capsys.readouterr().out
+    for flag in (
+        "--config",
+        "--model",
+        "--dataset",
+        "--out",
+        "--overwrite",
+        "--estimate",
+        "--steps",
+        "--anchor_method",
+    ):
+        assert flag in text
+    assert len(text.splitlines()) < 120 and "--help-all" in text
+    with pytest.raises(SystemExit):
+        rl_main(["--help-all"])
+    assert len(capsys.readouterr().out.splitlines()) > 300

@@ -93,6 +93,15 @@ def parse(argv: list[str]):
 
 
 def main(argv: list[str]) -> int:
+    from anchorft.commands.flags import pop_flag, rl_short_help
+
+    argv = list(argv)
+    if "-h" in argv or "--help" in argv:
+        print(rl_short_help())
+        return 0
+    argv, help_all = pop_flag(argv, "--help-all", "--help_all")
+    if help_all:
+        argv = [*argv, "--help"]
     try:
         script, config = parse(argv)
     except ValueError as e:  # a bad YAML, key or value: DAPOConfig checks every field on construction
