@@ -159,3 +159,60 @@ def test_cumulative_block_energy_against_a_loop():
     got = cumulative_block_energy(g, u, v)
     want = [float((u[:, :k].T @ g @ v[:, :k]).pow(2).sum()) for k in range(1, 7)]
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
+
+
+def test_rotation_penalty_of_a_batch_is_one_value_per_matrix():
+    from anchorft.subspace import rotation_penalty, rotation_residuals
+
+    w0 = _rand(3, 9, 7, seed=8)
+    u, _, v = top_k_bases(w0, 3)
+    s_ref = reference_block(w0, u, v)
+    w = w0 + 0.1 * _rand(3, 9, 7, seed=9)
+    got = rotation_penalty(*rotation_residuals(w, u, v, s_ref))
+    assert got.shape == (3,)
+    for i in range(3):  # each matrix alone, written with explicit projectors
+        d, pu, pv = w[i] - w0[i], u[i] @ u[i].T, v[i] @ v[i].T
+        want = (
+            d.pow(2).sum() - ((torch.eye(9, dtype=d.dtype) - pu) @ d @ (torch.eye(7, dtype=d.dtype) - pv)).pow(2).sum()
+        )
+        assert float(got[i]) == pytest.approx(float(want), rel=1e-10)
+
+
+def test_rotation_residuals_compute_in_the_bases_dtype():
+    from anchorft.subspace import rotation_residuals
+
+    w0 = _rand(9, 7, seed=10)
+    u, _, v = top_k_bases(w0, 3)
+    s_ref = reference_block(w0, u, v)
+    w = w0 + 0.1 * _rand(9, 7, seed=11)
+    u32, v32, s32 = u.float(), v.float(), s_ref.float()
+    for w0_arg in (None, w0):  # W in bfloat16 (a model's weights), W_0 in float64, the bases in float32
+        a, b, c = rotation_residuals(w.bfloat16(), u32, v32, s32, w0=w0_arg)
+        assert a.dtype == b.dtype == c.dtype == torch.float32
+        d = w.bfloat16().double() - w0
+        torch.testing.assert_close(a.double(), u.T @ d, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(b.double(), d @ v, atol=1e-4, rtol=1e-4)
+
+
+def test_energy_rank_one_is_every_singular_value_and_sums_in_float64():
+    from anchorft.subspace import energy_rank
+
+    # fraction 1 is min(m, n) even when trailing singular values are 0 (a rank-2 matrix of shape 4 x 4)
+    assert energy_rank(torch.tensor([3.0, 2.0, 0.0, 0.0]), 1.0) == 4
+    assert energy_rank(torch.tensor([3.0, 2.0, 0.0, 0.0]), 0.999) == 2
+    # float32 singular values: sigma_2^2 = 1e-8 of the energy is below float32's resolution at 1, not float64's
+    s = torch.tensor([1.0, 1e-4], dtype=torch.float32)
+    frac = 1.0 - 5e-9
+    share = np.cumsum(np.array([1.0, 1e-4]) ** 2) / np.sum(np.array([1.0, 1e-4]) ** 2)
+    assert energy_rank(s, frac) == int(np.argmax(share >= frac)) + 1 == 2
+
+
+def test_cumulative_block_energy_computes_in_the_bases_dtype():
+    from anchorft.subspace import cumulative_block_energy
+
+    g, w0 = _rand(10, 6, seed=12), _rand(10, 6, seed=13)
+    u, _, v = top_k_bases(w0, 4)
+    got = cumulative_block_energy(g.float(), u, v)  # a float32 Fisher gradient, float64 bases
+    assert got.dtype == torch.float64
+    want = [float((u[:, :k].T @ g.float().double() @ v[:, :k]).pow(2).sum()) for k in range(1, 5)]
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)

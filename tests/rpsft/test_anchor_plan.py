@@ -295,3 +295,23 @@ def test_fisher_rule_from_a_given_product(model):
         shares = [float((u[:, :k].T @ fisher[n] @ vh[:k].T).pow(2).sum()) / total for k in range(1, min(w.shape) + 1)]
         want = next((k + 1 for k, sh in enumerate(shares) if sh >= 0.5), min(w.shape))
         assert anchor.ranks[n] == want, n
+
+
+def test_drift_max_after_penalty_terms_is_unweighted_by_the_map_lambda(model):
+    """drift_max = max_l ||U^T (W - W_0) V||_F / ||U^T W_0 V||_F (numpy SVD) whatever weight a map's lambda gives
+    the terms: `summarize(penalty_terms(...))` reads the unweighted R_l, not the weighted terms."""
+    names = [n for n, _ in select_parameters(model)]
+    w0s = {n: p.detach().double().numpy().copy() for n, p in model.named_parameters() if n in names}
+    anchor = SubspaceAnchor.from_model(model, rank=4, rank_map={r".": {"lambda": 8.0}}, base_lambda=2.0)
+    assert {e.weight for e in anchor.entries} == {4.0}
+    perturb(model)
+    params = dict(model.named_parameters())
+    rel, raw = [], 0.0
+    for name, w0 in w0s.items():
+        u, _, vt = np.linalg.svd(w0)
+        block = u[:, :4].T @ (params[name].detach().double().numpy() - w0) @ vt[:4].T
+        rel.append(np.linalg.norm(block) / np.linalg.norm(u[:, :4].T @ w0 @ vt[:4].T))
+        raw += float(np.sum(block**2))
+    got = anchor.summarize(anchor.penalty_terms(model))
+    assert got["drift_max"] == pytest.approx(max(rel), rel=1e-4)
+    assert got["penalty"] == pytest.approx(4.0 * raw, rel=1e-5)
