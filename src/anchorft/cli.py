@@ -101,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as e:
         mark_active("failed")
         return errors.report(_prog(name, rest), e)
+    except BrokenPipeError:  # `anchorft X --help | head`: the reader left; say nothing more (Python's own advice)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except BaseException:
         mark_active("failed")
         raise

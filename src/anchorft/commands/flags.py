@@ -117,40 +117,6 @@ def short_help() -> str:
     return "\n".join(lines)
 
 
-RL_COMMON = ("learning_rate", "lr_scheduler_type", "per_device_train_batch_size", "bf16", "seed", "logging_steps")
-
-
-def rl_short_help() -> str:
-    """`anchorft rl --help`: the script's flags, DAPOConfig's own fields, the usual TRL ones; `--help-all` for the
-    rest (the same layout as `anchorft train --help`)."""
-    from trl import GRPOConfig
-
-    from anchorft.commands.rl import RLScriptArguments
-    from anchorft.rpsft.dapo_config import DAPOConfig
-
-    inherited = {f.name for f in dataclasses.fields(GRPOConfig)}
-    all_fields = {f.name: f for f in dataclasses.fields(DAPOConfig)}
-    lines = [
-        "usage: anchorft rl --model DIR --dataset DATA.jsonl --out DIR [--config RL.yaml] [--field value ...]",
-        "       anchorft rl --estimate --model DIR [--config configs/rl/dapo.yaml]",
-        "",
-        "Fields are accepted as --snake_case or --kebab-case; a YAML --config sets the same fields.",
-        "",
-        "run, data and model:",
-        "  --config FILE\n      YAML with any field below (configs/rl/dapo.yaml: the release's scale)",
-    ]
-    for f in dataclasses.fields(RLScriptArguments):
-        lines.append(f"  --{f.name}\n      {_first_line(f.metadata.get('help', ''))}")
-    lines += ["", "DAPO and anchor (DAPOConfig):"]
-    for f in dataclasses.fields(DAPOConfig):
-        if f.name not in inherited:
-            lines.append(f"  --{f.name} (default {f.default!r})\n      {_first_line(f.metadata.get('help', ''))}")
-    lines += ["", "common TRL / transformers fields:"]
-    lines += [f"  --{n} (default {all_fields[n].default!r})" for n in RL_COMMON if n in all_fields]
-    lines += ["", "--help-all lists every TRL / transformers field."]
-    return "\n".join(lines)
-
-
 def both_spellings(parser) -> None:
     """Let every `--snake_case` option of `parser` (and of its subcommands) also be given as `--kebab-case`,
     and the reverse: one flag style across commands, whichever a user types."""

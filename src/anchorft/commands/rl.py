@@ -12,7 +12,7 @@ override both.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from anchorft.errors import report
 
@@ -92,12 +92,46 @@ def parse(argv: list[str]):
     return parser.parse_args_into_dataclasses(args=argv)
 
 
+RL_COMMON = ("learning_rate", "lr_scheduler_type", "per_device_train_batch_size", "bf16", "seed", "logging_steps")
+
+
+def short_help() -> str:
+    """`anchorft rl --help`: the script's flags, DAPOConfig's own fields, the usual TRL ones; `--help-all` for the
+    rest (the same layout as `anchorft train --help`)."""
+    from trl import GRPOConfig
+
+    from anchorft.commands.flags import _first_line
+    from anchorft.rpsft.dapo_config import DAPOConfig
+
+    inherited = {f.name for f in fields(GRPOConfig)}
+    all_fields = {f.name: f for f in fields(DAPOConfig)}
+    lines = [
+        "usage: anchorft rl --model DIR --dataset DATA.jsonl --out DIR [--config RL.yaml] [--field value ...]",
+        "       anchorft rl --estimate --model DIR [--config configs/rl/dapo.yaml]",
+        "",
+        "Fields are accepted as --snake_case or --kebab-case; a YAML --config sets the same fields.",
+        "",
+        "run, data and model:",
+        "  --config FILE\n      YAML with any field below (configs/rl/dapo.yaml: the release's scale)",
+    ]
+    for f in fields(RLScriptArguments):
+        lines.append(f"  --{f.name}\n      {_first_line(f.metadata.get('help', ''))}")
+    lines += ["", "DAPO and anchor (DAPOConfig):"]
+    for f in fields(DAPOConfig):
+        if f.name not in inherited:
+            lines.append(f"  --{f.name} (default {f.default!r})\n      {_first_line(f.metadata.get('help', ''))}")
+    lines += ["", "common TRL / transformers fields:"]
+    lines += [f"  --{n} (default {all_fields[n].default!r})" for n in RL_COMMON if n in all_fields]
+    lines += ["", "--help-all lists every TRL / transformers field."]
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
-    from anchorft.commands.flags import pop_flag, rl_short_help
+    from anchorft.commands.flags import pop_flag
 
     argv = list(argv)
     if "-h" in argv or "--help" in argv:
-        print(rl_short_help())
+        print(short_help())
         return 0
     argv, help_all = pop_flag(argv, "--help-all", "--help_all")
     if help_all:
