@@ -347,22 +347,16 @@ def test_shipped_mechanism_specs_validate():
         assert {pt["bias"] for pt in expand(spec)} == {"none", "trained"}
 
 
+def _weak_quality_base(**over) -> dict:
+    """A tiny one-task W2S + ceiling configuration for the weak-quality sweep."""
+    base = {"preset": "paper", **TINY, "group_sizes": [4], "n_tasks": 1, "pi": [1.0], "link": "he4"}
+    base.update(modes=["w2s", "ceiling"], n_seeds=2, label_samples=1000, risk_samples=1000)
+    return {**base, **over}
+
+
 def test_weak_quality_sweep_end_to_end(tmp_path):
     spec = {
-        "base": {
-            "preset": "paper",
-            **TINY,
-            "group_sizes": [4],
-            "n_tasks": 1,
-            "pi": [1.0],
-            "link": "he4",
-            "modes": ["w2s", "ceiling"],
-            "steps": 24,
-            "n_seeds": 2,
-            "weak_steps": 16,
-            "label_samples": 1000,
-            "risk_samples": 1000,
-        },
+        "base": _weak_quality_base(steps=24, weak_steps=16),
         "weak_alignment": [0.5, 0.9],
         "weak_steps": [16],
     }
@@ -378,19 +372,7 @@ def test_weak_quality_sweep_end_to_end(tmp_path):
 
 def test_weak_quality_with_a_longer_ceiling(tmp_path):
     spec = {
-        "base": {
-            "preset": "paper",
-            **TINY,
-            "group_sizes": [4],
-            "n_tasks": 1,
-            "pi": [1.0],
-            "link": "he4",
-            "modes": ["w2s", "ceiling"],
-            "steps": 16,
-            "n_seeds": 2,
-            "label_samples": 1000,
-            "risk_samples": 1000,
-        },
+        "base": _weak_quality_base(steps=16),
         "weak_alignment": [0.5, 0.9],
         "ceiling_steps": 48,
     }

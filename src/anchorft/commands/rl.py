@@ -67,8 +67,6 @@ def _parser():
 def parse(argv: list[str]):
     """(RLScriptArguments, DAPOConfig) from argv: TrlParser, with `--config` YAML read, its keys and value types
     checked (one-line errors naming the file), then set as the parser's defaults."""
-    import dataclasses
-
     from anchorft.errors import check_keys, check_mapping_types, read_yaml
     from anchorft.rpsft.dapo_config import DAPOConfig
 
@@ -84,7 +82,7 @@ def parse(argv: list[str]):
         if not path:
             raise ValueError("--config needs a YAML file")
         cfg = read_yaml(path) or {}
-        script_keys = {f.name for f in dataclasses.fields(RLScriptArguments)}
+        script_keys = {f.name for f in fields(RLScriptArguments)}
         check_keys({k: v for k, v in cfg.items() if k not in script_keys}, DAPOConfig, path)
         check_mapping_types(cfg, RLScriptArguments, path)
         check_mapping_types(cfg, DAPOConfig, path)
