@@ -56,6 +56,11 @@ def _parser() -> argparse.ArgumentParser:
         "--front", nargs="+", default=None, metavar="RUN",
         help="also front.md: every run against the interpolated front of these runs (and the base)",
     )  # fmt: skip
+    rep.add_argument(
+        "--pick", action="append", default=[], metavar="GROUP=RUN,RUN",
+        help="with --front: choose among these runs (an option's knob values) the one furthest above the front on "
+        "the validation items, and report it on the held-out ones; repeatable",
+    )  # fmt: skip
     rep.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
     for sp in (pre, cmp_, rep):  # the global option is accepted after the subcommand too
         sp.add_argument("--threads", type=int, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -91,9 +96,12 @@ def main(argv: list[str]) -> int:
 
     torch.set_num_threads(args.threads)
     if args.cmd == "report":
-        from anchorft.toy.report import write_report, write_tradeoff_plot
+        from anchorft.toy.report import parse_picks, write_report, write_tradeoff_plot
         from anchorft.toy.results import RESULTS_FILE, load_results, merge_results, save_results
 
+        picks = parse_picks(args.pick)  # before anything is read
+        if picks and not args.front:
+            raise ValueError("--pick: needs --front (the knobs are chosen against the front)")
         check_output_dir(args.out)  # before the sources are read
         parts = []
         for src in args.sources:
@@ -102,7 +110,10 @@ def main(argv: list[str]) -> int:
                 raise ValueError(f"--from: {path} does not exist")
             parts.append(load_results(path))
         claim = claim_output(
-            args.out, "toy report", {"sources": [p.to_dict() for p in parts]}, overwrite=args.overwrite
+            args.out,
+            "toy report",
+            {"sources": [p.to_dict() for p in parts], "front": args.front, "pick": args.pick},
+            overwrite=args.overwrite,
         )
         merged = merge_results(parts).to_dict()
         out = Path(args.out)
@@ -112,7 +123,7 @@ def main(argv: list[str]) -> int:
         if args.front:
             from anchorft.toy.report import write_front
 
-            write_front(merged, args.front, out / "front.md")
+            write_front(merged, args.front, out / "front.md", picks)
         finish(claim)
         print(f"report: {out / 'report.md'}  ({len(merged['methods'])} runs from {len(parts)} comparisons)")
         return 0

@@ -30,21 +30,52 @@ from anchorft.toy.compare_config import (
     CompareConfig,
     RunSpec,
     comparison_eval_sets,
+    comparison_val_sets,
     expand_sweeps,
     load_config,
 )
-from anchorft.toy.evaluate import evaluate_toy
+from anchorft.toy.evaluate import evaluate_greedy, evaluate_toy
 from anchorft.toy.pretrain import pretrained_model
 from anchorft.toy.report import write_report, write_tradeoff_plot
 from anchorft.toy.results import RESULTS_FILE, CompareResults, save_results
 
-__all__ = ["finetune_dataset", "run_compare"]
+__all__ = ["finetune_dataset", "calibration_fisher", "run_compare"]
 
 
 def finetune_dataset(n: int, rng: np.random.Generator, skill: str = "math_hard") -> datasets.Dataset:
     """The fine-tuning set: `n` prompt/completion pairs of the hard math distribution (train split)."""
     items = sk.sample_items(skill, n, "train", rng)
     return datasets.Dataset.from_list([{"prompt": it.prompt, "completion": it.answer} for it in items])
+
+
+def _needs_fisher(run: RunSpec) -> bool:
+    rule = run.anchor_rank_rule or ""
+    return get_method(run.method).uses_rank and rule.startswith("fisher:")
+
+
+def calibration_fisher(cfg: CompareConfig, run: RunSpec, model, tokenizer) -> dict[str, torch.Tensor]:
+    """{name: F_ood G} on `model` (the base) for a fisher:F run: G from `cfg.calibration_items` training-split
+    items of the fine-tuning distribution, F_ood from as many training-split items spread over the OOD skills
+    (never the evaluation or validation items); fixed generators, so every seed and process gets the same ranks."""
+    from anchorft.analysis.fisher import fisher_gradient_product
+    from anchorft.analysis.prompts import PromptItem, encode_batch
+    from anchorft.rpsft.anchor import select_parameters
+    from anchorft.rpsft.anchor_plan import select_layers
+
+    n = cfg.calibration_items
+    rng = np.random.default_rng(cfg.eval_seed + 2)
+    id_items = sk.sample_items(cfg.id_skill, n, "train", rng)
+    per = -(-n // len(sk.OOD_SKILLS))
+    ood_items = [it for s in sk.OOD_SKILLS for it in sk.sample_items(s, per, "train", rng)]
+    ood_items = [ood_items[int(i)] for i in rng.permutation(len(ood_items))[:n]]
+
+    def batches(items):  # one example per batch: F_ood needs per-example gradients
+        return [encode_batch(tokenizer, [PromptItem(it.prompt, it.answer)], 64, with_completion=True) for it in items]
+
+    targets = run.anchor_targets or cfg.anchor_targets
+    emb = cfg.anchor_include_embeddings if run.anchor_include_embeddings is None else run.anchor_include_embeddings
+    names = select_layers([n for n, _ in select_parameters(model, targets, emb)], run.anchor_layers)
+    return fisher_gradient_product(model, batches(id_items), batches(ood_items), names, progress=False)
 
 
 def _train_args(cfg: CompareConfig, run: RunSpec, seed: int, out: Path):
@@ -107,11 +138,14 @@ def _finetune_and_evaluate(cfg: CompareConfig, run: RunSpec, seed: int, base_dir
     data = finetune_dataset(cfg.finetune_items, np.random.default_rng(1000 + seed), cfg.id_skill)
     args = _train_args(cfg, run, seed, out / "runs" / f"{run.name}-seed{seed}")
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    fisher = calibration_fisher(cfg, run, model, tok) if _needs_fisher(run) else None
     t0 = time.perf_counter()
-    trainer = train(args, model, data, tokenizer=tok)
+    trainer = train(args, model, data, tokenizer=tok, anchor_fisher=fisher)
     seconds = time.perf_counter() - t0
     gen = torch.Generator().manual_seed(cfg.eval_seed)
     metrics = evaluate_toy(trainer.model, tok, comparison_eval_sets(cfg), cfg.eval, gen, id_skill=cfg.id_skill)
+    if val_sets := comparison_val_sets(cfg):
+        metrics["val"] = evaluate_greedy(trainer.model, tok, val_sets, cfg.eval, id_skill=cfg.id_skill)
     metrics.update(seed=seed, train_seconds=seconds)
     name = run.name if seed == cfg.seeds[0] else f"{run.name}-seed{seed}"
     trainer.model.save_pretrained(out / "models" / name)
@@ -174,6 +208,9 @@ def run_compare(
     base_model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     gen = torch.Generator().manual_seed(cfg.eval_seed)
     base = evaluate_toy(base_model, tok, eval_sets, cfg.eval, gen, id_skill=cfg.id_skill)
+    val_sets = comparison_val_sets(cfg)
+    if val_sets:
+        base["val"] = evaluate_greedy(base_model, tok, val_sets, cfg.eval, id_skill=cfg.id_skill)
     base_model.save_pretrained(out / "models" / "base")
     tok.save_pretrained(out / "models" / "base")
     base["pretrain"] = {k: pretrain_metrics[k] for k in ("params", "greedy_accuracy", "train_seconds", "key")}
@@ -189,6 +226,7 @@ def run_compare(
             "id_skill": cfg.id_skill,
             "id_items": len(eval_sets[cfg.id_skill]),
             "ood_items": {s: len(eval_sets[s]) for s in sk.OOD_SKILLS},
+            "val_items": {s: len(v) for s, v in val_sets.items()},
             "seeds": cfg.seeds,
             "pretrained": str(base_dir),
         },

@@ -29,6 +29,7 @@ __all__ = [
     "load_config",
     "expand_sweeps",
     "comparison_eval_sets",
+    "comparison_val_sets",
     "paper_rank",
 ]
 
@@ -67,6 +68,9 @@ class CompareConfig:
     anchor_include_embeddings: bool = True
     eval: EvalSettings = field(default_factory=EvalSettings)
     eval_seed: int = 12345  # the held-out items and the sampling generator of the evaluation
+    # fisher:F rank rules: training-split items (prompt + answer) whose gradients give F_ood G on the base model,
+    # this many of the fine-tuning distribution (G) and this many spread over the OOD skills (F_ood)
+    calibration_items: int = 32
 
     def validate(self) -> None:
         self.pretrain.validate()
@@ -88,6 +92,8 @@ class CompareConfig:
         for name in ("finetune_items", "max_steps", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.calibration_items < 1:
+            raise ValueError(f"calibration_items: must be >= 1, got {self.calibration_items}")
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate: must be > 0, got {self.learning_rate}")
 
@@ -97,6 +103,27 @@ def comparison_eval_sets(cfg: CompareConfig) -> dict:
     sets = build_eval_sets([cfg.id_skill, *sk.OOD_SKILLS], cfg.eval.id_items, np.random.default_rng(cfg.eval_seed))
     for s in sk.OOD_SKILLS:
         sets[s] = sets[s][: cfg.eval.ood_items]
+    return sets
+
+
+def comparison_val_sets(cfg: CompareConfig) -> dict:
+    """The validation items (`cfg.eval.val_items` per skill; {} when 0): evaluation-split items, never trained on,
+    disjoint by key from `comparison_eval_sets` (drawn with eval_seed + 1). A skill whose evaluation split the
+    reported items exhaust (boolean's 64 expressions) is left out."""
+    n = cfg.eval.val_items
+    if not n:
+        return {}
+    reported = comparison_eval_sets(cfg)
+    rng = np.random.default_rng(cfg.eval_seed + 1)
+    sets = {}
+    for s in [cfg.id_skill, *sk.OOD_SKILLS]:
+        taken = {it.key for it in reported[s]}
+        pool = sk.sample_items(s, len(taken) + n, "eval", rng, unique=True)
+        items = [it for it in pool if it.key not in taken][:n]
+        if items:
+            sets[s] = items
+    if cfg.id_skill not in sets:
+        raise ValueError(f"eval.val_items: the evaluation split of {cfg.id_skill} has no item left for validation")
     return sets
 
 

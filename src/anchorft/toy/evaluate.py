@@ -16,7 +16,15 @@ import torch
 from anchorft.eval.pipeline import evaluate_prompts
 from anchorft.toy import skills as sk
 
-__all__ = ["EvalSettings", "evaluate_prompts", "evaluate_skills", "build_eval_sets", "evaluate_toy", "greedy_accuracy"]
+__all__ = [
+    "EvalSettings",
+    "evaluate_prompts",
+    "evaluate_skills",
+    "build_eval_sets",
+    "evaluate_toy",
+    "evaluate_greedy",
+    "greedy_accuracy",
+]
 
 
 @dataclass
@@ -29,6 +37,9 @@ class EvalSettings:
     batch_size: int = 256
     id_items: int = 200
     ood_items: int = 100  # per skill (fewer when the split holds fewer, e.g. boolean)
+    # validation: items per skill (ID and OOD) disjoint from the reported ones, scored greedily, for choosing
+    # knobs (`anchorft toy report --pick`); 0 = no validation split
+    val_items: int = 0
 
     def validate(self) -> None:
         if not 1 <= self.k <= self.n_samples:
@@ -37,6 +48,8 @@ class EvalSettings:
             raise ValueError("temperature: must be > 0 and top_p in (0, 1]")
         if self.id_items < 1 or self.ood_items < 1:
             raise ValueError("id_items and ood_items: must be >= 1")
+        if self.val_items < 0:
+            raise ValueError(f"val_items: must be >= 0, got {self.val_items}")
 
 
 def _skill_checker(items: list[sk.Item]) -> Callable[[int, str], bool]:
@@ -110,3 +123,20 @@ def evaluate_toy(
         "ood_mean": float(np.mean(list(ood.values()))),
         "ood": ood,
     }
+
+
+def evaluate_greedy(
+    model: torch.nn.Module,
+    tokenizer,
+    eval_sets: dict[str, list[sk.Item]],
+    settings: EvalSettings,
+    id_skill: str = "math_hard",
+) -> dict:
+    """Greedy accuracy only (the validation split's metrics): `id_greedy`, `ood_mean` over the OOD skills present
+    and `ood` per skill."""
+    acc = {
+        s: greedy_accuracy(model, tokenizer, items, settings.batch_size, settings.max_new_tokens)
+        for s, items in eval_sets.items()
+    }
+    ood = {s: a for s, a in acc.items() if s != id_skill}
+    return {"id_greedy": acc[id_skill], "ood_mean": float(np.mean(list(ood.values()))), "ood": ood}

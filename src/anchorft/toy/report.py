@@ -9,7 +9,16 @@ import numpy as np
 from anchorft.io import save_figure, write_text
 from anchorft.toy.results import sample_std
 
-__all__ = ["write_report", "write_tradeoff_plot", "acceptance"]
+__all__ = [
+    "write_report",
+    "write_tradeoff_plot",
+    "acceptance",
+    "interpolated_front",
+    "front_table",
+    "pick_on_val",
+    "parse_picks",
+    "write_front",
+]
 
 COLS = (("id_avg@k", "ID Avg@k"), ("id_pass@k", "ID Pass@k"), ("id_greedy", "ID greedy"), ("ood_mean", "OOD mean"))
 
@@ -111,8 +120,16 @@ def write_tradeoff_plot(results: dict, path: str | Path) -> None:
     save_figure(fig, path, dpi=110)
 
 
-def _point(m: dict, base: dict) -> tuple[np.ndarray, np.ndarray]:
+def _point(m: dict, base: dict, split: str = "test") -> tuple[np.ndarray, np.ndarray]:
+    """Per-seed (retention, ID gain in points) of run `m` on the reported items (`split` "test") or on the
+    validation items ("val": the `val` metrics of each seed and of the base)."""
+    if split not in ("test", "val"):
+        raise ValueError(f"split: must be 'test' or 'val', got {split!r}")
     seeds = m["per_seed"]
+    if split == "val":
+        if "val" not in base or any("val" not in s for s in seeds):
+            raise ValueError("the comparison has no validation split (set eval.val_items > 0 and run it again)")
+        seeds, base = [s["val"] for s in seeds], base["val"]
     keep = np.array([s["ood_mean"] / max(base["ood_mean"], 1e-9) for s in seeds])
     gain = np.array([100 * (s["id_greedy"] - base["id_greedy"]) for s in seeds])
     return keep, gain
@@ -132,21 +149,22 @@ def interpolated_front(points: list[tuple[float, float]], x: float) -> float:
     return 0.0
 
 
-def front_table(results: dict, front_runs: list[str]) -> list[dict]:
+def front_table(results: dict, front_runs: list[str], split: str = "test") -> list[dict]:
     """Each run against the front of `front_runs` (and the base): mean retention and ID gain (points) over its
     seeds, the front's gain at its retention, the excess, its standard error (std ddof=1 / sqrt(n), None for one
-    seed) and whether it lies above the front by more than two standard errors."""
+    seed) and whether it lies above the front by more than two standard errors. `split` "val": all of it on the
+    validation items instead of the reported ones."""
     base = results["base"]
     missing = [r for r in front_runs if r not in results["methods"]]
     if missing:
         raise ValueError(f"front: runs {missing} not in the results (have {sorted(results['methods'])})")
     pts = [(1.0, 0.0)]
     for r in front_runs:
-        keep, gain = _point(results["methods"][r], base)
+        keep, gain = _point(results["methods"][r], base, split)
         pts.append((float(keep.mean()), float(gain.mean())))
     rows = []
     for name, m in results["methods"].items():
-        keep, gain = _point(m, base)
+        keep, gain = _point(m, base, split)
         x, y = float(keep.mean()), float(gain.mean())
         f = interpolated_front(pts, x)
         se = float(gain.std(ddof=1) / np.sqrt(len(gain))) if len(gain) > 1 else None
@@ -157,8 +175,40 @@ def front_table(results: dict, front_runs: list[str]) -> list[dict]:
     return rows
 
 
-def write_front(results: dict, front_runs: list[str], path: str | Path) -> list[dict]:
-    """front.md: `front_table` as a Markdown table."""
+def pick_on_val(results: dict, front_runs: list[str], groups: dict[str, list[str]]) -> list[dict]:
+    """For each group (an option and the runs of its knob values), the run with the largest excess over the front
+    on the validation items, then that run's row on the reported items (`front_table`), with `group`, `val_excess`
+    and `candidates` (run -> validation excess) added. The reported items never take part in the choice."""
+    val = {r["run"]: r for r in front_table(results, front_runs, "val")}
+    test = {r["run"]: r for r in front_table(results, front_runs)}
+    rows = []
+    for group, runs in groups.items():
+        missing = [r for r in runs if r not in val]
+        if missing or not runs:
+            raise ValueError(f"pick {group}: runs {missing or runs} not in the results (have {sorted(val)})")
+        best = max(runs, key=lambda r: val[r]["excess"])
+        cands = {r: val[r]["excess"] for r in runs}
+        rows.append({**test[best], "group": group, "val_excess": val[best]["excess"], "candidates": cands})
+    return rows
+
+
+def parse_picks(specs: list[str]) -> dict[str, list[str]]:
+    """`GROUP=RUN,RUN,...` strings (the `toy report --pick` values) -> {group: runs}."""
+    groups = {}
+    for spec in specs:
+        group, sep, runs = spec.partition("=")
+        names = [r for r in runs.split(",") if r]
+        if not sep or not group or not names or group in groups:
+            raise ValueError(f"--pick: expected GROUP=RUN,RUN,... with a new GROUP, got {spec!r}")
+        groups[group] = names
+    return groups
+
+
+def write_front(
+    results: dict, front_runs: list[str], path: str | Path, picks: dict[str, list[str]] | None = None
+) -> list[dict]:
+    """front.md: `front_table` as a Markdown table (and, with `picks`, the same on the validation items and the
+    knobs chosen there, `pick_on_val`)."""
     rows = front_table(results, front_runs)
     lines = [
         f"# Against the front of {', '.join(front_runs)} (and the base)",
@@ -176,5 +226,26 @@ def write_front(results: dict, front_runs: list[str], path: str | Path) -> list[
             f"| {r['run']} | {r['seeds']} | {r['retention']:.3f} | {r['id_gain']:+.1f} | {r['front_gain']:+.1f} | "
             f"{r['excess']:+.1f} | {se} | {tag} |"
         )
+    if picks:
+        lines += ["", "## On the validation items (disjoint from the reported ones)", ""]
+        lines += ["| run | seeds | retention | ID gain | front at it | excess |", "|---|---|---|---|---|---|"]
+        for r in front_table(results, front_runs, "val"):
+            lines.append(
+                f"| {r['run']} | {r['seeds']} | {r['retention']:.3f} | {r['id_gain']:+.1f} | "
+                f"{r['front_gain']:+.1f} | {r['excess']:+.1f} |"
+            )
+        lines += ["", "## Knobs chosen on the validation items, scored on the reported ones", ""]
+        lines += [
+            "| option | candidates (validation excess) | chosen | retention | ID gain | front at it | excess | SE "
+            "| above by > 2 SE |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in pick_on_val(results, front_runs, picks):
+            se = "-" if r["se"] is None else f"{r['se']:.1f}"
+            cands = ", ".join(f"{k} {v:+.1f}" for k, v in r["candidates"].items())
+            lines.append(
+                f"| {r['group']} | {cands} | {r['run']} | {r['retention']:.3f} | {r['id_gain']:+.1f} | "
+                f"{r['front_gain']:+.1f} | {r['excess']:+.1f} | {se} | {'yes' if r['above_2se'] else 'no'} |"
+            )
     write_text(path, "\n".join(lines) + "\n")
     return rows

@@ -86,6 +86,8 @@ def mean_over_seeds(per_seed: list[dict]) -> dict:
     out = {k: float(np.mean([m[k] for m in per_seed])) for k in keys if k in per_seed[0]}
     out["std"] = {k: sample_std([m[k] for m in per_seed]) for k in keys if k in per_seed[0]}
     out["ood"] = {s: float(np.mean([m["ood"][s] for m in per_seed])) for s in per_seed[0]["ood"]}
+    if all("val" in m for m in per_seed):  # the validation split's greedy metrics, when the comparison has one
+        out["val"] = {k: float(np.mean([m["val"][k] for m in per_seed])) for k in ("id_greedy", "ood_mean")}
     return out
 
 
@@ -103,7 +105,17 @@ def merge_results(parts: list[CompareResults | dict]) -> CompareResults:
     first = parts[0]
     merged = {"base": first["base"], "methods": {}, "settings": first["settings"]}
     for i, r in enumerate(parts):
-        for key in ("pretrained", "id_skill", "id_items", "ood_items", "k", "n_samples", "temperature", "top_p"):
+        for key in (
+            "pretrained",
+            "id_skill",
+            "id_items",
+            "ood_items",
+            "val_items",
+            "k",
+            "n_samples",
+            "temperature",
+            "top_p",
+        ):
             a, b = r["settings"].get(key), first["settings"].get(key)
             if key == "pretrained" and a and b:  # the cache key (a hash of the pretraining config), wherever cached
                 a, b = Path(a).name, Path(b).name
