@@ -235,6 +235,7 @@ def test_merge_results_and_report_command(tmp_path):
     # rerun: the same sources are reused; other sources are refused unless --overwrite
     a_b = ["toy", "report", "--from", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "m")]
     assert cli(a_b) == 0
+    assert cli([*a_b, "--pick", "opt=sft,l2"]) == 2  # --pick without --front: refused before anything is read
     only_a = ["toy", "report", "--from", str(tmp_path / "a"), "--out", str(tmp_path / "m")]
     assert cli(only_a) == 2
     assert cli([*only_a, "--overwrite"]) == 0
@@ -263,3 +264,52 @@ def test_anchor_options_sweep_and_reach_the_trainer_args(tmp_path):
     args = _train_args(cfg, run, 0, tmp_path)
     assert (args.anchor_rank_rule, args.anchor_memory, args.anchor_kind) == ("energy:0.5", 5000, "subspace")
     assert (args.anchor_lambda_rest, args.anchor_layers) == (0.01, "0")
+
+
+def test_validation_items_are_disjoint_from_the_reported_ones():
+    from anchorft.toy.compare_config import comparison_eval_sets, comparison_val_sets
+    from anchorft.toy.skills import split_of
+
+    cfg = load_config("default")
+    assert comparison_val_sets(cfg) == {}  # no validation split unless asked
+    cfg.eval.val_items = 50
+    val, test = comparison_val_sets(cfg), comparison_eval_sets(cfg)
+    assert set(val) == set(test)
+    for skill, items in val.items():
+        keys = [it.key for it in items]
+        assert len(keys) == 50 and len(set(keys)) == 50
+        assert not set(keys) & {it.key for it in test[skill]}, skill
+        assert all(split_of(skill, k) == "eval" for k in keys)  # never trained on
+    assert [it.key for it in comparison_val_sets(cfg)["math_word"]] == [it.key for it in val["math_word"]]
+    cfg.eval.val_items = -1
+    with pytest.raises(ValueError, match="val_items"):
+        cfg.eval.validate()
+
+
+def test_fisher_rule_runs_in_the_comparison(tmp_path, monkeypatch):
+    """A fisher:F run is calibrated on the base (training-split items only) and resolves its ranks from F_ood G:
+    fisher:1 gives every matrix its full rank, a small F smaller ranks; the validation metrics are recorded."""
+    from anchorft.eval.loading import load_tokenizer
+    from anchorft.rpsft.anchor import SubspaceAnchor
+    from anchorft.toy.compare import calibration_fisher
+    from anchorft.toy.pretrain import pretrained_model
+
+    monkeypatch.setenv("ANCHORFT_CACHE", str(tmp_path / "cache"))
+    torch.set_num_threads(1)
+    cfg = load_config({"preset": "smoke", "calibration_items": 4, "eval": {"val_items": 3}})
+    base_dir = pretrained_model(cfg.pretrain, progress=False)
+    base = AutoModelForCausalLM.from_pretrained(base_dir)
+    tok = load_tokenizer(str(base_dir))
+    run = RunSpec("f", "rpsft", anchor_rank_rule="fisher:0.3")
+    fisher = calibration_fisher(cfg, run, base, tok)
+    assert fisher and all(v.shape == dict(base.named_parameters())[n].shape for n, v in fisher.items())
+    assert any(float(v.abs().sum()) > 0 for v in fisher.values())
+    low = SubspaceAnchor.plan(base, rank="fisher:0.3", fisher=fisher)["ranks"]
+    full = SubspaceAnchor.plan(base, rank="fisher:1.0", fisher=fisher)["ranks"]
+    shapes = {n: p.shape for n, p in base.named_parameters()}
+    assert all(full[n] == min(shapes[n]) for n in fisher) and sum(low.values()) < sum(full.values())
+    cfg.runs = [run]
+    cfg.seeds = [0]
+    res = run_compare(cfg, tmp_path / "cmp", progress=False)
+    assert set(res["methods"]["f"]["per_seed"][0]["val"]) == {"id_greedy", "ood_mean", "ood"}
+    assert "val" in res["base"] and res["settings"]["val_items"]["math_word"] == 3

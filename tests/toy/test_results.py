@@ -64,3 +64,53 @@ def test_interpolated_front_and_excess():
     assert rows["b"]["front_gain"] == pytest.approx(5.0) and rows["b"]["excess"] == pytest.approx(5.0)
     assert rows["b"]["se"] == pytest.approx(1.0 / 3**0.5) and rows["b"]["above_2se"]
     assert not rows["c"]["above_2se"] and rows["a"]["se"] is None and rows["a"]["front_run"]
+
+
+def _run_with_val(method, test_pairs, val_pairs):
+    seeds = [
+        {"ood_mean": o, "id_greedy": i, "val": {"ood_mean": vo, "id_greedy": vi}}
+        for (o, i), (vo, vi) in zip(test_pairs, val_pairs)
+    ]
+    return {"method": method, "per_seed": seeds}
+
+
+def test_knob_chosen_on_validation_items_only():
+    """pick_on_val chooses the knob value furthest above the front on the validation items, then reports that
+    run's row on the reported items: here the test-best run ("hi") is not the val-best one ("lo")."""
+    from anchorft.toy.report import front_table, parse_picks, pick_on_val
+
+    results = {
+        "base": {"ood_mean": 1.0, "id_greedy": 0.0, "val": {"ood_mean": 0.5, "id_greedy": 0.0}},
+        "methods": {
+            "front": _run_with_val("l2", [(0.9, 0.10)], [(0.45, 0.10)]),  # retention 0.9, gain 10 on both splits
+            "lo": _run_with_val("rpsft", [(0.95, 0.05), (0.95, 0.07)], [(0.475, 0.11), (0.475, 0.13)]),
+            "hi": _run_with_val("rpsft", [(0.95, 0.12), (0.95, 0.14)], [(0.475, 0.02), (0.475, 0.04)]),
+        },
+    }
+    val = {r["run"]: r for r in front_table(results, ["front"], "val")}
+    # the validation retention is against the base's validation OOD mean (0.475 / 0.5), not the reported one
+    assert val["lo"]["retention"] == pytest.approx(0.95) and val["lo"]["excess"] == pytest.approx(12.0 - 5.0)
+    (row,) = pick_on_val(results, ["front"], parse_picks(["opt=hi,lo"]))
+    assert row["run"] == "lo" and row["group"] == "opt"
+    assert row["candidates"] == {"hi": pytest.approx(3.0 - 5.0), "lo": pytest.approx(7.0)}
+    assert row["id_gain"] == pytest.approx(6.0) and row["excess"] == pytest.approx(1.0)  # its reported-items row
+    for bad in (["opt"], ["=a"], ["opt="], ["o=a", "o=b"]):
+        with pytest.raises(ValueError, match="--pick"):
+            parse_picks(bad)
+    with pytest.raises(ValueError, match="not in the results"):
+        pick_on_val(results, ["front"], {"opt": ["lo", "nope"]})
+    del results["base"]["val"]
+    with pytest.raises(ValueError, match="no validation split"):
+        front_table(results, ["front"], "val")
+
+
+def test_mean_over_seeds_keeps_validation_means():
+    from anchorft.toy.results import mean_over_seeds
+
+    per_seed = [
+        {**_seed(0, 0.2), "val": {"id_greedy": 0.1, "ood_mean": 0.8, "ood": {}}},
+        {**_seed(1, 0.4), "val": {"id_greedy": 0.3, "ood_mean": 0.6, "ood": {}}},
+    ]
+    out = mean_over_seeds(per_seed)
+    assert out["val"] == {"id_greedy": pytest.approx(0.2), "ood_mean": pytest.approx(0.7)}
+    assert "val" not in mean_over_seeds([_seed(0, 0.2)])
