@@ -216,3 +216,14 @@ def test_cumulative_block_energy_computes_in_the_bases_dtype():
     assert got.dtype == torch.float64
     want = [float((u[:, :k].T @ g.float().double() @ v[:, :k]).pow(2).sum()) for k in range(1, 5)]
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_randomized_bases_take_a_cpu_generator_for_cuda_weights():
+    """`anchorft analyze --device cuda --svd randomized` passes a CPU generator: the sketch is drawn on the CPU and
+    moved, so CUDA weights get the CPU's bases (same seed, same sketch on every device)."""
+    w = torch.randn(64, 48, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    u_cpu, s_cpu, _ = top_k_bases(w, 8, svd="randomized", generator=torch.Generator().manual_seed(1))
+    u_gpu, s_gpu, _ = top_k_bases(w.cuda(), 8, svd="randomized", generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(s_gpu.cpu(), s_cpu)
+    torch.testing.assert_close((u_gpu.cpu().mT @ u_cpu).abs().diagonal(), torch.ones(8, dtype=torch.float64))

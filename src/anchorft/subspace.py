@@ -66,7 +66,10 @@ def top_k_bases(
     if svd != "randomized":
         raise ValueError(f"svd must be 'exact' or 'randomized', got {svd!r}")
     p = min(k + oversample, m, n)
-    omega = torch.randn(*w0.shape[:-2], n, p, dtype=w0.dtype, device=w0.device, generator=generator)
+    # the sketch is drawn where the generator lives, then moved: a CPU generator works for CUDA weights and gives
+    # the same sketch on every device
+    gen_device = generator.device if generator is not None else w0.device
+    omega = torch.randn(*w0.shape[:-2], n, p, dtype=w0.dtype, device=gen_device, generator=generator).to(w0.device)
     q, _ = torch.linalg.qr(w0 @ omega)  # (..., m, p): approximate range of W_0
     for _ in range(n_iter):  # power iterations sharpen the spectrum; QR each time for stability
         q, _ = torch.linalg.qr(w0.mT @ q)
