@@ -10,7 +10,7 @@ import torch
 
 from anchorft.toy import skills as sk
 from anchorft.toy.compare import run_compare
-from anchorft.toy.rl_stage import RLStageSettings, rl_prompts, run_rl_stage
+from anchorft.toy.rl_stage import RLStageSettings, compare_entry, rl_prompts, run_rl_stage
 
 
 def test_rl_prompts_are_training_split_math_with_boxed_gold():
@@ -95,6 +95,35 @@ def test_rl_stage_end_to_end_on_smoke_comparison(smoke_compare, monkeypatch):
     assert diff > 0
     report = (out / "report.md").read_text()
     assert "| sft |" in report and "| rpsft-k6 |" in report and "rpsft-k6 vs sft, OOD mean" in report
+
+
+def test_compare_entry_addresses_each_fine_tuning_seed():
+    rows = [{"seed": s, "id_greedy": 0.1 * (s + 1)} for s in (0, 1, 2)]
+    results = {"base": {"id_greedy": 0.5}, "methods": {"sft": {"id_greedy": 0.2, "per_seed": rows}}}
+    assert compare_entry(results, "sft", 0) is rows[0]  # models/sft is the first seed, not the mean over seeds
+    assert compare_entry(results, "sft-seed2", 0) is rows[2]
+    assert compare_entry(results, "base", 0) == {"id_greedy": 0.5}
+    assert compare_entry(results, "sft-seed5", 0) is None and compare_entry(results, "l2-seed1", 0) is None
+
+
+def test_rl_stage_starts_from_a_later_fine_tuning_seed(smoke_compare, tmp_path):
+    import shutil
+
+    # a comparison with a second fine-tuning seed of sft (models/sft-seed1), as `toy compare` writes it
+    cmp = tmp_path / "cmp"
+    shutil.copytree(smoke_compare, cmp, ignore=shutil.ignore_patterns("rl"))
+    shutil.copytree(cmp / "models" / "sft", cmp / "models" / "sft-seed1")
+    results = json.loads((cmp / "results.json").read_text())
+    row = results["methods"]["sft"]
+    row["per_seed"] = [*row["per_seed"], {**row["per_seed"][0], "seed": 1, "id_greedy": -1.0}]
+    (cmp / "results.json").write_text(json.dumps(results))
+    s = RLStageSettings(steps=1, prompts_per_step=2, num_generations=2, n_prompts=4, skill_eval_items=0,
+                        prompt_skills=("math_easy",), save_models=False)  # fmt: skip
+    res = run_rl_stage(cmp, tmp_path / "rl", methods=["sft-seed1"], settings=s, progress=False)
+    assert list(res["methods"]) == ["sft-seed1"]
+    assert res["methods"]["sft-seed1"]["in_compare"]["id_greedy"] == -1.0  # that seed's row of the comparison
+    with pytest.raises(ValueError, match="sft-seed2"):
+        run_rl_stage(cmp, tmp_path / "rl2", methods=["sft-seed2"], settings=s, progress=False)
 
 
 def test_cli_main_rl_validates(tmp_path):

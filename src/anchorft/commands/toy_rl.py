@@ -20,7 +20,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", required=True, help="the comparison's output directory (results.json, models/)")
     p.add_argument("--out", default=None, help="output directory (default: COMPARE/rl)")
     p.add_argument(
-        "--methods", nargs="+", default=None, help="run names (default: sft and the rpsft runs at the paper's rank)"
+        "--methods",
+        nargs="+",
+        default=None,
+        help="run names, RUN-seedS for fine-tuning seed S of RUN (default: sft and the paper-rank rpsft runs)",
     )
     p.add_argument("--steps", type=int, default=60, help="DAPO optimiser steps (default 60)")
     p.add_argument("--lr", type=float, default=3e-4, help="learning rate (default 3e-4)")

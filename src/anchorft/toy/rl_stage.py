@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,7 @@ from anchorft.toy.compare_config import CompareConfig, comparison_eval_sets, loa
 from anchorft.toy.evaluate import evaluate_toy, greedy_accuracy
 from anchorft.toy.results import load_results
 
-__all__ = ["RLStageSettings", "default_methods", "rl_prompts", "run_rl_stage"]
+__all__ = ["RLStageSettings", "compare_entry", "default_methods", "rl_prompts", "run_rl_stage"]
 
 MATH_SKILLS = ("math_easy", *sk.ID_SKILLS)  # ID math skills (boxed answers)
 
@@ -113,6 +114,23 @@ def default_methods(results: dict, cfg: CompareConfig) -> list[str]:
     return ["sft", *rpsft]
 
 
+def compare_entry(results: dict, name: str, first_seed: int) -> dict | None:
+    """The comparison's metrics of the model COMPARE_DIR/models/NAME, or None if it has none.
+
+    The comparison saves a run's first fine-tuning seed as models/RUN and seed S as models/RUN-seedS
+    (`anchorft.toy.compare`); the entry is that seed's row of ``per_seed`` (``base``: the base row)."""
+    if name == "base":
+        return results["base"]
+    run, seed = name, first_seed
+    if name not in results["methods"] and (m := re.fullmatch(r"(.+)-seed(\d+)", name)):
+        run, seed = m.group(1), int(m.group(2))
+    row = results["methods"].get(run)
+    if row is None:
+        return None
+    rows = row.get("per_seed") or [{**row, "seed": first_seed}]
+    return next((e for e in rows if e.get("seed") == seed), None)
+
+
 def rl_prompts(skills: Sequence[str], n: int, rng: np.random.Generator) -> list[dict]:
     """`n` training-split prompts {"prompt", "answer"} over `skills` (round robin); answer = the
     content of the gold \\boxed{} (graded by math-verify in `boxed_math_reward`)."""
@@ -149,10 +167,12 @@ def run_rl_stage(
     compare_results = load_results(cdir).to_dict()
     cfg = load_config(str(cdir / "config.yaml"))
     methods = list(methods) if methods else default_methods(compare_results, cfg)
+    first_seed = cfg.seeds[0]
     for name in methods:
-        if name not in compare_results["methods"] and name != "base":
+        if compare_entry(compare_results, name, first_seed) is None:
             raise ValueError(
-                f"methods: {name!r} not in {cdir / 'results.json'}; have {sorted(compare_results['methods'])}"
+                f"methods: {name!r} not in {cdir / 'results.json'}; have {sorted(compare_results['methods'])} "
+                f"(seed S of a run: RUN-seedS)"
             )
         if not (cdir / "models" / name / "config.json").is_file():
             raise ValueError(f"methods: no model at {cdir / 'models' / name}")
@@ -202,7 +222,7 @@ def run_rl_stage(
             "reward_curve": curve,
             "reward_first_quarter": float(np.mean(curve[:q])) if curve else None,
             "reward_last_quarter": float(np.mean(curve[-q:])) if curve else None,
-            "in_compare": {k: compare_results["methods"].get(name, compare_results["base"]).get(k)
+            "in_compare": {k: compare_entry(compare_results, name, first_seed).get(k)
                            for k in ("id_greedy", "id_avg@k", "ood_mean")},
         }  # fmt: skip
         write_json(out / "results.json", results, indent=2)
