@@ -313,3 +313,26 @@ def test_fisher_rule_runs_in_the_comparison(tmp_path, monkeypatch):
     res = run_compare(cfg, tmp_path / "cmp", progress=False)
     assert set(res["methods"]["f"]["per_seed"][0]["val"]) == {"id_greedy", "ood_mean", "ood"}
     assert "val" in res["base"] and res["settings"]["val_items"]["math_word"] == 3
+
+
+def test_report_command_front_and_pick(tmp_path):
+    """`toy report --front ... --pick ...`: front.md holds the validation table and the chosen knob's row."""
+    from anchorft.cli import main as cli
+
+    r = _fake_results({"sft": (0.5, 0.5), "l2": (0.2, 0.85), "sub-a": (0.3, 0.88), "sub-b": (0.1, 0.89)}, seeds=(0, 1))
+    r["base"]["val"] = {"id_greedy": 0.0, "ood_mean": 0.9}
+    for name, m in r["methods"].items():
+        for s in m["per_seed"]:  # on the validation items sub-b is the better knob
+            s["val"] = {
+                "id_greedy": {"sub-a": 0.05, "sub-b": 0.3}.get(name, m["id_greedy"]),
+                "ood_mean": m["ood_mean"],
+            }
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "results.json").write_text(json.dumps(r))
+    argv = ["toy", "report", "--from", str(tmp_path / "a"), "--out", str(tmp_path / "m"), "--front", "sft", "l2"]
+    assert cli([*argv, "--pick", "sub=sub-a,sub-b"]) == 0
+    text = (tmp_path / "m" / "front.md").read_text()
+    assert "## On the validation items" in text
+    # front at retention 0.978 (sub-a): 20 - 20 * 0.6 = 8, gain 5; at 0.989 (sub-b): 20 - 20 * 0.8 = 4, gain 30
+    assert "| sub | sub-a -3.0, sub-b +26.0 | sub-b |" in text
+    assert (tmp_path / "m" / "tradeoff.png").stat().st_size > 0

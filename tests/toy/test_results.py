@@ -42,12 +42,13 @@ def test_load_names_what_is_missing(tmp_path):
 
 
 def test_interpolated_front_and_excess():
-    from anchorft.toy.report import front_table, interpolated_front
+    from anchorft.toy.report import front_table, interpolated_front, pareto_front
 
     pts = [(1.0, 0.0), (0.9, 10.0), (0.8, 12.0), (0.85, 9.0)]  # (0.85, 9) is dominated by (0.9, 10)
     assert interpolated_front(pts, 0.95) == pytest.approx(5.0)
     assert interpolated_front(pts, 0.85) == pytest.approx(11.0)  # on the segment (0.8, 12) - (0.9, 10)
     assert interpolated_front(pts, 0.5) == 12.0 and interpolated_front(pts, 1.2) == 0.0
+    assert pareto_front(pts) == [(0.8, 12.0), (0.9, 10.0), (1.0, 0.0)]
 
     def run(method, pairs):
         return {"method": method, "per_seed": [{"ood_mean": o, "id_greedy": i} for o, i in pairs]}

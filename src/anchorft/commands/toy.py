@@ -119,7 +119,7 @@ def main(argv: list[str]) -> int:
         out = Path(args.out)
         save_results(merged, out / RESULTS_FILE)
         write_report(merged, out / "report.md")
-        write_tradeoff_plot(merged, out / "tradeoff.png")
+        write_tradeoff_plot(merged, out / "tradeoff.png", args.front)
         if args.front:
             from anchorft.toy.report import write_front
 

@@ -13,6 +13,7 @@ __all__ = [
     "write_report",
     "write_tradeoff_plot",
     "acceptance",
+    "pareto_front",
     "interpolated_front",
     "front_table",
     "pick_on_val",
@@ -90,8 +91,9 @@ def write_report(results: dict, path: str | Path) -> None:
     write_text(path, "\n".join(lines) + "\n")
 
 
-def write_tradeoff_plot(results: dict, path: str | Path) -> None:
-    """ID gain (points of greedy accuracy) against OOD retention, one point per run, seed spread as bars."""
+def write_tradeoff_plot(results: dict, path: str | Path, front_runs: list[str] | None = None) -> None:
+    """ID gain (points of greedy accuracy) against OOD retention, one point per run, seed spread as bars; with
+    `front_runs`, their front (and the base's), as `front_table` interpolates it, dashed."""
     from anchorft.io import pyplot
 
     plt = pyplot()
@@ -110,6 +112,10 @@ def write_tradeoff_plot(results: dict, path: str | Path) -> None:
         ax.errorbar(keep.mean(), gains.mean(), xerr=xerr, yerr=yerr, fmt="o", color=c, capsize=3)
         ax.scatter(keep, gains, s=8, color=c, alpha=0.35)
         ax.annotate(name, (keep.mean(), gains.mean()), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    if front_runs:
+        pts = [(1.0, 0.0)] + [tuple(float(v.mean()) for v in _point(results["methods"][r], base)) for r in front_runs]
+        ax.plot(*zip(*pareto_front(pts)), "--", color="0.4", lw=1, label="front: " + ", ".join(front_runs))
+        ax.legend(fontsize=7, loc="lower left")
     ax.scatter([1.0], [0.0], marker="*", s=120, color="k")
     ax.annotate("base", (1.0, 0.0), textcoords="offset points", xytext=(4, -10), fontsize=8)
     ax.set_xlabel("OOD retention (OOD mean / base OOD mean)")
@@ -135,12 +141,16 @@ def _point(m: dict, base: dict, split: str = "test") -> tuple[np.ndarray, np.nda
     return keep, gain
 
 
+def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The non-dominated (retention, gain) points (no other point at least as high on both), sorted by retention."""
+    return sorted(p for p in points if not any(q != p and q[0] >= p[0] and q[1] >= p[1] for q in points))
+
+
 def interpolated_front(points: list[tuple[float, float]], x: float) -> float:
     """The Pareto front of (retention, gain) `points` (the base (1, 0) included by the caller), linearly
     interpolated at retention `x`: the non-dominated points sorted by retention, joined by segments; left of the
     first, its gain (a run that keeps less is dominated by it); right of the last, 0."""
-    front = [p for p in points if not any(q != p and q[0] >= p[0] and q[1] >= p[1] for q in points)]
-    front.sort()
+    front = pareto_front(points)
     if x <= front[0][0]:
         return front[0][1]
     for (x0, y0), (x1, y1) in zip(front, front[1:]):
