@@ -156,6 +156,14 @@ def test_suite_rerun_keeps_finished_pairs(toy_model, bench_dir, tmp_path, capsys
         return real(self, token_ids, keys, **kw)
 
     monkeypatch.setattr(suite.HFBackend, "generate", counting)
+    loads = []
+    real_init = suite.HFBackend.__init__
+
+    def counting_init(self, path, *a, **kw):
+        loads.append(Path(path).name)
+        real_init(self, path, *a, **kw)
+
+    monkeypatch.setattr(suite.HFBackend, "__init__", counting_init)
     # the same run again, plus a model and a benchmark: only the new pairs generate
     twin = tmp_path / "twin"
     shutil.copytree(toy_model, twin)
@@ -163,6 +171,10 @@ def test_suite_rerun_keeps_finished_pairs(toy_model, bench_dir, tmp_path, capsys
     assert "a/adds: done before, kept" in capsys.readouterr().err
     assert (out / "a" / "adds" / "generations.jsonl").read_bytes() == gens
     assert sorted(len(k) for _, k in made) == [1, 1, 3]  # a/olymp, b/olymp, b/adds
+    # every pair done: the same run again loads no model
+    loads.clear()
+    assert _run([*base, "--models", f"a={toy_model}", f"b={twin}", "--benches", "adds,olymp"]) == 0
+    assert loads == [] and "b: every benchmark done before, kept (model not loaded)" in capsys.readouterr().err
     assert set(json.loads((out / "table.json").read_text())["models"]) == {"a", "b"}
     marker = json.loads((out / "anchorft-run.json").read_text())
     assert marker["status"] == "complete" and set(marker["notes"]["models"]) == {"a", "b"}

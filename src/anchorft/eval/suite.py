@@ -241,6 +241,17 @@ def _append_lines(path: Path, rows: Sequence[dict]) -> None:
         os.fsync(fh.fileno())
 
 
+def _kept(sub: Path, bench: Bench, s: SuiteSettings) -> dict | None:
+    """The pair's metrics when a run with the same generation settings finished it before, else None."""
+    settings_file, metrics_file = sub / "settings.json", sub / "metrics.json"
+    if not (settings_file.is_file() and metrics_file.is_file()):
+        return None
+    if json.loads(settings_file.read_text(encoding="utf-8")) != s.generation_key():
+        return None  # _run_pair says why
+    m = json.loads(metrics_file.read_text(encoding="utf-8"))
+    return m if m.get("n_items") == len(bench.items) and m.get("k") == s.k else None
+
+
 def _run_pair(backend, tokenizer, bench: Bench, sub: Path, s: SuiteSettings, checker, log: Callable) -> dict:
     """Generate (resuming), grade and summarise one (model, benchmark) pair."""
     sub.mkdir(parents=True, exist_ok=True)
@@ -254,12 +265,9 @@ def _run_pair(backend, tokenizer, bench: Bench, sub: Path, s: SuiteSettings, che
             )
     else:
         write_json(settings_file, key, indent=2)
-    metrics_file = sub / "metrics.json"
-    if metrics_file.is_file():
-        m = json.loads(metrics_file.read_text(encoding="utf-8"))
-        if m.get("n_items") == len(bench.items) and m.get("k") == s.k:
-            log(f"  {sub.parent.name}/{bench.name}: done before, kept")
-            return m
+    if (m := _kept(sub, bench, s)) is not None:
+        log(f"  {sub.parent.name}/{bench.name}: done before, kept")
+        return m
     gen_file = sub / "generations.jsonl"
     done = _read_generations(gen_file, s.n)
     if gen_file.is_file():  # drop a torn or partial last line before appending
@@ -286,7 +294,7 @@ def _run_pair(backend, tokenizer, bench: Bench, sub: Path, s: SuiteSettings, che
     metrics = summarize(records, s.k)
     metrics.update(bench=str(bench.path), n_bad_lines=bench.n_bad, kind=sorted({r["kind"] for r in records}))
     write_jsonl(sub / "records.jsonl", records)
-    write_metrics(metrics_file, metrics, indent=2)
+    write_metrics(sub / "metrics.json", metrics, indent=2)
     return metrics
 
 
@@ -370,6 +378,11 @@ def run_suite(
     results: dict[str, dict[str, dict]] = {}
     for mi, (name, path) in enumerate(models.items()):
         tok = tokenizers[name]
+        kept = {b.name: _kept(out / name / b.name, b, s) for b in loaded}
+        if all(m is not None for m in kept.values()):  # a rerun: nothing to generate, so the model is not loaded
+            log(f"  {name}: every benchmark done before, kept (model not loaded)")
+            results[name] = kept
+            continue
         if backend_factory is not None:
             be = backend_factory(path, tok, s)
         elif kind == "vllm":
