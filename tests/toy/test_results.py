@@ -115,3 +115,33 @@ def test_mean_over_seeds_keeps_validation_means():
     out = mean_over_seeds(per_seed)
     assert out["val"] == {"id_greedy": pytest.approx(0.2), "ood_mean": pytest.approx(0.7)}
     assert "val" not in mean_over_seeds([_seed(0, 0.2)])
+
+
+def test_front_standard_error_enters_the_joint_verdict():
+    """On a segment between two front runs at weights 1 - t and t, the front's SE is hypot((1 - t) se0, t se1);
+    a run above the front by more than 2 of its own SE but not by 2 joint SE gets yes, then no."""
+    from anchorft.toy.report import front_table, front_weights
+
+    def run(method, gains, keep):
+        return {"method": method, "per_seed": [{"ood_mean": keep, "id_greedy": g} for g in gains]}
+
+    a, b = [0.10, 0.20, 0.30], [0.0, 0.10, 0.20]  # retention 0.8 and 0.9: means 20 and 10 points, SE 5.8 each
+    results = {
+        "base": {"ood_mean": 1.0, "id_greedy": 0.0},
+        "methods": {
+            "a": run("l2", a, 0.8),
+            "b": run("l2", b, 0.9),
+            "c": run("rpsft", [0.195, 0.20, 0.205], 0.85),  # on the segment at t = 0.5: front 15, gain 20
+        },
+    }
+    assert front_weights([(1.0, 0.0), (0.8, 20.0), (0.9, 10.0)], 0.85) == [
+        (1, pytest.approx(0.5)),
+        (2, pytest.approx(0.5)),
+    ]
+    c = {r["run"]: r for r in front_table(results, ["a", "b"])}["c"]
+    se_a, se_b = (100 * statistics.stdev(v) / 3**0.5 for v in (a, b))
+    se_c = 100 * statistics.stdev([0.195, 0.20, 0.205]) / 3**0.5
+    assert c["front_gain"] == pytest.approx(15.0) and c["excess"] == pytest.approx(5.0)
+    assert c["se_front"] == pytest.approx(((0.5 * se_a) ** 2 + (0.5 * se_b) ** 2) ** 0.5)
+    assert c["se_joint"] == pytest.approx((se_c**2 + c["se_front"] ** 2) ** 0.5)
+    assert c["above_2se"] and not c["above_2se_joint"]  # 5 > 2 x 0.29, but 5 < 2 x 4.1

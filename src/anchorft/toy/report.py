@@ -14,6 +14,7 @@ __all__ = [
     "write_tradeoff_plot",
     "acceptance",
     "pareto_front",
+    "front_weights",
     "interpolated_front",
     "front_table",
     "pick_on_val",
@@ -146,41 +147,60 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
     return sorted(p for p in points if not any(q != p and q[0] >= p[0] and q[1] >= p[1] for q in points))
 
 
+def front_weights(points: list[tuple[float, float]], x: float) -> list[tuple[int, float]]:
+    """(index into `points`, weight) pairs whose weighted sum of gains is the front at retention `x` (see
+    `interpolated_front`): one point left of the front, two on a segment, none right of it."""
+    front = sorted((p, i) for i, p in enumerate(points) if p in pareto_front(points))
+    if x <= front[0][0][0]:
+        return [(front[0][1], 1.0)]
+    for ((x0, _), i0), ((x1, _), i1) in zip(front, front[1:]):
+        if x0 <= x <= x1:
+            t = (x - x0) / max(x1 - x0, 1e-12)
+            return [(i0, 1.0 - t), (i1, t)]
+    return []
+
+
 def interpolated_front(points: list[tuple[float, float]], x: float) -> float:
     """The Pareto front of (retention, gain) `points` (the base (1, 0) included by the caller), linearly
     interpolated at retention `x`: the non-dominated points sorted by retention, joined by segments; left of the
     first, its gain (a run that keeps less is dominated by it); right of the last, 0."""
-    front = pareto_front(points)
-    if x <= front[0][0]:
-        return front[0][1]
-    for (x0, y0), (x1, y1) in zip(front, front[1:]):
-        if x0 <= x <= x1:
-            return y0 + (y1 - y0) * (x - x0) / max(x1 - x0, 1e-12)
-    return 0.0
+    return float(sum(w * points[i][1] for i, w in front_weights(points, x)))
 
 
 def front_table(results: dict, front_runs: list[str], split: str = "test") -> list[dict]:
     """Each run against the front of `front_runs` (and the base): mean retention and ID gain (points) over its
     seeds, the front's gain at its retention, the excess, its standard error (std ddof=1 / sqrt(n), None for one
-    seed) and whether it lies above the front by more than two standard errors. `split` "val": all of it on the
-    validation items instead of the reported ones."""
+    seed) and whether it lies above the front by more than two standard errors; `se_front`, the front's standard
+    error at that retention (the SEs of the two front runs it interpolates, weighted), `se_joint` = hypot(se,
+    se_front) and `above_2se_joint`. `split` "val": all of it on the validation items instead of the reported ones."""
     base = results["base"]
     missing = [r for r in front_runs if r not in results["methods"]]
     if missing:
         raise ValueError(f"front: runs {missing} not in the results (have {sorted(results['methods'])})")
-    pts = [(1.0, 0.0)]
+
+    def se_of(gain: np.ndarray) -> float | None:
+        return float(gain.std(ddof=1) / np.sqrt(len(gain))) if len(gain) > 1 else None
+
+    pts, pt_se = [(1.0, 0.0)], [0.0]  # the base is a measured point too, but every gain is relative to it
     for r in front_runs:
         keep, gain = _point(results["methods"][r], base, split)
         pts.append((float(keep.mean()), float(gain.mean())))
+        pt_se.append(se_of(gain) or 0.0)
     rows = []
     for name, m in results["methods"].items():
         keep, gain = _point(m, base, split)
         x, y = float(keep.mean()), float(gain.mean())
-        f = interpolated_front(pts, x)
-        se = float(gain.std(ddof=1) / np.sqrt(len(gain))) if len(gain) > 1 else None
+        weights = front_weights(pts, x)
+        f = float(sum(w * pts[i][1] for i, w in weights))
+        se = se_of(gain)
+        # the front's own seed noise at x: its points' SEs through the interpolation weights (retention noise aside)
+        se_front = float(np.sqrt(sum((w * pt_se[i]) ** 2 for i, w in weights)))
+        se_joint = None if se is None else float(np.hypot(se, se_front))
         rows.append({
             "run": name, "seeds": len(gain), "retention": x, "id_gain": y, "front_gain": f, "excess": y - f,
             "se": se, "above_2se": se is not None and y - f > 2 * se, "front_run": name in front_runs,
+            "se_front": se_front, "se_joint": se_joint,
+            "above_2se_joint": se_joint is not None and y - f > 2 * se_joint,
         })  # fmt: skip
     return rows
 
@@ -214,6 +234,19 @@ def parse_picks(specs: list[str]) -> dict[str, list[str]]:
     return groups
 
 
+def _front_cells(r: dict) -> str:
+    se = "-" if r["se"] is None else f"{r['se']:.1f}"
+    joint = "-" if r["se_joint"] is None else f"{r['se_joint']:.1f}"
+    if r["front_run"]:
+        tags = "(front) | (front)"
+    else:
+        tags = f"{'yes' if r['above_2se'] else 'no'} | {'yes' if r['above_2se_joint'] else 'no'}"
+    return (
+        f"{r['retention']:.3f} | {r['id_gain']:+.1f} | {r['front_gain']:+.1f} | {r['excess']:+.1f} | {se} | "
+        f"{joint} | {tags}"
+    )
+
+
 def write_front(
     results: dict, front_runs: list[str], path: str | Path, picks: dict[str, list[str]] | None = None
 ) -> list[dict]:
@@ -224,18 +257,15 @@ def write_front(
         f"# Against the front of {', '.join(front_runs)} (and the base)",
         "",
         "Retention = OOD mean / base OOD mean; ID gain in points of greedy accuracy; front = the non-dominated "
-        "front runs joined by segments, at the run's retention; SE = std (ddof=1) / sqrt(seeds) of the run's gain.",
+        "front runs joined by segments, at the run's retention; SE = std (ddof=1) / sqrt(seeds) of the run's gain; "
+        "with the front's: hypot(SE, the front's SE at that retention, from its two runs' SEs by their weights).",
         "",
-        "| run | seeds | retention | ID gain | front at it | excess | SE | above by > 2 SE |",
-        "|---|---|---|---|---|---|---|---|",
+        "| run | seeds | retention | ID gain | front at it | excess | SE | SE with the front's | above by > 2 SE "
+        "| above by > 2 SE with the front's |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        se = "-" if r["se"] is None else f"{r['se']:.1f}"
-        tag = "(front)" if r["front_run"] else ("yes" if r["above_2se"] else "no")
-        lines.append(
-            f"| {r['run']} | {r['seeds']} | {r['retention']:.3f} | {r['id_gain']:+.1f} | {r['front_gain']:+.1f} | "
-            f"{r['excess']:+.1f} | {se} | {tag} |"
-        )
+        lines.append(f"| {r['run']} | {r['seeds']} | {_front_cells(r)} |")
     if picks:
         lines += ["", "## On the validation items (disjoint from the reported ones)", ""]
         lines += ["| run | seeds | retention | ID gain | front at it | excess |", "|---|---|---|---|---|---|"]
@@ -247,15 +277,11 @@ def write_front(
         lines += ["", "## Knobs chosen on the validation items, scored on the reported ones", ""]
         lines += [
             "| option | candidates (validation excess) | chosen | retention | ID gain | front at it | excess | SE "
-            "| above by > 2 SE |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| SE with the front's | above by > 2 SE | above by > 2 SE with the front's |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in pick_on_val(results, front_runs, picks):
-            se = "-" if r["se"] is None else f"{r['se']:.1f}"
             cands = ", ".join(f"{k} {v:+.1f}" for k, v in r["candidates"].items())
-            lines.append(
-                f"| {r['group']} | {cands} | {r['run']} | {r['retention']:.3f} | {r['id_gain']:+.1f} | "
-                f"{r['front_gain']:+.1f} | {r['excess']:+.1f} | {se} | {'yes' if r['above_2se'] else 'no'} |"
-            )
+            lines.append(f"| {r['group']} | {cands} | {r['run']} | {_front_cells(r)} |")
     write_text(path, "\n".join(lines) + "\n")
     return rows
