@@ -145,3 +145,25 @@ def test_front_standard_error_enters_the_joint_verdict():
     assert c["se_front"] == pytest.approx(((0.5 * se_a) ** 2 + (0.5 * se_b) ** 2) ** 0.5)
     assert c["se_joint"] == pytest.approx((se_c**2 + c["se_front"] ** 2) ** 0.5)
     assert c["above_2se"] and not c["above_2se_joint"]  # 5 > 2 x 0.29, but 5 < 2 x 4.1
+
+
+def test_retention_noise_enters_the_joint_se_through_the_slope():
+    """A run whose retention varies over seeds: its retention SE times the front's slope joins the joint SE."""
+    from anchorft.toy.report import front_table
+
+    def run(method, pairs):
+        return {"method": method, "per_seed": [{"ood_mean": k, "id_greedy": g} for k, g in pairs]}
+
+    results = {
+        "base": {"ood_mean": 1.0, "id_greedy": 0.0},
+        "methods": {
+            "a": run("l2", [(0.8, 0.20)] * 3),
+            "b": run("l2", [(0.9, 0.10)] * 3),  # the front: slope (10 - 20) / (0.9 - 0.8) = -100 points per unit
+            "d": run("rpsft", [(0.84, 0.19), (0.85, 0.20), (0.86, 0.21)]),
+        },
+    }
+    d = {r["run"]: r for r in front_table(results, ["a", "b"])}["d"]
+    se_gain = 100 * statistics.stdev([0.19, 0.20, 0.21]) / 3**0.5
+    se_x = statistics.stdev([0.84, 0.85, 0.86]) / 3**0.5
+    assert d["se_front"] == pytest.approx(0.0)  # the front runs have no spread
+    assert d["se_joint"] == pytest.approx((se_gain**2 + (100 * se_x) ** 2) ** 0.5)

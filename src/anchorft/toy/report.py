@@ -171,21 +171,24 @@ def front_table(results: dict, front_runs: list[str], split: str = "test") -> li
     """Each run against the front of `front_runs` (and the base): mean retention and ID gain (points) over its
     seeds, the front's gain at its retention, the excess, its standard error (std ddof=1 / sqrt(n), None for one
     seed) and whether it lies above the front by more than two standard errors; `se_front`, the front's standard
-    error at that retention (the SEs of the two front runs it interpolates, weighted), `se_joint` = hypot(se,
-    se_front) and `above_2se_joint`. `split` "val": all of it on the validation items instead of the reported ones."""
+    error at that retention (the gain and retention SEs of the two front runs it interpolates, weighted, retention
+    through the front's slope), `se_joint` (with the run's own gain SE and retention SE x slope) and
+    `above_2se_joint`. `split` "val": all of it on the validation items instead of the reported ones."""
     base = results["base"]
     missing = [r for r in front_runs if r not in results["methods"]]
     if missing:
         raise ValueError(f"front: runs {missing} not in the results (have {sorted(results['methods'])})")
 
-    def se_of(gain: np.ndarray) -> float | None:
-        return float(gain.std(ddof=1) / np.sqrt(len(gain))) if len(gain) > 1 else None
+    def se_of(v: np.ndarray) -> float | None:
+        return float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else None
 
-    pts, pt_se = [(1.0, 0.0)], [0.0]  # the base is a measured point too, but every gain is relative to it
+    # the base is a measured point too, but every gain and retention is relative to it
+    pts, pt_se, pt_se_x = [(1.0, 0.0)], [0.0], [0.0]
     for r in front_runs:
         keep, gain = _point(results["methods"][r], base, split)
         pts.append((float(keep.mean()), float(gain.mean())))
         pt_se.append(se_of(gain) or 0.0)
+        pt_se_x.append(se_of(keep) or 0.0)
     rows = []
     for name, m in results["methods"].items():
         keep, gain = _point(m, base, split)
@@ -193,9 +196,16 @@ def front_table(results: dict, front_runs: list[str], split: str = "test") -> li
         weights = front_weights(pts, x)
         f = float(sum(w * pts[i][1] for i, w in weights))
         se = se_of(gain)
-        # the front's own seed noise at x: its points' SEs through the interpolation weights (retention noise aside)
-        se_front = float(np.sqrt(sum((w * pt_se[i]) ** 2 for i, w in weights)))
-        se_joint = None if se is None else float(np.hypot(se, se_front))
+        # the joint SE, to first order: the run's gain SE; the front's gain SE at x (its two points' SEs by their
+        # weights); and every retention SE (the run's and the front points') times the front's slope at x, since a
+        # shift along the retention axis moves the front by slope x shift (steep next to the base)
+        slope = 0.0
+        if len(weights) == 2:
+            (i0, _), (i1, _) = weights
+            slope = (pts[i1][1] - pts[i0][1]) / max(pts[i1][0] - pts[i0][0], 1e-12)
+        se_front = float(np.sqrt(sum((w * pt_se[i]) ** 2 + (w * slope * pt_se_x[i]) ** 2 for i, w in weights)))
+        se_x = se_of(keep)
+        se_joint = None if se is None else float(np.sqrt(se**2 + se_front**2 + (slope * (se_x or 0.0)) ** 2))
         rows.append({
             "run": name, "seeds": len(gain), "retention": x, "id_gain": y, "front_gain": f, "excess": y - f,
             "se": se, "above_2se": se is not None and y - f > 2 * se, "front_run": name in front_runs,
@@ -258,7 +268,8 @@ def write_front(
         "",
         "Retention = OOD mean / base OOD mean; ID gain in points of greedy accuracy; front = the non-dominated "
         "front runs joined by segments, at the run's retention; SE = std (ddof=1) / sqrt(seeds) of the run's gain; "
-        "with the front's: hypot(SE, the front's SE at that retention, from its two runs' SEs by their weights).",
+        "with the front's: adds the front's SE at that retention (its two runs' SEs by their weights) and every "
+        "retention SE times the front's slope there.",
         "",
         "| run | seeds | retention | ID gain | front at it | excess | SE | SE with the front's | above by > 2 SE "
         "| above by > 2 SE with the front's |",
