@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import torch
 
+from anchorft.rpsft.calibration import fisher_gradient_product
+
 __all__ = [
     "block_energy",
     "block_energy_share",
@@ -94,48 +96,6 @@ def _frames(params, names, kmax, n_random, gen, svd, dtype) -> dict:
         ]
         frames[name] = (u, v, rand)
     return frames
-
-
-def _grads(model, batch, names, params, dtype) -> dict[str, torch.Tensor]:
-    device = next(model.parameters()).device
-    model.zero_grad(set_to_none=True)
-    model(**{k: t.to(device) for k, t in batch.items()}).loss.backward()
-    return {n: params[n].grad.detach().to(dtype) for n in names if params[n].grad is not None}
-
-
-def fisher_gradient_product(
-    model: torch.nn.Module,
-    id_batches: list[dict[str, torch.Tensor]],
-    ood_batches: list[dict[str, torch.Tensor]],
-    names: list[str],
-    dtype: torch.dtype = torch.float64,
-    progress: bool = True,
-) -> dict[str, torch.Tensor]:
-    """{name: F_ood G} at the model's current weights: G the mean in-domain loss gradient over `id_batches`,
-    F_ood the empirical Fisher of the per-example OOD gradients (`ood_batches` of batch size 1), applied in one
-    streaming pass (`fisher_vector_product`'s sum, one example at a time). Also the input of the anchor's
-    `fisher:F` rank rule (`SubspaceAnchor.from_model(..., fisher=...)`)."""
-    from tqdm.auto import tqdm
-
-    params = dict(model.named_parameters())
-    missing = [n for n in names if n not in params]
-    if missing:
-        raise ValueError(f"model has no parameter {missing[0]!r}")
-    if not id_batches or not ood_batches:
-        raise ValueError("the Fisher-projected gradient needs in-domain and out-of-domain batches")
-    was_training = model.training
-    model.eval()
-    g = {n: torch.zeros(params[n].shape, dtype=dtype, device=params[n].device) for n in names}
-    for batch in tqdm(id_batches, desc="SFT gradient", leave=False, disable=not progress):
-        for n, gr in _grads(model, batch, names, params, dtype).items():
-            g[n] += gr / len(id_batches)
-    fg = {n: torch.zeros_like(g[n]) for n in names}
-    for batch in tqdm(ood_batches, desc="OOD Fisher x G", leave=False, disable=not progress):
-        for n, h in _grads(model, batch, names, params, dtype).items():
-            fg[n] += h * ((h * g[n]).sum() / len(ood_batches))
-    model.zero_grad(set_to_none=True)
-    model.train(was_training)
-    return fg
 
 
 def fisher_product_from_files(

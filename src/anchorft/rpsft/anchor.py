@@ -321,7 +321,7 @@ class SubspaceAnchor:
             if missing:
                 raise UsageError(
                     f"anchor: fisher rules need F_ood G per matrix (fisher=, from "
-                    f"anchorft.analysis.fisher.fisher_gradient_product); missing for {missing[:4]}"
+                    f"anchorft.rpsft.calibration.fisher_gradient_product); missing for {missing[:4]}"
                 )
         compute_dtype = torch.float64 if dtype == torch.float64 else torch.float32
 
@@ -418,7 +418,7 @@ class SubspaceAnchor:
         global rank by the budget allocation (the rule's kind, energy by default, is the objective); `kind`:
         "block" (the paper's ||U^T D V||^2) or "subspace" (||U^T D||^2 + ||D V||^2 - ||U^T D V||^2);
         `lambda_rest` > 0 adds (lambda_rest / base_lambda) x the L2 of the rest of D (stores W_0); `fisher`:
-        {name: F_ood G} for fisher rules (`anchorft.analysis.fisher.fisher_gradient_product`). Every input is
+        {name: F_ood G} for fisher rules (`anchorft.rpsft.calibration.fisher_gradient_product`). Every input is
         checked (one-line ValueError) before any SVD. A matrix at rank 0 is not anchored.
 
         Matrices with rank >= min(m, n) fall back to L2 (W_0 stored in `dtype`). Under

@@ -7,7 +7,7 @@ curves, before any basis is computed; every bad input is a one-line ValueError r
   fraction F of ||W_0||_F^2 (`anchorft.subspace.energy_rank`; energy:1 is min(m, n), the full-rank fallback;
   energy:0 anchors nothing); "fisher:F", per matrix the smallest k whose top-k block holds fraction F of the
   Fisher-projected gradient energy ||U_k^T (F_ood G) V_k||_F^2 / ||F_ood G||_F^2 (F_ood G from
-  `anchorft.analysis.fisher.fisher_gradient_product`).
+  `anchorft.rpsft.calibration.fisher_gradient_product`).
 - The map (`parse_anchor_map`): {name regex: rank | rule | {rank: .., lambda: ..}}; the first matching entry
   overrides the global rank (and lambda) of a matrix; a regex that matches no anchored matrix is an error.
 - Layers (`select_layers`): "0-1,3" (decoder layer indices; matrices outside the decoder layers, such as

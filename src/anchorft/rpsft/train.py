@@ -114,7 +114,7 @@ def train(
     - ref_model: the frozen IW-SFT reference (a model or path); else `args.iw_ref_model` ("copy" for a
       frozen copy of the starting model). Required for methods that need a reference (iw_sft).
     - anchor_fisher: {parameter name: F_ood G} for an anchor_rank_rule 'fisher:F'
-      (`anchorft.analysis.fisher.fisher_gradient_product`).
+      (`anchorft.rpsft.calibration.fisher_gradient_product`).
 
     Everything is checked before training: the dataset's columns, the anchor targets (a ValueError
     listing the names available), the reference model. rpsft anchors rank `args.anchor_rank`; l2 is

@@ -57,10 +57,9 @@ def calibration_fisher(cfg: CompareConfig, run: RunSpec, model, tokenizer) -> di
     """{name: F_ood G} on `model` (the base) for a fisher:F run: G from `cfg.calibration_items` training-split
     items of the fine-tuning distribution, F_ood from as many training-split items spread over the OOD skills
     (never the evaluation or validation items); fixed generators, so every seed and process gets the same ranks."""
-    from anchorft.analysis.fisher import fisher_gradient_product
-    from anchorft.analysis.prompts import PromptItem, encode_batch
     from anchorft.rpsft.anchor import select_parameters
     from anchorft.rpsft.anchor_plan import select_layers
+    from anchorft.rpsft.calibration import encode_example, fisher_gradient_product
 
     n = cfg.calibration_items
     rng = np.random.default_rng(cfg.eval_seed + 2)
@@ -70,7 +69,7 @@ def calibration_fisher(cfg: CompareConfig, run: RunSpec, model, tokenizer) -> di
     ood_items = [ood_items[int(i)] for i in rng.permutation(len(ood_items))[:n]]
 
     def batches(items):  # one example per batch: F_ood needs per-example gradients
-        return [encode_batch(tokenizer, [PromptItem(it.prompt, it.answer)], 64, with_completion=True) for it in items]
+        return [encode_example(tokenizer, it.prompt, it.answer, 64) for it in items]
 
     targets = run.anchor_targets or cfg.anchor_targets
     emb = cfg.anchor_include_embeddings if run.anchor_include_embeddings is None else run.anchor_include_embeddings
