@@ -11,8 +11,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Callable
 
-__all__ = ["add_sampling_flags", "both_spellings", "normalize_train_argv", "parse_named", "pass_k", "pop_flag"]
+__all__ = [
+    "add_sampling_flags",
+    "both_spellings",
+    "normalize_train_argv",
+    "parse_named",
+    "pass_k",
+    "pop_flag",
+    "short_or_all_help",
+]
 __all__ += ["short_help"]
 
 ALIASES = {
@@ -69,6 +78,16 @@ def pop_flag(argv: list[str], *names: str) -> tuple[list[str], bool]:
     """Remove the boolean flag `names` (any spelling given) from argv; whether it was there."""
     kept = [a for a in argv if a not in names]
     return kept, len(kept) != len(argv)
+
+
+def short_or_all_help(argv: list[str], short: Callable[[], str]) -> list[str] | None:
+    """-h / --help: print `short()` and return None (the command exits 0); otherwise argv, with --help-all
+    (--help_all) turned into --help for the full argument parser."""
+    if "-h" in argv or "--help" in argv:
+        print(short())
+        return None
+    argv, help_all = pop_flag(argv, "--help-all", "--help_all")
+    return [*argv, "--help"] if help_all else argv
 
 
 def _first_line(text: str) -> str:

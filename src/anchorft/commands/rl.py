@@ -125,15 +125,11 @@ def short_help() -> str:
 
 
 def main(argv: list[str]) -> int:
-    from anchorft.commands.flags import pop_flag
+    from anchorft.commands.flags import short_or_all_help
 
-    argv = list(argv)
-    if "-h" in argv or "--help" in argv:
-        print(short_help())
+    argv = short_or_all_help(list(argv), short_help)
+    if argv is None:
         return 0
-    argv, help_all = pop_flag(argv, "--help-all", "--help_all")
-    if help_all:
-        argv = [*argv, "--help"]
     try:
         script, config = parse(argv)
     except ValueError as e:  # a bad YAML, key or value: DAPOConfig checks every field on construction

@@ -225,15 +225,11 @@ def dry_run_main(argv: Sequence[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    from anchorft.commands.flags import normalize_train_argv, pop_flag, short_help
+    from anchorft.commands.flags import normalize_train_argv, pop_flag, short_help, short_or_all_help
 
-    argv = normalize_train_argv(list(argv))
-    if "-h" in argv or "--help" in argv:
-        print(short_help())
+    argv = short_or_all_help(normalize_train_argv(list(argv)), short_help)
+    if argv is None:
         return 0
-    argv, help_all = pop_flag(argv, "--help-all", "--help_all")
-    if help_all:
-        argv = [*argv, "--help"]
     if "--dry-run" in argv:
         return dry_run_main(argv)
     if "--estimate" in argv:

@@ -142,8 +142,9 @@ def _finetune_and_evaluate(cfg: CompareConfig, run: RunSpec, seed: int, base_dir
     trainer = train(args, model, data, tokenizer=tok, anchor_fisher=fisher)
     seconds = time.perf_counter() - t0
     gen = torch.Generator().manual_seed(cfg.eval_seed)
-    metrics = evaluate_toy(trainer.model, tok, comparison_eval_sets(cfg), cfg.eval, gen, id_skill=cfg.id_skill)
-    if val_sets := comparison_val_sets(cfg):
+    eval_sets = comparison_eval_sets(cfg)
+    metrics = evaluate_toy(trainer.model, tok, eval_sets, cfg.eval, gen, id_skill=cfg.id_skill)
+    if val_sets := comparison_val_sets(cfg, eval_sets):
         metrics["val"] = evaluate_greedy(trainer.model, tok, val_sets, cfg.eval, id_skill=cfg.id_skill)
     metrics.update(seed=seed, train_seconds=seconds)
     name = run.name if seed == cfg.seeds[0] else f"{run.name}-seed{seed}"
@@ -207,7 +208,7 @@ def run_compare(
     base_model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     gen = torch.Generator().manual_seed(cfg.eval_seed)
     base = evaluate_toy(base_model, tok, eval_sets, cfg.eval, gen, id_skill=cfg.id_skill)
-    val_sets = comparison_val_sets(cfg)
+    val_sets = comparison_val_sets(cfg, eval_sets)
     if val_sets:
         base["val"] = evaluate_greedy(base_model, tok, val_sets, cfg.eval, id_skill=cfg.id_skill)
     base_model.save_pretrained(out / "models" / "base")

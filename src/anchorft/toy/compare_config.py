@@ -106,14 +106,14 @@ def comparison_eval_sets(cfg: CompareConfig) -> dict:
     return sets
 
 
-def comparison_val_sets(cfg: CompareConfig) -> dict:
+def comparison_val_sets(cfg: CompareConfig, reported: dict | None = None) -> dict:
     """The validation items (`cfg.eval.val_items` per skill; {} when 0): evaluation-split items, never trained on,
     disjoint by key from `comparison_eval_sets` (drawn with eval_seed + 1). A skill whose evaluation split the
     reported items exhaust (boolean's 64 expressions) is left out."""
     n = cfg.eval.val_items
     if not n:
         return {}
-    reported = comparison_eval_sets(cfg)
+    reported = reported if reported is not None else comparison_eval_sets(cfg)
     rng = np.random.default_rng(cfg.eval_seed + 1)
     sets = {}
     for s in [cfg.id_skill, *sk.OOD_SKILLS]:
