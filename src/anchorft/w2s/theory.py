@@ -183,7 +183,13 @@ def rho_star_report(config, c: list[float], se: list[float], k: float = 3.0) -> 
         stable_fixed_points=fp["stable"],
         m_init=m0,
         drift_at_init=d0,
-        predicted_at_init="captured (turns to theta_kappa)" if d0 > 0 else "pushed out of V_kappa",
+        predicted_at_init=(
+            "no drift"
+            if abs(d0) <= 1e-9 * max(fp["drift_max_abs"], 1e-300)
+            else "captured (turns to theta_kappa)"
+            if d0 > 0
+            else "pushed out of V_kappa"
+        ),
     )
     if fp["m_star"] is not None and out["rho_star"] is None:
         out["reason"] = f"m* = {fp['m_star']:.3f} needs an overlap m* / pretrained_alignment >= 1"
