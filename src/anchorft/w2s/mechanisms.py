@@ -368,6 +368,11 @@ def _ablation_row(rec: dict, config: W2SConfig | None = None) -> dict:
         star = rho_star_report(config, e["labels_hermite"], e["labels_hermite_se"])
         row["rho_star"], row["drift_predicts"] = star["rho_star"], star["predicted_at_init"].split(" ")[0]
         row["rho_star_reason"] = star["reason"]
+        if config.loss == "squared":  # the same with the target group at its measured final alignment
+            t = min(max(row["target"], 0.0), 1.0)
+            star_t = rho_star_report(config, e["labels_hermite"], e["labels_hermite_se"], target_alignment=t)
+            row["rho_star_measured_target"] = star_t["rho_star"]
+            row["drift_predicts_measured_target"] = star_t["predicted_at_init"].split(" ")[0]
     if e.get("bias") is not None:  # the trained output bias at the end (strong_bias: trained)
         row["bias_final"], row["bias_final_std"] = _stat(e["bias"])["mean"], _stat(e["bias"])["std"]
     return row
@@ -488,7 +493,7 @@ TABLE_COLS = {
     "ablation-activation": [
         *("activation", "center", "loss", "bias", "labels_mean", "labels_c2", "target", "target_std"),
         *("nontarget", "nontarget_std", "nontarget_to_theta1", "nontarget_to_theta1_std", "turn"),
-        *("rho_star", "drift_predicts"),
+        *("rho_star", "drift_predicts", "rho_star_measured_target", "drift_predicts_measured_target"),
     ],
     "race": [
         *("d", "s", "mode", "loss", "rho_sqrt_s", "chi", "eta", "eta_on_edge"),

@@ -145,12 +145,13 @@ def preset_theory_report(preset: str, overrides: list[str] | None = None, n_seed
     return rep
 
 
-def rho_star_report(config, c: list[float], se: list[float], k: float = 3.0) -> dict:
+def rho_star_report(config, c: list[float], se: list[float], k: float = 3.0, target_alignment: float = 1.0) -> dict:
     """The non-target neurons' turn boundary predicted by the population drift (`anchorft.w2s.drift`): the unstable
     fixed point m* of their V_kappa component from the labels' measured coefficients (those below `k` standard
     errors set to 0) and the student's activation, loss, second layer and bias; rho* = m* / pretrained_alignment,
     the overlap theta_k^T theta_kappa at which a non-target neuron starts at m*. None, with the reason, where there
-    is no interior fixed point or W2S is not at lambda_kappa = 1 (where the drift is derived)."""
+    is no interior fixed point or W2S is not at lambda_kappa = 1 (where the drift is derived). Under the squared
+    loss the target group enters the residual: it is taken at `target_alignment` (1: learnt)."""
     from anchorft.w2s.drift import drift, fixed_point
 
     used = [float(v) if abs(v) > k * e else 0.0 for v, e in zip(c, se)]
@@ -170,8 +171,8 @@ def rho_star_report(config, c: list[float], se: list[float], k: float = 3.0) -> 
         return out
     kw = {"loss": config.loss, "c": config.c, "pi": list(config.pi), "bias": config.strong_bias == "trained"}
     if config.loss == "squared":
-        kw["target_alignment"] = 1.0
-        out["assumption"] = "squared loss: the target group taken as learnt (alignment 1), the residual's other terms"
+        kw["target_alignment"] = target_alignment
+        out["assumption"] = f"squared loss: the target group taken at alignment {target_alignment:g} with theta_kappa"
     fp = fixed_point(used, config.activation, **kw)
     a = config.pretrained_alignment
     m0 = a * config.rho
@@ -185,7 +186,7 @@ def rho_star_report(config, c: list[float], se: list[float], k: float = 3.0) -> 
         drift_at_init=d0,
         predicted_at_init=(
             "no drift"
-            if abs(d0) <= 1e-9 * max(fp["drift_max_abs"], 1e-300)
+            if (fp["reason"] or "").startswith("no drift")
             else "captured (turns to theta_kappa)"
             if d0 > 0
             else "pushed out of V_kappa"
