@@ -411,3 +411,63 @@ def test_quick_mechanism_sweeps(tmp_path, kind):
     assert main(["sweep", "--kind", kind, "--quick", "--out", str(tmp_path / kind), "--quiet"]) == 0
     rows = json.loads((tmp_path / kind / "results.json").read_text())["rows"]
     assert rows and (tmp_path / kind / f"{kind}.png").exists()
+
+
+ABLATION_ACTIVATION = {
+    **ABLATION,
+    "variants": {"clip2": {"clip": 2.0}},
+    "factors": {
+        "transform": ["zexp"],
+        "variant": ["clip2"],
+        "weak_norm": ["unit"],
+        "activation": ["he2+he4", "relu"],
+        "center": ["none"],
+        "loss": ["squared", "correlation"],
+        "bias": ["none", "trained"],
+    },
+    "exclude": [{"loss": "correlation", "bias": "trained"}],
+}
+
+
+def test_ablation_over_the_student_with_an_exclude_list(tmp_path):
+    spec = {**ABLATION_ACTIVATION, "base": {**ABLATION["base"], "steps": 60}}
+    res = run_sweep("ablation", tmp_path / "out", progress=False, spec_path=_write(tmp_path, "a.yaml", spec))
+    assert len(res["rows"]) == 6  # 2 activations x (squared with and without a bias, correlation without)
+    assert not any(r["loss"] == "correlation" and r["bias"] == "trained" for r in res["rows"])
+    by = {(r["activation"], r["loss"], r["bias"]): r for r in res["rows"]}
+    assert by[("relu", "correlation", "none")]["drift_predicts"] == "captured"  # E[relu''] > 0 with c_0 > 0
+    assert by[("he2+he4", "correlation", "none")]["drift_predicts"] == "pushed"  # m = 0.27 < m*
+    assert by[("he2+he4", "correlation", "none")]["rho_star"] is not None
+    for r in res["rows"]:
+        assert r["turn"] == pytest.approx(r["nontarget_to_theta1"] - r["nontarget_to_theta1_init"])
+        assert ("drift_predicts_measured_target" in r) == (r["loss"] == "squared")
+    assert (tmp_path / "out" / "table.md").read_text().startswith("| activation")
+
+
+@pytest.mark.parametrize(
+    "patch, match",
+    [
+        ({"exclude": [{"colour": "red"}]}, "exclude"),
+        ({"exclude": ["loss"]}, "exclude"),
+        ({"factors": {**ABLATION_ACTIVATION["factors"], "activation": ["sine"]}}, "activation"),
+    ],
+)
+def test_ablation_bad_exclude_or_activation_fails_before_work(tmp_path, patch, match):
+    spec = {**ABLATION_ACTIVATION, **patch}
+    with pytest.raises(ValueError, match=match):
+        run_sweep("ablation", tmp_path / "out", progress=False, spec_path=_write(tmp_path, "a.yaml", spec))
+    assert not (tmp_path / "out").exists()
+
+
+def test_shipped_student_specs_and_gain_preset():
+    spec = load_sweep("ablation", path=PRESET_DIR / "sweep-ablation-activation.yaml")
+    pts = expand(spec)
+    assert len(pts) == 24 and {p["activation"] for p in pts} == {"he2+he4", "relu", "tanh", "he4"}
+    validate_mech_spec(load_sweep("ablation", True, path=PRESET_DIR / "sweep-ablation-activation.yaml"))
+    validate_mech_spec(load_sweep("weak-quality", path=PRESET_DIR / "sweep-weak-quality-gain.yaml"))
+    from anchorft.w2s.config import load_config
+    from anchorft.w2s.problem import seeds_of
+
+    gain = load_config("gain")
+    assert seeds_of(gain) == [100, 101, 102, 103, 104]  # reported seeds: not those its settings were chosen on
+    assert "ceiling" in gain.modes and gain.activation == "he2+he4"

@@ -106,6 +106,16 @@ def _theory_text(r: dict) -> str:
             f"norm {m['weak_norm']}, bound {m['weak_bound']}, centring {m['label_center']}; lowest degree above "
             f"3 se: {m['lowest_significant_degree']}"
         )
+    star = r.get("rho_star_detail")
+    if star:
+        if star["rho_star"] is not None:
+            lines.append(
+                f"non-target turn boundary (population drift, {star['activation']}, {star['loss']} loss): "
+                f"m* = {star['m_star']:.3f}, rho* = {star['rho_star']:.3f}; at the preset's overlap "
+                f"(m = {star['m_init']:.3f}): {star['predicted_at_init']}"
+            )
+        else:
+            lines.append(f"non-target turn boundary: none ({star['reason']})")
     return "\n".join(lines)
 
 

@@ -52,6 +52,7 @@ FACTORS = {  # factor name -> (config key, allowed values); "variant" maps to th
     "loss": ("loss", ("squared", "correlation")),
     "weak": ("weak", ("planted", "trained")),
     "bias": ("strong_bias", ("none", "trained")),
+    "activation": ("activation", None),  # any activation name W2SConfig accepts (he2+he4, relu, tanh, heJ, ...)
 }
 
 
@@ -71,7 +72,7 @@ def validate_mech_spec(spec: dict) -> None:
         if not isinstance(values, list) or not values:
             raise ValueError(f"sweep {kind!r}: factor {name!r} needs a non-empty list of values")
         allowed = tuple(variants) if name == "variant" else FACTORS[name][1]
-        for v in values:
+        for v in values if allowed is not None else ():
             if v not in allowed:
                 raise ValueError(f"sweep {kind!r}: unknown value {v!r} of factor {name!r}; allowed: {list(allowed)}")
     for name, v in (spec.get("thresholds") or {}).items():
@@ -88,6 +89,11 @@ def validate_mech_spec(spec: dict) -> None:
             )
     if kind == "ablation" and not factors:
         raise ValueError(f"sweep {kind!r}: factors must list at least one factor")
+    for item in spec.get("exclude") or []:
+        if kind != "ablation" or not isinstance(item, dict) or not item or any(k not in factors for k in item):
+            raise ValueError(
+                f"sweep {kind!r}: exclude (ablation only) takes mappings of factor names to values, got {item!r}"
+            )
     if kind == "race":
         for name in ("rho_sqrt_s", "group_sizes", "eta"):
             if not spec.get(name):
@@ -125,7 +131,9 @@ def expand(spec: dict) -> list[dict]:
     if kind == "ablation":
         factors = spec.get("factors") or {}
         names = list(factors)
-        return [dict(zip(names, vals)) for vals in itertools.product(*(factors[n] for n in names))]
+        pts = [dict(zip(names, vals)) for vals in itertools.product(*(factors[n] for n in names))]
+        excl = spec.get("exclude") or []  # combinations left out (e.g. a trained bias with the correlation loss)
+        return [p for p in pts if not any(all(p.get(k) == v for k, v in e.items()) for e in excl)]
     if kind == "race":
         pts = []
         sizes = spec.get("sizes") or [None]  # [d, s] pairs; None: the base config's d and s
@@ -266,6 +274,8 @@ def _evaluate(spec: dict, pt: dict, cache: Path, shared: dict) -> dict:
             "labels_c2": lab["hermite"][2],
             "labels_c2_se": lab["hermite_se"][2],
             "labels_c4": lab["hermite"][4],
+            "labels_hermite": lab["hermite"],
+            "labels_hermite_se": lab["hermite_se"],
             "bias": e.get("bias"),
             "curves": {k: e[k] for k in ("samples", *(f"{n}_alignment_seeds" for n in ("target", "nontarget")))},
         }
@@ -333,7 +343,10 @@ def _race_until_learnt(spec: dict, pt: dict, config: W2SConfig, path: Path) -> d
     return rec
 
 
-def _ablation_row(rec: dict) -> dict:
+def _ablation_row(rec: dict, config: W2SConfig | None = None) -> dict:
+    """One row of the ablation table; with the point's config and the labels' coefficients, the population-drift
+    prediction for the non-target neurons (`theory.rho_star_report`: rho*, and captured or pushed out at the
+    point's overlap) beside the measured turn (final - initial alignment with theta_1)."""
     e = rec["w2s"]
     fps = e["final_per_seed"]
     row = dict(rec["point"])
@@ -348,6 +361,18 @@ def _ablation_row(rec: dict) -> dict:
     row["labels_mean"], row["labels_c2"], row["labels_c2_se"] = e["labels_mean"], e["labels_c2"], e["labels_c2_se"]
     row["labels_c4"] = e["labels_c4"]
     row["diverged"] = rec["diverged"] is not None
+    row["turn"] = row["nontarget_to_theta1"] - row["nontarget_to_theta1_init"]
+    if config is not None and e.get("labels_hermite") is not None:
+        from anchorft.w2s.theory import rho_star_report
+
+        star = rho_star_report(config, e["labels_hermite"], e["labels_hermite_se"])
+        row["rho_star"], row["drift_predicts"] = star["rho_star"], star["predicted_at_init"].split(" ")[0]
+        row["rho_star_reason"] = star["reason"]
+        if config.loss == "squared":  # the same with the target group at its measured final alignment
+            t = min(max(row["target"], 0.0), 1.0)
+            star_t = rho_star_report(config, e["labels_hermite"], e["labels_hermite_se"], target_alignment=t)
+            row["rho_star_measured_target"] = star_t["rho_star"]
+            row["drift_predicts_measured_target"] = star_t["predicted_at_init"].split(" ")[0]
     if e.get("bias") is not None:  # the trained output bias at the end (strong_bias: trained)
         row["bias_final"], row["bias_final_std"] = _stat(e["bias"])["mean"], _stat(e["bias"])["std"]
     return row
@@ -465,6 +490,11 @@ TABLE_COLS = {
         *("transform", "variant", "center", "bias", "weak_norm", "loss", "labels_mean", "labels_c2", "labels_c2_se"),
         *("target", "target_std", "nontarget", "nontarget_std", "nontarget_to_theta1", "nontarget_to_theta1_std"),
     ],
+    "ablation-activation": [
+        *("activation", "center", "loss", "bias", "labels_mean", "labels_c2", "target", "target_std"),
+        *("nontarget", "nontarget_std", "nontarget_to_theta1", "nontarget_to_theta1_std", "turn"),
+        *("rho_star", "drift_predicts", "rho_star_measured_target", "drift_predicts_measured_target"),
+    ],
     "race": [
         *("d", "s", "mode", "loss", "rho_sqrt_s", "chi", "eta", "eta_on_edge"),
         *("learn_samples", "forget_samples", "turn_samples", "winner", "forget_first_seeds", "turn_first_seeds"),
@@ -506,14 +536,16 @@ def run_mech_sweep(
     points = tqdm(expand(spec), desc=f"sweep {kind}", disable=not progress)
     recs = [_evaluate(spec, pt, cache, shared) for pt in points]
     if kind == "ablation":
-        rows = [_ablation_row(r) for r in recs]
+        rows = [_ablation_row(r, _point_config(spec, r["point"])) for r in recs]
     elif kind == "race":
         rows = _race_rows(spec, recs)
     else:
         rows = [_wq_row(r) for r in recs]
     result = {"kind": kind, "quick": spec.get("quick_run", False), "spec": spec, "rows": rows, "points": recs}
     write_metrics(out / "results.json", result)
-    write_text(out / "table.md", _table(rows, TABLE_COLS[kind]))
+    by_activation = kind == "ablation" and "activation" in (spec.get("factors") or {})
+    cols = TABLE_COLS["ablation-activation" if by_activation else kind]
+    write_text(out / "table.md", _table(rows, cols))
     from anchorft.w2s.plots_mech import plot_mech
 
     plot_mech(result, out / f"{kind}.png")

@@ -27,7 +27,8 @@ def _ablation(result: dict) -> plt.Figure:
         sub = [r for r in rows if r["loss"] == loss]
         y = np.arange(len(sub))
         labels = [
-            f"{SHORT.get(r['transform'], r['transform'])} {r['variant']} {SHORT.get(r['center'], r['center'])} "
+            (f"{r['activation']} " if "activation" in r else "")
+            + f"{SHORT.get(r['transform'], r['transform'])} {r['variant']} {SHORT.get(r['center'], r['center'])} "
             f"{SHORT.get(r['weak_norm'], r['weak_norm'])}{' bias' if r.get('bias') == 'trained' else ''} "
             f"(c2 {r['labels_c2']:+.2f})"
             for r in sub

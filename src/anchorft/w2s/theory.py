@@ -26,7 +26,7 @@ from anchorft.w2s.hermite import (
     transformed_information_exponent,
 )
 
-__all__ = ["theory_report", "predicted_slopes", "preset_theory_report", "first_significant"]
+__all__ = ["theory_report", "predicted_slopes", "preset_theory_report", "first_significant", "rho_star_report"]
 
 N_COEF = 6
 MAX_POWER = 6
@@ -139,4 +139,59 @@ def preset_theory_report(preset: str, overrides: list[str] | None = None, n_seed
         },
     }
     rep["labels"]["measured"]["c2_over_se"] = float(np.round(c[2] / se[2], 2)) if se[2] > 0 else None
+    star = rho_star_report(config, c, se)
+    rep["rho_star"] = star["rho_star"]
+    rep["rho_star_detail"] = star
     return rep
+
+
+def rho_star_report(config, c: list[float], se: list[float], k: float = 3.0, target_alignment: float = 1.0) -> dict:
+    """The non-target neurons' turn boundary predicted by the population drift (`anchorft.w2s.drift`): the unstable
+    fixed point m* of their V_kappa component from the labels' measured coefficients (those below `k` standard
+    errors set to 0) and the student's activation, loss, second layer and bias; rho* = m* / pretrained_alignment,
+    the overlap theta_k^T theta_kappa at which a non-target neuron starts at m*. None, with the reason, where there
+    is no interior fixed point or W2S is not at lambda_kappa = 1 (where the drift is derived). Under the squared
+    loss the target group enters the residual: it is taken at `target_alignment` (1: learnt)."""
+    from anchorft.w2s.drift import drift, fixed_point
+
+    used = [float(v) if abs(v) > k * e else 0.0 for v, e in zip(c, se)]
+    out: dict = {
+        "what": "unstable fixed point of the non-target neurons' V_kappa part under the W2S population drift",
+        "activation": config.activation,
+        "loss": config.loss,
+        "strong_bias": config.strong_bias,
+        "coefficients_used": used,
+        "coefficients_rule": f"measured c_n, those below {k:g} standard errors set to 0",
+        "m_star": None,
+        "rho_star": None,
+        "reason": None,
+    }
+    if config.lambda_kappa != 1.0:
+        out["reason"] = "the drift is derived for lambda_kappa = 1 (every input in V_kappa)"
+        return out
+    kw = {"loss": config.loss, "c": config.c, "pi": list(config.pi), "bias": config.strong_bias == "trained"}
+    if config.loss == "squared":
+        kw["target_alignment"] = target_alignment
+        out["assumption"] = f"squared loss: the target group taken at alignment {target_alignment:g} with theta_kappa"
+    fp = fixed_point(used, config.activation, **kw)
+    a = config.pretrained_alignment
+    m0 = a * config.rho
+    d0 = drift(m0, used, config.activation, **kw)
+    out.update(
+        m_star=fp["m_star"],
+        rho_star=None if fp["m_star"] is None or a <= 0 or fp["m_star"] / a >= 1 else fp["m_star"] / a,
+        reason=fp["reason"],
+        stable_fixed_points=fp["stable"],
+        m_init=m0,
+        drift_at_init=d0,
+        predicted_at_init=(
+            "no drift"
+            if (fp["reason"] or "").startswith("no drift")
+            else "captured (turns to theta_kappa)"
+            if d0 > 0
+            else "pushed out of V_kappa"
+        ),
+    )
+    if fp["m_star"] is not None and out["rho_star"] is None:
+        out["reason"] = f"m* = {fp['m_star']:.3f} needs an overlap m* / pretrained_alignment >= 1"
+    return out
