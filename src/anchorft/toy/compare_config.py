@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from anchorft.dataclass_yaml import read_yaml_mapping, update
+from anchorft.resources import configs_dir
 from anchorft.rpsft.methods import METHODS, RUN_KEYS, get_method
 from anchorft.toy import skills as sk
 from anchorft.toy.evaluate import EvalSettings, build_eval_sets
@@ -146,7 +147,7 @@ def _width_runs(hidden_size: int) -> list[RunSpec]:
     return _default_runs([max(1, k // 3), k], l2_lambda=0.01)
 
 
-PRESET_DIR = Path(__file__).resolve().parents[3] / "configs" / "toy"
+PRESET_DIR = configs_dir("toy")
 # the presets are the YAML files of configs/toy/, loaded by name (`smoke`, `default`, `sweep`, ...) or by path
 PRESETS = tuple(sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
 
