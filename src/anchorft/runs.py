@@ -28,6 +28,7 @@ Ctrl-C or SIGTERM and "failed" on an error, so partial outputs are never mistake
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import hashlib
 import json
 import os
@@ -173,7 +174,10 @@ def _lock(out: Path, flag: str) -> None:
     fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except OSError as e:
+        if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):  # a filesystem without locks: go on
+            os.close(fd)
+            return
         holder = os.pread(fd, 200, 0).decode(errors="replace").split()
         os.close(fd)
         who = f"PID {holder[0]} on {holder[1]}" if len(holder) >= 2 else "another process"
