@@ -25,6 +25,7 @@ def files(tmp_path):
     (f / "rl_unknown.yaml").write_text("learning_ratez: 1.0e-6\n")
     (f / "rl_wrongtype.yaml").write_text("learning_rate: fast\n")
     (f / "empty.jsonl").write_text("")
+    (f / "empty.json").write_text("")
     (f / "bad.jsonl").write_text('{"prompt": "a", "completion": "b"}\n{"prompt": \n')
     (f / "good.jsonl").write_text('{"prompt": "a", "completion": "b"}\n')
     (f / "afile").write_text("x")
@@ -69,6 +70,7 @@ CASES = [
     (["rl", "--model", "model", "--dataset", "bad.jsonl", "--out", "o"], "bad.jsonl:2"),
     (["data", "dapo-math", "--source", "bad.jsonl", "--out", "o"], "bad.jsonl:2: not JSON"),
     (["data", "dapo-math", "--source", "empty.jsonl", "--out", "o"], "empty.jsonl is empty"),
+    (["train", "--estimate", "--model_config", "empty.json"], "model config: empty.json is empty"),
     # --out is a file, for every command that writes a folder
     ([*TRAIN[:-1], "afile"], "afile exists and is a file"),
     (["toy", "pretrain", "--preset", "smoke", "--out", "afile"], "afile exists and is a file"),

@@ -71,19 +71,31 @@ def _fails_late(exc):
     return run
 
 
+def _no_work(target: str):
+    """A setup that fails the test if the command starts its work (`target`): the input is refused before."""
+
+    def setup(monkeypatch, tmp_path):
+        monkeypatch.setattr(target, lambda *a, **k: pytest.fail(f"{target} ran before the input was refused"))
+
+    return setup
+
+
+NO_TRAIN = _no_work("anchorft.rpsft.train.train")
+NO_PRETRAIN = _no_work("anchorft.toy.compare.pretrained_model")
 TRAIN = ["train", "--dataset", "good.jsonl", "--model_name_or_path", "no_weights"]
 # (id, argv into folder "out" (which holds a finished run), a piece of the one-line error, exit code, setup)
 DESTRUCTIVE = [
-    ("train model without weights", [*TRAIN, "--overwrite"], "holds no weights", 2, None),
+    ("train model without weights", [*TRAIN, "--overwrite"], "holds no weights", 2, NO_TRAIN),
     ("train bad dataset", ["train", "--dataset", "bad.jsonl", "--model_name_or_path", "no_weights", "--overwrite"],
-     "bad.jsonl:2", 2, None),
-    ("train config typo", [*TRAIN, "--learning_rate", "abc", "--overwrite"], "invalid float value", 2, None),
+     "bad.jsonl:2", 2, NO_TRAIN),
+    ("train config typo", [*TRAIN, "--learning_rate", "abc", "--overwrite"], "invalid float value", 2, NO_TRAIN),
     ("data dapo-math offline", ["data", "dapo-math", "--overwrite"], "--source PATH", 2, _offline_hub),
     ("toy compare rank -1", ["toy", "compare", "--preset", "smoke", "--sweep", "anchor_rank=-1", "--overwrite"],
-     "anchor_rank must be an integer >= 1", 2, None),
+     "anchor_rank must be an integer >= 1", 2, NO_PRETRAIN),
     ("toy compare lambda -1", ["toy", "compare", "--preset", "smoke", "--sweep", "anchor_lambda=-1", "--overwrite"],
-     "anchor_lambda must be >= 0", 2, None),
-    ("toy compare seed -1", ["toy", "compare", "--preset", "smoke", "--seeds", "-1", "--overwrite"], "seeds", 2, None),
+     "anchor_lambda must be >= 0", 2, NO_PRETRAIN),
+    ("toy compare seed -1", ["toy", "compare", "--preset", "smoke", "--seeds", "-1", "--overwrite"], "seeds", 2,
+     NO_PRETRAIN),
     ("w2s empty preset", ["w2s", "run", "--preset", "empty.yaml", "--overwrite"], "is empty", 2, None),
     ("w2s bad override", ["w2s", "run", "--overwrite", "steps=0"], "steps", 2, None),
     ("w2s another run, no --overwrite", ["w2s", "run", "--steps", "3"], "holds another run", 2, None),
