@@ -218,3 +218,22 @@ def test_sigterm_marks_a_new_run_interrupted(inputs):
     assert p.returncode == 143, p.stderr[-2000:]
     assert len(p.stderr.strip().splitlines()) == 1 and "marked incomplete" in p.stderr
     assert read_marker(out)["status"] == "interrupted" and read_marker(out)["files"] == ["metrics.json"]
+
+
+def test_a_signal_while_the_old_run_is_set_aside_puts_it_back(inputs, monkeypatch):
+    out = inputs / "out"
+    before = _finished_run(out)
+    real, calls = os.replace, []
+
+    def replace(src, dst):
+        calls.append(1)
+        if len(calls) == 2:  # the second entry of the old run: SIGTERM arrives
+            raise KeyboardInterrupt
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt):
+        claim_output(out, "w2s run", {"new": 1}, overwrite=True)
+    monkeypatch.setattr(os, "replace", real)
+    assert _snapshot(out) == before and not (out / ASIDE).exists()
+    assert claim_output(out, "w2s run", {"old": 1}).complete  # and the folder is not left locked

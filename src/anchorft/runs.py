@@ -272,22 +272,27 @@ def _claim_locked(out, command, config, overwrite, flag, ignore, notes, created)
 
 
 def _set_aside(out: Path, entries: list[str]) -> None:
-    """Move the run in `out` (its entries and marker) into OUT/.anchorft-replaced. A folder already holding one
-    is in the middle of a replacement that never finished: its entries are that unfinished run's, and go."""
+    """Move the run in `out` (its entries and marker) into OUT/.anchorft-replaced; an exception on the way (Ctrl-C,
+    SIGTERM) moves them back. A folder already holding one is in the middle of a replacement that never finished
+    (killed): its entries are that unfinished run's, and go; the replaced run stays aside."""
     aside = out / ASIDE
     if aside.exists():
         for name in entries:
             _remove(out / name)
         (out / MARKER).unlink(missing_ok=True)
         return
-    tmp = out / (ASIDE + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    for name in [*entries, MARKER]:
-        if (out / name).exists() or (out / name).is_symlink():
-            os.replace(out / name, tmp / name)
-    os.replace(tmp, aside)
+    aside.mkdir()
+    moved: list[str] = []
+    try:
+        for name in [*entries, MARKER]:
+            if (out / name).exists() or (out / name).is_symlink():
+                os.replace(out / name, aside / name)
+                moved.append(name)
+    except BaseException:
+        for name in moved:
+            os.replace(aside / name, out / name)
+        aside.rmdir()
+        raise
 
 
 def _restore_aside(claim: RunClaim) -> bool:
