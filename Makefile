@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 CORE := $(VENV)/.installed-core
 DEV := $(VENV)/.installed-dev
 
-.PHONY: demo test test-all lint format bench mutants clean
+.PHONY: demo test test-wheel test-all lint format bench mutants clean
 
 # the demo needs the package only; the tests add pytest, ruff and lm-eval (35 s more to install here)
 $(CORE): pyproject.toml
@@ -24,6 +24,10 @@ demo: $(CORE)
 
 test: $(DEV)
 	$(BIN)/python -m pytest -q
+
+# the built wheel, unpacked outside the checkout: presets and model configs ship inside it (.ci/test-wheel)
+test-wheel: $(DEV)
+	.ci/test-wheel $(BIN)/python
 
 test-all: $(DEV)
 	$(BIN)/python -m pytest -q -m ''

@@ -25,6 +25,7 @@ def files(tmp_path):
     (f / "rl_unknown.yaml").write_text("learning_ratez: 1.0e-6\n")
     (f / "rl_wrongtype.yaml").write_text("learning_rate: fast\n")
     (f / "empty.jsonl").write_text("")
+    (f / "empty.json").write_text("")
     (f / "bad.jsonl").write_text('{"prompt": "a", "completion": "b"}\n{"prompt": \n')
     (f / "good.jsonl").write_text('{"prompt": "a", "completion": "b"}\n')
     (f / "afile").write_text("x")
@@ -69,6 +70,7 @@ CASES = [
     (["rl", "--model", "model", "--dataset", "bad.jsonl", "--out", "o"], "bad.jsonl:2"),
     (["data", "dapo-math", "--source", "bad.jsonl", "--out", "o"], "bad.jsonl:2: not JSON"),
     (["data", "dapo-math", "--source", "empty.jsonl", "--out", "o"], "empty.jsonl is empty"),
+    (["train", "--estimate", "--model_config", "empty.json"], "model config: empty.json is empty"),
     # --out is a file, for every command that writes a folder
     ([*TRAIN[:-1], "afile"], "afile exists and is a file"),
     (["toy", "pretrain", "--preset", "smoke", "--out", "afile"], "afile exists and is a file"),
@@ -141,6 +143,70 @@ def test_hub_name_fails_fast_without_network(files, monkeypatch, capsys, no_mode
     monkeypatch.setattr(pf, "hub_reachable", lambda timeout=3.0: pytest.fail("the network was tried offline"))
     assert main(argv) == 2
     assert "HF_HUB_OFFLINE" in capsys.readouterr().err
+
+
+# argparse's own refusals: the error and a --help hint, no usage dump
+ARGPARSE = [
+    ([*TRAIN, "--method", "rpsfft"], "anchorft train: error: argument --method: invalid choice: 'rpsfft'"),
+    ([*TRAIN, "--learning_rate", "abc"], "invalid float value: 'abc'"),
+    (["w2s", "run"], "anchorft w2s run: error: the following arguments are required: --out"),
+    (["toy", "compare", "--seeds", "x", "--out", "o"], "argument --seeds: invalid int value: 'x'"),
+    (["data", "openr1-math"], "required: --out"),
+]
+
+
+@pytest.mark.parametrize("argv,expected", ARGPARSE, ids=[" ".join(a)[-40:] for a, _ in ARGPARSE])
+def test_argparse_errors_are_two_lines(argv, expected, files, monkeypatch, capsys, no_model_loads):
+    monkeypatch.chdir(files)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and expected in err[0], err
+    assert err[1].startswith("Run `anchorft ") and err[1].endswith("--help` for the options."), err
+    assert not (files / "o").exists() and not (files / "runs").exists()
+
+
+@pytest.mark.parametrize("offline", ["HF_HUB_OFFLINE", "no route"])
+@pytest.mark.parametrize("dataset", ["openr1-math", "dapo-math"])
+def test_hub_data_without_network_fails_at_once(dataset, offline, files, monkeypatch, capsys):
+    """No retries (one line, exit 2, in well under a second), naming --source, the offline alternative."""
+    import time
+
+    import huggingface_hub.constants
+
+    import anchorft.preflight as pf
+
+    monkeypatch.chdir(files)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(files / "hub"))  # nothing cached
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(files / "datasets"))
+    if offline == "HF_HUB_OFFLINE":
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        monkeypatch.setattr(pf, "hub_reachable", lambda timeout=3.0: pytest.fail("the network was tried offline"))
+    else:
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.setattr(pf, "hub_reachable", lambda timeout=3.0: False)
+    t0 = time.perf_counter()
+    assert main(["data", dataset, "--out", "o"]) == 2
+    assert time.perf_counter() - t0 < 5
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--source PATH" in err and "not in the local cache" in err, err
+    assert ("HF_HUB_OFFLINE" in err) == (offline == "HF_HUB_OFFLINE"), err
+    assert not (files / "o").exists()
+
+
+def test_hub_data_in_the_cache_is_read_offline(files, monkeypatch):
+    """No route to the hub but the set is cached: the hub libraries are switched to their caches (no retries)."""
+    import anchorft.preflight as pf
+
+    monkeypatch.setattr(pf, "hub_reachable", lambda timeout=3.0: False)
+    monkeypatch.setattr(pf, "_dataset_cached", lambda name: name == "org/cached")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    for module in ("huggingface_hub.constants", "datasets.config"):  # put back after the test
+        if module in sys.modules:
+            monkeypatch.setattr(sys.modules[module], "HF_HUB_OFFLINE", sys.modules[module].HF_HUB_OFFLINE)
+    pf.check_hub_dataset("org/cached")
+    assert os.environ["HF_HUB_OFFLINE"] == "1"
+    with pytest.raises(ValueError, match="org/other is a hub dataset, not in the local cache"):
+        pf.check_hub_dataset("org/other")
 
 
 def test_out_not_writable(files, monkeypatch, capsys):

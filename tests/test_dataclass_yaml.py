@@ -67,7 +67,10 @@ def test_unknown_keys_name_the_closest_known_ones():
 
 def test_read_yaml_mapping(tmp_path):
     (tmp_path / "a.yaml").write_text("# a comment only\n")
-    assert read_yaml_mapping(tmp_path / "a.yaml") == {}
+    with pytest.raises(ValueError, match="a.yaml' is empty"):  # not a silent run of the defaults
+        read_yaml_mapping(tmp_path / "a.yaml")
+    (tmp_path / "c.yaml").write_text("# the defaults\n{}\n")
+    assert read_yaml_mapping(tmp_path / "c.yaml") == {}
     (tmp_path / "b.yaml").write_text("- 1\n- 2\n")
     with pytest.raises(ValueError, match="must be a YAML mapping"):
         read_yaml_mapping(tmp_path / "b.yaml")

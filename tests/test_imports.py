@@ -24,6 +24,7 @@ KERNELS = (
     "anchorft.errors",
     "anchorft.runs",
     "anchorft.preflight",
+    "anchorft.resources",
 )
 LAYERS: list[tuple[str, ...]] = [
     KERNELS,
@@ -32,7 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("anchorft.rpsft",),
     ("anchorft.toy",),
     ("anchorft.analysis",),
-    ("anchorft.commands", "anchorft.cli", "anchorft.demo"),
+    ("anchorft.commands", "anchorft.cli", "anchorft.demo", "anchorft.__main__"),
 ]
 # the simulator stands beside the stack: it imports the kernels only, and only the entry points import it
 W2S = "anchorft.w2s"

@@ -11,7 +11,7 @@ import pytest
 from anchorft.cli import main as cli
 from anchorft.errors import UsageError
 from anchorft.io import new_file_mode, write_json
-from anchorft.runs import MARKER, claim_output, finish, mark_active
+from anchorft.runs import MARKER, claim_output, finish, mark_active, read_marker
 
 
 def _status(out: Path) -> str:
@@ -35,8 +35,16 @@ def test_claim_new_same_other_and_overwrite(tmp_path):
     with pytest.raises(UsageError, match="holds another run"):
         claim_output(out, "w2s sweep", {"a": 1})
     c = claim_output(out, "w2s run", {"a": 2}, overwrite=True)
-    assert not c.resume and sorted(p.name for p in out.iterdir()) == [MARKER]  # the old outputs are gone
-    mark_active("failed")
+    visible = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
+    assert not c.resume and visible == [MARKER]  # the old outputs are set aside
+    mark_active("failed")  # ... and come back when the new run fails
+    assert (out / "metrics.json").exists() and _status(out) == "complete"
+    assert read_marker(out)["config"] == {"a": 1} and read_marker(out)["files"] == ["metrics.json"]
+    c = claim_output(out, "w2s run", {"a": 2}, overwrite=True)
+    (out / "new.json").write_text("{}")
+    finish(c)  # the new run finished: the old one is gone
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [MARKER, "new.json"]
+    (out / "new.json").unlink()
     # a run that stopped before writing anything does not hold the folder
     assert not claim_output(out, "w2s run", {"a": 3}).resume
     mark_active("failed")

@@ -6,18 +6,22 @@ The command modules only parse arguments and call library functions: library cod
 for importing transformers.
 
 One error path (anchorft.errors): bad input (a UsageError, ValueError or file error) is one line
-`anchorft CMD: error: MESSAGE` on stderr and exit code 2; `--debug` anywhere on the command line, or
-ANCHORFT_DEBUG=1, prints the traceback before it. Ctrl-C exits with 130 and marks the runs it had
-started "interrupted" in their run markers (anchorft.runs).
+`anchorft CMD: error: MESSAGE` on stderr and exit code 2; a flag argparse refuses is that line and a
+`--help` hint (no usage dump). `--debug` anywhere on the command line, or ANCHORFT_DEBUG=1, prints the
+traceback before it. Ctrl-C exits with 130, SIGTERM (what SLURM and Kubernetes send) with 143; both mark the
+runs it had started "interrupted" in their run markers (anchorft.runs).
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 
-from anchorft.errors import EXIT_INTERRUPTED, EXIT_USAGE, debug_enabled
+from anchorft.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, debug_enabled
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -66,6 +70,20 @@ def _prog(name: str, rest: list[str]) -> str:
     return f"anchorft {name} {sub}".rstrip()
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is, so that it unwinds as on Ctrl-C (temporary files go, runs are
+    marked interrupted)."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated
+
+
+def _short_error(self: argparse.ArgumentParser, message: str):
+    """argparse's error without the usage dump: the error, and where the options are."""
+    self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\nRun `{self.prog} --help` for the options.\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     argv, debug_flag = _pop_debug(argv)
@@ -87,17 +105,26 @@ def main(argv: list[str] | None = None) -> int:
 
     errors._DEBUG_FLAG = debug
     _quiet_dataset_maps()
+    main_thread = threading.current_thread() is threading.main_thread()
+    old_term = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
+    old_error, argparse.ArgumentParser.error = argparse.ArgumentParser.error, _short_error
     try:
         module = importlib.import_module(COMMANDS[name][0])
         rc = int(module.main(rest) or 0)
         if rc:
             mark_active("failed")
         return rc
-    except KeyboardInterrupt:
+    except SystemExit as e:  # argparse: --help (0) or a refused flag (2, already reported)
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_USAGE)
+        if code:
+            mark_active("failed")
+        return code
+    except KeyboardInterrupt as e:
+        terminated = isinstance(e, Terminated)
         marked = mark_active("interrupted")
         where = f"; partial outputs in {', '.join(map(str, marked))} are marked incomplete" if marked else ""
-        print(f"\n{_prog(name, rest)}: interrupted{where}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        print(f"\n{_prog(name, rest)}: {'terminated' if terminated else 'interrupted'}{where}", file=sys.stderr)
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     except USER_ERRORS as e:
         mark_active("failed")
         return errors.report(_prog(name, rest), e)
@@ -109,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         raise
     finally:
         errors._DEBUG_FLAG = False
+        argparse.ArgumentParser.error = old_error
+        if main_thread:
+            signal.signal(signal.SIGTERM, old_term)
 
 
 if __name__ == "__main__":

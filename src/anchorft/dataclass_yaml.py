@@ -45,8 +45,11 @@ def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, str]:
 
 
 def read_yaml_mapping(path: str | os.PathLike, what: str = "config") -> dict[str, Any]:
-    """The mapping in the YAML file `path` ({} for an empty file); ValueError otherwise."""
-    data = read_yaml(path, what) or {}  # a malformed file: an error naming the file and line
+    """The mapping in the YAML file `path`; a ValueError naming the file otherwise. An empty file (nothing but
+    comments) is an error too, most likely a file not written yet; a file that means the defaults says `{}`."""
+    data = read_yaml(path, what)  # a malformed file: an error naming the file and line
+    if data is None:
+        raise ValueError(f"{what} {str(path)!r} is empty (write `{{}}` in it for the defaults)")
     if not isinstance(data, dict):
         raise ValueError(f"{what} {str(path)!r} must be a YAML mapping")
     return data

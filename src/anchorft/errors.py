@@ -16,10 +16,11 @@ from typing import Any
 
 __all__ = ["UsageError", "one_line", "debug_enabled", "read_yaml", "check_jsonl", "check_keys", "check_types"]
 __all__ += ["check_mapping_types"]
-__all__ += ["EXIT_USAGE", "EXIT_INTERRUPTED"]
+__all__ += ["EXIT_USAGE", "EXIT_INTERRUPTED", "EXIT_TERMINATED"]
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 
 class UsageError(ValueError):

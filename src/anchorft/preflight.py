@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 
 from anchorft.errors import UsageError, check_jsonl
 
-__all__ = ["check_model_source", "check_input_file", "looks_like_path", "hub_reachable"]
+__all__ = ["check_model_source", "check_input_file", "looks_like_path", "hub_reachable", "check_hub_dataset"]
 
 
 def looks_like_path(spec: str) -> bool:
@@ -86,3 +86,38 @@ def check_input_file(path: str | os.PathLike | None, flag: str, jsonl: bool | No
         raise UsageError(f"{flag}: {path} is not readable")
     if jsonl or (jsonl is None and p.suffix.lower() == ".jsonl"):
         check_jsonl(p, what=flag)
+
+
+def _dataset_cached(name: str) -> bool:
+    """Whether the hub dataset `name` has a copy in the local caches (the hub's download cache or datasets')."""
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    hub = Path(HF_HUB_CACHE) / f"datasets--{name.replace('/', '--')}"
+    sets = Path(os.environ.get("HF_DATASETS_CACHE") or Path(HF_HUB_CACHE).parent / "datasets")
+    return hub.is_dir() or (sets / name.replace("/", "___")).is_dir()
+
+
+def _go_offline() -> None:
+    """Make the hub libraries use their caches only (no connection attempts and their retries)."""
+    import sys
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    for module, attr in (("huggingface_hub.constants", "HF_HUB_OFFLINE"), ("datasets.config", "HF_HUB_OFFLINE")):
+        if module in sys.modules:
+            setattr(sys.modules[module], attr, True)
+
+
+def check_hub_dataset(source: str, flag: str = "--source") -> None:
+    """A hub dataset name is usable: the hub can be reached, or the set is in the local cache (then the hub
+    libraries are switched to offline mode, so that they read it without retrying the network). Otherwise a
+    UsageError naming `flag`, the offline alternative (a local file or folder)."""
+    offline = _offline()
+    if not offline and hub_reachable():
+        return
+    why = "HF_HUB_OFFLINE is set" if offline else "the hub cannot be reached (no network?)"
+    if not _dataset_cached(source):
+        raise UsageError(
+            f"{flag}: {source} is a hub dataset, not in the local cache, and {why}; download it where there is "
+            f"network, or pass {flag} PATH (a local .jsonl, .parquet or folder)"
+        )
+    _go_offline()

@@ -10,30 +10,55 @@ marker) records the command, a hash of its resolved config and the run's status 
   picks up where it stopped (the testbed comparison keeps its finished fine-tunes, `train` resumes
   from its last complete checkpoint); `RunClaim.complete` says the run had finished;
 - a marker with another hash, or a non-empty folder without a marker: a `UsageError`, unless
-  `overwrite` (then a folder holding a marker is emptied first; a folder without one never is).
+  `overwrite` (a folder without a marker never is replaced).
+
+Nothing is lost on the way:
+- the folder is locked (`fcntl.flock` on OUT/.anchorft-lock, by the process that claims it: rank 0 of a
+  distributed run) for as long as the run is active; a second launch into it is refused, naming the PID and host
+  of the live run;
+- a stopped run's marker lists the entries it wrote (`files`); other entries (a user's own files) are refused
+  by `--overwrite`, named, and never counted as the run's;
+- `--overwrite` moves the old run aside (OUT/.anchorft-replaced) and deletes it only when the new run finishes;
+  a new run that fails or is interrupted is removed and the old one put back.
 
 `finish(claim)` marks the run complete; `anchorft.cli.main` marks every claimed run "interrupted" on
-Ctrl-C and "failed" on an error, so partial outputs are never mistaken for results.
+Ctrl-C or SIGTERM and "failed" on an error, so partial outputs are never mistaken for results.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import hashlib
 import json
 import os
 import shutil
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from anchorft.errors import UsageError
 
-__all__ = ["MARKER", "RunClaim", "claim_output", "check_output_dir", "config_hash", "finish", "mark_active"]
+__all__ = [
+    "MARKER",
+    "LOCK",
+    "ASIDE",
+    "RunClaim",
+    "claim_output",
+    "check_output_dir",
+    "config_hash",
+    "finish",
+    "mark_active",
+]
 __all__ += ["same_run", "reused", "existing_files", "fail", "read_marker"]
 
 MARKER = "anchorft-run.json"
+LOCK = ".anchorft-lock"  # flock'ed while a run is active; holds "PID HOST" of the process that holds it
+ASIDE = ".anchorft-replaced"  # the run that --overwrite replaces, until the new one finishes
+_INTERNAL = (MARKER, LOCK, ASIDE)
 _ACTIVE: list[RunClaim] = []
+_LOCKS: dict[str, int] = {}  # resolved folder -> file descriptor of its lock held by this process
 
 
 @dataclass
@@ -46,6 +71,7 @@ class RunClaim:
     config: Any = None
     created: bool = False  # the folder did not exist before this claim
     notes: Any = None  # recorded in the marker, not part of the hash
+    foreign: tuple[str, ...] = ()  # entries the folder held that no run of anchorft wrote (never listed as its own)
 
     @property
     def marker(self) -> Path:
@@ -108,9 +134,68 @@ def _write_marker(claim: RunClaim, status: str) -> None:
             "status": status,
             "config": json.loads(json.dumps(claim.config, default=str)),
             **({"notes": json.loads(json.dumps(claim.notes, default=str))} if claim.notes is not None else {}),
+            **({"files": _own_entries(claim)} if status != "running" else {}),
             "updated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         },
     )
+
+
+def _entries(out: Path, ignore: tuple[str, ...] = ()) -> list[str]:
+    """The folder's entries, sorted, anchorft's own bookkeeping (marker, lock, replaced run) and `ignore` aside."""
+    return sorted(p.name for p in out.iterdir() if p.name not in _INTERNAL and p.name not in ignore)
+
+
+def _own_entries(claim: RunClaim) -> list[str]:
+    try:
+        return [n for n in _entries(claim.out) if n not in claim.foreign]
+    except OSError:
+        return []
+
+
+def _foreign(marker: dict, entries: list[str]) -> list[str]:
+    """Entries that the run of `marker` did not write (a marker written while the run was active, or by an older
+    anchorft, lists nothing: then every entry is the run's)."""
+    files = marker.get("files")
+    return [n for n in entries if n not in files] if isinstance(files, list) else []
+
+
+def _remove(p: Path) -> None:
+    shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+
+
+def _lock(out: Path, flag: str) -> None:
+    """Take the exclusive lock of folder `out` (re-entrant within this process), or a UsageError naming the PID and
+    host of the process that holds it."""
+    import fcntl
+
+    key = str(out.resolve())
+    if key in _LOCKS:
+        return
+    fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):  # a filesystem without locks: go on
+            os.close(fd)
+            return
+        holder = os.pread(fd, 200, 0).decode(errors="replace").split()
+        os.close(fd)
+        who = f"PID {holder[0]} on {holder[1]}" if len(holder) >= 2 else "another process"
+        raise UsageError(
+            f"{flag}: {out} is in use by a live run ({who}); wait for it to end or choose another folder"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+    _LOCKS[key] = fd
+
+
+def _unlock(out: Path, remove: bool = False) -> None:
+    fd = _LOCKS.pop(str(out.resolve()), None)
+    if fd is None:
+        return
+    if remove:  # the folder is about to go: drop the lock file while it is still held
+        (out / LOCK).unlink(missing_ok=True)
+    os.close(fd)
 
 
 def claim_output(
@@ -126,39 +211,102 @@ def claim_output(
     """Check `out` and claim it for this run (module docstring); `ignore`: entries that do not make it non-empty;
     `notes`: recorded in the marker, outside the hash; `rerun_finished`: the command runs again over a finished
     run of the same hash (keeping what it finished, e.g. the evaluation suite's pairs), so the marker says
-    "running" until it finishes again."""
+    "running" until it finishes again. Call it after every other input check: nothing is moved before it."""
     out = check_output_dir(out, flag)
-    digest = config_hash(config)
-    resume = complete = False
-    if out.is_dir():
-        entries = [p for p in out.iterdir() if p.name not in ignore]
-        marker = _read_marker(out / MARKER)
-        if [p.name for p in entries] == [MARKER]:  # a run that stopped before it wrote anything
-            marker, entries = None, []
-        if marker is not None:
-            same = marker.get("command") == command and marker.get("config_hash") == digest
-            if same and not overwrite:
-                resume, complete = True, marker.get("status") == "complete"
-            elif not overwrite:
-                raise UsageError(
-                    f"{flag}: {out} holds another run ({marker.get('command')!r}, config {marker.get('config_hash')}; "
-                    f"this one: config {digest}); choose another folder or pass --overwrite to replace it"
-                )
-            else:
-                for p in entries:
-                    shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
-        elif entries:
-            why = "choose an empty or new folder"
-            if overwrite:
-                why = "--overwrite only replaces folders written by anchorft"
-            raise UsageError(f"{flag}: {out} is not empty and holds no anchorft run marker ({MARKER}); {why}")
+    if out.is_dir() and _read_marker(out / MARKER) is None and _entries(out, ignore):
+        _refuse_unmarked(out, flag, overwrite)  # before anything is written into a folder that is not anchorft's
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    claim = RunClaim(out, command, digest, resume, complete, config, created, notes)
-    if not complete or rerun_finished:  # a finished run is otherwise left as it is: the command reuses it
+    try:
+        _lock(out, flag)
+        claim = _claim_locked(out, command, config, overwrite, flag, ignore, notes, created)
+    except BaseException:
+        if str(out.resolve()) in _LOCKS:
+            _unlock(out, remove=created)
+            if created:
+                out.rmdir()
+        raise
+    if not claim.complete or rerun_finished:  # a finished run is otherwise left as it is: the command reuses it
         _write_marker(claim, "running")
         _ACTIVE.append(claim)
+    else:
+        _unlock(out)
     return claim
+
+
+def _refuse_unmarked(out: Path, flag: str, overwrite: bool) -> None:
+    why = "choose an empty or new folder"
+    if overwrite:
+        why = "--overwrite only replaces folders written by anchorft"
+    raise UsageError(f"{flag}: {out} is not empty and holds no anchorft run marker ({MARKER}); {why}")
+
+
+def _claim_locked(out, command, config, overwrite, flag, ignore, notes, created) -> RunClaim:
+    digest = config_hash(config)
+    resume = complete = False
+    entries = _entries(out, ignore)
+    marker = _read_marker(out / MARKER)
+    if marker is not None and not entries and not (out / ASIDE).exists():
+        marker = None  # a run that stopped before it wrote anything
+    foreign: list[str] = []
+    if marker is not None:
+        foreign = _foreign(marker, entries)
+        same = marker.get("command") == command and marker.get("config_hash") == digest
+        if same and not overwrite:
+            resume, complete = True, marker.get("status") == "complete"
+        elif not overwrite:
+            raise UsageError(
+                f"{flag}: {out} holds another run ({marker.get('command')!r}, config {marker.get('config_hash')}; "
+                f"this one: config {digest}); choose another folder or pass --overwrite to replace it"
+            )
+        elif foreign:
+            raise UsageError(
+                f"{flag}: {out} holds files its run did not write ({', '.join(foreign)}); move them away first: "
+                "--overwrite replaces only what anchorft wrote"
+            )
+        else:
+            _set_aside(out, entries)
+    elif entries:
+        _refuse_unmarked(out, flag, overwrite)
+    return RunClaim(out, command, digest, resume, complete, config, created, notes, tuple(foreign))
+
+
+def _set_aside(out: Path, entries: list[str]) -> None:
+    """Move the run in `out` (its entries and marker) into OUT/.anchorft-replaced; an exception on the way (Ctrl-C,
+    SIGTERM) moves them back. A folder already holding one is in the middle of a replacement that never finished
+    (killed): its entries are that unfinished run's, and go; the replaced run stays aside."""
+    aside = out / ASIDE
+    if aside.exists():
+        for name in entries:
+            _remove(out / name)
+        (out / MARKER).unlink(missing_ok=True)
+        return
+    aside.mkdir()
+    moved: list[str] = []
+    try:
+        for name in [*entries, MARKER]:
+            if (out / name).exists() or (out / name).is_symlink():
+                os.replace(out / name, aside / name)
+                moved.append(name)
+    except BaseException:
+        for name in moved:
+            os.replace(aside / name, out / name)
+        aside.rmdir()
+        raise
+
+
+def _restore_aside(claim: RunClaim) -> bool:
+    """Put back the run that this one was replacing (its own entries go); whether there was one."""
+    aside = claim.out / ASIDE
+    if not aside.is_dir():
+        return False
+    for name in _own_entries(claim):
+        _remove(claim.out / name)
+    claim.marker.unlink(missing_ok=True)
+    for p in aside.iterdir():
+        os.replace(p, claim.out / p.name)
+    aside.rmdir()
+    return True
 
 
 def reused(claim: RunClaim) -> str:
@@ -170,10 +318,13 @@ def reused(claim: RunClaim) -> str:
 
 
 def finish(claim: RunClaim) -> None:
-    """Mark the run complete."""
+    """Mark the run complete (and delete the run it replaced, if any); release the folder."""
     _write_marker(claim, "complete")
+    if (claim.out / ASIDE).exists():
+        shutil.rmtree(claim.out / ASIDE)
     if claim in _ACTIVE:
         _ACTIVE.remove(claim)
+    _unlock(claim.out)
 
 
 def _stop(claim: RunClaim, status: str) -> bool:
@@ -182,8 +333,11 @@ def _stop(claim: RunClaim, status: str) -> bool:
     if claim in _ACTIVE:
         _ACTIVE.remove(claim)
     try:
-        if status == "failed" and [p.name for p in claim.out.iterdir()] == [MARKER]:
+        if _restore_aside(claim):  # a replacement that did not finish: the old run is back, as it was
+            return False
+        if status == "failed" and not _own_entries(claim) and not claim.foreign:
             claim.marker.unlink()
+            _unlock(claim.out, remove=True)
             if claim.created:
                 claim.out.rmdir()
             return False
@@ -191,6 +345,8 @@ def _stop(claim: RunClaim, status: str) -> bool:
         return True
     except OSError:
         return False
+    finally:
+        _unlock(claim.out)
 
 
 def fail(claim: RunClaim) -> None:

@@ -15,7 +15,9 @@ import json
 import sys
 
 from anchorft.commands.flags import both_spellings
-from anchorft.errors import report
+from anchorft.errors import UsageError, report
+
+LOCAL = (".jsonl", ".json", ".parquet")  # --source names a local file
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -83,9 +85,15 @@ def main(argv: list[str]) -> int:
         from anchorft.data.release import RELEASE_HUB_NAME
 
         args.source = RELEASE_HUB_NAME if args.sampler == "release" else HUB_NAME
+    from pathlib import Path
+
+    from anchorft.preflight import check_hub_dataset, looks_like_path
+
     try:
         if args.source.lower().endswith(".jsonl"):
             check_input_file(args.source, "--source")
+        elif not (Path(args.source).exists() or looks_like_path(args.source) or args.source.endswith(LOCAL)):
+            check_hub_dataset(args.source, "--source")  # a hub name: before the folder is claimed
         run = {k: v for k, v in vars(args).items() if k not in ("out", "no_progress", "overwrite")}
         claim = claim_output(args.out, f"data {args.dataset}", run, overwrite=args.overwrite)
     except ValueError as err:
@@ -97,6 +105,10 @@ def main(argv: list[str]) -> int:
         metrics = _prepare(args)
     except (ValueError, FileNotFoundError) as err:
         fail(claim)  # a source refused before anything was written leaves no folder behind
+        return report("anchorft data", err)
+    except ConnectionError as err:  # the hub, or its cached copy, failed while reading
+        fail(claim)
+        err = UsageError(f"--source: {args.source}: {err}; pass --source PATH (a local copy)")
         return report("anchorft data", err)
     finish(claim)
     print(json.dumps(metrics, indent=2))

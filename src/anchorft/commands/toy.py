@@ -153,12 +153,15 @@ def main(argv: list[str]) -> int:
         print(f"pretrained model in {out} ({metrics['params']:,} parameters)")
         print("greedy accuracy: " + ", ".join(f"{s}={v:.2f}" for s, v in acc.items()))
         return 0
-    from anchorft.toy.compare import run_compare
+    from anchorft.toy.compare import resolve_comparison, run_compare
 
     if args.seeds:
         cfg.seeds = list(args.seeds)
     # default: one worker per thread (each fine-tune then runs on one thread, pretraining on all of them)
-    workers = args.workers if args.workers is not None else args.threads  # run_compare checks it
+    workers = args.workers if args.workers is not None else args.threads
+    if workers < 1:
+        raise ValueError(f"--workers: must be >= 1, got {workers}")
+    resolve_comparison(cfg, args.methods, args.sweep)  # every run's values checked before the folder is claimed
     run = {"config": dataclasses.asdict(cfg), "methods": args.methods, "sweep": args.sweep}  # workers: same results
     claim = claim_output(args.out, "toy compare", run, overwrite=args.overwrite)
     if claim.complete:

@@ -256,6 +256,8 @@ def main(argv: list[str]) -> int:
         return 2
     from anchorft.preflight import check_model_source
     from anchorft.rpsft.data import check_sft_source
+    from anchorft.rpsft.train import check_model_folder
+    from anchorft.runs import check_output_dir
 
     try:  # everything the user named is checked before a model is loaded
         check_sft_source(script.dataset, "--dataset")
@@ -264,6 +266,10 @@ def main(argv: list[str]) -> int:
         check_model_source(script.tokenizer_name_or_path, "--tokenizer_name_or_path", what="tokenizer")
         if args.iw_ref_model not in (None, "copy"):
             check_model_source(args.iw_ref_model, "--iw_ref_model")
+        check_output_dir(args.output_dir, "--output_dir")
+        check_model_folder(script.model_name_or_path, "--model_name_or_path")  # weights, not only config.json
+        if args.iw_ref_model not in (None, "copy"):
+            check_model_folder(args.iw_ref_model, "--iw_ref_model")
         claim, complete = _claim(script, args, overwrite)
     except (ValueError, OSError) as e:
         return report("anchorft train", e)

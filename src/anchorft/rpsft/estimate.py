@@ -175,6 +175,14 @@ def read_model_config(path: str | os.PathLike, text_only: bool = True) -> dict:
     p = os.path.join(path, "config.json") if os.path.isdir(path) else os.fspath(path)
     if not os.path.isfile(p):
         raise ValueError(f"model config: no config.json at {path} (not found)")
-    with open(p) as f:
-        cfg = json.load(f)
+    try:
+        with open(p, encoding="utf-8") as f:
+            cfg = json.load(f)
+    except json.JSONDecodeError as e:
+        why = "empty" if not e.doc.strip() else f"not JSON ({e.msg} at line {e.lineno} column {e.colno})"
+        raise ValueError(f"model config: {p} is {why}") from e
+    except UnicodeDecodeError as e:
+        raise ValueError(f"model config: {p} is not UTF-8 text") from e
+    if not isinstance(cfg, dict):
+        raise ValueError(f"model config: {p} holds a JSON {type(cfg).__name__}, not an object")
     return cfg.get("text_config", cfg) if text_only else cfg

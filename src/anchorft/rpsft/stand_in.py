@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from anchorft.provenance import write_metrics
+from anchorft.resources import configs_dir
 from anchorft.rpsft.recipes import known_fields, load_recipe
 
 __all__ = [
@@ -109,7 +110,7 @@ def find_model_config(name: str | None) -> str | None:
         return None
     if (Path(name) / "config.json").is_file():
         return str(Path(name) / "config.json")
-    candidate = Path(__file__).resolve().parents[3] / "configs" / "models" / f"{Path(name).name.lower()}.json"
+    candidate = configs_dir("models") / f"{Path(name).name.lower()}.json"
     return str(candidate) if candidate.is_file() else None
 
 

@@ -24,6 +24,7 @@ import yaml
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM
 
+from anchorft.errors import one_line
 from anchorft.rpsft.methods import METHODS, get_method
 from anchorft.toy import skills as sk
 from anchorft.toy.compare_config import (
@@ -167,6 +168,30 @@ def _finished(out: Path, cfg: CompareConfig) -> dict[str, dict[int, dict]]:
     return done
 
 
+def resolve_comparison(
+    preset_or_config: str | dict | CompareConfig, methods: list[str] | None = None, sweep: list[str] | None = None
+) -> CompareConfig:
+    """The comparison's config with `methods` kept and `sweep` expanded, every run's fine-tuning arguments built
+    (and so checked, as each fine-tune checks them) before anything runs: a bad value is a ValueError at once."""
+    cfg = load_config(preset_or_config)
+    if methods:
+        bad = [m for m in methods if m not in METHODS and m not in {r.name for r in cfg.runs}]
+        if bad:
+            raise ValueError(f"methods: unknown {bad}; choose from {tuple(METHODS)} or run names")
+        cfg.runs = [r for r in cfg.runs if r.method in methods or r.name in methods]
+    cfg.runs = expand_sweeps(cfg.runs, list(sweep or []))
+    cfg.validate()
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="anchorft-check-") as tmp:
+        for run in cfg.runs:
+            try:
+                _train_args(cfg, run, cfg.seeds[0], Path(tmp) / run.name)
+            except ValueError as e:
+                raise ValueError(f"runs[{run.name}]: {one_line(e)}") from e
+    return cfg
+
+
 def run_compare(
     preset_or_config: str | dict | CompareConfig = "default",
     out_dir: str | Path = "runs/toy-compare",
@@ -186,14 +211,7 @@ def run_compare(
     model saved) are kept, not run again: the same comparison, stopped part-way, picks up where it stopped."""
     if workers < 1:
         raise ValueError(f"workers: must be >= 1, got {workers}")
-    cfg = load_config(preset_or_config)
-    if methods:
-        bad = [m for m in methods if m not in METHODS and m not in {r.name for r in cfg.runs}]
-        if bad:
-            raise ValueError(f"methods: unknown {bad}; choose from {tuple(METHODS)} or run names")
-        cfg.runs = [r for r in cfg.runs if r.method in methods or r.name in methods]
-    cfg.runs = expand_sweeps(cfg.runs, list(sweep or []))
-    cfg.validate()
+    cfg = resolve_comparison(preset_or_config, methods, sweep)
     out = Path(out_dir)
     (out / "models").mkdir(parents=True, exist_ok=True)
     head = f"# anchorft toy compare --out {out} --preset <this file>\n"

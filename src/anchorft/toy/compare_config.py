@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from anchorft.dataclass_yaml import read_yaml_mapping, update
+from anchorft.resources import configs_dir
 from anchorft.rpsft.methods import METHODS, RUN_KEYS, get_method
 from anchorft.toy import skills as sk
 from anchorft.toy.evaluate import EvalSettings, build_eval_sets
@@ -85,10 +86,17 @@ class CompareConfig:
                 raise ValueError(f"runs[{r.name}].method: must be one of {tuple(METHODS)}, got {r.method!r}")
             if get_method(r.method).uses_rank and not (r.anchor_rank or r.anchor_rank_rule or r.anchor_memory):
                 raise ValueError(f"runs[{r.name}].anchor_rank: {r.method} needs a rank")
+            if r.learning_rate is not None and not r.learning_rate > 0:
+                raise ValueError(f"runs[{r.name}].learning_rate: must be > 0, got {r.learning_rate}")
         if self.id_skill not in sk.ID_SKILLS:
             raise ValueError(f"id_skill: must be one of {sk.ID_SKILLS}, got {self.id_skill!r}")
         if not self.seeds:
             raise ValueError("seeds: need at least one seed")
+        bad = [s for s in self.seeds if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < 2**32]
+        if bad:  # numpy's and transformers' set_seed accept 0 .. 2**32 - 1 only
+            raise ValueError(f"seeds: must be integers in 0 .. 2**32 - 1, got {bad}")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds: each seed once, got {self.seeds}")
         for name in ("finetune_items", "max_steps", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
@@ -146,7 +154,7 @@ def _width_runs(hidden_size: int) -> list[RunSpec]:
     return _default_runs([max(1, k // 3), k], l2_lambda=0.01)
 
 
-PRESET_DIR = Path(__file__).resolve().parents[3] / "configs" / "toy"
+PRESET_DIR = configs_dir("toy")
 # the presets are the YAML files of configs/toy/, loaded by name (`smoke`, `default`, `sweep`, ...) or by path
 PRESETS = tuple(sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
 

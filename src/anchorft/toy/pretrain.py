@@ -336,15 +336,42 @@ def cached_model(cfg: PretrainConfig) -> Path | None:
     return path if (path / "metrics.json").exists() and (path / "model.safetensors").exists() else None
 
 
+def _remove_stale_temps(root: Path) -> None:
+    """Remove the cache's NAME.tmpPID folders that a run killed with SIGKILL left: no such process here, and
+    untouched for a day (the cache may be shared by machines, whose process ids this one cannot see)."""
+    if not root.is_dir():
+        return
+    for p in root.glob("*.tmp*"):
+        pid = p.name.rpartition(".tmp")[2]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            if time.time() - p.stat().st_mtime < 86400:
+                continue
+        except OSError:
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(p, ignore_errors=True)
+        except OSError:  # alive, another user's
+            pass
+
+
 def pretrained_model(cfg: PretrainConfig, progress: bool = True) -> Path:
     """Directory of the pretrained model for `cfg`, pretraining it first when not cached."""
     cfg.validate()
     if (cached := cached_model(cfg)) is not None:
         return cached
     path = cache_root() / cfg.key()
+    _remove_stale_temps(path.parent)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    pretrain(cfg, tmp, progress=progress)
+    try:
+        pretrain(cfg, tmp, progress=progress)
+    except BaseException:  # an error, Ctrl-C or SIGTERM (anchorft.cli): no half-written model stays in the cache
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if path.exists():  # another process finished first: keep theirs
         shutil.rmtree(tmp, ignore_errors=True)
     else:

@@ -18,12 +18,13 @@ import yaml
 
 from anchorft.dataclass_yaml import read_yaml_mapping, update
 from anchorft.io import write_text
+from anchorft.resources import configs_dir
 from anchorft.w2s.hermite import TRANSFORMS, get_activation
 
 __all__ = ["W2SConfig", "load_config", "apply_overrides", "preset_path", "save_config", "config_hash"]
 
 MODES = ("w2s", "sft", "sft_anchor", "ceiling")  # ceiling: W2S inputs with the true labels (PGR)
-PRESET_DIR = Path(__file__).resolve().parents[3] / "configs" / "w2s"
+PRESET_DIR = configs_dir("w2s")
 
 
 @dataclass

@@ -1,0 +1,7 @@
+"""`python -m anchorft ...`: the `anchorft` console script."""
+
+import sys
+
+from anchorft.cli import main
+
+sys.exit(main())
