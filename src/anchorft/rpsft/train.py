@@ -71,6 +71,8 @@ def _write_run_artifacts(trainer: RPSFTTrainer, out: str, final_drift: dict | No
     _write_json(os.path.join(out, "rpsft_config.json"), args.to_dict())
     hist = trainer.state.log_history
     metrics = {"method": args.method, "global_step": trainer.state.global_step, "log_history": hist}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # this process's peak (rank 0), for the checks
+        metrics["cuda_peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
     if final_drift is not None:
         metrics["anchor"] = {"repr": repr(trainer._anchor), **fallback_summary(trainer._anchor), **final_drift}
     write_metrics(os.path.join(out, "metrics.json"), metrics, default=str)
