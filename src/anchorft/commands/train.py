@@ -318,6 +318,8 @@ def main(argv: list[str]) -> int:
     tok = None
     if script.tokenizer_name_or_path:
         tok = load_tokenizer(script.tokenizer_name_or_path, trust_remote_code=bool(args.trust_remote_code))
+    if args.resume_from_checkpoint not in (None, False, "false", "False") and int(os.environ.get("RANK", "0")) == 0:
+        print(f"anchorft train: resuming from {args.resume_from_checkpoint}", flush=True)
     try:
         model, fisher = script.model_name_or_path, None
         if args.anchored and str(args.anchor_rank_rule or "").startswith("fisher"):
