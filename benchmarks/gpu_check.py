@@ -1,31 +1,45 @@
-"""GPU check of the RPSFT anchor on stand-ins of the paper's three models (one GPU, no downloads, <= 8 min).
+"""GPU check on stand-ins of the paper's models (one GPU, no downloads, sized for <= 8 min; not timed here).
 
-For each of configs/models/*.json: a randomly initialised model of the same family at the real widths
-(hidden, intermediate, heads, vocabulary) and reduced depth (`--layers`, default 2), in bf16 on the GPU; the
-anchor built there (exact SVD in fp32 of every matrix, embeddings and lm_head included, k = 768); then a
-plain training loop of `--steps` (10) bf16 steps on random tokens: forward + backward, the penalty's closed-form
-gradient added to `.grad` (`SubspaceAnchor.add_penalty_grad_`, lambda 1), AdamW step. Checks: every loss and
-penalty finite, the penalty exactly 0 at step 0 (bases built from the weights the loop moves), > 0 after, the
-bases on the weights' device. Prints one table: anchor build time and size, median step time, median penalty
-time and its share of the step (steps 1.., after warm-up). Exit status 1 if a check fails.
+Part 1, the real entry points (`--only launch`): `anchorft train` started through `accelerate launch` with
+configs/accelerate/{zero2,zero3,fsdp2}.yaml on a stand-in at the real widths (hidden, intermediate, heads,
+vocabulary) and `--layers` (2) layers, saved to a folder with a stand-in tokenizer, on a few conversational rows:
+rpsft under ZeRO-2, l2 under ZeRO-3, iw_sft under FSDP2 (`--matrix full`: every method under every config), each
+for `--launch_steps` steps with a checkpoint at the end; then rpsft resumed from that checkpoint in a new run
+(anchor read back and fingerprint-checked) to twice the steps. Per run: the exit status, the steps done, the
+final loss, step time (train_runtime / steps) and the peak GPU memory of process 0 (metrics.json) against the
+per-component estimate of `anchorft train --estimate` (`anchorft.rpsft.estimate.method_memory`) for the same
+stage, batch and length. With vLLM installed and a GPU: one GRPO step of `anchorft rl --use_vllm true`
+(generation through vLLM). Without a GPU (`--device cpu`), the DeepSpeed and FSDP2 configs are skipped with
+the reason printed and each method runs through the launcher with configs/accelerate/ddp.yaml on one CPU
+process (`--cpu`); the save and the resume run as on the GPU.
 
-Imports only torch, transformers and the project's anchor code (`pip install --no-deps -e .` is enough).
+Part 2, the anchor in a hand loop (`--only anchor`): for each of configs/models/*.json the same stand-in in
+bf16; the anchor built there (exact SVD in fp32 of every matrix, embeddings and lm_head included, k = 768); then
+`--steps` (10) bf16 steps on random tokens: forward + backward, the penalty's closed-form gradient added to
+`.grad` (`SubspaceAnchor.add_penalty_grad_`, lambda 1), AdamW step. Checks: every loss and penalty finite, the
+penalty exactly 0 at step 0, > 0 after, the bases on the weights' device. One table: anchor build time and size,
+median step time, median penalty time and its share of the step.
 
-    python benchmarks/gpu_check.py [--layers 2] [--steps 10] [--batch 2] [--seq 1024] [--out check.json]
-    python benchmarks/gpu_check.py --tiny --device cpu      # the CPU test's tiny configuration
+Exit status 1 if a check fails.
 
-lr is 1e-4 (not the recipe's 1e-6): bf16 weights of size ~0.02 do not move under steps of 1e-6, and the check
-needs the penalty to leave 0.
+    python benchmarks/gpu_check.py [--only all|launch|anchor] [--matrix diagonal|full] [--out check.json]
+    python benchmarks/gpu_check.py --tiny --device cpu      # the CPU test's tiny configuration (same path)
+
+lr is 1e-4 in the hand loop (not the recipe's 1e-6): bf16 weights of size ~0.02 do not move under steps of 1e-6,
+and the check needs the penalty to leave 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -143,6 +157,169 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------- part 1: the real entry points through the launcher
+DIAGONAL = (("zero2", "rpsft"), ("zero3", "l2"), ("fsdp2", "iw_sft"))
+RECIPE_MODEL = "qwen2.5-3b-instruct"  # the stand-in's family and widths (tied embeddings, k/v on the L2 fallback)
+
+
+def launch_stand_in(folder: Path, layers: int, tiny: bool, seed: int) -> tuple[Path, dict]:
+    """A stand-in of RECIPE_MODEL saved with a stand-in tokenizer (trained here), and its config as a dict."""
+    from anchorft.rpsft.stand_in import build_stand_in_tokenizer
+
+    cfg = stand_in(ROOT / "configs" / "models" / f"{RECIPE_MODEL}.json", layers, tiny)
+    tok = build_stand_in_tokenizer("qwen2", [r["completion"][0]["content"] for r in launch_rows(16)])
+    cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id = tok.bos_token_id, tok.eos_token_id, tok.pad_token_id
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder, cfg.to_dict()
+
+
+def launch_rows(n: int) -> list[dict]:
+    from anchorft.data.openr1 import to_conversation
+    from anchorft.rpsft.stand_in import example_rows
+
+    return [to_conversation(r["problem"], r["generations"][-1] * 4) for r in example_rows(n)]
+
+
+def _stage(cfg_name: str, device: str) -> tuple[str, list[str]]:
+    """(stage for the estimate, launcher flags) of a launcher config on this device."""
+    if device == "cpu":
+        return "single", ["--config_file", str(ROOT / "configs/accelerate/ddp.yaml"), "--cpu", "--num_processes", "1",
+                          "--mixed_precision", "no"]  # fmt: skip
+    return cfg_name, ["--config_file", str(ROOT / f"configs/accelerate/{cfg_name}.yaml"), "--num_processes", "1"]
+
+
+def skip_reason(cfg_name: str, device: str) -> str | None:
+    if device == "cpu":
+        return f"{cfg_name}: skipped on the CPU (DeepSpeed and FSDP2 need CUDA here); ddp.yaml with --cpu instead"
+    if cfg_name.startswith("zero") and importlib.util.find_spec("deepspeed") is None:
+        return f"{cfg_name}: skipped, DeepSpeed is not installed (pip install 'anchorft[deepspeed]'); ddp.yaml instead"
+    return None
+
+
+def launch_train(cfg_name: str, method: str, model: Path, data: Path, out: Path, a, extra: list[str]) -> dict:
+    """`accelerate launch ... -m anchorft.cli train` of the recipe's leaf, on the stand-in; the command, its exit
+    status, seconds and what metrics.json holds."""
+    stage, flags = _stage(cfg_name, a.device)
+    recipe = ROOT / "configs" / "rpsft" / RECIPE_MODEL / f"{method}.yaml"
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *flags, "-m", "anchorft.cli", "train",
+           "--config", str(recipe), "--model_name_or_path", str(model), "--dataset", str(data),
+           "--output_dir", str(out), "--max_steps", str(a.launch_steps), "--save_strategy", "steps",
+           "--save_steps", str(a.launch_steps), "--logging_steps", "1", "--effective_batch_size", "2",
+           "--max_length", str(a.launch_seq), "--anchor_rank", str(a.launch_rank), "--seed", str(a.seed),
+           *extra]  # fmt: skip
+    shown = "accelerate launch " + " ".join(flags) + " -m anchorft.cli " + " ".join(cmd[cmd.index("train") :])
+    print(f"$ {shown}", flush=True)
+    t0 = time.perf_counter()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    res = {"config": cfg_name, "stage": stage, "method": method, "rc": proc.returncode,
+           "seconds": time.perf_counter() - t0, "command": shown}  # fmt: skip
+    if proc.returncode != 0:
+        res["error"] = (proc.stderr or proc.stdout)[-3000:]
+        print(res["error"], file=sys.stderr)
+        return res
+    m = json.loads((out / "metrics.json").read_text())
+    hist = m["log_history"]
+    losses = [h["loss"] for h in hist if "loss" in h]
+    runtime = next((h["train_runtime"] for h in hist if "train_runtime" in h), None)
+    res.update(global_step=m["global_step"], resumed=f"resuming from {out.parent}" in proc.stdout,
+               loss_last=losses[-1] if losses else None, peak_bytes=m.get("cuda_peak_allocated_bytes"),
+               step_s=runtime / max(1, a.launch_steps) if runtime else None,
+               anchor_saved=(out / f"checkpoint-{a.launch_steps}" / "anchor").is_dir())  # fmt: skip
+    return res
+
+
+def estimate_for(res: dict, cfg: dict, a) -> float:
+    from anchorft.rpsft.estimate import method_memory
+
+    gpu = res["stage"] != "single"
+    est = method_memory(cfg, res["method"], rank=a.launch_rank, stage=res["stage"], gpus=1, per_device=2,
+                        seq_len=a.launch_seq, weight_bytes=4, activation_bytes=2 if gpu else 4,
+                        reference_bytes=2 if gpu else 4, checkpointing=gpu)  # fmt: skip
+    return est["total"]
+
+
+def check_launch(a) -> tuple[list[dict], bool]:
+    """Part 1: every planned launch, the resume and (vLLM) one GRPO step; (rows, all ok)."""
+    work = Path(tempfile.mkdtemp(prefix="gpu-check-launch-"))
+    model, cfg = launch_stand_in(work / "stand-in", a.layers, a.tiny, a.seed)
+    data = work / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in launch_rows(8)))
+    plan = DIAGONAL if a.matrix == "diagonal" else tuple((c, m) for c in ("zero2", "zero3", "fsdp2")
+                                                         for m in ("rpsft", "l2", "iw_sft"))  # fmt: skip
+    rows, ok, ran = [], True, set()
+    for cfg_name, method in plan:
+        reason = skip_reason(cfg_name, a.device)
+        if reason is not None:  # the same method through the launcher with ddp.yaml instead
+            print(reason, flush=True)
+            cfg_name = "ddp"
+            if (cfg_name, method) in ran:
+                continue
+        ran.add((cfg_name, method))
+        res = launch_train(cfg_name, method, model, data, work / f"{cfg_name}-{method}", a, [])
+        if res["rc"] == 0:
+            res["estimate_bytes"] = estimate_for(res, cfg, a)
+            res["ok"] = res["global_step"] == a.launch_steps and (method == "iw_sft" or res["anchor_saved"])
+        ok &= bool(res.get("ok"))
+        rows.append(res)
+    first = next((r for r in rows if r.get("ok") and r["method"] in ("rpsft", "l2")), None)
+    if first is not None:  # resume the first anchored run from its checkpoint, in a new folder, to twice the steps
+        ckpt = work / f"{first['config']}-{first['method']}" / f"checkpoint-{a.launch_steps}"
+        a2 = argparse.Namespace(**{**vars(a), "launch_steps": 2 * a.launch_steps})
+        res = launch_train(first["config"], first["method"], model, data, work / "resumed", a2,
+                           ["--resume_from_checkpoint", str(ckpt)])  # fmt: skip
+        res["method"] = first["method"] + " (resume)"
+        res["ok"] = res["rc"] == 0 and res["global_step"] == 2 * a.launch_steps and res["resumed"]
+        ok &= res["ok"]
+        rows.append(res)
+    rows += rl_vllm_step(model, work, a)
+    ok &= all(r.get("ok", True) for r in rows)
+    return rows, bool(ok and rows)
+
+
+def rl_vllm_step(model: Path, work: Path, a) -> list[dict]:
+    """One GRPO step of `anchorft rl` with vLLM generating, when vLLM and a GPU are there (else a printed skip)."""
+    if a.device == "cpu" or importlib.util.find_spec("vllm") is None:
+        print("rl (GRPO, vLLM): skipped, " + ("no GPU" if a.device == "cpu" else "vLLM is not installed"), flush=True)
+        return []
+    data = work / "rl.jsonl"
+    data.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": f"What is {i} + {i}?"}],
+                                        "answer": str(2 * i)}) + "\n" for i in range(4)))  # fmt: skip
+    cmd = [sys.executable, "-m", "anchorft.cli", "rl", "--config", str(ROOT / "configs/rl/dapo.yaml"), "--model",
+           str(model), "--dataset", str(data), "--out", str(work / "rl"), "--steps", "1", "--prompts_per_step", "2",
+           "--mini_batch_prompts", "2", "--num_generations", "2", "--micro_batch", "2", "--max_completion_length",
+           "32", "--overlong_cache", "0", "--rl_warmup_steps", "0", "--use_vllm", "true",
+           "--save_model", "false"]  # fmt: skip
+    print("$ anchorft " + " ".join(cmd[cmd.index("rl") :]), flush=True)
+    t0 = time.perf_counter()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode:
+        print(proc.stderr[-3000:], file=sys.stderr)
+    return [{"config": "single", "stage": "single", "method": "grpo (vLLM)", "rc": proc.returncode,
+             "seconds": time.perf_counter() - t0, "ok": proc.returncode == 0}]  # fmt: skip
+
+
+def _fmt(v, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def launch_table(rows: list[dict]) -> str:
+    lines = ["| config | method | exit | steps | loss last | step s | peak GB | estimate GB | peak / estimate | "
+             "wall s | ok |", "|---" * 11 + "|"]  # fmt: skip
+    for r in rows:
+        peak, est = r.get("peak_bytes"), r.get("estimate_bytes")
+        cells = [r["config"], r["method"], r["rc"], r.get("global_step", "-"), _fmt(r.get("loss_last"), ".3f"),
+                 _fmt(r.get("step_s"), ".3f"), _fmt(peak and peak / 1e9, ".2f"), _fmt(est and est / 1e9, ".2f"),
+                 _fmt(peak / est if peak and est else None, ".2f"), f"{r['seconds']:.1f}",
+                 "yes" if r.get("ok") else "NO"]  # fmt: skip
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="+", default=sorted(str(x) for x in (ROOT / "configs" / "models").glob("*.json")))
@@ -157,23 +334,39 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--tiny", action="store_true", help="widths divided down (CPU test); rank 4, seq 32")
+    p.add_argument("--only", choices=("all", "launch", "anchor"), default="all", help="part 1, part 2 or both")
+    p.add_argument("--matrix", choices=("diagonal", "full"), default="diagonal", help="launches: 3 or all 9")
+    p.add_argument("--launch_steps", type=int, default=4, help="optimiser steps of each launched run")
+    p.add_argument("--launch_rank", type=int, default=768, help="anchor rank of the launched runs")
+    p.add_argument("--launch_seq", type=int, default=1024, help="max_length of the launched runs")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     a = p.parse_args(argv)
     if a.tiny:
-        a.rank, a.seq = 4, 32
+        a.rank, a.seq, a.launch_rank, a.launch_seq = 4, 32, 4, 256
     device, dtype = torch.device(a.device), getattr(torch, a.dtype)
-    rows = []
-    for path in a.models:
-        name = Path(path).stem
-        rows.append(check_model(name, stand_in(Path(path), a.layers, a.tiny), a, device, dtype))
-        print(f"{name}: done ({rows[-1]['anchor_build_s']:.1f} s anchor, ok={rows[-1]['ok']})", file=sys.stderr)
+    ok, report = True, {"args": vars(a)}
     dev = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    print(f"device {dev}, {a.dtype}, k = {a.rank}, {a.steps} steps of {a.batch} x {a.seq} tokens, lr {a.lr}")
-    print(table(rows))
+    if a.only in ("all", "launch"):
+        launch_rows_, launch_ok = check_launch(a)
+        print(f"anchorft train through the launcher on a {RECIPE_MODEL} stand-in ({a.layers} layers), device {dev}, "
+              f"{a.launch_steps} steps of 2 x {a.launch_seq} tokens at most, k = {a.launch_rank}")  # fmt: skip
+        print(launch_table(launch_rows_))
+        report["launch"] = launch_rows_
+        ok &= launch_ok
+    if a.only in ("all", "anchor"):
+        rows = []
+        for path in a.models:
+            name = Path(path).stem
+            rows.append(check_model(name, stand_in(Path(path), a.layers, a.tiny), a, device, dtype))
+            print(f"{name}: done ({rows[-1]['anchor_build_s']:.1f} s anchor, ok={rows[-1]['ok']})", file=sys.stderr)
+        print(f"device {dev}, {a.dtype}, k = {a.rank}, {a.steps} steps of {a.batch} x {a.seq} tokens, lr {a.lr}")
+        print(table(rows))
+        report["rows"] = rows
+        ok &= all(r["ok"] for r in rows)
     if a.out:
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-        Path(a.out).write_text(json.dumps({"args": vars(a), "device": dev, "rows": rows}, indent=1) + "\n")
-    return 0 if all(r["ok"] for r in rows) else 1
+        Path(a.out).write_text(json.dumps({**report, "device": dev}, indent=1, default=str) + "\n")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

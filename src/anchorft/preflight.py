@@ -15,7 +15,14 @@ from urllib.parse import urlparse
 
 from anchorft.errors import UsageError, check_jsonl
 
-__all__ = ["check_model_source", "check_input_file", "looks_like_path", "hub_reachable", "check_hub_dataset"]
+__all__ = [
+    "check_model_source",
+    "resolve_model_folder",
+    "check_input_file",
+    "looks_like_path",
+    "hub_reachable",
+    "check_hub_dataset",
+]
 
 
 def looks_like_path(spec: str) -> bool:
@@ -71,6 +78,23 @@ def check_model_source(spec: str | os.PathLike | None, flag: str = "--model", wh
             f"{flag}: {spec} is not a local folder, not in the hub cache, and the hub cannot be reached "
             "(no network?); download it first or pass a local folder"
         )
+
+
+def resolve_model_folder(spec: str | os.PathLike, flag: str = "--model") -> str:
+    """A local folder for `spec`: the folder itself, or a hub id's snapshot in the hub cache (downloaded first when
+    the hub can be reached: config, weights and tokenizer files only). Offline and not cached: a one-line
+    UsageError naming `flag`, the id and HF_HUB_OFFLINE (`check_model_source`)."""
+    spec = os.fspath(spec)
+    if Path(spec).expanduser().is_dir() or looks_like_path(spec):
+        return str(Path(spec).expanduser())
+    check_model_source(spec, flag)
+    from huggingface_hub import snapshot_download
+
+    patterns = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt", "*.jinja"]
+    try:
+        return snapshot_download(spec, allow_patterns=patterns, local_files_only=_offline() or not hub_reachable())
+    except Exception as e:  # a gated or missing repo, or a cache without a snapshot: one line naming the id
+        raise UsageError(f"{flag}: {spec}: could not get the hub model ({type(e).__name__}: {e})") from None
 
 
 def check_input_file(path: str | os.PathLike | None, flag: str, jsonl: bool | None = None) -> None:

@@ -1,5 +1,6 @@
-"""benchmarks/gpu_check.py in its tiny configuration on the CPU: stand-ins of the three paper models, the anchor,
-a few bf16 steps with the closed-form penalty gradient, one table, and the checks it makes."""
+"""benchmarks/gpu_check.py in its tiny configuration on the CPU: `anchorft train` through the launcher on a stand-in
+(every method the GPU check launches, a save and a resume), and the anchor's hand loop on stand-ins of the three
+paper models; the tables and the checks they make."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def _load():
 def test_gpu_check_tiny_on_cpu(tmp_path, capsys) -> None:
     gc = _load()
     out = tmp_path / "check.json"
-    rc = gc.main(["--tiny", "--device", "cpu", "--steps", "3", "--seq", "16", "--out", str(out)])
+    rc = gc.main(["--tiny", "--device", "cpu", "--only", "anchor", "--steps", "3", "--seq", "16", "--out", str(out)])
     assert rc == 0
     printed = capsys.readouterr().out
     assert printed.count("| yes |") == 3
@@ -58,4 +59,25 @@ def test_gpu_check_fails_when_the_anchor_is_built_from_other_weights(monkeypatch
 
     monkeypatch.setattr(gc.SubspaceAnchor, "from_model", staticmethod(from_other_weights))
     one = str(ROOT / "configs" / "models" / "qwen2.5-3b-instruct.json")
-    assert gc.main(["--tiny", "--device", "cpu", "--steps", "2", "--seq", "16", "--models", one]) == 1
+    assert (
+        gc.main(["--tiny", "--device", "cpu", "--only", "anchor", "--steps", "2", "--seq", "16", "--models", one]) == 1
+    )
+
+
+def test_gpu_check_launches_anchorft_train_on_cpu(tmp_path, capsys) -> None:
+    """The same path as on a GPU: `accelerate launch ... -m anchorft.cli train` of the recipes (rpsft, l2, iw_sft),
+    a checkpoint each, then rpsft resumed from its checkpoint to twice the steps; the DeepSpeed / FSDP2 configs are
+    skipped on the CPU with the reason printed."""
+    gc = _load()
+    out = tmp_path / "launch.json"
+    rc = gc.main(["--tiny", "--device", "cpu", "--only", "launch", "--launch_steps", "2", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    assert printed.count("-m anchorft.cli train --config") == 4
+    assert "zero2: skipped on the CPU" in printed and "fsdp2: skipped on the CPU" in printed
+    rows = json.loads(out.read_text())["launch"]
+    assert [r["method"] for r in rows] == ["rpsft", "l2", "iw_sft", "rpsft (resume)"]
+    assert all(r["ok"] and r["rc"] == 0 for r in rows)
+    assert rows[0]["anchor_saved"] and rows[1]["anchor_saved"]
+    assert rows[3]["global_step"] == 4 and rows[3]["resumed"]
+    assert all(r["estimate_bytes"] > 0 for r in rows[:3])

@@ -37,7 +37,8 @@ def test_table_parses_and_names_release_files() -> None:
     rows = table_rows()
     assert len(rows) >= 35
     for r in rows:
-        assert r["files"] and all(f in ("S", "Z", "P", "T", "TR", "D", "RM") for f in r["files"].split(", ")), r
+        known = ("S", "Z", "P", "T", "TR", "D", "RM", "DQ", "DL")
+        assert r["files"] and all(f in known for f in r["files"].split(", ")), r
         if r["same"] != "yes":
             assert r["note"], f"{r['key']}: a divergence or an equivalence says why"
 

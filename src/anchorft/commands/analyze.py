@@ -22,7 +22,7 @@ from anchorft.errors import report
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="anchorft analyze", description=__doc__.split("\n")[0])
-    p.add_argument("--base", help="base (pretrained) checkpoint directory (config.json + safetensors)")
+    p.add_argument("--base", help="base (pretrained) checkpoint: a directory (config.json + safetensors) or a hub id")
     p.add_argument("--tuned", action="append", default=[], metavar="NAME=DIR", help="a fine-tuned checkpoint")
     p.add_argument("--out", required=True, help="output directory (analysis.json, config.json, PNGs)")
     p.add_argument("--rank", type=int, default=None, help="top-k rank (default: a quarter of the smallest min(m,n))")
@@ -97,6 +97,10 @@ def main(argv: list[str]) -> int:
                 tuned = {n: found[n] for n in order if n in found} | {n: p for n, p in found.items() if n not in order}
         if base is None:
             raise ValueError("--base is required (or --compare DIR with DIR/models/base)")
+        from anchorft.preflight import resolve_model_folder
+
+        base = resolve_model_folder(base, "--base")  # a folder, or a hub id's snapshot in the hub cache
+        tuned = {n: resolve_model_folder(d, f"--tuned {n}") for n, d in tuned.items()}
         prompts = list(args.prompts)
         if args.testbed:
             from anchorft.analysis.testbed import testbed_prompt_files

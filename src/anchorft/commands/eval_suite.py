@@ -1,6 +1,6 @@
 """`anchorft eval suite`: every (model, benchmark) pair of the paper's evaluation, resumable, and the main table.
 
-anchorft eval suite --models base=DIR sft=DIR rpsft=DIR --bench-dir ../shared/benchmarks --out runs/suite
+anchorft eval suite --models base=HUB_ID_OR_DIR sft=DIR rpsft=DIR --bench-dir ../shared/benchmarks --out runs/suite
                     [--preset paper] [--rl-checkpoint] [--benches aime-24,math500,...] [--prompt file]
                     [--backend auto|hf|vllm] [--tensor-parallel N] [--data-parallel N] [--limit N]
 """
@@ -27,7 +27,11 @@ def _parser() -> argparse.ArgumentParser:
         "command after an interruption) and write the main table (table.json, table.md, table.png).",
     )
     p.add_argument(
-        "--models", nargs="+", required=True, metavar="NAME=DIR", help="the first is the base of the deltas"
+        "--models",
+        nargs="+",
+        required=True,
+        metavar="NAME=HUB_ID_OR_DIR",
+        help="a model folder or a hub id (e.g. Qwen/Qwen2.5-3B-Instruct); the first is the base of the deltas",
     )
     p.add_argument("--bench-dir", required=True, help="folder with id/ and ood/ JSONL files in the paper's format")
     p.add_argument("--out", required=True, help="output folder (reuse it to resume, or to add models or benchmarks)")

@@ -25,25 +25,31 @@ from anchorft.errors import UsageError, report
 
 def _estimate(argv: list[str]) -> int:
     from anchorft.rpsft.estimate import (
+        METHOD_NAMES,
+        STAGES,
         estimate,
         format_estimate,
         format_memory,
+        format_method_memory,
         memory_per_gpu,
+        method_memory,
         read_model_config,
     )
 
     p = argparse.ArgumentParser(prog="anchorft train --estimate", description="anchor memory and FLOPs, no weights")
     p.add_argument("--estimate", action="store_true")
-    p.add_argument("--model_config", nargs="+", required=True, help="config.json path(s) (or model folders)")
-    p.add_argument("--anchor_rank", type=int, default=768)
+    p.add_argument("--config", default=None, help="a recipe: its model config, method, rank, batch, length, dtypes")
+    p.add_argument("--model_config", nargs="+", default=None, help="config.json path(s) (or model folders)")
+    p.add_argument("--anchor_rank", type=int, default=None, help="default: the recipe's, else 768")
     p.add_argument("--tokens_per_step", type=int, default=65536, help="tokens in one optimiser step (assumption)")
-    p.add_argument("--seq_len", type=int, default=4096, help="sequence length for the attention FLOPs")
+    p.add_argument("--seq_len", type=int, default=None, help="tokens per sequence (default: the recipe's max_length, "
+                   "else 4096)")  # fmt: skip
     p.add_argument("--anchor_every", type=int, default=1)
-    p.add_argument("--bytes_per_number", type=int, default=4, help="4 = fp32 bases (default), 2 = bf16")
+    p.add_argument("--bytes_per_number", type=int, default=None, help="4 = fp32 bases (default), 2 = bf16")
     p.add_argument("--no_embeddings", action="store_true", help="exclude embeddings and lm_head")
-    p.add_argument("--stage", choices=("zero2", "ddp"), default="zero2", help="memory per GPU: ZeRO-2 or DDP")
-    p.add_argument("--gpus", type=int, default=8, help="memory per GPU: GPUs sharing ZeRO-2's partitions")
-    p.add_argument("--per_device", type=int, default=2, help="memory per GPU: sequences per device")
+    p.add_argument("--stage", choices=STAGES, default="zero2", help="memory per GPU: how the state is split")
+    p.add_argument("--gpus", type=int, default=8, help="memory per GPU: GPUs sharing the partitions")
+    p.add_argument("--per_device", type=int, default=None, help="sequences per device (default: the recipe's, else 2)")
     p.add_argument("--iw_reference", action="store_true", help="memory per GPU: add IW-SFT's bf16 reference copy")
     p.add_argument("--anchor_rank_rule", default=None, help="energy:F (needs the weights: a model folder)")
     p.add_argument("--anchor_memory", type=int, default=None, help="byte budget (needs the weights)")
@@ -52,12 +58,37 @@ def _estimate(argv: list[str]) -> int:
     p.add_argument("--anchor_lambda_rest", type=float, default=0.0, help="remainder L2 (stores W_0)")
     both_spellings(p)
     a = p.parse_args(argv)
+    recipe, method = {}, None
+    try:
+        if a.config:
+            from anchorft.rpsft.recipes import load_recipe
+            from anchorft.rpsft.stand_in import find_model_config
+
+            recipe, meta = load_recipe(a.config)
+            method = recipe.get("method", "rpsft")
+            mc = meta.get("_model_config_") or find_model_config(recipe.get("model_name_or_path"))
+            if mc is None:
+                raise UsageError(f"--config {a.config}: no _model_config_ and no configs/models/ file for its model")
+            a.model_config = a.model_config or [mc]
+        if not a.model_config:
+            raise UsageError("--estimate needs --model_config PATH or --config RECIPE")
+    except ValueError as e:
+        return report("anchorft train --estimate", e)
+    a.anchor_rank = a.anchor_rank or int(recipe.get("anchor_rank", 768))
+    a.seq_len = a.seq_len or int(recipe.get("max_length") or 4096)
+    a.per_device = a.per_device or int(recipe.get("per_device_train_batch_size", 2))
+    dtype_bytes = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
+    a.bytes_per_number = a.bytes_per_number or dtype_bytes.get(recipe.get("anchor_dtype", "float32"), 4)
     if a.anchor_rank_rule or a.anchor_memory or a.anchor_map or a.anchor_layers:
         return _estimate_resolved(a)
+    bf16 = bool(recipe.get("bf16", a.stage in ("zero2", "zero3")))
+    init = (recipe.get("model_init_kwargs") or {}).get("dtype", "float32")
+    weight_bytes = dtype_bytes.get(init, 4)
     try:
         for path in a.model_config:
+            cfg = read_model_config(path)
             res = estimate(
-                read_model_config(path),
+                cfg,
                 rank=a.anchor_rank,
                 tokens_per_step=a.tokens_per_step,
                 seq_len=a.seq_len,
@@ -66,10 +97,21 @@ def _estimate(argv: list[str]) -> int:
                 anchor_every=a.anchor_every,
             )
             print(format_estimate(res, name=path))
-            mem = memory_per_gpu(
-                read_model_config(path), a.stage, a.gpus, a.per_device, a.seq_len, res["bytes"], a.iw_reference
-            )
-            print(format_memory(mem, a.stage, a.gpus, a.per_device, a.seq_len))
+            if a.stage in ("zero2", "ddp"):
+                mem = memory_per_gpu(cfg, a.stage, a.gpus, a.per_device, a.seq_len, res["bytes"], a.iw_reference)
+                print(format_memory(mem, a.stage, a.gpus, a.per_device, a.seq_len))
+            rows = {
+                m: method_memory(cfg, m, rank=a.anchor_rank, stage=a.stage, gpus=a.gpus, per_device=a.per_device,
+                                 seq_len=a.seq_len, weight_bytes=weight_bytes, anchor_bytes=a.bytes_per_number,
+                                 reference_bytes=2 if bf16 else weight_bytes, activation_bytes=2 if bf16 else None,
+                                 include_embeddings=not a.no_embeddings,
+                                 checkpointing=bool(recipe.get("gradient_checkpointing", True)))
+                for m in METHOD_NAMES
+            }  # fmt: skip
+            mark = f", recipe {a.config}: method {method}" if method else ""
+            title = (f"  bytes per GPU by method ({a.stage}, {a.gpus} GPUs, {a.per_device} x {a.seq_len} tokens, "
+                     f"k = {a.anchor_rank}, formulas{mark}):")  # fmt: skip
+            print(format_method_memory(rows, title))
             print()
     except ValueError as e:
         return report("anchorft train --estimate", e)
@@ -282,6 +324,8 @@ def main(argv: list[str]) -> int:
     tok = None
     if script.tokenizer_name_or_path:
         tok = load_tokenizer(script.tokenizer_name_or_path, trust_remote_code=bool(args.trust_remote_code))
+    if args.resume_from_checkpoint not in (None, False, "false", "False") and int(os.environ.get("RANK", "0")) == 0:
+        print(f"anchorft train: resuming from {args.resume_from_checkpoint}", flush=True)
     try:
         model, fisher = script.model_name_or_path, None
         if args.anchored and str(args.anchor_rank_rule or "").startswith("fisher"):

@@ -18,7 +18,11 @@ The conversion, reimplemented here from the script's behaviour:
 
 The release's training code then adds the system prompt "Please reason step by step, and put your final
 answer within \\boxed{}." (`use_cot True`) and trains on the assistant turn only; here the system prompt is
-written into each example, in TRL's conversational prompt/completion form (the same tokens are trained).
+written into each example, in TRL's conversational prompt/completion form. The same conversations, but not the
+same tokens by default: `anchorft train` renders them with each model's own chat template, while the release
+writes its own text (for Qwen the Llama-3 header strings with a literal backslash-n; for Llama the template
+plus a newline, with every `<|eot_id|>` masked out of attention). `--chat_format release` trains on the
+release's tokens (`anchorft.rpsft.release_format`; docs/recipes.md).
 
 A source in OpenR1-Math-220k's own layout (`problem`, `answer`, `generations`/`messages`, no `target`) is
 refused: the release's order would train on its short `answer` column instead of a trace. Use the

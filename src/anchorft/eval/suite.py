@@ -165,12 +165,16 @@ def check_model_dir(name: str, path: str | Path) -> Path:
 
 
 def check_models(named: dict[str, str]) -> dict[str, Path]:
-    """{NAME: DIR} (the first is the base of the deltas): each NAME a folder name, each DIR a local model."""
+    """{NAME: folder} (the first is the base of the deltas): each NAME a folder name in --out, each value a local
+    model folder or a hub id (resolved to its snapshot in the hub cache, downloaded when the hub is reachable;
+    offline and not cached: a one-line error naming the id and HF_HUB_OFFLINE)."""
+    from anchorft.preflight import resolve_model_folder
+
     out: dict[str, Path] = {}
     for name, path in named.items():
         if "/" in name or name.startswith("."):
             raise ValueError(f"--models {name}={path}: NAME is a folder name in --out (no '/')")
-        out[name] = check_model_dir(name, path)
+        out[name] = check_model_dir(name, resolve_model_folder(path, f"--models {name}"))
     if not out:
         raise ValueError("--models: give at least one NAME=DIR")
     return out

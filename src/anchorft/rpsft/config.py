@@ -158,6 +158,15 @@ class RPSFTConfig(SFTConfig):
             "error before anything is loaded."
         },
     )
+    chat_format: str = field(
+        default="model",
+        metadata={
+            "help": "Training text: 'model' (each model's own chat template, default) or 'release' (the RPSFT "
+            "release's text: Llama-3 header strings with a literal backslash-n for Qwen, the template plus a trailing "
+            "newline for Llama; attention mask input_ids != pad_token_id; anchorft.rpsft.release_format).",
+            "choices": ["model", "release"],
+        },
+    )
     iw_ref_model: str | None = field(
         default=None,
         metadata={
@@ -205,6 +214,8 @@ class RPSFTConfig(SFTConfig):
             raise ValueError(f"anchor_svd must be 'exact' or 'randomized', got {self.anchor_svd!r}")
         if self.anchor_dtype not in ("float32", "float64", "bfloat16", "float16"):
             raise ValueError(f"anchor_dtype must be float32, float64, bfloat16 or float16, got {self.anchor_dtype!r}")
+        if self.chat_format not in ("model", "release"):
+            raise ValueError(f"chat_format must be 'model' or 'release', got {self.chat_format!r}")
         if self.anchor_mode not in ("grad", "autograd"):
             raise ValueError(f"anchor_mode must be 'grad' or 'autograd', got {self.anchor_mode!r}")
         from anchorft.rpsft.anchor_plan import validate_options

@@ -16,6 +16,7 @@ import json
 import os
 
 __all__ = ["model_matrices", "estimate", "format_estimate", "memory_per_gpu", "format_memory", "read_model_config"]
+__all__ += ["parameter_count", "activation_numbers", "method_memory", "format_method_memory", "METHOD_NAMES", "STAGES"]
 
 
 def model_matrices(cfg: dict, include_embeddings: bool = True) -> list[tuple[str, int, int, int]]:
@@ -186,3 +187,123 @@ def read_model_config(path: str | os.PathLike, text_only: bool = True) -> dict:
     if not isinstance(cfg, dict):
         raise ValueError(f"model config: {p} holds a JSON {type(cfg).__name__}, not an object")
     return cfg.get("text_config", cfg) if text_only else cfg
+
+
+METHOD_NAMES = ("sft", "dft", "iw_sft", "l2", "rpsft")
+STAGES = ("single", "ddp", "zero2", "zero3", "fsdp2")
+
+
+def parameter_count(cfg: dict) -> int:
+    """Every parameter of a Llama / Qwen2-style decoder: the 2-D matrices, the RMSNorm weights (2 per layer and a
+    final one) and, for Qwen2, the q / k / v biases."""
+    mats = sum(m * n * c for _, m, n, c in model_matrices(cfg, True))
+    h, layers, heads = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]
+    kv, hd = cfg.get("num_key_value_heads") or heads, cfg.get("head_dim") or h // heads
+    bias = (heads + 2 * kv) * hd if cfg.get("model_type") == "qwen2" or cfg.get("attention_bias") else 0
+    return mats + layers * (2 * h + bias) + h
+
+
+def activation_numbers(cfg: dict) -> dict[str, int]:
+    """Numbers saved for backward per token (a Llama / Qwen2 decoder in transformers, SDPA attention), counted op
+    by op. `layer` = 4h (each RMSNorm's input and output) + 4 d_q (q before the rotary embedding, rotate_half(q),
+    the rotated q kept by attention, the attention output fed to o_proj) + 3 d_kv (the key / value buffers the
+    rotary embedding and attention keep: 3 is the count measured on transformers 5.24, CPU, not derived) + 4f
+    (the MLP: gate, SiLU(gate), up, their product); `head` = 2h (final norm); `logits` = V (the loss's
+    log-softmax). With gradient checkpointing a layer keeps only its input h (`layer_input`), and one layer is
+    recomputed at a time during backward. Checked against the tensors autograd saves
+    (tests/rpsft/test_estimate_memory.py)."""
+    h, heads, f = cfg["hidden_size"], cfg["num_attention_heads"], cfg["intermediate_size"]
+    kv, hd = cfg.get("num_key_value_heads") or heads, cfg.get("head_dim") or h // heads
+    return {"layer": 4 * h + 4 * heads * hd + 3 * kv * hd + 4 * f, "layer_input": h, "head": 2 * h,
+            "logits": cfg["vocab_size"]}  # fmt: skip
+
+
+def method_memory(
+    cfg: dict,
+    method: str,
+    rank: int = 768,
+    stage: str = "single",
+    gpus: int = 1,
+    per_device: int = 2,
+    seq_len: int = 4096,
+    weight_bytes: int = 4,
+    anchor_bytes: int = 4,
+    reference_bytes: int | None = None,
+    activation_bytes: int | None = None,
+    include_embeddings: bool = True,
+    checkpointing: bool = True,
+) -> dict:
+    """Bytes per GPU by component for one method (formulas from the config alone, P = `parameter_count`):
+
+    - parameters / gradients / optimizer_state: single or ddp: P w, P w, 2 P w (w = `weight_bytes`; AdamW's two
+      moments in the parameters' dtype); zero2: 2P, 2P / G, 12P / G (bf16 weights, bf16 gradients partitioned,
+      fp32 master weights and moments partitioned); zero3: 2P / G, 2P / G, 12P / G; fsdp2: P w / G, P w / G,
+      2 P w / G;
+    - anchor_buffers (rpsft): per anchored matrix below full rank U_0, V_0, S_ref: (m + n) k + k^2 numbers;
+    - l2_w0: W_0 of every matrix at full rank (all of them for l2; for rpsft those with k >= min(m, n)): m n;
+      both at `anchor_bytes` a number, on every GPU;
+    - iw_reference (iw_sft): the frozen copy, P x `reference_bytes` (default: `weight_bytes`);
+    - activations_per_token: saved for backward without checkpointing, (L layer + head) a + 4 logits (the loss's
+      log-softmax in fp32), a = `activation_bytes` (default `weight_bytes`; 2 under bf16);
+      activations_per_token_checkpointed: what stays held with checkpointing, (L + 3) h a + 4 logits;
+      recompute_per_token: one layer's activations, rebuilt during backward;
+    - activations: per_device x seq_len tokens, checkpointed (held + one layer) or not.
+    """
+    if method not in METHOD_NAMES:
+        raise ValueError(f"method must be one of {list(METHOD_NAMES)}, got {method!r}")
+    if stage not in STAGES:
+        raise ValueError(f"stage must be one of {list(STAGES)}, got {stage!r}")
+    if gpus < 1 or per_device < 1 or seq_len < 1 or rank < 1:
+        raise ValueError("gpus, per_device, seq_len and rank must be >= 1")
+    P, w, g = parameter_count(cfg), weight_bytes, gpus
+    params, grads, optim = {
+        "single": (P * w, P * w, 2 * P * w),
+        "ddp": (P * w, P * w, 2 * P * w),
+        "zero2": (2 * P, 2 * P / g, 12 * P / g),
+        "zero3": (2 * P / g, 2 * P / g, 12 * P / g),
+        "fsdp2": (P * w / g, P * w / g, 2 * P * w / g),
+    }[stage]
+    svd_numbers = w0_numbers = 0
+    if method in ("rpsft", "l2"):
+        for _, m, n, count in model_matrices(cfg, include_embeddings):
+            if method == "l2" or rank >= min(m, n):
+                w0_numbers += m * n * count
+            else:
+                svd_numbers += ((m + n) * rank + rank**2) * count
+    a = activation_bytes or w
+    act = activation_numbers(cfg)
+    layers = cfg["num_hidden_layers"]
+    per_tok = (layers * act["layer"] + act["head"]) * a + 4 * act["logits"]
+    held = (layers * act["layer_input"] + act["head"] + act["layer_input"]) * a + 4 * act["logits"]
+    recompute = act["layer"] * a
+    tokens = per_device * seq_len
+    out = {
+        "parameter_count": P,
+        "parameters": float(params),
+        "gradients": float(grads),
+        "optimizer_state": float(optim),
+        "anchor_buffers": float(svd_numbers * anchor_bytes),
+        "l2_w0": float(w0_numbers * anchor_bytes),
+        "iw_reference": float(P * (reference_bytes or w)) if method == "iw_sft" else 0.0,
+        "activations_per_token": float(per_tok),
+        "activations_per_token_checkpointed": float(held),
+        "recompute_per_token": float(recompute),
+        "activations": float(tokens * (held + recompute if checkpointing else per_tok)),
+    }
+    keys = ("parameters", "gradients", "optimizer_state", "anchor_buffers", "l2_w0", "iw_reference", "activations")
+    out["total"] = sum(out[k] for k in keys)
+    return out
+
+
+def format_method_memory(rows: dict[str, dict], title: str) -> str:
+    """One table: a row per component, a column per method (GB, 1e9 bytes; per token: KB)."""
+    names = list(rows)
+    lines = [title, f"  {'component':<36}" + "".join(f"{n:>10}" for n in names)]
+    comps = [("parameters", 1e9, "GB"), ("gradients", 1e9, "GB"), ("optimizer_state", 1e9, "GB"),
+             ("anchor_buffers", 1e9, "GB"), ("l2_w0", 1e9, "GB"), ("iw_reference", 1e9, "GB"),
+             ("activations_per_token", 1e3, "KB"), ("activations_per_token_checkpointed", 1e3, "KB"),
+             ("recompute_per_token", 1e3, "KB"), ("activations", 1e9, "GB"), ("total", 1e9, "GB")]  # fmt: skip
+    for key, div, unit in comps:
+        label = f"{key} ({unit})"
+        lines.append(f"  {label:<36}" + "".join(f"{rows[n][key] / div:>10.2f}" for n in names))
+    return "\n".join(lines)

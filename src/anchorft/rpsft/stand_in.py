@@ -267,7 +267,8 @@ def dry_run(
     model_config: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Run the recipe `config` for `steps` optimiser steps on a stand-in of its model; return a summary
-    (also written to `output_dir/dry_run.json`). Raises ValueError on a bad recipe, model config or dataset."""
+    (also written to `output_dir/dry_run.json`, beside the trained stand-in and its tokenizer). Raises ValueError
+    on a bad recipe, model config or dataset."""
     import datasets
     from transformers import AutoConfig, HfArgumentParser
 
@@ -349,6 +350,8 @@ def dry_run(
     from anchorft.rpsft.train import train
 
     trainer = train(rpsft_args, model, train_ds, tokenizer=tokenizer)
+    trainer.save_model(str(output_dir))  # the stand-in and its tokenizer, so that later commands can read them
+    tokenizer.save_pretrained(str(output_dir))
     hist = trainer.state.log_history
     losses = [h["loss"] for h in hist if "loss" in h]
     summary = {

@@ -71,6 +71,8 @@ def _write_run_artifacts(trainer: RPSFTTrainer, out: str, final_drift: dict | No
     _write_json(os.path.join(out, "rpsft_config.json"), args.to_dict())
     hist = trainer.state.log_history
     metrics = {"method": args.method, "global_step": trainer.state.global_step, "log_history": hist}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # this process's peak (rank 0), for the checks
+        metrics["cuda_peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
     if final_drift is not None:
         metrics["anchor"] = {"repr": repr(trainer._anchor), **fallback_summary(trainer._anchor), **final_drift}
     write_metrics(os.path.join(out, "metrics.json"), metrics, default=str)
@@ -154,6 +156,15 @@ def train(
 
         names = [n for n, _ in select_parameters(model_obj, args.anchor_targets, args.anchor_include_embeddings)]
         map_for(select_layers(names, args.anchor_layers), parse_anchor_map(args.anchor_map))
+    collator = None
+    if args.chat_format == "release":
+        from anchorft.rpsft.release_format import ReleaseCollator, release_dataset, release_family
+
+        family = release_family(getattr(model_obj.config, "model_type", None))
+        train_ds = release_dataset(train_ds, tokenizer, family)
+        eval_ds = release_dataset(eval_ds, tokenizer, family) if eval_ds is not None else None
+        multiple = args.pad_to_multiple_of if isinstance(args.pad_to_multiple_of, int) else None  # "auto": Neuron only
+        collator = ReleaseCollator(pad_token_id=tokenizer.pad_token_id, pad_to_multiple_of=multiple)
     ref = None
     if args.method_spec.needs_reference:
         spec = ref_model if ref_model is not None else args.iw_ref_model
@@ -167,6 +178,7 @@ def train(
         processing_class=tokenizer,
         ref_model=ref,
         anchor_fisher=anchor_fisher,
+        **({"data_collator": collator} if collator is not None else {}),
     )
     resume = args.resume_from_checkpoint
     if isinstance(resume, str) and resume.lower() in ("true", "false"):
