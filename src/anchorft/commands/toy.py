@@ -69,8 +69,7 @@ def _parser() -> argparse.ArgumentParser:
         "--threads",
         type=int,
         default=None,
-        help="torch CPU threads (default: the number of cores, at most 4; on a machine shared with other jobs use 1, "
-        "since extra threads spin-wait under contention)",
+        help="torch CPU threads (default: the cores shared among the anchorft processes running now, at most 4)",
     )
     both_spellings(p)
     return p
@@ -78,10 +77,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args, extra = _parser().parse_known_args(argv)
-    if args.threads is None:
-        import os
+    if args.threads is None:  # the command's thread policy (anchorft.threads), at most 4
+        import torch
 
-        args.threads = max(1, min(4, os.cpu_count() or 1))
+        args.threads = max(1, min(4, torch.get_num_threads()))
     if args.cmd == "rl":
         from anchorft.commands.toy_rl import main_rl
 
