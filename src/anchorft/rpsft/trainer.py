@@ -44,6 +44,7 @@ from anchorft.rpsft.checkpoints import (
 )
 from anchorft.rpsft.config import RPSFTConfig
 from anchorft.rpsft.data import load_sft_dataset
+from anchorft.rpsft.progress import use_readable_progress
 
 __all__ = ["RPSFTTrainer", "ANCHOR_DIR"]
 
@@ -85,6 +86,7 @@ class RPSFTTrainer(SFTTrainer):
             if isinstance(kwargs.get(field), (str, os.PathLike)):
                 kwargs[field] = load_sft_dataset(kwargs[field], field=field)
         super().__init__(model, args, *pos, **kwargs)
+        use_readable_progress(self)  # a bar and a short line per log; the full dicts in OUTPUT_DIR/log.jsonl
         if args.anchored:
             # fail now (before any training) if the targets match nothing
             select_parameters(self.model, args.anchor_targets, args.anchor_include_embeddings)
