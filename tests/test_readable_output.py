@@ -121,3 +121,17 @@ def test_short_line_per_log_and_full_dicts_in_the_log_file(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == "[run-a] " + short_line("", 10, 100, logs).strip()
     rows = [json.loads(line) for line in (tmp_path / "run-a" / LOG_FILE).read_text().splitlines()]
     assert rows == [{"step": 10, **logs}]  # every key, numbers as numbers
+
+
+def test_toy_pretrain_writes_its_loss_plot_and_says_when_it_reuses_the_cache(tmp_path, monkeypatch, capsys):
+    from anchorft.cli import main
+
+    monkeypatch.setenv("ANCHORFT_CACHE", str(tmp_path / "cache"))
+    argv = ["toy", "pretrain", "--preset", "smoke", "--steps", "3", "--threads", "1"]
+    assert main([*argv, "--out", str(tmp_path / "a")]) == 0
+    first = capsys.readouterr().out
+    assert "pretraining 3 steps" in first and "reusing" not in first
+    assert (tmp_path / "a" / "loss.png").stat().st_size > 1000
+    assert main([*argv, "--out", str(tmp_path / "b")]) == 0
+    second = capsys.readouterr().out
+    assert "reusing the cached model" in second and (tmp_path / "b" / "loss.png").is_file()
