@@ -76,7 +76,7 @@ MUTANTS_MORE = \
 mutants: $(DEV)
 	rm -rf mutants
 	@date -u +'start %FT%TZ'
-	ANCHORFT_BENCHMARKS=$${ANCHORFT_BENCHMARKS:-$(abspath ../shared/benchmarks)} OMP_NUM_THREADS=1 \
+	OMP_NUM_THREADS=1 \
 		nice -n 15 $(BIN)/mutmut run --max-children $(MUTANTS_CHILDREN) $(MUTANTS)
 	@date -u +'end %FT%TZ'
 	$(BIN)/python benchmarks/mutants_summary.py $(MUTANTS)

@@ -1,6 +1,6 @@
 """How often the string shortcut of `math_equal` decides, on the paper's math files.
 
-    .venv/bin/python benchmarks/bench_grading_shortcut.py [--root ../shared/benchmarks] [--out shortcut.json]
+    .venv/bin/python benchmarks/bench_grading_shortcut.py [--root DIR] [--out shortcut.json]
 
 `math_equal(gold, answer)` returns True for identical (stripped) strings without parsing; otherwise it
 is `parsed_equal`, math-verify alone. For each math file this counts

@@ -98,7 +98,7 @@ def _one_torch_thread():
 def bench_root() -> Path:
     root = benchmarks_root()
     if not root.is_dir():
-        pytest.skip(f"benchmark files not found at {root} (set ANCHORFT_BENCHMARKS or add ../shared/benchmarks)")
+        pytest.skip(f"benchmark files not found at {root} (set ANCHORFT_BENCHMARKS or run `anchorft data benchmarks`)")
     return root
 
 

@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("anchorft.rpsft",),
     ("anchorft.toy",),
     ("anchorft.analysis",),
-    ("anchorft.commands", "anchorft.cli", "anchorft.demo", "anchorft.__main__"),
+    ("anchorft.commands", "anchorft.cli", "anchorft.demo", "anchorft.__main__", "anchorft.threads"),
 ]
 # the simulator stands beside the stack: it imports the kernels only, and only the entry points import it
 W2S = "anchorft.w2s"

@@ -72,7 +72,7 @@ def test_atomic_writes_follow_the_umask(tmp_path):
         os.umask(old)
 
 
-W2S = ["w2s", "run", "--preset", "paper", "--seeds", "1", "--steps", "4", "--quiet", "d=32", "s=4"]
+W2S = ["w2s", "run", "--preset", "paper", "--n-seeds", "1", "--steps", "4", "--quiet", "d=32", "s=4"]
 W2S += ["group_sizes=4,4", "weak_neurons=4", "batch_size=4", "n_log=2", "chunk=4"]
 
 

@@ -100,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"anchorft: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return EXIT_USAGE
+    from anchorft.threads import apply_thread_policy
+
+    apply_thread_policy()  # before torch starts: OpenMP wait policy and thread count (anchorft.threads)
     from anchorft import errors
     from anchorft.runs import mark_active
 

@@ -40,6 +40,8 @@ def test_cli_end_to_end(checkpoints, prompt_files, tmp_path, capsys):
         assert (out / f).stat().st_size > 1000
     assert {"drift_plain.png", "fisher_overlap.png", "rank_sensitivity.png"} <= set(res["figures"])
     assert json.loads((out / "config.json").read_text())["resolved_rank"] == 4
+    printed = capsys.readouterr().out
+    assert "{" not in printed and "small" in printed and "large" in printed and "turned" in printed
 
 
 def test_cli_bad_input_returns_2(checkpoints, tmp_path, capsys):

@@ -78,3 +78,79 @@ def test_rl_short_help_lists_the_project_flags_first(capsys):
     with pytest.raises(SystemExit):
         rl_main(["--help-all"])
     assert len(capsys.readouterr().out.splitlines()) > 300
+
+
+def _all_parsers(parser):
+    import argparse
+
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _all_parsers(sub)
+
+
+@pytest.mark.parametrize(
+    "module,builder",
+    [
+        ("anchorft.commands.analyze", "_parser"),
+        ("anchorft.commands.data", "_parser"),
+        ("anchorft.commands.eval", "_eval_parser"),
+        ("anchorft.commands.eval_suite", "_parser"),
+        ("anchorft.commands.toy", "_parser"),
+        ("anchorft.commands.toy_rl", "_parser"),
+        ("anchorft.commands.w2s", "build_parser"),
+    ],
+)
+def test_out_is_also_output_dir_everywhere(module, builder):
+    import importlib
+
+    parsers = list(_all_parsers(getattr(importlib.import_module(module), builder)()))
+    with_out = [p for p in parsers if "--out" in p._option_string_actions]
+    assert with_out
+    for p in with_out:
+        action = p._option_string_actions["--out"]
+        assert (
+            p._option_string_actions["--output_dir"] is action and p._option_string_actions["--output-dir"] is action
+        )
+
+
+def test_output_dir_in_rl_and_out_in_train_dry_run(tmp_path, capsys):
+    from anchorft.commands.rl import parse
+
+    script, _ = parse(["--model", "m", "--dataset", "d", "--output_dir", "o1"])
+    assert script.out == "o1"
+    script, _ = parse(["--model", "m", "--dataset", "d", "--output-dir=o2"])
+    assert script.out == "o2"
+    assert normalize_train_argv(["--out", "x"]) == ["--output_dir", "x"]  # anchorft train
+
+
+def test_seeds_is_a_list_and_n_seeds_a_count(capsys):
+    from anchorft.cli import main
+    from anchorft.commands.toy import _parser
+
+    args = _parser().parse_args(["compare", "--out", "o", "--n-seeds", "3"])
+    assert args.n_seeds == 3 and args.seeds is None
+    assert _parser().parse_args(["compare", "--out", "o", "--seeds", "0", "2"]).seeds == [0, 2]
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["compare", "--out", "o", "--seeds", "0", "--n-seeds", "2"])
+    capsys.readouterr()
+    for cmd in (["w2s", "run", "--out", "o"], ["w2s", "theory", "--preset", "paper"]):
+        assert main([*cmd, "--seeds", "3"]) == 2
+        err = capsys.readouterr().err
+        assert "--n-seeds 3" in err and "a list" in err
+
+
+def test_plain_and_base_recipes_get_one_unknown_key_message(tmp_path, capsys):
+    from anchorft.cli import main
+
+    base = tmp_path / "base.yaml"
+    base.write_text("learning_rat: 1.0e-5\n")
+    leaf = tmp_path / "leaf.yaml"
+    leaf.write_text("_base_: [base.yaml]\nmethod: sft\n")
+    msgs = []
+    for cfg in (base, leaf):
+        assert main(["train", "--config", str(cfg), "--model_name_or_path", "m", "--dataset", "d.jsonl"]) == 2
+        msgs.append(capsys.readouterr().err.strip())
+    assert msgs[0] == msgs[1]
+    assert "unknown field 'learning_rat' in " in msgs[0] and "did you mean ['learning_rate']" in msgs[0]

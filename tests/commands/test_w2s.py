@@ -12,7 +12,7 @@ def _tiny_args(out):
         "paper",
         "--out",
         str(out),
-        "--seeds",
+        "--n-seeds",
         "2",
         "--steps",
         "30",

@@ -14,7 +14,7 @@ FILES = sorted(p for p in ROOT.glob("*/*.jsonl") if not p.stem.startswith("ifeva
 
 def test_every_shipped_file_is_covered():
     if not ROOT.is_dir():
-        pytest.skip(f"benchmark files not found at {ROOT} (set ANCHORFT_BENCHMARKS or add ../shared/benchmarks)")
+        pytest.skip(f"benchmark files not found at {ROOT} (set ANCHORFT_BENCHMARKS or run `anchorft data benchmarks`)")
     assert len(FILES) >= 18  # 7 ID files, 11 OOD files with gold answers (the IFEval files have none)
 
 

@@ -256,12 +256,16 @@ def test_find_model_config() -> None:
 
 def test_dry_run_main_and_overrides(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     leaf = RPSFT / "qwen2.5-3b-instruct" / "sft.yaml"
-    rc = dry_run_main(
-        ["--config", str(leaf), "--dry-run", "--output_dir", str(tmp_path), "--effective_batch_size", "2"]
-    )
+    argv = ["--config", str(leaf), "--dry-run", "--output_dir", str(tmp_path), "--effective_batch_size", "2"]
+    rc = dry_run_main(argv)  # the recipe's data/train_openr1_4k/train.jsonl is not there
+    err = capsys.readouterr().err
+    assert rc == 2 and "train_openr1_4k/train.jsonl does not exist" in err and "--no-data-check" in err
+    rc = dry_run_main([*argv, "--no-data-check"])
     assert rc == 0 and "dry run OK" in capsys.readouterr().out
     assert json.loads((tmp_path / "rpsft_config.json").read_text())["gradient_accumulation_steps"] == 1
-    rc = dry_run_main(["--config", str(leaf), "--dry-run", "--output_dir", str(tmp_path), "--no_such_field", "1"])
+    rc = dry_run_main(
+        ["--config", str(leaf), "--dry-run", "--no-data-check", "--output_dir", str(tmp_path), "--no_such_field", "1"]
+    )
     assert rc == 2 and "no_such_field" in capsys.readouterr().err
 
 

@@ -54,7 +54,16 @@ def test_unreachable_effective_batch(tmp_path, monkeypatch, capsys, no_loading) 
             gradient_accumulation_steps=2,
         )
     rc = train_main(
-        ["--config", str(LEAF), "--dry-run", "--output_dir", str(tmp_path / "d"), "--effective_batch_size", "5"]
+        [
+            "--config",
+            str(LEAF),
+            "--dry-run",
+            "--no-data-check",
+            "--output_dir",
+            str(tmp_path / "d"),
+            "--effective_batch_size",
+            "5",
+        ]
     )
     err = capsys.readouterr().err
     assert rc == 2 and "cannot be reached" in err and not (tmp_path / "d" / "dry_run.json").exists()

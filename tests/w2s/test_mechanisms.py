@@ -68,7 +68,7 @@ def test_bounded_weak_output_is_bounded_and_close_to_f_for_small_f():
 
 def test_measured_label_coefficients_match_the_idealised_ones_for_a_perfect_weak_model(capsys):
     # weak model = the link (alignment 1, unit norm inside V_kappa): the labels are T(clip(He4/sqrt24(z))) exactly
-    args = ["theory", "--preset", "paper", "--json", "--seeds", "2", "weak_alignment=1.0", "weak_norm=unit"]
+    args = ["theory", "--preset", "paper", "--json", "--n-seeds", "2", "weak_alignment=1.0", "weak_norm=unit"]
     args += ["d=64", "s=16", "group_sizes=4,6", "weak_neurons=4", "label_samples=60000"]
     assert main(args) == 0
     r = json.loads(capsys.readouterr().out)

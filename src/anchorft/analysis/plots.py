@@ -132,15 +132,19 @@ def rank_plot(rs: dict, path: str | os.PathLike) -> str:
             xs = [p["k"] for p in pts if m in p]
             if not xs:
                 continue
-            line = ax.plot(xs, [p[m] for p in pts if m in p], marker="o", label=m)[0]
+            # percent, as the comparison's report.md shows them
+            line = ax.plot(xs, [100 * p[m] for p in pts if m in p], marker="o", label=m)[0]
             if m in rs["base"]:
-                ax.axhline(rs["base"][m], color=line.get_color(), ls=":", lw=1)
+                ax.axhline(100 * rs["base"][m], color=line.get_color(), ls=":", lw=1)
             if j == 0:
                 for i, (ref, vals) in enumerate(rs["references"].items()):
                     if m in vals:
-                        ax.axhline(vals[m], ls=styles[i % len(styles)], lw=0.9, color="gray", label=f"{ref} ({m})")
+                        ax.axhline(
+                            100 * vals[m], ls=styles[i % len(styles)], lw=0.9, color="gray", label=f"{ref} ({m})"
+                        )
         ax.set_xscale("symlog", linthresh=1)
         ax.set_xlabel("anchor rank k")
+        ax.set_ylabel("accuracy (%)")
         ax.legend(fontsize=7)
     ks = sorted({p["k"] for p in pts})
     full = rs.get("full_rank")

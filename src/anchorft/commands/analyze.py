@@ -144,7 +144,24 @@ def main(argv: list[str]) -> int:
     except (ValueError, CheckpointError) as e:
         return report("anchorft analyze", e)
     finish(claim)
-    brief = {m: {k: round(v, 4) for k, v in r["overall"].items()} for m, r in res["rotation"].items()}
-    print(json.dumps({"rank": res["rank"], "rotation_overall": brief, "figures": res["figures"]}, indent=1))
-    print(f"wrote {Path(args.out) / 'analysis.json'}")
+    print("\n".join(summary_lines(res, Path(args.out))))
     return 0
+
+
+def summary_lines(res: dict, out: Path) -> list[str]:
+    """A few lines a person reads: per model the top-k subspaces' mean turn and the weights' change (means over
+    matrices); the numbers in full are in analysis.json."""
+    lines = [f"top-{res['rank']} subspaces of each matrix against the base (means over matrices):"]
+    width = max((len(m) for m in res["rotation"]), default=0)
+    for m, r in res["rotation"].items():
+        o = r["overall"]
+        turn = (o["angle_u_mean_deg"] + o["angle_v_mean_deg"]) / 2
+        lines.append(
+            f"  {m:<{width}}  turned {turn:5.2f} deg (max {max(o['angle_u_max_deg'], o['angle_v_max_deg']):.2f}), "
+            f"weights changed {100 * o['weight_rel_change']:.2f} %, "
+            f"{100 * o['block_share_of_update']:.0f} % of the update inside the block"
+        )
+    parts = [p for p in ("drift", "fisher", "rank_sensitivity") if p in res]
+    lines.append(f"also: {', '.join(parts) or 'rotation only'}; {len(res['figures'])} figures")
+    lines.append(f"wrote {out / 'analysis.json'} (every number) and the figures in {out}")
+    return lines

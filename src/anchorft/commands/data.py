@@ -6,6 +6,9 @@ anchorft data openr1-math --sampler verified --out data/openr1-math-4k [--size 4
                           [--source open-r1/OpenR1-Math-220k | PATH.jsonl | PATH.parquet | DIR]
     our own seeded subset of OpenR1-Math-220k, each trace checked by math-verify
 anchorft data dapo-math --out data/dapo [--source wh-zhu/dapo | PATH.jsonl | PATH.parquet] [--prompt-style boxed]
+anchorft data benchmarks [--out DIR] [--from DIR] [--include gpqa]
+    the paper's evaluation files from its public release at a pinned commit, each checked by SHA-256
+    (default --out: $ANCHORFT_BENCHMARKS, else the user's data folder, where `anchorft eval suite` looks)
 """
 
 from __future__ import annotations
@@ -71,12 +74,34 @@ def _parser() -> argparse.ArgumentParser:
     )
     d.add_argument("--keep-duplicates", dest="dedupe", action="store_false")
     d.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
+    from anchorft.data.benchmarks import OPTIONAL, RELEASE_COMMIT, RELEASE_REPO
+    from anchorft.eval.benchmarks import benchmarks_dir
+
+    b = sub.add_parser(
+        "benchmarks",
+        help="the paper's evaluation files (id/, ood/), fetched from its release and checked by SHA-256",
+        description=f"Fetch evaluation/data/ of github.com/{RELEASE_REPO} at commit {RELEASE_COMMIT[:12]} (or copy "
+        "it from --from), checking every file's SHA-256 against the pinned one; a mismatch is refused. GPQA only "
+        "with --include gpqa (its authors ask that its items not be redistributed in plain text).",
+    )
+    b.add_argument("--out", default=None, help=f"output folder (default: {benchmarks_dir()})")
+    b.add_argument(
+        "--from",
+        dest="source",
+        default=None,
+        metavar="DIR",
+        help="copy a folder on disk (evaluation/data/ or a clone)",
+    )
+    b.add_argument("--include", nargs="+", default=[], choices=sorted(OPTIONAL), help="optional sets, by name")
+    b.add_argument("--overwrite", action="store_true", help="replace files whose SHA-256 differs")
     both_spellings(p)
     return p
 
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    if args.dataset == "benchmarks":
+        return _benchmarks(args)
     from anchorft.preflight import check_input_file
     from anchorft.runs import claim_output, fail, finish, reused
 
@@ -115,6 +140,31 @@ def main(argv: list[str]) -> int:
     if metrics.get("short_by"):
         print(f"warning: only {metrics['kept']} of {args.size} requested examples verified", file=sys.stderr)
     return 0
+
+
+def _benchmarks(args: argparse.Namespace) -> int:
+    from anchorft.data.benchmarks import fetch_benchmarks
+    from anchorft.eval.benchmarks import benchmarks_dir
+
+    out = args.out or str(benchmarks_dir())
+    print(f"anchorft data benchmarks: writing to {out}", flush=True)
+    try:
+        files = fetch_benchmarks(out, source=args.source, include=args.include, overwrite=args.overwrite,
+                                 log=lambda line: print(line, flush=True))  # fmt: skip
+    except (ValueError, FileNotFoundError, OSError) as err:
+        return report("anchorft data benchmarks", err)
+    print(f"{len(files)} files in {out}, each SHA-256 equal to the release's")
+    if args.out and not _is_default(out):
+        print(f"point `anchorft eval suite` at them with --bench-dir {out} or ANCHORFT_BENCHMARKS={out}")
+    return 0
+
+
+def _is_default(out: str) -> bool:
+    from pathlib import Path
+
+    from anchorft.eval.benchmarks import benchmarks_dir
+
+    return Path(out).resolve() == benchmarks_dir().resolve()
 
 
 def _prepare(args: argparse.Namespace) -> dict:

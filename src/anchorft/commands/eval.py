@@ -3,7 +3,7 @@
 anchorft eval --model DIR --bench FILE.jsonl [--bench FILE2.jsonl ...] --out DIR
               [--n 16 --k 16 --temperature 0.7 --top_p 0.95 --max_new_tokens N --limit N]
 anchorft eval score --bench FILE.jsonl --responses FILE.jsonl [--k K]
-anchorft eval suite --models NAME=DIR ... --bench-dir DIR --out DIR [--preset paper]   (see eval_suite.py)
+anchorft eval suite --models NAME=DIR ... [--bench-dir DIR] --out DIR [--preset paper]   (see eval_suite.py)
 anchorft eval --model DIR --lm-eval TASKS [--include-path DIR] --out DIR
 """
 

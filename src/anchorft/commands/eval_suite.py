@@ -1,6 +1,6 @@
 """`anchorft eval suite`: every (model, benchmark) pair of the paper's evaluation, resumable, and the main table.
 
-anchorft eval suite --models base=HUB_ID_OR_DIR sft=DIR rpsft=DIR --bench-dir ../shared/benchmarks --out runs/suite
+anchorft eval suite --models base=HUB_ID_OR_DIR sft=DIR rpsft=DIR [--bench-dir DIR] --out runs/suite
                     [--preset paper] [--rl-checkpoint] [--benches aime-24,math500,...] [--prompt file]
                     [--backend auto|hf|vllm] [--tensor-parallel N] [--data-parallel N] [--limit N]
 """
@@ -33,7 +33,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME=HUB_ID_OR_DIR",
         help="a model folder or a hub id (e.g. Qwen/Qwen2.5-3B-Instruct); the first is the base of the deltas",
     )
-    p.add_argument("--bench-dir", required=True, help="folder with id/ and ood/ JSONL files in the paper's format")
+    from anchorft.eval.benchmarks import benchmarks_dir
+
+    p.add_argument(
+        "--bench-dir",
+        default=str(benchmarks_dir()),
+        help="folder with id/ and ood/ JSONL files in the paper's format (default: $ANCHORFT_BENCHMARKS, else the "
+        "user's data folder, where `anchorft data benchmarks` writes them: %(default)s)",
+    )
     p.add_argument("--out", required=True, help="output folder (reuse it to resume, or to add models or benchmarks)")
     p.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
     p.add_argument("--preset", default="paper", help=f"the release's protocol (the defaults): {', '.join(PRESETS)}")

@@ -31,6 +31,8 @@ ALIASES = {
     "--eval_dataset_name": "--eval_dataset",
     "--eval-dataset-name": "--eval_dataset",
 }
+# one output flag everywhere: --out, and TRL's --output_dir (either spelling) for the same option
+OUTPUT_SPELLINGS = {"--out": ("--output_dir", "--output-dir"), "--output_dir": ("--out",)}
 # TRL / transformers fields a fine-tune usually sets, shown in the short help after the project's own
 COMMON_TRL = (
     "learning_rate",
@@ -138,7 +140,8 @@ def short_help() -> str:
 
 def both_spellings(parser) -> None:
     """Let every `--snake_case` option of `parser` (and of its subcommands) also be given as `--kebab-case`,
-    and the reverse: one flag style across commands, whichever a user types."""
+    and the reverse, and `--out` as `--output_dir` / `--output-dir` (and the reverse): one flag style across
+    commands, whichever a user types."""
     import argparse
 
     for action in list(parser._actions):
@@ -150,7 +153,8 @@ def both_spellings(parser) -> None:
             if not opt.startswith("--") or len(opt) < 4:
                 continue
             body = opt[2:]
-            for other in ("--" + body.replace("_", "-"), "--" + body.replace("-", "_")):
+            others = ["--" + body.replace("_", "-"), "--" + body.replace("-", "_"), *OUTPUT_SPELLINGS.get(opt, ())]
+            for other in others:
                 if other != opt and other not in parser._option_string_actions:
                     action.option_strings.append(other)
                     parser._option_string_actions[other] = action

@@ -64,13 +64,18 @@ def _parser():
     return TrlParser((RLScriptArguments, DAPOConfig), prog="anchorft rl")
 
 
+# --output_dir (TrainingArguments' name, which `anchorft train` takes) is this command's --out
+_OUT_ALIASES = {"--output_dir": "--out", "--output-dir": "--out"}
+
+
 def parse(argv: list[str]):
     """(RLScriptArguments, DAPOConfig) from argv: TrlParser, with `--config` YAML read, its keys and value types
     checked (one-line errors naming the file), then set as the parser's defaults."""
     from anchorft.errors import check_keys, check_mapping_types, read_yaml
     from anchorft.rpsft.dapo_config import DAPOConfig
 
-    argv = list(argv)
+    argv = [_OUT_ALIASES.get(a.partition("=")[0], a.partition("=")[0]) + a.partition("=")[1] + a.partition("=")[2]
+            for a in argv]  # fmt: skip
     parser = _parser()
     path = None
     for i, a in enumerate(argv):

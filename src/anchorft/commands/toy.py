@@ -34,7 +34,9 @@ def _parser() -> argparse.ArgumentParser:
         help="key=v1,v2,... (anchor_rank, anchor_lambda, anchor_targets, learning_rate, anchor_rank_rule, "
         "anchor_layers, anchor_memory, anchor_lambda_rest, anchor_kind); repeatable",
     )
-    cmp_.add_argument("--seeds", type=int, nargs="+", default=None, help="override the preset's seeds")
+    seeds = cmp_.add_mutually_exclusive_group()
+    seeds.add_argument("--seeds", type=int, nargs="+", default=None, help="the fine-tuning seeds (a list)")
+    seeds.add_argument("--n-seeds", dest="n_seeds", type=int, default=None, help="seeds 0 .. N-1")
     cmp_.add_argument(
         "--overwrite", action="store_true", help="replace an output folder that holds another comparison"
     )
@@ -69,8 +71,7 @@ def _parser() -> argparse.ArgumentParser:
         "--threads",
         type=int,
         default=None,
-        help="torch CPU threads (default: the number of cores, at most 4; on a machine shared with other jobs use 1, "
-        "since extra threads spin-wait under contention)",
+        help="torch CPU threads (default: the cores shared among the anchorft processes running now, at most 4)",
     )
     both_spellings(p)
     return p
@@ -78,10 +79,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args, extra = _parser().parse_known_args(argv)
-    if args.threads is None:
-        import os
+    if args.threads is None:  # the command's thread policy (anchorft.threads), at most 4
+        import torch
 
-        args.threads = max(1, min(4, os.cpu_count() or 1))
+        args.threads = max(1, min(4, torch.get_num_threads()))
     if args.cmd == "rl":
         from anchorft.commands.toy_rl import main_rl
 
@@ -141,22 +142,37 @@ def main(argv: list[str]) -> int:
         if claim.complete:
             print(reused(claim))
             return 0
+        from anchorft.toy.pretrain import cache_root, cached_model
+
         if args.no_cache:
+            print(f"toy pretrain: pretraining {pre.steps} steps into {out}", flush=True)
             metrics = pretrain(pre, out)
         else:
+            if (cached := cached_model(pre)) is not None:
+                print(
+                    f"toy pretrain: reusing the cached model {cached} (same config and code; --no-cache trains again)"
+                )
+            else:
+                print(f"toy pretrain: pretraining {pre.steps} steps (cached in {cache_root()})", flush=True)
             src = pretrained_model(pre)
             if src.resolve() != out.resolve():
                 shutil.copytree(src, out, dirs_exist_ok=True)
             metrics = json.loads((out / "metrics.json").read_text())
+            if not (out / "loss.png").is_file():  # a model cached before the plot was written
+                print("toy pretrain: this cached model has no loss.png (--no-cache pretrains again and draws it)")
         finish(claim)
         acc = metrics["greedy_accuracy"]
-        print(f"pretrained model in {out} ({metrics['params']:,} parameters)")
+        print(f"pretrained model in {out} ({metrics['params']:,} parameters; loss.png: the loss curve)")
         print("greedy accuracy: " + ", ".join(f"{s}={v:.2f}" for s, v in acc.items()))
         return 0
     from anchorft.toy.compare import resolve_comparison, run_compare
 
     if args.seeds:
         cfg.seeds = list(args.seeds)
+    elif args.n_seeds is not None:
+        if args.n_seeds < 1:
+            raise ValueError(f"--n-seeds: must be >= 1, got {args.n_seeds}")
+        cfg.seeds = list(range(args.n_seeds))
     # default: one worker per thread (each fine-tune then runs on one thread, pretraining on all of them)
     workers = args.workers if args.workers is not None else args.threads
     if workers < 1:

@@ -216,6 +216,24 @@ def _existing(out: str, names: tuple[str, ...]) -> str:
     return ", ".join(n for n in names if os.path.exists(os.path.join(out, n)))
 
 
+def _check_recipe_data(config: str, overrides: dict) -> None:
+    """The dataset the recipe (or an override) names exists: a local file is read, a hub name left to training."""
+    from anchorft.errors import UsageError
+    from anchorft.rpsft.data import check_sft_source
+    from anchorft.rpsft.recipes import load_recipe
+
+    data = overrides.get("dataset", load_recipe(config)[0].get("dataset"))
+    if data is None:
+        return
+    try:
+        check_sft_source(str(data), f"dataset (from {config})")
+    except UsageError as err:
+        raise UsageError(
+            f"{err}; prepare it first (the recipe's comments name the command), give --dataset FILE, or pass "
+            "--no-data-check to check the recipe alone"
+        ) from err
+
+
 def dry_run_main(argv: Sequence[str]) -> int:
     """`anchorft train --config X.yaml --dry-run [--dry_run_steps N] [--output_dir D] [--field value ...]`.
 
@@ -232,11 +250,20 @@ def dry_run_main(argv: Sequence[str]) -> int:
     p.add_argument("--dataset", default=None, help="train on the first rows of this local dataset instead")
     p.add_argument("--model_config", default=None, help="the real config.json (default: the recipe's)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (a tiny model: 1 is fastest)")
+    p.add_argument(
+        "--no-data-check", dest="data_check", action="store_false",
+        help="do not require the recipe's dataset to exist (check the recipe alone, before preparing the data)",
+    )  # fmt: skip
     both_spellings(p)
     ns, rest = p.parse_known_args(list(argv))
     if len(rest) % 2 or not all(r.startswith("--") for r in rest[::2]):
         p.error(f"overrides must be --field value pairs, got {rest}")
     overrides = {k[2:]: yaml.safe_load(v) for k, v in zip(rest[::2], rest[1::2])}
+    if ns.data_check and ns.dataset is None:
+        try:
+            _check_recipe_data(ns.config, overrides)
+        except (ValueError, OSError) as err:
+            return report("anchorft train --dry-run", err)
     out = ns.output_dir or tempfile.mkdtemp(prefix="anchorft-dry-run-")
     import torch
 

@@ -22,8 +22,8 @@ def _run(args: argparse.Namespace) -> int:
     from anchorft.w2s.experiments import run_experiment
 
     overrides = list(args.overrides)
-    if args.seeds is not None:
-        overrides.append(f"n_seeds={args.seeds}")
+    if args.n_seeds is not None:
+        overrides.append(f"n_seeds={args.n_seeds}")
     if args.steps is not None:
         overrides.append(f"steps={args.steps}")
     if args.device is not None:
@@ -124,7 +124,7 @@ def _theory(args: argparse.Namespace) -> int:
 
     try:
         if args.preset is not None:
-            result = preset_theory_report(args.preset, list(args.overrides), n_seeds=args.seeds)
+            result = preset_theory_report(args.preset, list(args.overrides), n_seeds=args.n_seeds)
         else:
             if args.overrides:
                 raise ValueError("key=value overrides need --preset")
@@ -182,7 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run W2S and SFT (and SFT + anchor) from a preset")
     r.add_argument("--preset", default="paper", help="name in configs/w2s/ or a YAML path (default: paper)")
     r.add_argument("--out", required=True, help="output directory")
-    r.add_argument("--seeds", type=int, default=None, help="number of seeds (batched)")
+    r.add_argument("--n-seeds", dest="n_seeds", type=int, default=None, help="number of seeds (batched)")
+    r.add_argument("--seeds", nargs="+", default=None, help=argparse.SUPPRESS)  # a list elsewhere: refused
     r.add_argument("--steps", type=int, default=None, help="SGD steps per mode")
     r.add_argument("--device", default=None, help="cpu or cuda")
     r.add_argument(
@@ -213,7 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_sweep)
     t = sub.add_parser("theory", help="exponents, predicted sample complexities, the labels' Hermite coefficients")
     t.add_argument("--preset", default=None, help="a preset: its link, T, clip, d, s and its measured labels")
-    t.add_argument("--seeds", type=int, default=None, help="seeds for the measured coefficients (with --preset)")
+    t.add_argument("--n-seeds", dest="n_seeds", type=int, default=None,
+                   help="seeds for the measured coefficients (with --preset)")  # fmt: skip
+    t.add_argument("--seeds", nargs="+", default=None, help=argparse.SUPPRESS)  # a list elsewhere: refused
     t.add_argument("--json", action="store_true", help="machine output (JSON)")
     t.add_argument("overrides", nargs="*", help="overrides of the preset, key=value")
     t.add_argument("--link", default="he4")
@@ -228,4 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "seeds", None) is not None:  # the count's old spelling; --seeds is a list of seeds elsewhere
+        from anchorft.errors import UsageError
+
+        n = args.seeds[0] if len(args.seeds) == 1 else "N"
+        raise UsageError(
+            f"--seeds: in anchorft the seeds are a list (`toy compare --seeds 0 1 2`); the number of seeds here is "
+            f"--n-seeds (--n-seeds {n}; the seeds are seed, seed+1, ...)"
+        )
     return int(args.func(args))

@@ -60,11 +60,14 @@ class Bench:
 
 
 def benchmarks_dir() -> Path:
-    """Where the paper's evaluation files are: $ANCHORFT_BENCHMARKS, else ../shared/benchmarks beside the repo."""
+    """Where the paper's evaluation files are: $ANCHORFT_BENCHMARKS, else the user's data folder
+    (~/.local/share/anchorft/benchmarks on Linux; platformdirs), where `anchorft data benchmarks` writes them."""
     env = os.environ.get("ANCHORFT_BENCHMARKS")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[3].parent / "shared" / "benchmarks"
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("anchorft")) / "benchmarks"
 
 
 def _item(index: int, lineno: int, obj: dict) -> BenchItem:

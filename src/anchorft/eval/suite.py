@@ -120,7 +120,9 @@ def resolve_benches(bench_dir: str | Path, names: Sequence[str] | None = None) -
     else the named files (NAME or NAME.jsonl under DIR/id or DIR/ood)."""
     root = Path(bench_dir)
     if not root.is_dir():
-        raise ValueError(f"--bench-dir {root}: no such folder")
+        raise ValueError(
+            f"--bench-dir {root}: no such folder (`anchorft data benchmarks --out {root}` fetches the files)"
+        )
     if names is None:
         out = []
         for nm in PAPER_ID:
@@ -129,7 +131,10 @@ def resolve_benches(bench_dir: str | Path, names: Sequence[str] | None = None) -
         out += [(nm, "ood", root / "ood" / f"{nm}.jsonl") for nm in ood]
         missing = [str(p) for _, _, p in out if not p.is_file()]
         if missing:
-            raise ValueError(f"--bench-dir {root}: the paper preset's file(s) {missing} are missing")
+            raise ValueError(
+                f"--bench-dir {root}: the paper preset's file(s) {missing} are missing "
+                f"(`anchorft data benchmarks --out {root}` fetches them)"
+            )
         return out
     out = []
     for raw in names:

@@ -137,6 +137,8 @@ def resolve_config_argv(argv: Sequence[str], tmp_dir: str | os.PathLike | None =
     path = argv[i + 1]
     raw = read_yaml(path) or {}
     if not isinstance(raw, dict) or not any(str(k).startswith("_") for k in raw):
+        if isinstance(raw, dict):
+            load_recipe(path)  # unknown keys: the message a `_base_` recipe gets, before TrlParser's own
         return argv
     fd, flat = tempfile.mkstemp(prefix="anchorft-recipe-", suffix=".yaml", dir=tmp_dir)
     os.close(fd)

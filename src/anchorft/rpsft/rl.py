@@ -260,6 +260,9 @@ def run_rl(
         callbacks=list(callbacks) or None,
         **extra,
     )
+    from anchorft.rpsft.progress import use_readable_progress
+
+    use_readable_progress(trainer)  # a bar and a short line per log; the full dicts in OUTPUT_DIR/log.jsonl
     resolved = {"dapo": args.dapo_settings(), "dapo_config": args.to_dict(), "n_prompts": len(train_data)}
     resolved["memory"] = est
     if anchor is not None:

@@ -65,6 +65,14 @@ def _write_json(path: str, obj) -> None:
     write_json(path, obj, indent=1, default=str)
 
 
+# logged key -> (scale, y-axis label) of training.png; the drift, a share of the reference's norm, in %
+_TRAINING_AXES = {
+    "loss": (1.0, "training loss (the method's objective)"),
+    "anchor/penalty": (1.0, "anchor penalty R (without lambda)"),
+    "anchor/drift_max": (100.0, "max drift ||D||_F / ||S_ref||_F (%)"),
+}
+
+
 def _write_run_artifacts(trainer: RPSFTTrainer, out: str, final_drift: dict | None) -> None:
     """Resolved config, metrics.json (log history + anchor summary) and a PNG of loss / penalty."""
     args = trainer.args
@@ -86,8 +94,10 @@ def _write_run_artifacts(trainer: RPSFTTrainer, out: str, final_drift: dict | No
     keys = [k for k in ("loss", "anchor/penalty", "anchor/drift_max") if k in steps[-1]]
     fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3), squeeze=False)
     for ax, k in zip(axes[0], keys):
-        ax.plot([h["step"] for h in steps if k in h], [h[k] for h in steps if k in h])
+        scale, ylabel = _TRAINING_AXES[k]
+        ax.plot([h["step"] for h in steps if k in h], [scale * h[k] for h in steps if k in h])
         ax.set_xlabel("optimiser step")
+        ax.set_ylabel(ylabel)
         ax.set_title(k)
     fig.suptitle(f"method={args.method}")
     fig.tight_layout()

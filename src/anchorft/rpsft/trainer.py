@@ -43,6 +43,8 @@ from anchorft.rpsft.checkpoints import (
     warn_fallback,
 )
 from anchorft.rpsft.config import RPSFTConfig
+from anchorft.rpsft.data import load_sft_dataset
+from anchorft.rpsft.progress import use_readable_progress
 
 __all__ = ["RPSFTTrainer", "ANCHOR_DIR"]
 
@@ -80,7 +82,11 @@ class RPSFTTrainer(SFTTrainer):
                 f"method={args.method!r} needs a reference model: pass ref_model=, or set iw_ref_model "
                 "(a path, or 'copy' for a frozen copy of the starting model) when using anchorft.rpsft.train"
             )
+        for field in ("train_dataset", "eval_dataset"):  # a path or hub name, as `anchorft.rpsft.train` takes
+            if isinstance(kwargs.get(field), (str, os.PathLike)):
+                kwargs[field] = load_sft_dataset(kwargs[field], field=field)
         super().__init__(model, args, *pos, **kwargs)
+        use_readable_progress(self)  # a bar and a short line per log; the full dicts in OUTPUT_DIR/log.jsonl
         if args.anchored:
             # fail now (before any training) if the targets match nothing
             select_parameters(self.model, args.anchor_targets, args.anchor_include_embeddings)

@@ -36,7 +36,7 @@ from anchorft.toy.compare_config import (
     load_config,
 )
 from anchorft.toy.evaluate import evaluate_greedy, evaluate_toy
-from anchorft.toy.pretrain import pretrained_model
+from anchorft.toy.pretrain import cached_model, pretrained_model
 from anchorft.toy.report import write_report, write_tradeoff_plot
 from anchorft.toy.results import RESULTS_FILE, CompareResults, save_results
 
@@ -217,6 +217,13 @@ def run_compare(
     head = f"# anchorft toy compare --out {out} --preset <this file>\n"
     (out / "config.yaml").write_text(head + yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
 
+    say = tqdm.write if progress else (lambda _msg: None)
+    cached = cached_model(cfg.pretrain)
+    say(
+        f"toy compare: testbed model: reusing the cached {cached}"
+        if cached is not None
+        else f"toy compare: pretraining the testbed model ({cfg.pretrain.steps} steps; cached for later runs)"
+    )
     base_dir = pretrained_model(cfg.pretrain, progress=progress)
     pretrain_metrics = json.loads((base_dir / "metrics.json").read_text())
     from anchorft.eval.loading import load_tokenizer
@@ -225,6 +232,8 @@ def run_compare(
     eval_sets = comparison_eval_sets(cfg)
     base_model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     gen = torch.Generator().manual_seed(cfg.eval_seed)
+    n_items = sum(len(v) for v in eval_sets.values())
+    say(f"toy compare: evaluating the base model on {n_items} items, then {len(cfg.runs) * len(cfg.seeds)} fine-tunes")
     base = evaluate_toy(base_model, tok, eval_sets, cfg.eval, gen, id_skill=cfg.id_skill)
     val_sets = comparison_val_sets(cfg, eval_sets)
     if val_sets:

@@ -325,9 +325,30 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, progress: bool = True) ->
         "code_version": code_version(),
     }
     metrics = with_provenance(metrics)
+    write_loss_plot(losses, out_dir / "loss.png", title=f"toy pretrain: {n_params:,} parameters, seed {cfg.seed}")
     write_json(out_dir / "metrics.json", metrics, indent=2)
     write_json(out_dir / "pretrain_config.json", dataclasses.asdict(cfg), indent=2)
     return metrics
+
+
+def write_loss_plot(losses: list[float], path: str | Path, title: str = "toy pretrain", window: int = 50) -> None:
+    """loss.png: the pretraining loss per step (faint) and its running mean over `window` steps."""
+    from anchorft.io import pyplot, save_figure
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    steps = np.arange(1, len(losses) + 1)
+    ax.plot(steps, losses, color="0.75", lw=0.6, label="per step")
+    if len(losses) >= window:
+        mean = np.convolve(losses, np.ones(window) / window, mode="valid")
+        ax.plot(steps[window - 1 :], mean, color="C0", label=f"mean of the last {window} steps")
+    ax.set_xlabel("pretraining step")
+    ax.set_ylabel("training loss (mean token NLL, nats)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=100)
 
 
 def cached_model(cfg: PretrainConfig) -> Path | None:

@@ -104,6 +104,7 @@ def write_tradeoff_plot(results: dict, path: str | Path, front_runs: list[str] |
     fig, ax = plt.subplots(figsize=(7, 5) if len(results["methods"]) <= 10 else (11, 8))
     from anchorft.rpsft.methods import METHODS
 
+    labels: dict[tuple[int, int], list[tuple[str, float, float]]] = {}
     for name, m in results["methods"].items():
         seeds = m["per_seed"]
         gains = np.array([100 * (s["id_greedy"] - base["id_greedy"]) for s in seeds])
@@ -112,7 +113,10 @@ def write_tradeoff_plot(results: dict, path: str | Path, front_runs: list[str] |
         xerr, yerr = sample_std(keep), sample_std(gains)
         ax.errorbar(keep.mean(), gains.mean(), xerr=xerr, yerr=yerr, fmt="o", color=c, capsize=3)
         ax.scatter(keep, gains, s=8, color=c, alpha=0.35)
-        ax.annotate(name, (keep.mean(), gains.mean()), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        labels.setdefault(_label_cell(keep.mean(), gains.mean()), []).append((name, keep.mean(), gains.mean()))
+    for names in labels.values():  # runs at the same place (to the plot's resolution) share one label
+        ax.annotate(", ".join(n for n, _, _ in names), names[0][1:], textcoords="offset points", xytext=(4, 4),
+                    fontsize=7)  # fmt: skip
     if front_runs:
         pts = [(1.0, 0.0)] + [tuple(float(v.mean()) for v in _point(results["methods"][r], base)) for r in front_runs]
         ax.plot(*zip(*pareto_front(pts)), "--", color="0.4", lw=1, label="front: " + ", ".join(front_runs))
@@ -125,6 +129,11 @@ def write_tradeoff_plot(results: dict, path: str | Path, front_runs: list[str] |
     ax.grid(alpha=0.3)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
+
+
+def _label_cell(keep: float, gain: float) -> tuple[int, int]:
+    """The cell of a label: points closer than 0.01 in retention and 1 point of gain share one."""
+    return round(float(keep) / 0.01), round(float(gain) / 1.0)
 
 
 def _point(m: dict, base: dict, split: str = "test") -> tuple[np.ndarray, np.ndarray]:

@@ -62,14 +62,19 @@ def run_experiment(
     alignment 0.5) beside the measured ones (`escape_samples_measured`, interpolated in log samples between
     logged steps), drawn dashed on alignment.png.
 
-    With `out_dir`, writes config.yaml (first line `header`), metrics.json and alignment.png there. If a mode
+    With `out_dir`, writes config.yaml (first line `header`), metrics.json and alignment.png there, and the run
+    marker of `anchorft w2s run` (a folder holding another run is refused, as the command refuses it). If a mode
     diverges (non-finite loss or weights) the later modes are skipped; metrics["diverged"] names the mode and the
     step, and the metrics logged so far are kept and written.
     """
     config.validate()
     out = Path(out_dir) if out_dir is not None else None
+    claim = None
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
+        from anchorft.runs import claim_output
+
+        # the run marker `anchorft w2s run` writes (docs/runs.md): a library run's folder is a run folder too
+        claim = claim_output(out, "w2s run", {**config.to_dict(), "ode": ode}, rerun_finished=True)
         save_config(config, out / "config.yaml", header)
     t0 = time.perf_counter()
     problem = build_problem(config)
@@ -106,6 +111,10 @@ def run_experiment(
     if out is not None:
         write_metrics(out / "metrics.json", metrics, indent=1)
         plot_alignment(metrics, out / "alignment.png", title=f"d={config.d}, s={config.s}, {config.n_seeds} seeds")
+    if claim is not None:
+        from anchorft.runs import finish
+
+        finish(claim)
     return metrics
 
 

@@ -1,0 +1,90 @@
+"""The CPU thread policy of the `anchorft` command: runs that share a machine do not collapse.
+
+Applied once at the command's entry (`anchorft.cli.main`), before torch is imported; library code never sets
+threads. Two settings:
+
+- OpenMP's wait policy PASSIVE: an idle worker thread sleeps instead of spinning. With the default (spin, then
+  sleep), threads of two processes on the same cores burn each other's time waiting at every parallel region.
+- torch's intra-op thread count (OMP_NUM_THREADS, read when torch starts): the usable cores divided by the
+  `anchorft` processes of this user running now (counted through one file per process in a folder of the temp
+  directory, pruned of dead processes), at least 1. A process started while another runs takes its share; the
+  one already running keeps its count.
+
+Values the user set (OMP_WAIT_POLICY, OMP_NUM_THREADS, a command's --threads) win. ANCHORFT_THREAD_POLICY=off
+leaves torch's and OpenMP's defaults. benchmarks/bench_concurrent_pretrain.py measures the effect (docs/toy.md).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+__all__ = ["POLICY_ENV", "available_cores", "choose_threads", "count_processes", "apply_thread_policy"]
+
+POLICY_ENV = "ANCHORFT_THREAD_POLICY"
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def choose_threads(cores: int, processes: int) -> int:
+    """Intra-op threads for one of `processes` concurrent runs on `cores` cores: an equal share, at least 1."""
+    return max(1, cores // max(1, processes))
+
+
+def _registry() -> Path:
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return Path(tempfile.gettempdir()) / f"anchorft-{uid}" / "procs"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def count_processes(register: bool = True, folder: Path | None = None) -> int:
+    """The live `anchorft` processes of this user, this one included when `register` (it is then listed until it
+    exits); stale entries of processes that died are removed."""
+    folder = folder or _registry()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        me = folder / str(os.getpid())
+        if register:
+            me.touch()
+            atexit.register(lambda: me.unlink(missing_ok=True))
+        live = 0
+        for p in folder.iterdir():
+            if not p.name.isdigit():
+                continue
+            if _alive(int(p.name)):
+                live += 1
+            else:
+                p.unlink(missing_ok=True)
+        return max(live, 1)
+    except OSError:  # an unwritable temp directory: assume this process runs alone
+        return 1
+
+
+def apply_thread_policy(environ: dict | None = None) -> dict | None:
+    """Set the OpenMP wait policy and torch's thread count for this process (module docstring); returns what was
+    chosen, or None when ANCHORFT_THREAD_POLICY=off."""
+    env = os.environ if environ is None else environ
+    if env.get(POLICY_ENV, "").lower() == "off" or "torch" in sys.modules:
+        return None  # torch already started (a program calling cli.main): its owner chose the threads
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    cores, procs = available_cores(), count_processes()
+    env.setdefault("OMP_NUM_THREADS", str(choose_threads(cores, procs)))
+    return {"cores": cores, "processes": procs, "threads": int(env["OMP_NUM_THREADS"])}
