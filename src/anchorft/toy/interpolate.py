@@ -11,7 +11,8 @@ evaluates W(alpha) on a grid of alpha on the comparison's own held-out and valid
 `evaluate_toy` and generator as `toy compare`), and writes a results.json of runs named `RUN-wiseALPHA` (the
 source's method, `settings.wise_from` / `wise_alpha`), which `anchorft toy report --from COMPARISON THIS` merges
 with the comparison (same base and items), so that `--front` / `--pick` choose alpha on the validation items.
-`draw_interpolation_curves` adds the curves (base -> alphas -> the fine-tune) to a trade-off plot.
+`anchorft.toy.wise_curves.draw_interpolation_curves` adds the curves (base -> alphas -> the fine-tune) to a
+trade-off plot.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from transformers import AutoModelForCausalLM
 
 from anchorft.toy.results import CompareResults, load_results, save_results
 
-__all__ = ["interpolate_weights", "run_interpolate", "draw_interpolation_curves", "parse_alphas", "wise_name"]
+__all__ = ["interpolate_weights", "run_interpolate", "parse_alphas", "wise_name"]
 
 
 def interpolate_weights(
@@ -135,33 +136,3 @@ def _saved_config(compare_dir: Path) -> dict:
     data = yaml.safe_load(path.read_text())
     data["runs"] = [{"name": "unused", "method": "sft"}]
     return json.loads(json.dumps(data))
-
-
-def draw_interpolation_curves(ax, results: dict) -> None:
-    """On a trade-off axis (OOD retention, ID gain in points): for each run with WiSE-FT rows (`settings.wise_from`),
-    a dotted line through the base (1, 0), its interpolations by increasing alpha and the run itself when present,
-    in the source method's colour. Additive: draws nothing when `results` has no interpolated runs."""
-    import numpy as np
-
-    from anchorft.rpsft.methods import METHODS
-
-    base = results["base"]
-    curves: dict[str, list[tuple[float, str]]] = {}
-    for name, m in results["methods"].items():
-        src = m.get("settings", {}).get("wise_from")
-        if src is not None:
-            curves.setdefault(src, []).append((float(m["settings"]["wise_alpha"]), name))
-
-    def point(m):
-        keep = np.mean([s["ood_mean"] / max(base["ood_mean"], 1e-9) for s in m["per_seed"]])
-        gain = np.mean([100 * (s["id_greedy"] - base["id_greedy"]) for s in m["per_seed"]])
-        return float(keep), float(gain)
-
-    for src, rows in curves.items():
-        names = [n for _, n in sorted(rows)] + ([src] if src in results["methods"] else [])
-        pts = [(1.0, 0.0)] + [point(results["methods"][n]) for n in names]
-        method = results["methods"][names[0]]["method"]
-        colour = METHODS[method].colour if method in METHODS else "k"
-        ax.plot(*zip(*pts), ":", color=colour, lw=1.2, alpha=0.8, label=f"WiSE-FT from {src}")
-    if curves:
-        ax.legend(fontsize=7, loc="lower left")
