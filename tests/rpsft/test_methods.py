@@ -28,7 +28,11 @@ def run(rp, model, tokenizer, dataset, out, resume=None, **kw):
 
 
 def weights(tr):
-    return {n: p.detach().clone() for n, p in tr.model.named_parameters()}
+    """The model's weights by name; for a PEFT method, those of the adapters merged into a copy of the model."""
+    from anchorft.rpsft.peft_methods import merge_adapter_model
+
+    model = merge_adapter_model(copy.deepcopy(tr.model)) if tr.args.method_spec.peft else tr.model
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
 def max_diff(a, b):
@@ -51,8 +55,9 @@ def test_table_rows_are_consistent():
         assert m.name and m.help
         assert not m.full_rank or m.anchored
         assert set(m.sweep_keys) <= set(mt.RUN_KEYS) and "learning_rate" in m.sweep_keys
-        assert ("anchor_rank" in m.sweep_keys) == m.uses_rank
-        assert any(k.startswith("anchor_") for k in m.sweep_keys) == m.anchored
+        if m.peft is None:  # a PEFT method reads anchor_rank itself (osf's rank, lora's adapter anchor)
+            assert ("anchor_rank" in m.sweep_keys) == m.uses_rank
+            assert any(k.startswith("anchor_") for k in m.sweep_keys) == m.anchored
     with pytest.raises(ValueError, match="method must be one of"):
         mt.get_method("nope")
     with pytest.raises(ValueError, match="already registered"):

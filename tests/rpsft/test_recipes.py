@@ -357,9 +357,11 @@ def test_module_exports() -> None:
             assert hasattr(module, name)
 
 
-def test_train_command_runs_a_resolved_recipe(tmp_path: Path) -> None:
+@pytest.mark.parametrize("method", ["rpsft", "lora"])
+def test_train_command_runs_a_resolved_recipe(tmp_path: Path, method: str) -> None:
     """The path a user takes: data command -> recipe flattened by the argv hook -> `anchorft train`'s own parser
-    and trainer, with a saved stand-in as the model (no hub access here)."""
+    and trainer, with a saved stand-in as the model (no hub access here). lora (with its adapter anchor): the saved
+    model is the merged one, a plain `save_pretrained` folder."""
     from anchorft.commands.data import main as data_main
     from anchorft.commands.train import main as train_main
 
@@ -368,7 +370,7 @@ def test_train_command_runs_a_resolved_recipe(tmp_path: Path) -> None:
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     argv = ["openr1-math", "--sampler", "verified", "--out", str(tmp_path / "data"), "--source", str(src)]
     assert data_main([*argv, "--size", "8"]) == 0
-    leaf = RPSFT / "qwen2.5-3b-instruct" / "rpsft.yaml"
+    leaf = RPSFT / "qwen2.5-3b-instruct" / f"{method}.yaml"
     _, meta = load_recipe(leaf)
     real = load_model_config(meta["_model_config_"])
     texts = [m["content"] for r in rows for m in r["messages"]]
@@ -380,8 +382,21 @@ def test_train_command_runs_a_resolved_recipe(tmp_path: Path) -> None:
     argv += ["--model_name_or_path", str(tmp_path / "model"), "--dataset", str(tmp_path / "data" / "train.jsonl")]
     argv += ["--output_dir", str(tmp_path / "out"), "--max_steps", "2", "--effective_batch_size", "4"]
     argv += ["--anchor_rank", str(stand_in_rank(768, scale))]
+    if method == "lora":
+        argv += ["--lora_anchor", "true", "--learning_rate", "1e-3", "--lora_rank", "4"]
     assert train_main(argv) == 0
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
-    assert metrics["method"] == "rpsft" and metrics["global_step"] == 2
+    assert metrics["method"] == method and metrics["global_step"] == 2
+    if method == "lora":
+        from safetensors.torch import load_file
+        from transformers import AutoModelForCausalLM
+
+        saved = load_file(tmp_path / "out" / "model.safetensors")
+        start = load_file(tmp_path / "model" / "model.safetensors")
+        assert set(saved) == set(start)  # the merged model: the base's own parameter names, no adapter
+        assert any(not torch.equal(saved[k], start[k]) for k in start)
+        AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+        assert "AdapterAnchor" in metrics["anchor"]["repr"] and metrics["anchor"]["penalty"] > 0
+        return
     resolved = json.loads((tmp_path / "out" / "rpsft_config.json").read_text())
     assert (resolved["learning_rate"], resolved["adam_beta2"], resolved["adam_epsilon"]) == (1e-6, 0.98, 1e-7)

@@ -84,7 +84,10 @@ def test_train_iw_sft_with_copy_reference(rp, tokenizer, dataset, tmp_path):
         ("anchor_rank", 0, "anchor_rank"),
         ("anchor_lambda", -1.0, "anchor_lambda"),
         ("anchor_every", 0, "anchor_every"),
-        ("method", "lora", "method"),
+        ("method", "qlora", "method"),  # lora and osf are methods (PEFT); qlora is not
+        ("lora_rank", 0, "lora_rank"),
+        ("lora_alpha", 0.0, "lora_alpha"),
+        ("lora_dropout", 1.0, "lora_dropout"),
         ("anchor_svd", "fast", "anchor_svd"),
         ("iw_clip", 0.0, "iw_clip"),
     ],

@@ -1,4 +1,4 @@
-"""`anchorft toy pretrain` and `anchorft toy compare`: the embedded testbed."""
+"""`anchorft toy pretrain`, `compare`, `report` and `interpolate` (WiSE-FT): the embedded testbed."""
 
 from __future__ import annotations
 
@@ -64,7 +64,19 @@ def _parser() -> argparse.ArgumentParser:
         "the validation items, and report it on the held-out ones; repeatable",
     )  # fmt: skip
     rep.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
-    for sp in (pre, cmp_, rep):  # the global option is accepted after the subcommand too
+    itp = sub.add_parser(
+        "interpolate",
+        help="WiSE-FT weight interpolation: evaluate W0 + alpha (W_ft - W0) for a grid of alpha from a comparison's "
+        "finished fine-tunes (merge with it: toy report --from COMPARISON OUT)",
+        description="WiSE-FT weight interpolation (Wortsman et al. 2022): W0 + alpha (W_ft - W0) from the saved "
+        "models of a finished `toy compare`, every seed, scored on its held-out and validation items.",
+    )
+    itp.add_argument("--compare", required=True, help="a finished comparison folder (results.json, models/)")
+    itp.add_argument("--runs", nargs="+", required=True, help="its runs to interpolate (e.g. sft l2)")
+    itp.add_argument("--alphas", default="0.25,0.5,0.75", help="alpha grid in (0, 1], comma-separated")
+    itp.add_argument("--out", required=True, help="output folder (results.json, report.md, tradeoff.png)")
+    itp.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
+    for sp in (pre, cmp_, rep, itp):  # the global option is accepted after the subcommand too
         sp.add_argument("--threads", type=int, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub.add_parser("rl", add_help=False, help="DAPO from a comparison's models, evaluated before/after (rl -h)")
     p.add_argument(
@@ -127,6 +139,19 @@ def main(argv: list[str]) -> int:
             write_front(merged, args.front, out / "front.md", picks)
         finish(claim)
         print(f"report: {out / 'report.md'}  ({len(merged['methods'])} runs from {len(parts)} comparisons)")
+        return 0
+    if args.cmd == "interpolate":
+        from anchorft.toy.interpolate import parse_alphas, run_interpolate
+
+        alphas = parse_alphas(args.alphas)
+        spec = {"compare": str(Path(args.compare).resolve()), "runs": args.runs, "alphas": alphas}
+        claim = claim_output(args.out, "toy interpolate", spec, overwrite=args.overwrite)
+        if claim.complete:
+            print(reused(claim))
+            return 0
+        res = run_interpolate(args.compare, args.runs, alphas, args.out)
+        finish(claim)
+        print(f"interpolate: {len(res['methods'])} runs in {Path(args.out) / 'results.json'}")
         return 0
     from anchorft.toy.compare_config import load_config
 

@@ -173,6 +173,28 @@ class RPSFTConfig(SFTConfig):
             "help": "IW-SFT reference model: a path or hub name, or 'copy' for a frozen copy of the starting model."
         },
     )
+    lora_rank: int = field(
+        default=32, metadata={"help": "method lora: rank r of the LoRA adapters (the release's LoRA baseline: 32)."}
+    )
+    lora_alpha: float = field(
+        default=64.0, metadata={"help": "method lora: alpha; the update is (alpha / r) B A (release: 64)."}
+    )
+    lora_dropout: float = field(default=0.0, metadata={"help": "method lora: dropout on the adapter's input (0)."})
+    lora_target_modules: str = field(
+        default="all-linear",
+        metadata={
+            "help": "methods lora and osf: the adapted modules, PEFT's target_modules: 'all-linear' (every linear "
+            "layer but the output layer) or a regex matched against the full module names."
+        },
+    )
+    lora_anchor: bool = field(
+        default=False,
+        metadata={
+            "help": "method lora: add RPSFT's penalty (anchor_kind, anchor_rank, anchor_lambda) on the adapter's "
+            "effective update (scaling B A, summed over active adapters) against the top-k bases of the frozen "
+            "base weights (anchorft.rpsft.adapter_anchor)."
+        },
+    )
 
     def __post_init__(self):
         self._validate_rpsft_fields()
@@ -223,6 +245,14 @@ class RPSFTConfig(SFTConfig):
         validate_options(self)
         if not (isinstance(self.anchor_targets, (str, list, tuple)) and len(self.anchor_targets) > 0):
             raise ValueError(f"anchor_targets must be a non-empty string or list, got {self.anchor_targets!r}")
+        if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 1:
+            raise ValueError(f"lora_rank must be an integer >= 1, got {self.lora_rank!r}")
+        if not isinstance(self.lora_alpha, (int, float)) or not self.lora_alpha > 0:
+            raise ValueError(f"lora_alpha must be > 0, got {self.lora_alpha!r}")
+        if not isinstance(self.lora_dropout, (int, float)) or not 0 <= self.lora_dropout < 1:
+            raise ValueError(f"lora_dropout must be in [0, 1), got {self.lora_dropout!r}")
+        if self.lora_anchor and self.method_spec.peft != "lora":
+            raise ValueError(f"lora_anchor: only for method 'lora', got method={self.method!r}")
         if not self.iw_temperature > 0:
             raise ValueError(f"iw_temperature must be > 0, got {self.iw_temperature!r}")
         if not self.iw_clip > 0:
@@ -237,6 +267,11 @@ class RPSFTConfig(SFTConfig):
     def anchored(self) -> bool:
         """True for the methods with a weight anchor (the table's `anchored`: rpsft, l2)."""
         return self.method_spec.anchored
+
+    @property
+    def weight_anchored(self) -> bool:
+        """True when a penalty anchors the weights: the table's anchor (rpsft, l2) or lora_anchor on an adapter."""
+        return self.anchored or bool(self.lora_anchor)
 
     @property
     def anchor_torch_dtype(self) -> torch.dtype:

@@ -14,7 +14,10 @@ A method is one of:
   returns (loss, {log name: per-sequence tensor}); the trainer computes the log-probabilities with TRL's
   fused LM head, and those of a frozen reference model when `needs_reference`;
 - either of these plus the subspace anchor (`anchored`), at rank `anchor_rank` or at full rank (`full_rank`:
-  the L2 penalty ||W - W_0||^2 on every matrix).
+  the L2 penalty ||W - W_0||^2 on every matrix);
+- a PEFT adapter (`peft`: "lora" or "osf"): the model is wrapped by PEFT before training (only the adapter
+  trains) and merged back into a plain model when training ends (`anchorft.rpsft.peft_methods`); a lora run
+  may carry RPSFT's penalty on its effective update (`lora_anchor`, `anchorft.rpsft.adapter_anchor`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ RUN_KEYS = (
     "anchor_memory",
     "anchor_lambda_rest",
     "anchor_kind",
+    "lora_rank",
 )
 _ANCHOR_KEYS = ("anchor_lambda", "anchor_targets", "anchor_include_embeddings", "learning_rate", "anchor_layers")
 # the options of an anchor below full rank (rpsft): rank rules, budget, remainder L2, kind
@@ -61,12 +65,17 @@ class Method:
     loss: LossFn | None = None  # custom loss on per-token log-probabilities (None: TRL's loss_type)
     sweep_keys: tuple[str, ...] = ("learning_rate",)  # RUN_KEYS a comparison sweep applies to
     colour: str = "k"  # in the testbed's trade-off plot
+    peft: str | None = None  # a PEFT adapter method ("lora", "osf"): anchorft.rpsft.peft_methods
 
     def __post_init__(self) -> None:
         if self.full_rank and not self.anchored:
             raise ValueError(f"method {self.name!r}: full_rank needs anchored")
         if self.needs_reference and self.loss is None:
             raise ValueError(f"method {self.name!r}: needs_reference needs a custom loss that reads ref_log_probs")
+        if self.peft not in (None, "lora", "osf"):
+            raise ValueError(f"method {self.name!r}: peft must be None, 'lora' or 'osf', got {self.peft!r}")
+        if self.peft is not None and self.anchored:
+            raise ValueError(f"method {self.name!r}: a PEFT method anchors its adapter itself (lora_anchor)")
         bad = [k for k in self.sweep_keys if k not in RUN_KEYS]
         if bad:
             raise ValueError(f"method {self.name!r}: sweep_keys {bad} not in {RUN_KEYS}")
@@ -131,5 +140,25 @@ register(
         anchored=True,
         sweep_keys=(*_RANK_KEYS, *_ANCHOR_KEYS),
         colour="C4",
+    )  # fmt: skip
+)
+register(
+    Method(
+        "lora",
+        "LoRA adapters through PEFT (lora_rank, lora_alpha, lora_dropout, lora_target_modules), merged at the end; "
+        "lora_anchor adds RPSFT's penalty on the adapter's effective update",
+        peft="lora",
+        sweep_keys=("lora_rank", "learning_rate", "anchor_rank", "anchor_lambda", "anchor_kind"),
+        colour="C5",
+    )  # fmt: skip
+)
+register(
+    Method(
+        "osf",
+        "PEFT's orthogonal subspace fine-tuning: the top anchor_rank singular directions of each matrix frozen "
+        "(effective_rank = anchor_rank), the rest trained",
+        peft="osf",
+        sweep_keys=("anchor_rank", "learning_rate"),
+        colour="C6",
     )  # fmt: skip
 )

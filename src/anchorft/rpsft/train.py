@@ -81,8 +81,10 @@ def _write_run_artifacts(trainer: RPSFTTrainer, out: str, final_drift: dict | No
     metrics = {"method": args.method, "global_step": trainer.state.global_step, "log_history": hist}
     if torch.cuda.is_available() and torch.cuda.is_initialized():  # this process's peak (rank 0), for the checks
         metrics["cuda_peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
-    if final_drift is not None:
+    if final_drift is not None and trainer._anchor is not None:
         metrics["anchor"] = {"repr": repr(trainer._anchor), **fallback_summary(trainer._anchor), **final_drift}
+    elif final_drift is not None:
+        metrics["anchor"] = {"repr": repr(trainer.adapter_anchor), **final_drift}
     write_metrics(os.path.join(out, "metrics.json"), metrics, default=str)
     steps = [h for h in hist if "loss" in h]
     if not steps:
@@ -131,7 +133,9 @@ def train(
     Everything is checked before training: the dataset's columns, the anchor targets (a ValueError
     listing the names available), the reference model. rpsft anchors rank `args.anchor_rank`; l2 is
     the full-rank anchor. With `args.resume_from_checkpoint`, training resumes with the checkpoint's
-    anchor. Writes rpsft_config.json, metrics.json and training.png to `args.output_dir`.
+    anchor. A PEFT method (lora, osf) trains its adapters and returns the trainer with `trainer.model` merged
+    (`merge_and_unload`): `trainer.save_model` then writes a plain `save_pretrained` model. Writes
+    rpsft_config.json, metrics.json and training.png to `args.output_dir`.
     """
     if not isinstance(args, RPSFTConfig):
         raise ValueError(f"args must be an RPSFTConfig, got {type(args).__name__}")
@@ -197,6 +201,14 @@ def train(
     # on every rank: under FSDP2 the drift is a collective (one all-reduce of the k x k blocks), under ZeRO-3 a
     # gather per matrix
     final_drift = trainer._anchor.drift(trainer.model) if trainer._anchor is not None else None
+    if trainer.adapter_anchor is not None:
+        final_drift = trainer.adapter_anchor.drift(trainer.model)
+    if args.method_spec.peft is not None:
+        # a PEFT method: the adapters merged into the weights, so that what is saved (`save_model`) and evaluated is
+        # a plain model of the base's architecture; checkpoints keep the adapters, for resuming
+        from anchorft.rpsft.peft_methods import merge_adapter_model
+
+        trainer.model = merge_adapter_model(trainer.model)
     if args.should_save:
         _write_run_artifacts(trainer, args.output_dir, final_drift)
     return trainer

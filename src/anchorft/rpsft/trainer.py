@@ -85,19 +85,25 @@ class RPSFTTrainer(SFTTrainer):
         for field in ("train_dataset", "eval_dataset"):  # a path or hub name, as `anchorft.rpsft.train` takes
             if isinstance(kwargs.get(field), (str, os.PathLike)):
                 kwargs[field] = load_sft_dataset(kwargs[field], field=field)
+        if args.method_spec.peft is not None:
+            from anchorft.rpsft.peft_methods import is_peft_model, peft_config_for
+
+            if not is_peft_model(model):  # TRL's SFTTrainer wraps the model (get_peft_model)
+                kwargs.setdefault("peft_config", peft_config_for(args))
         super().__init__(model, args, *pos, **kwargs)
         use_readable_progress(self)  # a bar and a short line per log; the full dicts in OUTPUT_DIR/log.jsonl
         if args.anchored:
             # fail now (before any training) if the targets match nothing
             select_parameters(self.model, args.anchor_targets, args.anchor_include_embeddings)
         self._anchor = anchor
+        self._adapter_anchor = None  # lora_anchor: built at on_train_begin from the frozen base weights
         self._anchor_fisher = anchor_fisher  # {name: F_ood G} for fisher rank rules
         if anchor is not None:
             anchor.check_model(self.model, check_fingerprint=False)
         self.add_callback(_AnchorAfterPrepare(self))
         self._anchor_last: dict[str, float] | None = None
         self._anchor_mode = args.anchor_mode
-        if args.anchored:
+        if args.weight_anchored:
             if self.is_deepspeed_enabled:
                 # DeepSpeed keeps the gradients in its engine (and ZeRO-3 partitions the weights): the penalty
                 # goes into the loss; under ZeRO-3 `penalty_terms` gathers one matrix at a time to compute it
@@ -140,8 +146,27 @@ class RPSFTTrainer(SFTTrainer):
             warn_fallback(anchor)
         return anchor
 
+    @property
+    def adapter_anchor(self):
+        """The `AdapterAnchor` of a lora run with lora_anchor (None before training begins, and otherwise)."""
+        return self._adapter_anchor
+
+    @property
+    def _active_anchor(self):
+        return self._anchor if self._anchor is not None else self._adapter_anchor
+
     def _anchor_on_train_begin(self) -> None:
         """Build the anchor from the prepared model (or place a given / reloaded one next to its weights)."""
+        if self.args.lora_anchor and self._adapter_anchor is None:
+            # from the frozen base weights, which a resumed run shares: nothing to save in the checkpoint
+            from anchorft.rpsft.adapter_anchor import AdapterAnchor
+
+            a = self.args
+            self._adapter_anchor = AdapterAnchor.from_model(
+                self.model, a.anchor_rank, a.anchor_kind, a.anchor_torch_dtype
+            )
+            self._adapter_anchor.to(next(self.model.parameters()).device)
+            logger.info("built %r", self._adapter_anchor)
         if not self.args.anchored:
             return
         if self._anchor is None:
@@ -150,7 +175,7 @@ class RPSFTTrainer(SFTTrainer):
 
     def _anchor_due(self) -> bool:
         return (
-            self.args.anchored
+            self.args.weight_anchored
             and self.args.anchor_lambda > 0
             and self.model.training
             and self.accelerator.gradient_state.sync_gradients
@@ -215,7 +240,7 @@ class RPSFTTrainer(SFTTrainer):
         loss = super().training_step(model, inputs, num_items_in_batch)
         if self._anchor_mode == "grad" and self._anchor_due():
             # after the step's last backward (gradients all-reduced), before clipping and optimizer.step()
-            self._anchor_last = self.anchor.add_penalty_grad_(self.model, self._anchor_scale)
+            self._anchor_last = self._active_anchor.add_penalty_grad_(self.model, self._anchor_scale)
         return loss
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -226,7 +251,7 @@ class RPSFTTrainer(SFTTrainer):
             res = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             loss, outputs = res if return_outputs else (res, None)
         if self._anchor_mode == "autograd" and self._anchor_due():
-            terms = self.anchor.penalty_terms(self.model)
+            terms = self._active_anchor.penalty_terms(self.model)
             pen = terms.sum()
             coef = self._anchor_scale
             scaled = self.loss_is_scaled_for_ga
@@ -238,7 +263,7 @@ class RPSFTTrainer(SFTTrainer):
                 coef *= self.current_gradient_accumulation_steps
             # gradient coef * dR/dW, value unchanged (the logged loss stays the data loss, as in "grad" mode)
             loss = loss + coef * (pen - pen.detach()).to(loss.dtype)
-            self._anchor_last = self.anchor.summarize(terms)
+            self._anchor_last = self._active_anchor.summarize(terms)
         return (loss, outputs) if return_outputs else loss
 
     def _method_loss(self, model, inputs, num_items_in_batch):

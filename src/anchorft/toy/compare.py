@@ -119,6 +119,13 @@ def _train_args(cfg: CompareConfig, run: RunSpec, seed: int, out: Path):
                 kw[name] = getattr(run, name)
     if run.anchor_layers is not None:
         kw["anchor_layers"] = run.anchor_layers
+    if method.peft == "lora":
+        rank = run.lora_rank or cfg.lora_rank or max(1, cfg.pretrain.hidden_size // 4)
+        kw.update(lora_rank=rank, lora_alpha=float(run.lora_alpha or 2 * rank))
+        if run.anchor_rank:  # the adapter anchor (lora + anchor)
+            kw.update(lora_anchor=True, anchor_rank=run.anchor_rank, anchor_kind=run.anchor_kind or "block")
+    elif method.peft == "osf":
+        kw["anchor_rank"] = run.anchor_rank  # OSF's effective_rank
     if method.needs_reference:
         kw["iw_ref_model"] = "copy"
     return RPSFTConfig(**kw)

@@ -51,6 +51,11 @@ class RunSpec:
     anchor_memory: int | None = None  # bytes
     anchor_lambda_rest: float | None = None
     anchor_kind: str | None = None  # 'block' (default) or 'subspace'
+    # lora: the adapter's rank (default: CompareConfig.lora_rank, else a quarter of the width) and alpha (default
+    # 2 x rank, the release's ratio); an anchor_rank on a lora run turns on the adapter anchor (lora_anchor) at that
+    # k, kind and lambda. osf: anchor_rank is its effective_rank (RPSFT's k).
+    lora_rank: int | None = None
+    lora_alpha: float | None = None
 
 
 @dataclass
@@ -67,6 +72,7 @@ class CompareConfig:
     anchor_lambda: float = 1.0
     anchor_targets: str = "all-linear"
     anchor_include_embeddings: bool = True
+    lora_rank: int | None = None  # the lora runs' default rank (None: pretrain.hidden_size // 4)
     eval: EvalSettings = field(default_factory=EvalSettings)
     eval_seed: int = 12345  # the held-out items and the sampling generator of the evaluation
     # fisher:F rank rules: training-split items (prompt + answer) whose gradients give F_ood G on the base model,
@@ -88,8 +94,12 @@ class CompareConfig:
                 raise ValueError(f"runs[{r.name}].anchor_rank: {r.method} needs a rank")
             if r.learning_rate is not None and not r.learning_rate > 0:
                 raise ValueError(f"runs[{r.name}].learning_rate: must be > 0, got {r.learning_rate}")
+            if get_method(r.method).peft == "osf" and not r.anchor_rank:
+                raise ValueError(f"runs[{r.name}].anchor_rank: osf needs its effective rank (RPSFT's k)")
         if self.id_skill not in sk.ID_SKILLS:
             raise ValueError(f"id_skill: must be one of {sk.ID_SKILLS}, got {self.id_skill!r}")
+        if self.lora_rank is not None and self.lora_rank < 1:
+            raise ValueError(f"lora_rank: must be >= 1, got {self.lora_rank}")
         if not self.seeds:
             raise ValueError("seeds: need at least one seed")
         bad = [s for s in self.seeds if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < 2**32]
@@ -248,6 +258,7 @@ def expand_sweeps(runs: list[RunSpec], sweeps: list[str]) -> list[RunSpec]:
                 "anchor_memory": "mem",
                 "anchor_lambda_rest": "rest",
                 "anchor_kind": "kind",
+                "lora_rank": "r",
             }.get(key, "k")
             for v in values:
                 base = r.name.split("-k")[0] if key == "anchor_rank" else r.name

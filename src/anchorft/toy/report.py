@@ -121,6 +121,9 @@ def write_tradeoff_plot(results: dict, path: str | Path, front_runs: list[str] |
         pts = [(1.0, 0.0)] + [tuple(float(v.mean()) for v in _point(results["methods"][r], base)) for r in front_runs]
         ax.plot(*zip(*pareto_front(pts)), "--", color="0.4", lw=1, label="front: " + ", ".join(front_runs))
         ax.legend(fontsize=7, loc="lower left")
+    from anchorft.toy.wise_curves import draw_interpolation_curves
+
+    draw_interpolation_curves(ax, results)  # WiSE-FT curves, when the results hold interpolated runs
     ax.scatter([1.0], [0.0], marker="*", s=120, color="k")
     ax.annotate("base", (1.0, 0.0), textcoords="offset points", xytext=(4, -10), fontsize=8)
     ax.set_xlabel("OOD retention (OOD mean / base OOD mean)")

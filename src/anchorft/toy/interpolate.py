@@ -1,0 +1,138 @@
+"""WiSE-FT weight interpolation on the testbed (`anchorft toy interpolate`).
+
+Wortsman et al., "Robust fine-tuning of zero-shot models" (WiSE-FT, CVPR 2022): for a base model W_0 and a
+fine-tuned one W_ft, the models
+
+    W(alpha) = W_0 + alpha (W_ft - W_0),     alpha in [0, 1]
+
+trace a whole trade-off front from one fine-tune (alpha = 0 is the base, 1 the fine-tune), on every parameter.
+`run_interpolate` takes the saved models of a finished comparison (any run: sft, l2, the subspace kind, ...),
+evaluates W(alpha) on a grid of alpha on the comparison's own held-out and validation items (the same
+`evaluate_toy` and generator as `toy compare`), and writes a results.json of runs named `RUN-wiseALPHA` (the
+source's method, `settings.wise_from` / `wise_alpha`), which `anchorft toy report --from COMPARISON THIS` merges
+with the comparison (same base and items), so that `--front` / `--pick` choose alpha on the validation items.
+`anchorft.toy.wise_curves.draw_interpolation_curves` adds the curves (base -> alphas -> the fine-tune) to a
+trade-off plot.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM
+
+from anchorft.toy.results import CompareResults, load_results, save_results
+
+__all__ = ["interpolate_weights", "run_interpolate", "parse_alphas", "wise_name"]
+
+
+def interpolate_weights(
+    w0: dict[str, torch.Tensor], w_ft: dict[str, torch.Tensor], alpha: float
+) -> dict[str, torch.Tensor]:
+    """W_0 + alpha (W_ft - W_0) for every tensor (WiSE-FT); the two state dicts must hold the same names and
+    shapes (ValueError otherwise). Integer buffers are taken from W_ft unchanged."""
+    if set(w0) != set(w_ft):
+        raise ValueError(f"interpolate: the models differ in their tensors ({sorted(set(w0) ^ set(w_ft))[:3]} ...)")
+    out = {}
+    for k, a in w0.items():
+        b = w_ft[k]
+        if a.shape != b.shape:
+            raise ValueError(f"interpolate: {k} has shape {tuple(a.shape)} and {tuple(b.shape)}")
+        # torch.lerp: a + alpha (b - a), computed as b - (1 - alpha)(b - a) for alpha >= 0.5, so alpha = 1 is W_ft
+        out[k] = torch.lerp(a, b.to(a.dtype), alpha) if a.is_floating_point() else b.clone()
+    return out
+
+
+def parse_alphas(text: str | list) -> list[float]:
+    """'0.25,0.5,0.75' (or a list) -> sorted floats in (0, 1]; ValueError otherwise."""
+    vals = text if isinstance(text, list) else [v for v in str(text).split(",") if v]
+    try:
+        alphas = sorted({float(v) for v in vals})
+    except ValueError:
+        raise ValueError(f"--alphas: expected numbers like 0.25,0.5,0.75, got {text!r}") from None
+    if not alphas or any(not 0 < a <= 1 for a in alphas):
+        raise ValueError(f"--alphas: each alpha must be in (0, 1], got {alphas}")
+    return alphas
+
+
+def wise_name(run: str, alpha: float) -> str:
+    return f"{run}-wise{alpha:g}"
+
+
+def _model_dir(compare_dir: Path, run: str, seed: int, first_seed: int) -> Path:
+    return compare_dir / "models" / (run if seed == first_seed else f"{run}-seed{seed}")
+
+
+def run_interpolate(
+    compare_dir: str | Path, runs: list[str], alphas: list[float], out_dir: str | Path, progress: bool = True
+) -> dict:
+    """Evaluate W_0 + alpha (W_ft - W_0) for each run of the comparison in `compare_dir`, each of its seeds (its
+    saved models) and each alpha; write results.json, report.md and tradeoff.png (with the curves) to `out_dir`."""
+    from tqdm.auto import tqdm
+
+    from anchorft.eval.loading import load_tokenizer
+    from anchorft.toy.compare_config import comparison_eval_sets, comparison_val_sets, load_config
+    from anchorft.toy.evaluate import evaluate_greedy, evaluate_toy
+    from anchorft.toy.report import write_report, write_tradeoff_plot
+
+    src = Path(compare_dir)
+    results = load_results(src).to_dict()
+    missing = [r for r in runs if r not in results["methods"]]
+    if missing:
+        raise ValueError(f"--runs: {missing} not in {src} (have {sorted(results['methods'])})")
+    cfg = load_config(_saved_config(src))
+    seeds = [int(s) for s in results["settings"]["seeds"]]
+    todo = []
+    for run in runs:
+        for m in results["methods"][run]["per_seed"]:
+            path = _model_dir(src, run, m["seed"], seeds[0])
+            if not (path / "config.json").is_file():
+                raise ValueError(f"{path}: no saved model (the comparison keeps every evaluated model in models/)")
+            todo.append((run, m["seed"], path))
+    eval_sets = comparison_eval_sets(cfg)
+    val_sets = comparison_val_sets(cfg, eval_sets)
+    tok = load_tokenizer(str(src / "models" / "base"))
+    model = AutoModelForCausalLM.from_pretrained(src / "models" / "base", dtype=torch.float32)
+    w0 = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    out = CompareResults(base=results["base"], settings=results["settings"])
+    per: dict[str, list[dict]] = {}
+    bar = tqdm(total=len(todo) * len(alphas), desc="toy interpolate", disable=not progress)
+    for run, seed, path in todo:
+        ft = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).state_dict()
+        for alpha in alphas:
+            model.load_state_dict(interpolate_weights(w0, ft, alpha))
+            gen = torch.Generator().manual_seed(cfg.eval_seed)
+            metrics = evaluate_toy(model, tok, eval_sets, cfg.eval, gen, id_skill=cfg.id_skill)
+            if val_sets:
+                metrics["val"] = evaluate_greedy(model, tok, val_sets, cfg.eval, id_skill=cfg.id_skill)
+            metrics.update(seed=seed, train_seconds=0.0)
+            per.setdefault(wise_name(run, alpha), []).append(metrics)
+            bar.update()
+    bar.close()
+    for run in runs:
+        source = results["methods"][run]
+        for alpha in alphas:
+            name = wise_name(run, alpha)
+            settings = {**source.get("settings", {}), "wise_from": run, "wise_alpha": alpha}
+            out.record(name, source["method"], settings, sorted(per[name], key=lambda m: m["seed"]))
+    dst = Path(out_dir)
+    save_results(out, dst / "results.json")
+    write_report(out.to_dict(), dst / "report.md")
+    # the plot shows the sources too, so that each curve runs base -> alphas -> the fine-tune
+    shown = {**out.to_dict(), "methods": {**{r: results["methods"][r] for r in runs}, **out.methods}}
+    write_tradeoff_plot(shown, dst / "tradeoff.png")
+    return out.to_dict()
+
+
+def _saved_config(compare_dir: Path) -> dict:
+    """The comparison's resolved configuration (its config.yaml) as a mapping, without the runs (not needed)."""
+    import yaml
+
+    path = compare_dir / "config.yaml"
+    if not path.is_file():
+        raise ValueError(f"{path} not found: not a `toy compare` folder")
+    data = yaml.safe_load(path.read_text())
+    data["runs"] = [{"name": "unused", "method": "sft"}]
+    return json.loads(json.dumps(data))
