@@ -24,7 +24,11 @@ def _stored_bytes(anchor: SubspaceAnchor, path) -> int:
 CASES = [
     # (model kind, tied, options)
     ("llama", False, dict(rank_map={r"q_proj": 2, r"layers\.1\.mlp": 0})),
-    ("llama", False, dict(rank_map={r"k_proj": 10**6, r"o_proj": 1}, lambda_rest=0.1, base_lambda=1.0)),
+    (
+        "llama",
+        False,
+        dict(rank_map={r"layers\.0\.self_attn\.k_proj": 10**6, r"o_proj": 1}, lambda_rest=0.1, base_lambda=1.0),
+    ),
     ("llama", False, dict(rank_map={r"v_proj": 3}, dtype=torch.float64)),
     ("qwen2", True, dict(rank_map={r"embed": 4})),
     ("qwen2", True, dict()),
