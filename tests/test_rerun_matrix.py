@@ -104,3 +104,29 @@ def test_rerun_matrix(argv, outside, inside, module, func, out_of, result, befor
         assert calls[-1] is True  # the comparison keeps the fine-tunes it finished
     if rc == 2:
         assert "holds another run" in capsys.readouterr().err
+
+
+def test_config_hash_is_canonical_json():
+    """The hash does not depend on key order or spacing: SHA-256 of the sorted, compact JSON (first 16 hex)."""
+    import hashlib
+
+    from anchorft.runs import config_hash
+
+    cfg = {"b": [1, 2.5, None], "a": {"y": "s", "x": Path("p")}}
+    text = '{"a":{"x":"p","y":"s"},"b":[1,2.5,null]}'
+    assert config_hash(cfg) == hashlib.sha256(text.encode()).hexdigest()[:16]
+    assert config_hash({"a": {"x": "p", "y": "s"}, "b": [1, 2.5, None]}) == config_hash(cfg)
+
+
+def test_a_failed_run_keeps_its_marker_when_it_wrote_something(tmp_path):
+    """A run that fails after writing keeps its folder, marked "failed"; one that wrote nothing leaves nothing."""
+    from anchorft.runs import claim_output, fail
+
+    out = tmp_path / "o"
+    claim = claim_output(out, "x", {"a": 1})
+    (out / "partial.json").write_text("{}")
+    fail(claim)
+    assert _status(out) == "failed" and (out / "partial.json").is_file()
+    empty = tmp_path / "e"
+    fail(claim_output(empty, "x", {"a": 1}))
+    assert not empty.exists()
