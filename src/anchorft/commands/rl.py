@@ -95,6 +95,17 @@ def parse(argv: list[str]):
     return parser.parse_args_into_dataclasses(args=argv)
 
 
+# DAPOConfig fields that name where output goes or how it is shown, not what is computed: outside the run's hash
+_NOT_HASHED = (
+    "output_dir",
+    "logging_dir",
+    "run_name",
+    "disable_tqdm",
+    "report_to",
+    "dataloader_num_workers",
+    "hub_token",
+)
+
 RL_COMMON = ("learning_rate", "lr_scheduler_type", "per_device_train_batch_size", "bf16", "seed", "logging_steps")
 
 
@@ -152,7 +163,8 @@ def main(argv: list[str]) -> int:
         check_input_file(script.dataset, "--dataset", jsonl=not script.skip_bad)
         check_model_source(script.model, "--model")
         run = {"model": script.model, "dataset": script.dataset, "limit": script.limit}
-        run["settings"] = config.dapo_settings()
+        # every field that can change the result (the anchor's, TRL's sampling and loss ones), not only the summary
+        run["settings"] = {k: v for k, v in config.to_dict().items() if k not in _NOT_HASHED}
         claim = claim_output(script.out, "rl", run, overwrite=script.overwrite)
         if claim.complete:
             print(reused(claim))

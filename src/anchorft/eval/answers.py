@@ -176,11 +176,27 @@ def _quiet_math_verify() -> None:
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
-@lru_cache(maxsize=4096)
-def _parse_boxed(expr: str):
+def _parse_boxed_uncached(expr: str):
     from math_verify import parse
 
     return parse("\\boxed{" + expr + "}", parsing_timeout=None)
+
+
+_parse_boxed = lru_cache(maxsize=4096)(_parse_boxed_uncached)  # an undecorated body: mutation testing reaches it
+
+
+_WRAP_RE = re.compile(r"\\(?:text|textbf|textit|textrm|mathbf|mathrm|mathit|boldsymbol)\s*\{")
+
+
+def _one_wrapper(expr: str) -> str:
+    """Nested formatting wrappers around the whole answer reduced to the innermost one
+    (`\\text{\\textbf{5}}` -> `\\textbf{5}`): math-verify reads one such wrapper, not two."""
+    while (m := _WRAP_RE.match(expr)) and _balanced(expr, m.end() - 1) == len(expr) - 1:
+        inner = expr[m.end() : -1].strip()
+        if not ((m2 := _WRAP_RE.match(inner)) and _balanced(inner, m2.end() - 1) == len(inner) - 1):
+            break
+        expr = inner
+    return expr
 
 
 def parsed_equal(gold: str, answer: str) -> bool:
@@ -192,7 +208,7 @@ def parsed_equal(gold: str, answer: str) -> bool:
     from math_verify import verify
 
     _quiet_math_verify()
-    gold, answer = str(gold).strip(), str(answer).strip()
+    gold, answer = _one_wrapper(str(gold).strip()), _one_wrapper(str(answer).strip())
     if not answer:
         return False
     g, a = _parse_boxed(gold), _parse_boxed(answer)

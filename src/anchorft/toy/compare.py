@@ -6,7 +6,9 @@ Every fine-tune goes through `anchorft.rpsft.train.train` (the `anchorft train` 
 prompt/completion `datasets.Dataset` of the hard math distribution; every model is evaluated with
 `anchorft.toy.evaluate.evaluate_toy` on the same held-out items. Writes, under `out_dir`:
 config.yaml, results.json, report.md, tradeoff.png, models/NAME/ (seed 0; other seeds in
-models/NAME-seedS/) and runs/NAME-seedS/ (the trainer's own config, metrics.json, training.png).
+models/NAME-seedS/) and runs/NAME-seedS/ (the trainer's own config, metrics.json, training.png, and
+scored_items.json: the keys of the items each of its scores was computed on, per split and skill; the base's
+in runs/base/).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM
 
 from anchorft.errors import one_line
+from anchorft.io import write_json
 from anchorft.rpsft.methods import METHODS, get_method
 from anchorft.toy import skills as sk
 from anchorft.toy.compare_config import (
@@ -154,11 +157,20 @@ def _finetune_and_evaluate(cfg: CompareConfig, run: RunSpec, seed: int, base_dir
     metrics = evaluate_toy(trainer.model, tok, eval_sets, cfg.eval, gen, id_skill=cfg.id_skill)
     if val_sets := comparison_val_sets(cfg, eval_sets):
         metrics["val"] = evaluate_greedy(trainer.model, tok, val_sets, cfg.eval, id_skill=cfg.id_skill)
+    _write_scored_items(Path(args.output_dir), eval_sets, val_sets)
     metrics.update(seed=seed, train_seconds=seconds)
     name = run.name if seed == cfg.seeds[0] else f"{run.name}-seed{seed}"
     trainer.model.save_pretrained(out / "models" / name)
     tok.save_pretrained(out / "models" / name)
     return run.name, seed, metrics
+
+
+def _write_scored_items(path: Path, reported: dict, val: dict) -> None:
+    """scored_items.json: {"reported": {skill: [item keys]}, "val": {skill: [item keys]}}, the items a model's
+    reported and validation scores were computed on (the sets handed to the evaluation)."""
+    keys = {split: {s: [it.key for it in items] for s, items in sets.items()} for split, sets in
+            (("reported", reported), ("val", val))}  # fmt: skip
+    write_json(path / "scored_items.json", keys, indent=1)
 
 
 def _finished(out: Path, cfg: CompareConfig) -> dict[str, dict[int, dict]]:
@@ -245,6 +257,7 @@ def run_compare(
     val_sets = comparison_val_sets(cfg, eval_sets)
     if val_sets:
         base["val"] = evaluate_greedy(base_model, tok, val_sets, cfg.eval, id_skill=cfg.id_skill)
+    _write_scored_items(out / "runs" / "base", eval_sets, val_sets)
     base_model.save_pretrained(out / "models" / "base")
     tok.save_pretrained(out / "models" / "base")
     base["pretrain"] = {k: pretrain_metrics[k] for k in ("params", "greedy_accuracy", "train_seconds", "key")}
