@@ -4,9 +4,10 @@ Each command is read from the README. `accelerate launch ...` is parsed by accel
 config file must exist; the RL launch must ask for 8 processes) and dropped; the rest runs through
 `anchorft.cli.main` in a scratch folder, in order, so that each command reads what the one before wrote. What is
 changed, and only this: hub ids of the recipes' models become a stand-in model folder, the hub data sets become
-a few local rows in their schema (`--source`), training runs as `--dry-run` (one step on the recipe's stand-in,
-written to the recipe's own output_dir), and the evaluation and RL commands get sizes that fit a CPU
-(first item of each benchmark, one sample of 8 tokens; one RL step of 2 samples of 8 tokens).
+a few local rows in their schema (`--source`), the benchmark files are copied from disk (`--from`), training
+runs as `--dry-run` (one step on the recipe's stand-in, written to the recipe's own output_dir), and the
+evaluation and RL commands get sizes that fit a CPU (first item of each benchmark, one sample of 8 tokens; one
+RL step of 2 samples of 8 tokens).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def drop_launcher(cmd: list[str]) -> tuple[list[str], dict | None]:
 def test_section_parses_and_launches_as_documented():
     cmds = gpu_commands()
     subs = [drop_launcher(c)[0][1] for c in cmds]
-    assert subs == ["data", "train", "eval", "data", "rl"], subs
+    assert subs == ["data", "train", "data", "eval", "data", "rl"], subs
     launches = {drop_launcher(c)[0][1]: drop_launcher(c)[1] for c in cmds if c[0] == "accelerate"}
     assert launches["rl"]["num_processes"] == 8  # the RL stage on the node's 8 GPUs, not one process
     assert launches["train"]["config_file"] == "configs/accelerate/zero2.yaml"
@@ -103,6 +104,8 @@ def test_each_command_runs_as_typed(tmp_path, monkeypatch, capsys):
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
+    # `data benchmarks` fills the default evaluation folder from the benchmark files on disk; `eval suite` reads it
+    monkeypatch.setenv("ANCHORFT_BENCHMARKS", str(tmp_path / "benchmarks"))
     for cmd in gpu_commands():
         argv, _ = drop_launcher(cmd)
         assert argv[0] == "anchorft", cmd
@@ -114,11 +117,11 @@ def test_each_command_runs_as_typed(tmp_path, monkeypatch, capsys):
                 tok = f"{name}={folder}" if name else folder
             elif tok.startswith("configs/"):
                 tok = str(ROOT / tok)
-            elif tok == "../shared/benchmarks":
-                tok = str(bench)
             args.append(tok)
         sub = args[0]
-        if sub == "data":
+        if sub == "data" and args[1] == "benchmarks":
+            args += ["--from", str(bench)]
+        elif sub == "data":
             args += ["--source", sources[args[1]]]
         elif sub == "train":
             recipe, _ = load_recipe(args[args.index("--config") + 1])

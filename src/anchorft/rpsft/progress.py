@@ -87,9 +87,12 @@ class ReadableProgress(ProgressCallback):
 
 def use_readable_progress(trainer) -> None:
     """Replace `trainer`'s ProgressCallback / PrinterCallback with ReadableProgress."""
+    handler = getattr(trainer, "callback_handler", None)  # None: a trainer built without Trainer.__init__
+    if handler is None:
+        return
     found = False
     for cb in (ProgressCallback, PrinterCallback):
-        if trainer.callback_handler.pop_callback(cb) is not None:
+        if handler.pop_callback(cb) is not None:
             found = True
     if found:
         trainer.add_callback(ReadableProgress())
