@@ -130,7 +130,7 @@ def _estimate_resolved(a) -> int:
             rule = parse_rank_rule(a.anchor_rank_rule)
             if rule.kind == "fisher":
                 raise UsageError(
-                    "fisher rules need F_ood G from calibration data (anchorft.analysis.fisher."
+                    "fisher rules need F_ood G from calibration data (anchorft.rpsft.calibration."
                     "fisher_gradient_product); --estimate resolves energy rules, maps, layers and budgets"
                 )
         for path in a.model_config:

@@ -232,7 +232,7 @@ def _gen_math_hard(rng):
 
 
 def _gen_math_add3(rng):
-    """3-digit addition only: the fine-tuning task of the testbed note (pretraining sees 2-digit sums)."""
+    """3-digit addition only: the fine-tuning task of the testbed (pretraining sees 2-digit sums)."""
     a, b = (int(x) for x in rng.integers(100, 1000, size=2))
     return f"{a}+{b}", f"{a}+{b}=?", f"\\boxed{{{a + b}}}"
 

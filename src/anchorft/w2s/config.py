@@ -1,6 +1,6 @@
-"""Configuration of the weak-to-strong simulator: every choice of docs/w2s.md (and of the design note) is a field.
+"""Configuration of the weak-to-strong simulator: every choice of docs/w2s.md is a field.
 
-Defaults are the design note's values; presets are YAML files in configs/w2s/ loaded by name or path, and
+Defaults are the values of docs/w2s.md; presets are YAML files in configs/w2s/ loaded by name or path, and
 `key=value` overrides are coerced to the field's type. `validate()` raises ValueError naming the field before
 any work is done.
 """

@@ -6,8 +6,9 @@ Strong model f(x) = sum_j a_j sigma(w_j^T x), ||w_j|| = 1, a_j fixed. One step o
     correlation loss  l = -y f(x),           g_j = mean_b (-y_b) a_j sigma'(w_j^T x_b) x_b
     spherical step    w_j <- normalise(w_j - eta_t (I - w_j w_j^T) g_j)
 
-with eta_t = eta N_kappa / (c s) under W2S and eta N_kappa / (c d) under SFT (design note), times the schedule
-(constant, then a geometric decay to anneal_final over the last 1 - anneal_start of the steps).
+with eta_t = eta N_kappa / (c s) under W2S and eta N_kappa / (c d) under SFT (docs/w2s.md, "The model and the
+parametrisation chosen"), times the schedule (constant, then a geometric decay to anneal_final over the last
+1 - anneal_start of the steps).
 
 W2S labels y = T(clip(f_weak(x))), inputs from the generative distribution; SFT labels y = pi_kappa
 sigma*_kappa(theta_kappa^T x), isotropic inputs; "sft_anchor" adds anchor_weight * dR/dW of the RPSFT penalty

@@ -1,5 +1,5 @@
-"""The W2S label model: what the strong model is trained on (docs/w2s.md, "Labels"; design note, "What the
-parametrisation hides").
+"""The W2S label model: what the strong model is trained on (docs/w2s.md, "Labels: what the strong
+model is trained on").
 
 W2S labels are y = T(clip(f_weak(x))) - m, with
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
+from anchorft.io import pyplot
 from anchorft.io import save_figure as _save_figure
+
+plt = pyplot()  # the Agg backend, set in anchorft.io
 
 __all__ = ["plot_alignment", "save_figure"]
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from anchorft.io import pyplot
+from anchorft.w2s.plots import save_figure
 
-from anchorft.w2s.plots import save_figure  # noqa: E402
+plt = pyplot()  # the Agg backend, set in anchorft.io
 
 __all__ = ["plot_mech"]
 
