@@ -1,6 +1,7 @@
 """Worker for tests/rpsft/test_distributed_matrix.py: every method under one launcher, 2 processes (torchrun, gloo).
 
 torchrun --nproc_per_node 2 matrix_worker.py LAUNCHER BASE_DIR OUT_DIR METHOD...
+torchrun --nproc_per_node 2 matrix_worker.py rl BASE_DIR REF_DIR OUT_DIR   (tests/rpsft/test_rl_deepspeed.py)
 
 LAUNCHER is ddp, zero2, zero3 or fsdp2; BASE_DIR a tiny model and tokenizer saved with save_pretrained; METHOD a
 name of `METHODS` below. accelerate attaches DeepSpeed and FSDP to GPU states only, so this worker sets
@@ -155,5 +156,45 @@ def main(launcher: str, base: str, out: str, methods: list[str]) -> None:
         dist.barrier()
 
 
+RL_PROMPTS = [{"prompt": f"what is {w} plus {w}", "answer": "0"} for w in ("one", "two", "three", "four")]
+
+
+def rl_kwargs(world: int) -> dict:
+    """DAPO with the anchor (L2 to another model) and a constant reward: every advantage is 0, so the policy loss has
+    no gradient and the weights move by the anchor's alone (2 updates of 2 micro-batches each)."""
+    return dict(
+        steps=1, prompts_per_step=4, mini_batch_prompts=2, num_generations=2, micro_batch=2 // world,
+        max_completion_length=4, learning_rate=1e-2, anchor_method="l2", anchor_lambda=2.0, save_model=True,
+        disable_tqdm=True, report_to=[],
+    )  # fmt: skip
+
+
+def constant_reward(completion: str, answer: str) -> float:
+    return 1.0
+
+
+def rl(base: str, ref: str, out: str) -> None:
+    """The anchored DAPO run under ZeRO-2 and ZeRO-3: `run_rl` as `anchorft rl` calls it."""
+    from anchorft.rpsft.dapo_config import DAPOConfig
+    from anchorft.rpsft.rl import run_rl
+
+    extra = start("zero3")
+    for stage in (2, 3):
+        set_state(f"zero{stage}")
+        extra["deepspeed"] = ds_config(stage)
+        s = DAPOConfig(**rl_kwargs(2), anchor_reference=ref, **extra)
+        folder = os.path.join(out, f"zero{stage}")
+        m = run_rl(base, RL_PROMPTS, folder, s, reward_fn=constant_reward)
+        if int(os.environ["RANK"]) == 0:
+            info = {"anchor": m["anchor"], "optimizer_steps": m["optimizer_steps"], "zero3": stage == 3}
+            info["z3_params"] = sum(hasattr(p, "ds_id") for p in m["model"].parameters())
+            with open(os.path.join(folder, "info.json"), "w") as f:
+                json.dump(info, f)
+        dist.barrier()
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:])
+    if sys.argv[1] == "rl":
+        rl(sys.argv[2], sys.argv[3], sys.argv[4])
+    else:
+        main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:])

@@ -27,7 +27,12 @@ sys.path.insert(0, os.path.dirname(__file__))
 from matrix_worker import METHODS, N_ROWS, PER_DEVICE, train_kwargs  # noqa: E402
 
 WORKER = os.path.join(os.path.dirname(__file__), "matrix_worker.py")
-ENGINES = {"ddp": "DistributedDataParallel", "zero2": "DeepSpeedEngine", "zero3": "DeepSpeedEngine", "fsdp2": "DTensor"}
+ENGINES = {
+    "ddp": "DistributedDataParallel",
+    "zero2": "DeepSpeedEngine",
+    "zero3": "DeepSpeedEngine",
+    "fsdp2": "DTensor",
+}
 HAS_DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
 
 
