@@ -511,7 +511,40 @@ class SubspaceAnchor:
         if memory is not None:
             meta["memory_used"] = int(budget_info.get("cost", 0))
             meta["memory_gap_bound"] = budget_info.get("gap_bound", 0.0)
-        return cls(entries, meta)
+        anchor = cls(entries, meta)
+        anchor._sharded_s_ref(dict(named))
+        return anchor
+
+    @torch.no_grad()
+    def _sharded_s_ref(self, params: dict[str, torch.Tensor]) -> None:
+        """On FSDP2 row shards, S_ref = sum over ranks of U_r^T W_r V, formed (and all-reduced) exactly as the
+        penalty forms U^T W V, so that the penalty and its gradient are 0 at the starting weights (exactly, as
+        long as the all-reduce sums each element in the same order each time, as on 2 ranks).
+
+        The S_ref of the whole matrix differs from that sum by rounding (about 1e-7 relative in fp32), and a
+        rounding-level gradient is not harmless: AdamW divides it by its own size, so a weight with no data
+        gradient (the embedding row of a token not in the batch) moves by the full learning rate at step 0.
+        Block-kind SVD-branch entries only (the subspace kind and the remainder work on whole matrices)."""
+        cd = self._compute_dtype()
+        todo, group = [], None
+        for e in self.entries:
+            p = params.get(e.name)
+            if e.fallback or self._extended(e) or p is None or not hasattr(p, "to_local"):
+                continue
+            w_loc, _, rows, grp = _local_rows(p)
+            if rows is None:
+                continue
+            group = grp
+            todo.append((e, (e.u[rows].to(cd).mT @ w_loc.to(cd) @ e.v.to(cd)).reshape(-1)))
+        if not todo:
+            return
+        flat = torch.cat([t for _, t in todo])
+        torch.distributed.all_reduce(flat, group=group)
+        off = 0
+        for e, t in todo:
+            k = e.rank
+            e.s_ref = flat[off : off + k * k].reshape(k, k).to(e.s_ref.dtype).contiguous()
+            off += k * k
 
     @property
     def ranks(self) -> dict[str, int]:
