@@ -118,7 +118,7 @@ def test_autograd_mode_scaling_for_a_model_without_loss_kwargs(rp, tokenizer, da
         max_steps=3,
         per_device_train_batch_size=2,
         gradient_accumulation_steps=2,
-        max_grad_norm=None,
+        max_grad_norm=0.0,
     )
     a = run(rp, model, tokenizer, dataset, tmp_path / "a", anchor_mode="grad", **kw)
     b = run(rp, model, tokenizer, dataset, tmp_path / "b", anchor_mode="autograd", **kw)

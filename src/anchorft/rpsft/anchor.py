@@ -541,7 +541,7 @@ class SubspaceAnchor:
         flat = torch.cat([t for _, t in todo])
         torch.distributed.all_reduce(flat, group=group)
         off = 0
-        for e, t in todo:
+        for e, _ in todo:
             k = e.rank
             e.s_ref = flat[off : off + k * k].reshape(k, k).to(e.s_ref.dtype).contiguous()
             off += k * k
