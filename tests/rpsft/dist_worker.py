@@ -1,4 +1,4 @@
-"""Worker for tests/rpsft/test_trainer_distributed.py, run under torchrun (gloo, CPU).
+"""Worker for tests/rpsft/test_trainer_multiprocess.py, run under torchrun (gloo, CPU).
 
 torchrun --nproc_per_node 2 dist_worker.py ddp  TOKENIZER_DIR OUT_DIR
 torchrun --nproc_per_node 2 dist_worker.py fsdp2 OUT_DIR

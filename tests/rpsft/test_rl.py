@@ -64,6 +64,35 @@ def test_run_rl_one_step_with_dapo_settings(tiny_model_dir, tmp_path):
         assert (tmp_path / "rl" / name).is_file(), name
 
 
+def test_prompts_over_max_prompt_length_are_dropped_and_counted(tiny_model_dir, tmp_path, capsys):
+    from anchorft.eval.loading import load_tokenizer
+    from anchorft.rpsft.rl import drop_long_prompts, prompt_length
+
+    tok = load_tokenizer(tiny_model_dir)
+    rows = _prompts(4)
+    long = {"prompt": [{"role": "user", "content": "What is 1 + 1? " * 40}], "answer": "2"}
+    n = [prompt_length(r["prompt"], tok) for r in rows + [long]]
+    # counted as the trainer sees it: the chat template and its generation prompt included
+    text = tok.apply_chat_template(rows[0]["prompt"], add_generation_prompt=True, tokenize=False)
+    assert n[0] == len(tok(text, add_special_tokens=False)["input_ids"]) > len(tok(SYSTEM)["input_ids"])
+    limit = max(n[:4])
+    assert n[4] > limit
+    assert drop_long_prompts(rows + [long], tok, limit) == (rows, 1)
+    assert drop_long_prompts(rows + [long], tok, n[4]) == (rows + [long], 0)  # "longer than": equal is kept
+    assert drop_long_prompts(rows + [long], tok, None) == (rows + [long], 0)
+    s = DAPOConfig(steps=1, num_generations=2, prompts_per_step=2, max_completion_length=4, max_prompt_length=limit,
+                   save_model=False)  # fmt: skip
+    m = run_rl(str(tiny_model_dir), [long] + rows, tmp_path / "rl", s)
+    assert m["prompts_dropped"] == 1
+    assert f"dropped 1 of 5 prompts longer than {limit} tokens" in capsys.readouterr().out
+    cfg = json.loads((tmp_path / "rl" / "config.json").read_text())
+    assert (cfg["n_prompts"], cfg["n_prompts_dropped"], cfg["dapo"]["max_prompt_length"]) == (4, 1, limit)
+    with pytest.raises(ValueError, match="every prompt is longer"):
+        run_rl(str(tiny_model_dir), [long], tmp_path / "none", s)
+    with pytest.raises(ValueError, match="max_prompt_length"):
+        DAPOConfig(max_prompt_length=0)
+
+
 def _weights(model_dir):
     from transformers import AutoModelForCausalLM
 

@@ -58,6 +58,10 @@ def test_release_settings_map_to_trl():
     # the whole YAML builds the config (here on the CPU: no bf16, no checkpointing, no vLLM)
     c = DAPOConfig(**r)
     assert (c.max_steps, c.warmup_steps, c.gradient_accumulation_steps) == (800, 80, 32)
+    # as released: no vLLM importance-sampling correction (TRL's default is on), prompts over 2,048 tokens dropped
+    assert r["vllm_importance_sampling_correction"] is False and c.vllm_importance_sampling_correction is False
+    assert r["max_prompt_length"] == 2048 and c.max_prompt_length == 2048
+    assert DAPOConfig().vllm_importance_sampling_correction is False  # also the default
     assert (c.delta, c.loss_type, c.beta, c.epsilon_high) == (10.0, "dapo", 0.0, 0.28)
     assert c.use_cpu and not c.bf16 and not c.gradient_checkpointing and c.use_vllm is False
     with pytest.raises(ValueError, match="vLLM rollouts need"):

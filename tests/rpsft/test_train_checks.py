@@ -87,3 +87,24 @@ def test_data_file_of_another_schema(rp, tokenizer_dir, tmp_path, capsys, no_loa
     assert train_main([*argv, "--method", "sft"]) == 2
     line = _one_error_line(capsys)
     assert "'prompt' and 'completion', or 'messages'" in line and "anchorft data openr1-math" in line
+
+
+def test_anchor_under_fsdp1_refused_before_loading(rp, tmp_path, monkeypatch, capsys, no_loading) -> None:
+    """`accelerate launch` with an FSDP1 config exports ACCELERATE_USE_FSDP / FSDP_VERSION=1: an anchored method
+    (rpsft, l2) is refused in one line before any weight is loaded; FSDP2 and unanchored methods pass the check."""
+    from anchorft.rpsft.dapo_config import DAPOConfig
+    from anchorft.rpsft.rl import run_rl
+    from anchorft.rpsft.train import check_launch
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"prompt": "a", "completion": "b"}) + "\n")
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv("FSDP_VERSION", "1")
+    argv = ["--model_name_or_path", str(tmp_path / "m"), "--dataset", str(data), "--output_dir", str(tmp_path / "o")]
+    assert train_main([*argv, "--method", "l2"]) == 2
+    assert "needs FSDP2" in _one_error_line(capsys)
+    with pytest.raises(ValueError, match="needs FSDP2"):
+        run_rl(str(tmp_path / "m"), [{"prompt": "a", "answer": "1"}], tmp_path / "rl", DAPOConfig(anchor_method="l2"))
+    check_launch(RPSFTConfig(output_dir=str(tmp_path), method="sft"), False, "sft")
+    monkeypatch.setenv("FSDP_VERSION", "2")
+    check_launch(RPSFTConfig(output_dir=str(tmp_path), method="rpsft"), True, "rpsft")

@@ -107,6 +107,26 @@ def test_autograd_mode_matches_closed_form(rp, tokenizer, dataset, tmp_path):
     assert la == pytest.approx(lb, rel=1e-5)  # the logged loss is the data loss in both modes
 
 
+def test_autograd_mode_scaling_for_a_model_without_loss_kwargs(rp, tokenizer, dataset, tmp_path):
+    """A model that takes no loss kwargs: transformers divides each micro-batch's loss by the accumulation steps
+    (2 here), so the autograd-mode penalty term is multiplied back by them; the weights equal the closed form's."""
+    model = rp.tiny_model("llama", len(tokenizer))
+    model.accepts_loss_kwargs = False
+    kw = dict(
+        method="rpsft",
+        anchor_lambda=20.0,
+        max_steps=3,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=2,
+        max_grad_norm=0.0,
+    )
+    a = run(rp, model, tokenizer, dataset, tmp_path / "a", anchor_mode="grad", **kw)
+    b = run(rp, model, tokenizer, dataset, tmp_path / "b", anchor_mode="autograd", **kw)
+    assert not a.model_accepts_loss_kwargs and not b.model_accepts_loss_kwargs and b.loss_is_scaled_for_ga is None
+    assert b._anchor_last["penalty"] > 0
+    assert_same_weights(weights(a), weights(b), rtol=1e-4, atol=1e-5)
+
+
 def test_resume_matches_uninterrupted_and_reuses_anchor(rp, tokenizer, dataset, tmp_path, monkeypatch):
     model = rp.tiny_model("llama", len(tokenizer))
     kw = dict(method="rpsft", anchor_lambda=10.0, max_steps=4, save_strategy="steps", save_steps=2)

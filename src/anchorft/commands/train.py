@@ -325,10 +325,11 @@ def main(argv: list[str]) -> int:
         return 2
     from anchorft.preflight import check_model_source
     from anchorft.rpsft.data import check_sft_source
-    from anchorft.rpsft.train import check_model_folder
+    from anchorft.rpsft.train import check_launch, check_model_folder
     from anchorft.runs import check_output_dir
 
     try:  # everything the user named is checked before a model is loaded
+        check_launch(args, args.anchored, f"--method {args.method}")
         check_sft_source(script.dataset, "--dataset")
         check_sft_source(script.eval_dataset, "--eval_dataset")
         check_model_source(script.model_name_or_path, "--model_name_or_path")

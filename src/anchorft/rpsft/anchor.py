@@ -173,8 +173,14 @@ def _shape(p: torch.Tensor) -> tuple[int, ...]:
 
 def _gathered(params: Sequence[torch.Tensor]):
     """Context in which ZeRO-3 parameters hold their whole matrix on every rank (read-only; a collective:
-    every rank must enter it); a no-op for any other parameter."""
-    z3 = [p for p in params if _is_zero3(p)]
+    every rank must enter it); a no-op for any other parameter. Parameters DeepSpeed holds whole already (small
+    ones it keeps persistent, those gathered by a forward in progress) are left alone: gathering them would
+    partition them on exit, under DeepSpeed's feet."""
+    if not any(_is_zero3(p) for p in params):
+        return contextlib.nullcontext()
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+
+    z3 = [p for p in params if _is_zero3(p) and p.ds_status != ZeroParamStatus.AVAILABLE]
     if not z3:
         return contextlib.nullcontext()
     import deepspeed
@@ -505,7 +511,40 @@ class SubspaceAnchor:
         if memory is not None:
             meta["memory_used"] = int(budget_info.get("cost", 0))
             meta["memory_gap_bound"] = budget_info.get("gap_bound", 0.0)
-        return cls(entries, meta)
+        anchor = cls(entries, meta)
+        anchor._sharded_s_ref(dict(named))
+        return anchor
+
+    @torch.no_grad()
+    def _sharded_s_ref(self, params: dict[str, torch.Tensor]) -> None:
+        """On FSDP2 row shards, S_ref = sum over ranks of U_r^T W_r V, formed (and all-reduced) exactly as the
+        penalty forms U^T W V, so that the penalty and its gradient are 0 at the starting weights (exactly, as
+        long as the all-reduce sums each element in the same order each time, as on 2 ranks).
+
+        The S_ref of the whole matrix differs from that sum by rounding (about 1e-7 relative in fp32), and a
+        rounding-level gradient is not harmless: AdamW divides it by its own size, so a weight with no data
+        gradient (the embedding row of a token not in the batch) moves by the full learning rate at step 0.
+        Block-kind SVD-branch entries only (the subspace kind and the remainder work on whole matrices)."""
+        cd = self._compute_dtype()
+        todo, group = [], None
+        for e in self.entries:
+            p = params.get(e.name)
+            if e.fallback or self._extended(e) or p is None or not hasattr(p, "to_local"):
+                continue
+            w_loc, _, rows, grp = _local_rows(p)
+            if rows is None:
+                continue
+            group = grp
+            todo.append((e, (e.u[rows].to(cd).mT @ w_loc.to(cd) @ e.v.to(cd)).reshape(-1)))
+        if not todo:
+            return
+        flat = torch.cat([t for _, t in todo])
+        torch.distributed.all_reduce(flat, group=group)
+        off = 0
+        for e, _ in todo:
+            k = e.rank
+            e.s_ref = flat[off : off + k * k].reshape(k, k).to(e.s_ref.dtype).contiguous()
+            off += k * k
 
     @property
     def ranks(self) -> dict[str, int]:
@@ -595,11 +634,12 @@ class SubspaceAnchor:
                     d = w - w0
                     partial = d.pow(2).sum()
                 elif self._extended(e):
+                    shard = rows
                     if rows is not None:
-                        raise ValueError(
-                            f"anchor: {e.name}: anchor_kind='subspace' and anchor_lambda_rest need whole matrices "
-                            "(not FSDP2 row shards)"
-                        )
+                        # the subspace kind and the remainder need the whole matrix: gather the FSDP2 row shards
+                        # (a collective, in entry order on every rank); each rank keeps its rows of P and D, and
+                        # the squared norms are whole already (no all-reduce below)
+                        w, rows = p.detach().full_tensor().to(cd), None
                     u, v, s_ref = e.u.to(cd), e.v.to(cd), e.s_ref.to(cd)
                     w0 = e.w0.to(cd) if e.w0 is not None else None
                     if self.kind == "subspace":
@@ -614,6 +654,9 @@ class SubspaceAnchor:
                     if e.rest > 0:
                         full = w - w0
                         r_part = full.pow(2).sum() - partial
+                    if shard is not None:
+                        proj = None if proj is None else proj[shard]
+                        full = None if full is None else full[shard]
                     d = (proj, full)
                 else:
                     u = e.u.to(cd) if rows is None else e.u[rows].to(cd)
@@ -629,8 +672,9 @@ class SubspaceAnchor:
             for it, s in zip(items, sq):
                 if it[4] is not None:
                     bufs.append(it[5].reshape(-1) if not it[0].fallback else s.reshape(1))
-            flat = torch.cat(bufs)
-            torch.distributed.all_reduce(flat, group=reduce_group)
+            flat = torch.cat(bufs) if bufs else torch.zeros(0)
+            if bufs:
+                torch.distributed.all_reduce(flat, group=reduce_group)
             off = 0
             for i, it in enumerate(items):
                 if it[4] is None:

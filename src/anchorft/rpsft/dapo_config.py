@@ -35,6 +35,7 @@ _SUMMARY = (
     *("learning_rate", "rl_warmup_steps", "rl_warmup_ratio", "weight_decay", "max_grad_norm", "temperature", "top_p"),
     *("epsilon", "epsilon_high", "delta", "beta", "loss_type", "mask_truncated_completions", "overlong_cache"),
     *("master_dtype", "gradient_checkpointing", "use_vllm", "vllm_gpu_memory_utilization", "seed", "save_model"),
+    *("max_prompt_length", "vllm_importance_sampling_correction"),
     *("max_steps", "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation"),
     *("warmup_steps", "lr_scheduler_type", "logging_steps"),
 )
@@ -123,6 +124,20 @@ class DAPOConfig(GRPOConfig):
         metadata={"help": "'auto': TRL's colocated vLLM rollouts when vLLM and CUDA are there; 'true' or 'false'."},
     )
     max_completion_length: int | None = field(default=1024, metadata={"help": "Tokens per completion at most."})
+    max_prompt_length: int | None = field(
+        default=2048,
+        metadata={
+            "help": "Prompts longer than this (tokens, chat template included) are dropped before training and "
+            "counted (the release's filter); None keeps every prompt."
+        },
+    )
+    vllm_importance_sampling_correction: bool = field(
+        default=False,
+        metadata={
+            "help": "TRL's truncated importance-sampling correction of vLLM rollouts (TRL's default: on); off as "
+            "in the release, which runs without one."
+        },
+    )
     epsilon_high: float | None = field(default=0.28, metadata={"help": "DAPO's upper clip (eq. 8)."})
     logging_steps: float = field(default=1, metadata={"help": "Log every N optimiser steps."})
     seed: int = field(default=0, metadata={"help": "Random seed (also the data seed)."})
@@ -200,6 +215,9 @@ class DAPOConfig(GRPOConfig):
             raise ValueError("need beta >= 0, learning_rate > 0, temperature > 0")
         if self.overlong_cache is not None and not 0 < self.overlong_cache < self.max_completion_length:
             raise ValueError(f"overlong_cache must be in (0, max_completion_length), got {self.overlong_cache}")
+        mp = self.max_prompt_length
+        if mp is not None and (isinstance(mp, bool) or not isinstance(mp, int) or mp < 1):
+            raise ValueError(f"max_prompt_length must be an integer >= 1 or None, got {mp!r}")
         if self.micro_batch is not None and self.micro_batch < 1:
             raise ValueError(f"micro_batch must be >= 1, got {self.micro_batch}")
         if self.master_dtype not in ("fp32", "bf16"):

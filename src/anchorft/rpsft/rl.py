@@ -26,6 +26,7 @@ from anchorft.rpsft.dapo_config import DAPOConfig
 __all__ = [
     "DAPOConfig",
     "build_rl_anchor",
+    "drop_long_prompts",
     "boxed_math_reward",
     "make_reward_func",
     "load_rl_dataset",
@@ -117,6 +118,28 @@ def format_memory_estimate(est: dict) -> str:
     return line
 
 
+def prompt_length(prompt, tokenizer) -> int:
+    """Tokens of a prompt as the trainer feeds it: chat messages through the tokenizer's chat template with the
+    generation prompt, text as it is."""
+    if isinstance(prompt, list):
+        ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "keys"):  # a BatchEncoding in recent transformers
+            ids = ids["input_ids"]
+        return len(ids)
+    return len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+
+
+def drop_long_prompts(rows: Sequence[dict], tokenizer, max_length: int | None) -> tuple[list[dict], int]:
+    """(the rows whose prompt has at most `max_length` tokens, how many were dropped); None keeps every row.
+
+    The release's RL data loader drops prompts over 2,048 tokens (VERL's `filter_overlong_prompts`) rather than
+    truncating them; TRL's GRPOConfig has no such setting."""
+    if max_length is None:
+        return list(rows), 0
+    kept = [r for r in rows if prompt_length(r["prompt"], tokenizer) <= max_length]
+    return kept, len(rows) - len(kept)
+
+
 def _plot_rewards(steps: Sequence[int], rewards: Sequence[float], path: Path) -> None:
     from anchorft.io import pyplot
 
@@ -161,8 +184,10 @@ def build_rl_anchor(model, s: DAPOConfig):
 
 
 def _anchored(base):
-    """`base` (TRL's GRPOTrainer) adding lambda * dR/dW (closed form) to `.grad` once per optimiser step, after the
-    step's last micro-batch's backward and before clipping, as `RPSFTTrainer` does for SFT."""
+    """`base` (TRL's GRPOTrainer) adding lambda * dR/dW once per optimiser step, as `RPSFTTrainer` does for SFT: in
+    closed form to `.grad` after the step's last micro-batch's backward and before clipping; under DeepSpeed (whose
+    engine keeps the gradients and steps inside that backward) as a loss term of the step's last micro-batch, whose
+    value is 0 and whose gradient is lambda * dR/dW (ZeRO-3: one matrix gathered at a time)."""
 
     class AnchoredGRPOTrainer(base):
         def __init__(self, *args, anchor, anchor_lambda: float, **kwargs):
@@ -170,13 +195,31 @@ def _anchored(base):
             self.anchor, self.anchor_lambda = anchor, float(anchor_lambda)
             self.anchor_applications = 0
             self._anchor_last = None
+            self.anchor_mode = "autograd" if self.is_deepspeed_enabled else "grad"
+
+        def _anchor_due(self) -> bool:
+            due = self.anchor_lambda > 0 and self.model.training and self.accelerator.gradient_state.sync_gradients
+            if due and self.anchor_applications == 0:
+                self.anchor.to(model=self.model)
+            return due
 
         def training_step(self, model, inputs, num_items_in_batch=None):
             loss = super().training_step(model, inputs, num_items_in_batch)
-            if self.anchor_lambda > 0 and self.model.training and self.accelerator.gradient_state.sync_gradients:
-                if self.anchor_applications == 0:
-                    self.anchor.to(model=self.model)
+            if self.anchor_mode == "grad" and self._anchor_due():
                 self._anchor_last = self.anchor.add_penalty_grad_(self.model, self.anchor_lambda)
+                self.anchor_applications += 1
+            return loss
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            if self.anchor_mode == "autograd" and self._anchor_due():
+                terms = self.anchor.penalty_terms(self.model)
+                pen = terms.sum()
+                coef = self.anchor_lambda
+                if not self.loss_is_scaled_for_ga:  # Trainer.training_step divides the loss by the accumulation
+                    coef *= self.current_gradient_accumulation_steps
+                loss = loss + coef * (pen - pen.detach()).to(loss.dtype)
+                self._anchor_last = self.anchor.summarize(terms)
                 self.anchor_applications += 1
             return loss
 
@@ -215,6 +258,9 @@ def run_rl(
     from anchorft.eval.loading import load_tokenizer
 
     args = config or DAPOConfig()
+    from anchorft.rpsft.train import check_launch
+
+    check_launch(args, args.anchor_method != "none", f"anchor_method={args.anchor_method!r}")
     if not train_data:
         raise ValueError("train_data is empty")
     for i, row in enumerate(train_data):
@@ -248,6 +294,12 @@ def run_rl(
 
         reward_funcs.append(get_soft_overlong_punishment(args.max_completion_length, args.overlong_cache))
     reward_funcs += list(extra_reward_funcs)
+    n_given = len(train_data)
+    train_data, dropped = drop_long_prompts(train_data, tokenizer, args.max_prompt_length)
+    if dropped:
+        print(f"dropped {dropped} of {n_given} prompts longer than {args.max_prompt_length} tokens", flush=True)
+    if not train_data:
+        raise ValueError(f"every prompt is longer than max_prompt_length ({args.max_prompt_length} tokens)")
     dataset = Dataset.from_list([{"prompt": r["prompt"], "answer": str(r["answer"])} for r in train_data])
     anchor = build_rl_anchor(model, args)
     extra = {} if anchor is None else {"anchor": anchor, "anchor_lambda": args.anchor_lambda}
@@ -264,6 +316,7 @@ def run_rl(
 
     use_readable_progress(trainer)  # a bar and a short line per log; the full dicts in OUTPUT_DIR/log.jsonl
     resolved = {"dapo": args.dapo_settings(), "dapo_config": args.to_dict(), "n_prompts": len(train_data)}
+    resolved["n_prompts_dropped"] = dropped
     resolved["memory"] = est
     if anchor is not None:
         resolved["anchor"] = {"repr": repr(anchor), "reference": args.anchor_reference, "ranks": anchor.ranks}
@@ -284,6 +337,7 @@ def run_rl(
         "reward_first": rewards[0] if rewards else None,
         "reward_last": rewards[-1] if rewards else None,
         "optimizer_steps": int(trainer.state.global_step),  # policy updates (RL steps x updates per step)
+        "prompts_dropped": dropped,  # longer than max_prompt_length
     }
     if anchor is not None:
         metrics["anchor"] = {
@@ -295,7 +349,10 @@ def run_rl(
     if steps:
         _plot_rewards(steps, rewards, out_dir / "reward.png")
     if args.save_model:
-        trainer.save_model(str(out_dir / "model"))
+        from anchorft.rpsft.trainer import save_full_model
+
+        if not save_full_model(trainer, str(out_dir / "model")):  # full weights also under sharded FSDP
+            trainer.save_model(str(out_dir / "model"))
         tokenizer.save_pretrained(str(out_dir / "model"))
     metrics["model"] = trainer.model
     return metrics

@@ -18,7 +18,7 @@ from anchorft.rpsft.config import RPSFTConfig
 from anchorft.rpsft.data import load_sft_dataset, validate_sft_dataset
 from anchorft.rpsft.trainer import RPSFTTrainer, frozen_copy
 
-__all__ = ["train", "load_model", "check_model_folder"]
+__all__ = ["train", "load_model", "check_model_folder", "check_launch"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +58,28 @@ def check_model_folder(spec: str | os.PathLike, field: str = "model") -> None:
         raise ValueError(
             f"{field}: {path} holds no weights ({has}; expected one of {list(WEIGHT_FILES)}); "
             "pass the folder a model was saved to, or a hub name"
+        )
+
+
+def fsdp_version(args) -> int | None:
+    """The FSDP version this process will run (None: no FSDP): the trainer arguments' `fsdp_config`, else what
+    `accelerate launch` exported (ACCELERATE_USE_FSDP, FSDP_VERSION)."""
+    if getattr(args, "fsdp", None):
+        cfg = getattr(args, "fsdp_config", None) or {}
+        return int(cfg.get("version", cfg.get("fsdp_version", 2)))
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+        return int(os.environ.get("FSDP_VERSION", "1"))
+    return None
+
+
+def check_launch(args, anchored: bool, what: str) -> None:
+    """One-line ValueError, before any model is loaded, for a launcher the run cannot work under: a weight anchor
+    under FSDP1 (flattened parameters; the anchor needs FSDP2's row-sharded DTensors)."""
+    version = fsdp_version(args)
+    if anchored and version is not None and version != 2:
+        raise ValueError(
+            f"{what} anchors the weights, which needs FSDP2 (fsdp_version: 2, configs/accelerate/fsdp2.yaml); "
+            f"got FSDP{version}, whose flattened parameters it cannot read"
         )
 
 
@@ -139,6 +161,7 @@ def train(
     """
     if not isinstance(args, RPSFTConfig):
         raise ValueError(f"args must be an RPSFTConfig, got {type(args).__name__}")
+    check_launch(args, args.anchored, f"method={args.method!r}")
     train_ds = load_sft_dataset(train_dataset, field="train_dataset")
     eval_ds = load_sft_dataset(eval_dataset, split="test", field="eval_dataset") if eval_dataset is not None else None
     if args.method_spec.needs_reference and ref_model is None and args.iw_ref_model is None:

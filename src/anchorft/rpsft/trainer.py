@@ -34,7 +34,7 @@ from trl import SFTTrainer
 from trl.trainer.utils import add_fused_lm_head
 
 from anchorft.io import write_json
-from anchorft.rpsft.anchor import SubspaceAnchor, select_parameters
+from anchorft.rpsft.anchor import SubspaceAnchor, _is_zero3, select_parameters
 from anchorft.rpsft.checkpoints import (
     ANCHOR_META,
     anchor_meta,
@@ -46,7 +46,7 @@ from anchorft.rpsft.config import RPSFTConfig
 from anchorft.rpsft.data import load_sft_dataset
 from anchorft.rpsft.progress import use_readable_progress
 
-__all__ = ["RPSFTTrainer", "ANCHOR_DIR"]
+__all__ = ["RPSFTTrainer", "ANCHOR_DIR", "frozen_copy", "prepare_reference", "save_full_model"]
 
 logger = logging.getLogger(__name__)
 ANCHOR_DIR = "anchor"
@@ -112,10 +112,7 @@ class RPSFTTrainer(SFTTrainer):
                 raise ValueError("RPSFT under FSDP needs fsdp_version 2 (DTensor parameters, sharded by rows)")
         self.ref_model = None
         if args.method_spec.needs_reference:
-            ref_model.eval().requires_grad_(False)
-            ref_model.to(self.args.device)
-            add_fused_lm_head(ref_model)
-            self.ref_model = ref_model
+            self.ref_model = prepare_reference(self, ref_model)
 
     # ------------------------------------------------------------------ anchor
     @property
@@ -236,6 +233,13 @@ class RPSFTTrainer(SFTTrainer):
                 use_mtime=True,
             )
 
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """transformers' `save_model`, except that the final save (not a checkpoint's) under FSDP writes the full
+        weights in `save_pretrained` format whatever `fsdp_state_dict_type` says (`save_full_model`)."""
+        if not _internal_call and save_full_model(self, output_dir or self.args.output_dir):
+            return
+        super().save_model(output_dir, _internal_call)
+
     # ------------------------------------------------------------------ loss and step
     def training_step(self, model, inputs, num_items_in_batch=None):
         loss = super().training_step(model, inputs, num_items_in_batch)
@@ -305,13 +309,69 @@ class _AnchorAfterPrepare(TrainerCallback):
 
 
 def frozen_copy(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:
-    """A frozen deep copy of `model` (the IW-SFT reference pi_ref), cast to `dtype` when given.
+    """A frozen copy of `model` (the IW-SFT reference pi_ref), cast to `dtype` when given.
 
     Under bf16 mixed precision the reference only runs forward passes under autocast, so holding it
     in bf16 halves its memory (an fp32 copy of an 8B model is 32 GB per GPU) without changing what
-    the weight computation sees.
+    the weight computation sees. A model that DeepSpeed ZeRO-3 has partitioned (loaded under
+    `zero.Init`: each parameter an empty placeholder) is not deep-copied: a new model of the same
+    config is built (partitioned the same way) and each weight copied into it, gathered one at a time.
     """
-    ref = copy.deepcopy(model)
-    if dtype is not None:
-        ref = ref.to(dtype)
+    if any(_is_zero3(p) for p in model.parameters()):
+        ref = _zero3_copy(model)  # its dtype is the DeepSpeed engine's (bf16 config: bf16)
+    else:
+        ref = copy.deepcopy(model)
+        if dtype is not None:
+            ref = ref.to(dtype)
     return ref.eval().requires_grad_(False)
+
+
+def _zero3_copy(model: nn.Module) -> nn.Module:
+    import deepspeed
+
+    ref = type(model)._from_config(model.config, dtype=next(model.parameters()).dtype)
+    src = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, q in ref.named_parameters():
+            p = src[name]
+            with deepspeed.zero.GatheredParameters([p, q], modifier_rank=0):
+                q.copy_(p)
+        for name, b in model.named_buffers():
+            ref.get_buffer(name).copy_(b)
+    return ref
+
+
+def prepare_reference(trainer, ref_model: nn.Module) -> nn.Module:
+    """The frozen reference model placed as the policy is: a DeepSpeed inference engine (ZeRO-3: partitioned like
+    the policy; ZeRO-1/2: replicated), an FSDP2-sharded module, else the model on the trainer's device (TRL's
+    `prepare_deepspeed` / `prepare_fsdp`, as its DPO and GRPO trainers do for theirs). TRL's fused LM head is
+    added before wrapping."""
+    ref_model.eval().requires_grad_(False)
+    add_fused_lm_head(ref_model)
+    if trainer.is_deepspeed_enabled:
+        from trl.models.utils import prepare_deepspeed
+
+        return prepare_deepspeed(ref_model, trainer.accelerator)
+    if trainer.is_fsdp_enabled:
+        from trl.models.utils import prepare_fsdp
+
+        return prepare_fsdp(ref_model, trainer.accelerator)  # fully_shard moves the shards to the device
+    return ref_model.to(trainer.args.device)
+
+
+def save_full_model(trainer, output_dir: str) -> bool:
+    """Under FSDP with a sharded state dict type (configs/accelerate/fsdp2.yaml: checkpoints stay sharded, for
+    resume), write the full weights to `output_dir` in `save_pretrained` format, as `save_model` does for
+    FULL_STATE_DICT; True when it did (on every rank: gathering is a collective), False otherwise (nothing done).
+
+    transformers' `Trainer.save_model` writes no weights at all for SHARDED_STATE_DICT."""
+    if not getattr(trainer, "is_fsdp_enabled", False):
+        return False
+    if "FULL_STATE_DICT" in str(trainer.accelerator.state.fsdp_plugin.state_dict_type):
+        return False
+    state_dict = trainer.accelerator.get_state_dict(trainer.model)  # full tensors on rank 0, on the CPU
+    if trainer.args.should_save:
+        os.makedirs(output_dir, exist_ok=True)
+        trainer._save(output_dir, state_dict=state_dict)
+    trainer.accelerator.wait_for_everyone()
+    return True

@@ -1,0 +1,200 @@
+"""Worker for tests/rpsft/test_distributed_matrix.py: every method under one launcher, 2 processes (torchrun, gloo).
+
+torchrun --nproc_per_node 2 matrix_worker.py LAUNCHER BASE_DIR OUT_DIR METHOD...
+torchrun --nproc_per_node 2 matrix_worker.py rl BASE_DIR REF_DIR OUT_DIR   (tests/rpsft/test_rl_deepspeed.py)
+
+LAUNCHER is ddp, zero2, zero3 or fsdp2; BASE_DIR a tiny model and tokenizer saved with save_pretrained; METHOD a
+name of `METHODS` below. accelerate attaches DeepSpeed and FSDP to GPU states only, so this worker sets
+accelerate's state itself (gloo process group, then the launcher's distributed type and plugin), as
+`accelerate launch` does on GPUs. For each method: `anchorft.rpsft.train.train` from BASE_DIR with checkpoints
+every 2 steps, then the final `save_model` (as `anchorft train` ends); then a second run resuming from the middle
+checkpoint. Rank 0 writes OUT_DIR/METHOD/{run,resume}/model.safetensors and OUT_DIR/METHOD/info.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+torch.set_num_threads(1)
+
+# method name -> RPSFTConfig fields (the test's one-process runs use the same)
+METHODS = {
+    "sft": dict(method="sft"),
+    "dft": dict(method="dft"),
+    "iw_sft": dict(method="iw_sft", iw_ref_model="copy"),
+    "l2": dict(method="l2", anchor_lambda=5.0),
+    "rpsft": dict(method="rpsft", anchor_lambda=20.0, anchor_rank=4),
+    "rpsft_subspace": dict(method="rpsft", anchor_lambda=20.0, anchor_rank=4, anchor_kind="subspace"),
+}
+MAX_STEPS, SAVE_STEPS, PER_DEVICE, ACCUM, N_ROWS = 4, 2, 2, 2, 32
+
+
+def train_kwargs(method: str, per_device: int) -> dict:
+    """The run's settings: 4 optimiser steps of 2 micro-batches (global batch 8), a checkpoint every 2 steps."""
+    return dict(
+        METHODS[method],
+        max_steps=MAX_STEPS,
+        save_strategy="steps",
+        save_steps=SAVE_STEPS,
+        per_device_train_batch_size=per_device,
+        gradient_accumulation_steps=ACCUM,
+        learning_rate=3e-2,
+        max_grad_norm=1.0,
+    )
+
+
+def ds_config(stage: int) -> dict:
+    """configs/accelerate/zero{2,3}.yaml as a DeepSpeed config (fp32 here: no GPU)."""
+    zero = {"stage": stage}
+    if stage == 3:
+        zero["stage3_gather_16bit_weights_on_model_save"] = True
+    return {
+        "zero_optimization": zero,
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": "auto",
+        "train_batch_size": "auto",
+        "gradient_clipping": "auto",
+        "zero_allow_untested_optimizer": True,
+        "bf16": {"enabled": False},
+        "fp16": {"enabled": False},
+    }
+
+
+FSDP2_CONFIG = {  # configs/accelerate/fsdp2.yaml
+    "version": 2,
+    "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+    "state_dict_type": "SHARDED_STATE_DICT",
+    "reshard_after_forward": True,
+    "cpu_ram_efficient_loading": False,
+}
+
+
+def start(launcher: str) -> dict:
+    """Start the process group for `launcher`; the extra trainer arguments."""
+    if launcher == "ddp":
+        return dict(ddp_backend="gloo")
+    if launcher.startswith("zero"):
+        import deepspeed
+
+        os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
+        deepspeed.init_distributed(dist_backend="gloo")
+        return dict(deepspeed=ds_config(int(launcher[-1])), accelerator_config={"use_configured_state": True})
+    os.environ["ACCELERATE_USE_FSDP"] = "true"
+    os.environ["FSDP_VERSION"] = "2"
+    dist.init_process_group("gloo")
+    return dict(fsdp="full_shard", fsdp_config=dict(FSDP2_CONFIG), accelerator_config={"use_configured_state": True})
+
+
+def set_state(launcher: str) -> None:
+    """accelerate's state for the next trainer (each trainer builds its own Accelerator, whose plugins can only be
+    set on a fresh AcceleratorState): the gloo process group, the launcher's distributed type."""
+    from accelerate.state import AcceleratorState, PartialState
+    from accelerate.utils import DistributedType
+
+    if launcher == "ddp":
+        return
+    AcceleratorState._reset_state()
+    if launcher.startswith("zero"):
+        kind = DistributedType.DEEPSPEED
+    else:
+        # accelerate turns a multi-GPU state with an FSDP plugin into FSDP (AcceleratorState, when the trainer
+        # builds its Accelerator); the process keeps its CPU device
+        kind = DistributedType.MULTI_GPU
+    st = PartialState()
+    st.backend = "gloo"
+    st.num_processes, st.process_index = dist.get_world_size(), dist.get_rank()
+    st.local_process_index = int(os.environ["LOCAL_RANK"])
+    st.distributed_type = kind
+
+
+def engine(trainer) -> str:
+    """What the trainer trains: DeepSpeedEngine, DTensor (FSDP2 parameters) or DistributedDataParallel."""
+    if type(trainer.model_wrapped).__name__ == "DeepSpeedEngine":
+        return "DeepSpeedEngine"
+    p = next(trainer.model.parameters())
+    if type(p).__name__ == "DTensor":
+        return "DTensor"
+    return type(trainer.model_wrapped).__name__
+
+
+def main(launcher: str, base: str, out: str, methods: list[str]) -> None:
+    import datasets
+
+    from anchorft.eval.loading import load_tokenizer
+    from anchorft.rpsft.train import train
+    from conftest import base_args, pc_dataset
+
+    extra = start(launcher)
+    tok = load_tokenizer(base)
+    data: datasets.Dataset = pc_dataset(N_ROWS)
+    rank = int(os.environ["RANK"])
+    for method in methods:
+        info = {}
+        for run in ("run", "resume"):
+            folder = os.path.join(out, method, run)
+            kw = train_kwargs(method, PER_DEVICE)
+            if run == "resume":
+                kw["resume_from_checkpoint"] = os.path.join(out, method, "run", f"checkpoint-{SAVE_STEPS}")
+            set_state(launcher)
+            args = base_args(folder, **extra, **kw)
+            tr = train(args, base, data, tokenizer=tok)
+            info[run] = {"engine": engine(tr), "global_step": tr.state.global_step}
+            tr.save_model(folder)  # as `anchorft train` ends
+            if run == "run":
+                info["checkpoint"] = sorted(os.listdir(os.path.join(folder, f"checkpoint-{SAVE_STEPS}")))
+                info["log"] = tr.state.log_history
+            del tr
+        if rank == 0:
+            with open(os.path.join(out, method, "info.json"), "w") as f:
+                json.dump(info, f)
+        dist.barrier()
+
+
+RL_PROMPTS = [{"prompt": f"what is {w} plus {w}", "answer": "0"} for w in ("one", "two", "three", "four")]
+
+
+def rl_kwargs(world: int) -> dict:
+    """DAPO with the anchor (L2 to another model) and a constant reward: every advantage is 0, so the policy loss has
+    no gradient and the weights move by the anchor's alone (2 updates of 2 micro-batches each)."""
+    return dict(
+        steps=1, prompts_per_step=4, mini_batch_prompts=2, num_generations=2, micro_batch=2 // world,
+        max_completion_length=4, learning_rate=1e-2, anchor_method="l2", anchor_lambda=2.0, save_model=True,
+        disable_tqdm=True, report_to=[],
+    )  # fmt: skip
+
+
+def constant_reward(completion: str, answer: str) -> float:
+    return 1.0
+
+
+def rl(base: str, ref: str, out: str) -> None:
+    """The anchored DAPO run under ZeRO-2 and ZeRO-3: `run_rl` as `anchorft rl` calls it."""
+    from anchorft.rpsft.dapo_config import DAPOConfig
+    from anchorft.rpsft.rl import run_rl
+
+    extra = start("zero3")
+    for stage in (2, 3):
+        set_state(f"zero{stage}")
+        extra["deepspeed"] = ds_config(stage)
+        s = DAPOConfig(**rl_kwargs(2), anchor_reference=ref, **extra)
+        folder = os.path.join(out, f"zero{stage}")
+        m = run_rl(base, RL_PROMPTS, folder, s, reward_fn=constant_reward)
+        if int(os.environ["RANK"]) == 0:
+            info = {"anchor": m["anchor"], "optimizer_steps": m["optimizer_steps"], "zero3": stage == 3}
+            info["z3_params"] = sum(hasattr(p, "ds_id") for p in m["model"].parameters())
+            with open(os.path.join(folder, "info.json"), "w") as f:
+                json.dump(info, f)
+        dist.barrier()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "rl":
+        rl(sys.argv[2], sys.argv[3], sys.argv[4])
+    else:
+        main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:])
