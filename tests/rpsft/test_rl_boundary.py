@@ -32,7 +32,7 @@ def fake_grpo(monkeypatch):
         def __init__(self, model=None, reward_funcs=None, args=None, train_dataset=None, processing_class=None,
                      callbacks=None, **kw):  # fmt: skip
             self.model, self.args, self.state = model, args, State()
-            self.accelerator = None
+            self.accelerator, self.is_deepspeed_enabled = None, False  # as transformers' Trainer sets them
             seen.append({"reward_funcs": list(reward_funcs), "args": args, "data": train_dataset, "trainer": self})
 
         def train(self):
