@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM
 
 from anchorft.errors import one_line
-from anchorft.io import write_json
+from anchorft.io import write_json, write_text
 from anchorft.rpsft.methods import METHODS, get_method
 from anchorft.toy import skills as sk
 from anchorft.toy.compare_config import (
@@ -234,7 +234,7 @@ def run_compare(
     out = Path(out_dir)
     (out / "models").mkdir(parents=True, exist_ok=True)
     head = f"# anchorft toy compare --out {out} --preset <this file>\n"
-    (out / "config.yaml").write_text(head + yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+    write_text(out / "config.yaml", head + yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
 
     say = tqdm.write if progress else (lambda _msg: None)
     cached = cached_model(cfg.pretrain)

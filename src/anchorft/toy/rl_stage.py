@@ -28,7 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from anchorft.eval.answers import last_boxed
-from anchorft.io import save_figure, write_json
+from anchorft.io import save_figure, write_json, write_text
 from anchorft.provenance import with_provenance
 from anchorft.toy import skills as sk
 from anchorft.toy.compare_config import CompareConfig, comparison_eval_sets, load_config, paper_rank
@@ -297,7 +297,7 @@ def write_rl_report(results: dict, path: Path) -> None:
                 se2 = 2 * math.sqrt(_se(r[key], n) ** 2 + _se(s[key], n) ** 2)
                 verdict = "higher" if d > se2 else "lower" if d < -se2 else "within noise"
                 lines.append(f"- {name} vs sft, {label}: {100 * d:+.1f} (2 SE {100 * se2:.1f}): {verdict}")
-    path.write_text("\n".join(lines) + "\n")
+    write_text(path, "\n".join(lines) + "\n")
 
 
 def write_reward_plot(results: dict, path: Path) -> None:
