@@ -135,3 +135,32 @@ def test_toy_pretrain_writes_its_loss_plot_and_says_when_it_reuses_the_cache(tmp
     assert main([*argv, "--out", str(tmp_path / "b")]) == 0
     second = capsys.readouterr().out
     assert "reusing the cached model" in second and (tmp_path / "b" / "loss.png").is_file()
+
+
+@pytest.mark.parametrize("command", ["train", "rl"])
+def test_train_and_rl_say_what_they_load_before_loading(command, tmp_path, monkeypatch, capsys):
+    """The first line comes before the model is loaded (minutes for a large one): loading is stopped here."""
+    import anchorft.rpsft.rl
+    import anchorft.rpsft.train
+    from anchorft.cli import main
+
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in ("config.json", "model.safetensors"):  # enough for the checks; never loaded here
+        (model / name).write_text("{}")
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt": "What is 1 + 1?", "completion": "2", "answer": "2"}\n')
+
+    def stop(*args, **kwargs):
+        raise ValueError("stopped where the model would load")
+
+    monkeypatch.setattr(anchorft.rpsft.train, "train", stop)
+    monkeypatch.setattr(anchorft.rpsft.rl, "load_rl_dataset", stop)
+    if command == "train":
+        argv = ["train", "--model_name_or_path", str(model), "--dataset", str(data), "--out", str(tmp_path / "o")]
+    else:
+        argv = ["rl", "--model", str(model), "--dataset", str(data), "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0].startswith(f"anchorft {command}: ") and str(model) in out.splitlines()[0], out
+    assert "stopped where the model would load" in err

@@ -12,6 +12,7 @@ override both.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field, fields
 
 from anchorft.errors import report
@@ -172,6 +173,9 @@ def main(argv: list[str]) -> int:
         if claim.complete:
             print(reused(claim))
             return 0
+        if int(os.environ.get("RANK", "0")) == 0:  # before loading, which takes minutes for a large model
+            print(f"anchorft rl: {config.anchor_method} anchor, {script.model} on {script.dataset} -> {script.out}",
+                  flush=True)  # fmt: skip
         data = load_rl_dataset(script.dataset, skip_bad=script.skip_bad, limit=script.limit)
         metrics = run_rl(script.model, data, script.out, config)
         finish(claim)

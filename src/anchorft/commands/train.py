@@ -352,8 +352,10 @@ def main(argv: list[str]) -> int:
     tok = None
     if script.tokenizer_name_or_path:
         tok = load_tokenizer(script.tokenizer_name_or_path, trust_remote_code=bool(args.trust_remote_code))
-    if args.resume_from_checkpoint not in (None, False, "false", "False") and int(os.environ.get("RANK", "0")) == 0:
-        print(f"anchorft train: resuming from {args.resume_from_checkpoint}", flush=True)
+    if int(os.environ.get("RANK", "0")) == 0:  # before loading, which takes minutes for a large model
+        print(f"anchorft train: {args.method} on {script.model_name_or_path} -> {args.output_dir}", flush=True)
+        if args.resume_from_checkpoint not in (None, False, "false", "False"):
+            print(f"anchorft train: resuming from {args.resume_from_checkpoint}", flush=True)
     try:
         model, fisher = script.model_name_or_path, None
         if args.anchored and str(args.anchor_rank_rule or "").startswith("fisher"):

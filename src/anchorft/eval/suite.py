@@ -393,6 +393,7 @@ def run_suite(
             log(f"  {name}: every benchmark done before, kept (model not loaded)")
             results[name] = kept
             continue
+        log(f"  {name}: loading {path} ({kind} backend)")  # loading a large model takes minutes: say so first
         if backend_factory is not None:
             be = backend_factory(path, tok, s)
         elif kind == "vllm":
