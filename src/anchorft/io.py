@@ -11,10 +11,20 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_text", "write_json", "write_jsonl", "iter_jsonl", "pyplot", "save_figure", "new_file_mode"]
+__all__ = [
+    "atomic_path",
+    "write_text",
+    "write_json",
+    "write_jsonl",
+    "iter_jsonl",
+    "pyplot",
+    "save_figure",
+    "new_file_mode",
+]
 
 
 def new_file_mode() -> int:
@@ -36,14 +46,22 @@ def _atomic(path: str | os.PathLike, suffix: str) -> tuple[Path, str]:
     return path, tmp
 
 
-def write_text(path: str | os.PathLike, text: str) -> None:
-    """Write `text` to `path` atomically."""
-    path, tmp = _atomic(path, ".txt")
+@contextmanager
+def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[str]:
+    """A temporary file beside `path` (parents created, mode `new_file_mode()`) for the block to write; it
+    replaces `path` when the block ends without an error, and is removed in any case."""
+    path, tmp = _atomic(path, suffix)
     try:
-        Path(tmp).write_text(text, encoding="utf-8")
+        yield tmp
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """Write `text` to `path` atomically."""
+    with atomic_path(path, ".txt") as tmp:
+        Path(tmp).write_text(text, encoding="utf-8")
 
 
 def write_json(path: str | os.PathLike, obj: Any, indent: int = 1, **dump_kwargs: Any) -> None:
