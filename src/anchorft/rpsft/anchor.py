@@ -18,19 +18,16 @@ FSDP2 holds them) and saves / loads the anchor (safetensors + JSON). DeepSpeed Z
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 
-from anchorft.io import atomic_path, write_text
 from anchorft.rpsft.anchor_plan import plan_anchor, select_parameters, to_json
+from anchorft.rpsft.anchor_store import AnchorEntry, anchor_exists, load_anchor, save_anchor, weights_fingerprint
 from anchorft.rpsft.sharding import (
     all_reduce_concat,
     dist_info,
@@ -51,40 +48,6 @@ from anchorft.subspace import (
 
 __all__ = ["SubspaceAnchor", "AnchorEntry", "select_parameters", "weights_fingerprint"]
 
-ANCHOR_FORMAT_VERSION = 1
-
-
-@dataclass
-class AnchorEntry:
-    """One anchored matrix. SVD branch: u (m x k), v (n x k), s_ref (k x k) (and w0 when `rest` > 0). Fallback:
-    w0 (m x n). `weight` multiplies its penalty term (a map's lambda over the global lambda); `rest` weights
-    the L2 on the complement of the protected part (anchor_lambda_rest over the global lambda)."""
-
-    name: str
-    shape: tuple[int, int]
-    rank: int
-    fallback: bool
-    u: torch.Tensor | None = None
-    v: torch.Tensor | None = None
-    s_ref: torch.Tensor | None = None
-    w0: torch.Tensor | None = None
-    aliases: tuple[str, ...] = ()
-    svd_residual: float = 0.0
-    weight: float = 1.0
-    rest: float = 0.0
-
-    @property
-    def numel(self) -> int:
-        """Numbers stored for this matrix: (m + n) k + k^2 (SVD branch; + m n with W_0 for `rest`) or m n."""
-        m, n = self.shape
-        if self.fallback:
-            return m * n
-        return (m + n) * self.rank + self.rank**2 + (m * n if self.w0 is not None else 0)
-
-    def tensors(self) -> dict[str, torch.Tensor]:
-        keys = ("w0",) if self.fallback else ("u", "v", "s_ref") + (("w0",) if self.w0 is not None else ())
-        return {k: getattr(self, k) for k in keys}
-
 
 @dataclass
 class _Block:
@@ -97,23 +60,6 @@ class _Block:
     grad: torch.Tensor | None
     rows: slice | None
     residual: torch.Tensor | tuple | None
-
-
-def weights_fingerprint(named: Sequence[tuple[str, torch.Tensor]]) -> str:
-    """sha256 over names, shapes and a strided sample (<= 4096 values, rounded to bf16) of each matrix.
-
-    Rounding to bf16 makes the fingerprint of a checkpoint the same whether it is loaded in fp32 or bf16;
-    it still tells apart any two different pretrained models.
-    """
-    h = hashlib.sha256()
-    for name, p in named:
-        w = full_matrix(p)
-        flat = w.reshape(-1)
-        stride = max(1, flat.numel() // 4096)
-        sample = flat[::stride][:4096].to(torch.bfloat16).float().cpu().contiguous()
-        h.update(f"{name}:{tuple(w.shape)};".encode())
-        h.update(sample.numpy().tobytes())
-    return h.hexdigest()
 
 
 class SubspaceAnchor:
@@ -538,39 +484,12 @@ class SubspaceAnchor:
             rows.append(row)
         return rows
 
-    # ------------------------------------------------------------------ persistence
+    # ------------------------------------------------------------------ persistence (`anchor_store`)
     def save(self, path: str | os.PathLike) -> None:
-        """Write `path`/anchor.safetensors and `path`/anchor.json, each atomically (`anchorft.io`)."""
-        tensors = {}
-        for e in self.entries:
-            for k, t in e.tensors().items():
-                tensors[f"{e.name}::{k}"] = t.detach().cpu().contiguous()
-        meta = {
-            "format_version": ANCHOR_FORMAT_VERSION,
-            **self.meta,
-            "matrices": [
-                {
-                    "name": e.name,
-                    "shape": list(e.shape),
-                    "rank": e.rank,
-                    "fallback": e.fallback,
-                    "aliases": list(e.aliases),
-                    "svd_residual": e.svd_residual,
-                    "weight": e.weight,
-                    "rest": e.rest,
-                }
-                for e in self.entries
-            ],
-        }
-        with atomic_path(os.path.join(path, "anchor.safetensors")) as tmp:
-            save_file(tensors, tmp, metadata={"format": "pt", "anchorft": "subspace-anchor"})
-        write_text(os.path.join(path, "anchor.json"), json.dumps(meta, indent=1))
+        """Write `path`/anchor.safetensors and `path`/anchor.json, each atomically."""
+        save_anchor(path, self.entries, self.meta)
 
-    @staticmethod
-    def exists(path: str | os.PathLike) -> bool:
-        return os.path.isfile(os.path.join(path, "anchor.json")) and os.path.isfile(
-            os.path.join(path, "anchor.safetensors")
-        )
+    exists = staticmethod(anchor_exists)
 
     @classmethod
     def load(
@@ -579,34 +498,7 @@ class SubspaceAnchor:
         """Read an anchor written by `save`. With `model`, check names and shapes (and, if
         `check_fingerprint`, that the model holds the pretrained weights the anchor came from), then
         move each tensor to its parameter's device. Any mismatch is a ValueError."""
-        if not cls.exists(path):
-            raise FileNotFoundError(f"no anchor (anchor.json + anchor.safetensors) in {path}")
-        with open(os.path.join(path, "anchor.json")) as f:
-            meta = json.load(f)
-        if meta.get("format_version") != ANCHOR_FORMAT_VERSION:
-            raise ValueError(f"anchor in {path}: unsupported format_version {meta.get('format_version')}")
-        tensors = load_file(os.path.join(path, "anchor.safetensors"))
-        entries = []
-        for mm in meta.pop("matrices"):
-            name = mm["name"]
-            e = AnchorEntry(
-                name,
-                tuple(mm["shape"]),
-                mm["rank"],
-                mm["fallback"],
-                aliases=tuple(mm["aliases"]),
-                svd_residual=mm["svd_residual"],
-                weight=float(mm.get("weight", 1.0)),
-                rest=float(mm.get("rest", 0.0)),
-            )
-            keys = ("w0",) if e.fallback else ("u", "v", "s_ref") + (("w0",) if e.rest > 0 else ())
-            for k in keys:
-                key = f"{name}::{k}"
-                if key not in tensors:
-                    raise ValueError(f"anchor in {path}: tensor {key} missing")
-                setattr(e, k, tensors[key])
-            entries.append(e)
-        anchor = cls(entries, meta)
+        anchor = cls(*load_anchor(path))
         if model is not None:
             anchor.check_model(model, check_fingerprint=check_fingerprint)
             anchor.to(model=model)
