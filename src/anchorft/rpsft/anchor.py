@@ -9,11 +9,10 @@ with U_0 (m x k), V_0 (n x k) the top-k singular bases of the pretrained W_0. A 
 k >= min(m, n) falls back to the full L2 anchor ||W - W_0||_F^2 (then W_0 itself is stored); the SVD
 branch keeps only U_0, V_0 and the k x k block: (m + n) k + k^2 numbers, no copy of W_0.
 
-The per-matrix maths lives in `anchorft.subspace`; this module selects matrices, stores the
-bases, applies the penalty and its closed-form gradient (also on row-sharded DTensor parameters, as
-FSDP2 holds them) and saves / loads the anchor (safetensors + JSON). DeepSpeed ZeRO-3 parameters
-(partitioned flat, outside the forward pass) are gathered one matrix at a time
-(`deepspeed.zero.GatheredParameters`, read-only) wherever a whole matrix is needed.
+The per-matrix maths lives in `anchorft.subspace`, the choice of matrices and ranks in `anchor_plan`, the stored
+form (entries, files, fingerprint) in `anchor_store`, the sharded parameters' plumbing in `sharding`. This module
+builds the anchor and applies the penalty and its closed-form gradient, also on row-sharded DTensor parameters
+(FSDP2) and on DeepSpeed ZeRO-3 ones, gathered one matrix at a time wherever a whole matrix is needed.
 """
 
 from __future__ import annotations
@@ -38,13 +37,7 @@ from anchorft.rpsft.sharding import (
     logical_shape,
     unwrap,
 )
-from anchorft.subspace import (
-    block_residual,
-    reference_block,
-    rotation_penalty,
-    rotation_residuals,
-    top_k_bases,
-)
+from anchorft.subspace import block_residual, rotation_penalty, rotation_residuals
 
 __all__ = ["SubspaceAnchor", "AnchorEntry", "select_parameters", "weights_fingerprint"]
 
@@ -141,35 +134,20 @@ class SubspaceAnchor:
             weight = 1.0 if lam is None else lam / base_lambda
             aliases = tuple(nm for nm, q in all_named.items() if q is p and nm != name)
             w0 = full_matrix(p).to(compute_dtype)
-            m, n = w0.shape
-            if k >= min(m, n):
-                entries.append(
-                    AnchorEntry(name, (m, n), min(m, n), True, w0=w0.to(dtype).clone(), aliases=aliases, weight=weight)
-                )
-                continue
-            u, s, v = top_k_bases(w0, k, svd=svd, oversample=oversample, n_iter=n_iter, generator=generator)
-            s_ref = reference_block(w0, u, v)
-            residual = 0.0
-            if svd == "randomized":
-                sn = s.norm().clamp_min(1e-30)
-                r1 = (w0 @ v - u * s).norm() / sn
-                r2 = (w0.mT @ u - v * s).norm() / sn
-                residual = float(torch.maximum(r1, r2))
             entries.append(
-                AnchorEntry(
+                AnchorEntry.from_weight(
                     name,
-                    (m, n),
+                    w0,
                     k,
-                    False,
-                    u=u.to(dtype).contiguous(),
-                    v=v.to(dtype).contiguous(),
-                    s_ref=s_ref.to(dtype).contiguous(),
-                    w0=w0.to(dtype).clone() if rest else None,
+                    dtype,
+                    svd=svd,
+                    oversample=oversample,
+                    n_iter=n_iter,
+                    generator=generator,
                     aliases=aliases,
-                    svd_residual=residual,
                     weight=weight,
                     rest=lambda_rest / base_lambda if rest else 0.0,
-                )
+                )  # fmt: skip
             )
         ok, world = dist_info()
         if ok and world > 1:

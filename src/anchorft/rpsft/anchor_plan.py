@@ -152,7 +152,9 @@ def parse_anchor_map(spec) -> list[MapEntry]:
 
 
 def layer_index(name: str) -> int | None:
-    """The decoder layer index in a parameter name ('model.layers.3.self_attn.q_proj.weight' -> 3), or None."""
+    """The decoder layer index in a parameter name ('model.layers.3.self_attn.q_proj.weight' -> 3; also `h.<i>`,
+    `blocks.<i>`, `layer.<i>`), or None outside the layers (embeddings, lm_head). The anchor's layer selection and
+    the weight analysis's grouping both read it."""
     m = _LAYER.search(name)
     return int(m.group(1)) if m else None
 

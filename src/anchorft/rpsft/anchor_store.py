@@ -1,5 +1,5 @@
-"""The anchor as stored: `AnchorEntry` (one matrix's bases), the files (safetensors + JSON) and the fingerprint of
-the pretrained weights an anchor was computed from.
+"""The anchor as stored: `AnchorEntry` (one matrix's bases, computed from W_0 by `AnchorEntry.from_weight`), the
+files (safetensors + JSON) and the fingerprint of the pretrained weights an anchor was computed from.
 
 `path`/anchor.safetensors holds each entry's tensors under "<name>::<u | v | s_ref | w0>"; `path`/anchor.json the
 anchor's settings (`SubspaceAnchor.meta`), "format_version" and one record per matrix ("matrices": name, shape,
@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file
 
 from anchorft.io import atomic_path, write_text
 from anchorft.rpsft.sharding import full_matrix
+from anchorft.subspace import reference_block, top_k_bases
 
 __all__ = [
     "AnchorEntry",
@@ -59,6 +60,51 @@ class AnchorEntry:
         if self.fallback:
             return m * n
         return (m + n) * self.rank + self.rank**2 + (m * n if self.w0 is not None else 0)
+
+    @classmethod
+    def from_weight(
+        cls,
+        name: str,
+        w0: torch.Tensor,
+        k: int,
+        dtype: torch.dtype,
+        *,
+        svd: str = "exact",
+        oversample: int = 10,
+        n_iter: int = 4,
+        generator: torch.Generator | None = None,
+        aliases: tuple[str, ...] = (),
+        weight: float = 1.0,
+        rest: float = 0.0,
+    ) -> AnchorEntry:
+        """The entry of the pretrained W_0 (m x n, in the compute dtype) at rank k >= 1, stored in `dtype`: the L2
+        fallback (W_0) for k >= min(m, n), else U_k, V_k (`top_k_bases`) and S_ref = U_k^T W_0 V_k, plus W_0 when
+        `rest` > 0. A randomized SVD records max(||W V - U S||, ||W^T U - V S||) / ||S|| in `svd_residual`."""
+        m, n = w0.shape
+        if k >= min(m, n):
+            return cls(name, (m, n), min(m, n), True, w0=w0.to(dtype).clone(), aliases=aliases, weight=weight)
+        u, s, v = top_k_bases(w0, k, svd=svd, oversample=oversample, n_iter=n_iter, generator=generator)
+        s_ref = reference_block(w0, u, v)
+        residual = 0.0
+        if svd == "randomized":
+            sn = s.norm().clamp_min(1e-30)
+            r1 = (w0 @ v - u * s).norm() / sn
+            r2 = (w0.mT @ u - v * s).norm() / sn
+            residual = float(torch.maximum(r1, r2))
+        return cls(
+            name,
+            (m, n),
+            k,
+            False,
+            u=u.to(dtype).contiguous(),
+            v=v.to(dtype).contiguous(),
+            s_ref=s_ref.to(dtype).contiguous(),
+            w0=w0.to(dtype).clone() if rest > 0 else None,
+            aliases=aliases,
+            svd_residual=residual,
+            weight=weight,
+            rest=rest,
+        )
 
     def tensors(self) -> dict[str, torch.Tensor]:
         keys = ("w0",) if self.fallback else ("u", "v", "s_ref") + (("w0",) if self.w0 is not None else ())
