@@ -53,6 +53,7 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[str]:
     path, tmp = _atomic(path, suffix)
     try:
         yield tmp
+        os.chmod(tmp, new_file_mode())  # again: a writer that replaces the file (safetensors) leaves it 0o600
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)

@@ -150,7 +150,7 @@ def zero(stage: str, tok_dir: str, out: str) -> None:
     )
     tr = RPSFTTrainer(model, args, train_dataset=pc_dataset(16), processing_class=tok)
     assert tr.is_deepspeed_enabled and tr.accelerator.state.deepspeed_plugin.zero_stage == int(stage)
-    import anchorft.rpsft.anchor as anchor_mod
+    import anchorft.rpsft.anchor_store as anchor_mod  # where the bases are computed
 
     svd_wrappers = []  # for each SVD: the type of the trainer's wrapped model (DeepSpeedEngine once prepared)
     top_k = anchor_mod.top_k_bases
