@@ -29,7 +29,6 @@ from anchorft.rpsft.anchor_plan import plan_anchor, select_parameters, to_json
 from anchorft.rpsft.anchor_store import AnchorEntry, anchor_exists, load_anchor, save_anchor, weights_fingerprint
 from anchorft.rpsft.sharding import (
     all_reduce_concat,
-    dist_info,
     full_matrix,
     gathered,
     is_zero3,
@@ -134,26 +133,16 @@ class SubspaceAnchor:
             weight = 1.0 if lam is None else lam / base_lambda
             aliases = tuple(nm for nm, q in all_named.items() if q is p and nm != name)
             w0 = full_matrix(p).to(compute_dtype)
+            svd_kwargs = dict(svd=svd, oversample=oversample, n_iter=n_iter, generator=generator)
+            rest_l = lambda_rest / base_lambda if rest else 0.0
             entries.append(
-                AnchorEntry.from_weight(
-                    name,
-                    w0,
-                    k,
-                    dtype,
-                    svd=svd,
-                    oversample=oversample,
-                    n_iter=n_iter,
-                    generator=generator,
-                    aliases=aliases,
-                    weight=weight,
-                    rest=lambda_rest / base_lambda if rest else 0.0,
-                )  # fmt: skip
+                AnchorEntry.from_weight(name, w0, k, dtype, aliases=aliases, weight=weight, rest=rest_l, **svd_kwargs)
             )
-        ok, world = dist_info()
-        if ok and world > 1:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:  # rank 0's bases everywhere
             for e in entries:
                 for t in e.tensors().values():
-                    torch.distributed.broadcast(t, src=0)
+                    dist.broadcast(t, src=0)
         meta = {
             "rank": f"memory:{memory}" if memory is not None else (rank if isinstance(rank, int) else str(rule)),
             "targets": targets if isinstance(targets, str) else list(targets),

@@ -21,14 +21,7 @@ from anchorft.io import atomic_path, write_text
 from anchorft.rpsft.sharding import full_matrix
 from anchorft.subspace import reference_block, top_k_bases
 
-__all__ = [
-    "AnchorEntry",
-    "ANCHOR_FORMAT_VERSION",
-    "save_anchor",
-    "load_anchor",
-    "anchor_exists",
-    "weights_fingerprint",
-]
+__all__ = ["AnchorEntry", "save_anchor", "load_anchor", "anchor_exists", "weights_fingerprint"]
 
 ANCHOR_FORMAT_VERSION = 1
 _RECORD = ("name", "shape", "rank", "fallback", "aliases", "svd_residual", "weight", "rest")  # anchor.json, in order
@@ -62,49 +55,26 @@ class AnchorEntry:
         return (m + n) * self.rank + self.rank**2 + (m * n if self.w0 is not None else 0)
 
     @classmethod
-    def from_weight(
-        cls,
-        name: str,
-        w0: torch.Tensor,
-        k: int,
-        dtype: torch.dtype,
-        *,
-        svd: str = "exact",
-        oversample: int = 10,
-        n_iter: int = 4,
-        generator: torch.Generator | None = None,
-        aliases: tuple[str, ...] = (),
-        weight: float = 1.0,
-        rest: float = 0.0,
-    ) -> AnchorEntry:
+    def from_weight(cls, name: str, w0: torch.Tensor, k: int, dtype: torch.dtype, *, aliases: tuple[str, ...] = (),
+                    weight: float = 1.0, rest: float = 0.0, **svd_kwargs) -> AnchorEntry:  # fmt: skip
         """The entry of the pretrained W_0 (m x n, in the compute dtype) at rank k >= 1, stored in `dtype`: the L2
-        fallback (W_0) for k >= min(m, n), else U_k, V_k (`top_k_bases`) and S_ref = U_k^T W_0 V_k, plus W_0 when
-        `rest` > 0. A randomized SVD records max(||W V - U S||, ||W^T U - V S||) / ||S|| in `svd_residual`."""
+        fallback (W_0) for k >= min(m, n), else U_k, V_k (`top_k_bases(w0, k, **svd_kwargs)`) and
+        S_ref = U_k^T W_0 V_k, plus W_0 when `rest` > 0. A randomized SVD records
+        max(||W V - U S||, ||W^T U - V S||) / ||S|| in `svd_residual`."""
         m, n = w0.shape
         if k >= min(m, n):
             return cls(name, (m, n), min(m, n), True, w0=w0.to(dtype).clone(), aliases=aliases, weight=weight)
-        u, s, v = top_k_bases(w0, k, svd=svd, oversample=oversample, n_iter=n_iter, generator=generator)
+        u, s, v = top_k_bases(w0, k, **svd_kwargs)
         s_ref = reference_block(w0, u, v)
         residual = 0.0
-        if svd == "randomized":
+        if svd_kwargs.get("svd") == "randomized":
             sn = s.norm().clamp_min(1e-30)
             r1 = (w0 @ v - u * s).norm() / sn
             r2 = (w0.mT @ u - v * s).norm() / sn
             residual = float(torch.maximum(r1, r2))
-        return cls(
-            name,
-            (m, n),
-            k,
-            False,
-            u=u.to(dtype).contiguous(),
-            v=v.to(dtype).contiguous(),
-            s_ref=s_ref.to(dtype).contiguous(),
-            w0=w0.to(dtype).clone() if rest > 0 else None,
-            aliases=aliases,
-            svd_residual=residual,
-            weight=weight,
-            rest=rest,
-        )
+        u, v, s_ref = (t.to(dtype).contiguous() for t in (u, v, s_ref))
+        w0_kept = w0.to(dtype).clone() if rest > 0 else None
+        return cls(name, (m, n), k, False, u, v, s_ref, w0_kept, aliases, residual, weight, rest)
 
     def tensors(self) -> dict[str, torch.Tensor]:
         keys = ("w0",) if self.fallback else ("u", "v", "s_ref") + (("w0",) if self.w0 is not None else ())

@@ -13,16 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = [
-    "unwrap",
-    "is_zero3",
-    "logical_shape",
-    "gathered",
-    "full_matrix",
-    "dist_info",
-    "local_rows",
-    "all_reduce_concat",
-]
+__all__ = ["unwrap", "is_zero3", "logical_shape", "gathered", "full_matrix", "local_rows", "all_reduce_concat"]
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
@@ -66,12 +57,6 @@ def full_matrix(p: torch.Tensor) -> torch.Tensor:
             return p.detach().clone()
     p = p.detach()
     return p.full_tensor() if hasattr(p, "full_tensor") else p
-
-
-def dist_info() -> tuple[bool, int]:
-    """(torch.distributed initialised, world size)."""
-    ok = torch.distributed.is_available() and torch.distributed.is_initialized()
-    return ok, (torch.distributed.get_world_size() if ok else 1)
 
 
 def local_rows(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, slice | None, object]:
