@@ -66,7 +66,7 @@ MUTANTS ?= \
 	'anchorft.runs.*' \
 	'anchorft.rpsft.anchor_plan.*' \
 	'anchorft.rpsft.anchor.x?SubspaceAnchor?penalty_terms*' 'anchorft.rpsft.anchor.x?SubspaceAnchor?_summary*' \
-	'anchorft.rpsft.anchor.x?SubspaceAnchor?check_model*' \
+	'anchorft.rpsft.anchor.x?SubspaceAnchor?check_model*' 'anchorft.rpsft.anchor.x?SubspaceAnchor?_terms*' \
 	'anchorft.rpsft.anchor.x?SubspaceAnchor?_add_penalty_grad*' 'anchorft.rpsft.anchor.x?SubspaceAnchor?_drift*' \
 	'anchorft.rpsft.trainer.x?RPSFTTrainer?_anchor_due*' 'anchorft.rpsft.trainer.x?RPSFTTrainer?training_step*' \
 	'anchorft.rpsft.trainer.x?RPSFTTrainer?_anchor_scale_value*' \

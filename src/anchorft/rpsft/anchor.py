@@ -328,10 +328,13 @@ class SubspaceAnchor:
             return items, torch.zeros(0), torch.zeros(0)
         return items, torch.stack(sq), torch.stack([r.to(sq[0].device) for r in rest])
 
-    def _weights(self, device) -> tuple[torch.Tensor, torch.Tensor]:
-        w = torch.tensor([e.weight for e in self.entries], dtype=torch.float64)
-        r = torch.tensor([e.rest for e in self.entries], dtype=torch.float64)
-        return w.to(device), r.to(device)
+    def _terms(self, sq: torch.Tensor, rest: torch.Tensor) -> torch.Tensor:
+        """weight_l R_l + rest_l Rest_l per matrix, from `_blocks`' R_l (`sq`) and Rest_l (`rest`)."""
+        if not len(sq):
+            return sq
+        w = torch.tensor([e.weight for e in self.entries], dtype=torch.float64).to(sq.device)
+        r = torch.tensor([e.rest for e in self.entries], dtype=torch.float64).to(sq.device)
+        return sq * w.to(sq.dtype) + rest * r.to(sq.dtype)
 
     def penalty(self, model: nn.Module) -> torch.Tensor:
         """R = sum over matrices of weight_l R_l + rest_l Rest_l (no global lambda), differentiable, in fp32:
@@ -341,11 +344,9 @@ class SubspaceAnchor:
     def penalty_terms(self, model: nn.Module) -> torch.Tensor:
         """The per-matrix terms weight_l R_l + rest_l Rest_l (1-D, in `self.entries` order), differentiable."""
         _, sq, rest = self._blocks(model, differentiable=True)
-        if not len(sq):
-            return sq
-        self._last_sq = sq.detach()
-        w, r = self._weights(sq.device)
-        return sq * w.to(sq.dtype) + rest * r.to(sq.dtype)
+        if len(sq):
+            self._last_sq = sq.detach()
+        return self._terms(sq, rest)
 
     def summarize(self, terms: torch.Tensor) -> dict[str, float]:
         """{"penalty": sum of `terms`, "drift_max": max_l sqrt(R_l) / ||S_ref,l||_F} (R_l from the last
@@ -392,10 +393,7 @@ class SubspaceAnchor:
                 g_loc.addmm_(ud, vt, alpha=alpha)
             else:
                 g_loc.add_((ud @ vt).to(g_loc.dtype), alpha=alpha)
-        if not len(sq):
-            return self._summary(sq, sq)
-        w, r = self._weights(sq.device)
-        return self._summary(sq, sq * w.to(sq.dtype) + rest * r.to(sq.dtype))
+        return self._summary(sq, self._terms(sq, rest))
 
     # no_grad around an undecorated body, so that mutation testing (which skips decorated functions) reaches it
     add_penalty_grad_ = torch.no_grad()(_add_penalty_grad)
@@ -415,10 +413,7 @@ class SubspaceAnchor:
     def _drift(self, model: nn.Module) -> dict[str, float]:
         """{"penalty": R, "drift_max": max_l sqrt(R_l) / ||S_ref,l||_F} without touching gradients."""
         _, sq, rest = self._blocks(model, differentiable=False)
-        if not len(sq):
-            return self._summary(sq, sq)
-        w, r = self._weights(sq.device)
-        return self._summary(sq, sq * w.to(sq.dtype) + rest * r.to(sq.dtype))
+        return self._summary(sq, self._terms(sq, rest))
 
     drift = torch.no_grad()(_drift)
 

@@ -130,15 +130,9 @@ def load_anchor(path: str | os.PathLike) -> tuple[list[AnchorEntry], dict]:
     for mm in meta.pop("matrices"):
         name = mm["name"]
         e = AnchorEntry(
-            name,
-            tuple(mm["shape"]),
-            mm["rank"],
-            mm["fallback"],
-            aliases=tuple(mm["aliases"]),
-            svd_residual=mm["svd_residual"],
-            weight=float(mm.get("weight", 1.0)),
-            rest=float(mm.get("rest", 0.0)),
-        )
+            name, tuple(mm["shape"]), mm["rank"], mm["fallback"], aliases=tuple(mm["aliases"]),
+            svd_residual=mm["svd_residual"], weight=float(mm.get("weight", 1.0)), rest=float(mm.get("rest", 0.0)),
+        )  # fmt: skip
         keys = ("w0",) if e.fallback else ("u", "v", "s_ref") + (("w0",) if e.rest > 0 else ())
         for k in keys:
             key = f"{name}::{k}"
