@@ -27,15 +27,7 @@ from torch import nn
 
 from anchorft.rpsft.anchor_plan import plan_anchor, select_parameters, to_json
 from anchorft.rpsft.anchor_store import AnchorEntry, anchor_exists, load_anchor, save_anchor, weights_fingerprint
-from anchorft.rpsft.sharding import (
-    all_reduce_concat,
-    full_matrix,
-    gathered,
-    is_zero3,
-    local_rows,
-    logical_shape,
-    unwrap,
-)
+from anchorft.rpsft.sharding import all_reduce_sum, full_matrix, gathered, is_zero3, local_rows, logical_shape, unwrap
 from anchorft.subspace import block_residual, rotation_penalty, rotation_residuals
 
 __all__ = ["SubspaceAnchor", "AnchorEntry", "select_parameters", "weights_fingerprint"]
@@ -187,7 +179,7 @@ class SubspaceAnchor:
                 continue
             group = grp
             todo.append((e, e.u[rows].to(cd).mT @ w_loc.to(cd) @ e.v.to(cd)))
-        for (e, _), total in zip(todo, all_reduce_concat([t for _, t in todo], group)):
+        for (e, _), total in zip(todo, all_reduce_sum([t for _, t in todo], group)):
             e.s_ref = total.to(e.s_ref.dtype).contiguous()
 
     @property
@@ -316,7 +308,7 @@ class SubspaceAnchor:
             # one all-reduce for every sharded partial: k x k blocks (SVD branch) and fallback sums of squares
             sharded = [i for i, b in enumerate(items) if b.rows is not None]
             parts = [sq[i] if items[i].entry.fallback else items[i].residual for i in sharded]
-            for i, total in zip(sharded, all_reduce_concat(parts, reduce_group)):
+            for i, total in zip(sharded, all_reduce_sum(parts, reduce_group)):
                 if items[i].entry.fallback:
                     sq[i] = total
                 else:

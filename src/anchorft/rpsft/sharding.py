@@ -1,10 +1,6 @@
-"""The anchor's view of sharded parameters: DeepSpeed ZeRO-3 (partitioned flat, outside the forward pass) and
-FSDP2 (row-sharded DTensor), and the collectives it needs.
-
-A ZeRO-3 parameter is gathered one matrix at a time, read-only (`gathered`, `full_matrix`), wherever a whole
-matrix is needed; an FSDP2 parameter gives each rank its rows (`local_rows`), and the per-rank partial sums
-are added by one all-reduce (`all_reduce_concat`). Plain tensors pass through unchanged.
-"""
+"""The anchor's view of sharded parameters. A DeepSpeed ZeRO-3 parameter (partitioned flat) is gathered one matrix
+at a time, read-only, wherever a whole matrix is needed (`gathered`, `full_matrix`); an FSDP2 parameter (row-sharded
+DTensor) gives each rank its rows (`local_rows`), whose partial sums one all-reduce adds (`all_reduce_sum`)."""
 
 from __future__ import annotations
 
@@ -13,7 +9,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["unwrap", "is_zero3", "logical_shape", "gathered", "full_matrix", "local_rows", "all_reduce_concat"]
+__all__ = ["unwrap", "is_zero3", "logical_shape", "gathered", "full_matrix", "local_rows", "all_reduce_sum"]
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
@@ -83,7 +79,7 @@ def local_rows(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, slic
     return p.to_local().detach(), grad, slice(offset[0], offset[0] + shape[0]), p.device_mesh.get_group()
 
 
-def all_reduce_concat(parts: Sequence[torch.Tensor], group) -> list[torch.Tensor]:
+def all_reduce_sum(parts: Sequence[torch.Tensor], group) -> list[torch.Tensor]:
     """Sum `parts` over the ranks of `group` with one all-reduce of their concatenation; returns views of the
     sums, each in its part's shape (an empty list for no parts, without a collective)."""
     if not parts:
