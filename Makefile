@@ -66,7 +66,7 @@ MUTANTS ?= \
 	'anchorft.runs.*' \
 	'anchorft.rpsft.anchor_plan.*' \
 	'anchorft.rpsft.anchor.x?SubspaceAnchor?penalty_terms*' 'anchorft.rpsft.anchor.x?SubspaceAnchor?_summary*' \
-	'anchorft.rpsft.anchor.x?SubspaceAnchor?check_model*' \
+	'anchorft.rpsft.anchor.x?SubspaceAnchor?check_model*' 'anchorft.rpsft.anchor.x?SubspaceAnchor?_terms*' \
 	'anchorft.rpsft.anchor.x?SubspaceAnchor?_add_penalty_grad*' 'anchorft.rpsft.anchor.x?SubspaceAnchor?_drift*' \
 	'anchorft.rpsft.trainer.x?RPSFTTrainer?_anchor_due*' 'anchorft.rpsft.trainer.x?RPSFTTrainer?training_step*' \
 	'anchorft.rpsft.trainer.x?RPSFTTrainer?_anchor_scale_value*' \
@@ -79,8 +79,7 @@ MUTANTS ?= \
 	'anchorft.w2s.dynamics.x_step_scale*' 'anchorft.w2s.dynamics.x_schedule_factor*'
 # the slower rest (each runs tiny training)
 MUTANTS_MORE = \
-	'anchorft.rpsft.anchor.x?SubspaceAnchor?_blocks*' 'anchorft.rpsft.anchor.x_select_parameters*' \
-	'anchorft.rpsft.anchor.x__named_matrices*' 'anchorft.rpsft.anchor.x_weights_fingerprint*' \
+	'anchorft.rpsft.anchor.x?SubspaceAnchor?_blocks*' 'anchorft.rpsft.anchor_store.x_weights_fingerprint*' \
 	'anchorft.rpsft.trainer.x?RPSFTTrainer?compute_loss*'
 
 mutants: $(DEV)

@@ -113,21 +113,19 @@ def test_block_residual_computes_in_the_bases_dtype():
     torch.testing.assert_close(got, u.mT @ w.float().double() @ v - s_ref)
 
 
-def test_rotation_penalty_and_grad_against_autograd_and_projectors():
-    from anchorft.subspace import rotation_penalty, rotation_penalty_grad, rotation_residuals
+def test_rotation_penalty_against_projectors():
+    from anchorft.subspace import rotation_penalty, rotation_residuals
 
     w0 = _rand(9, 7, seed=3)
     u, _, v = top_k_bases(w0, 3)
     s_ref = reference_block(w0, u, v)
-    w = (w0 + 0.1 * _rand(9, 7, seed=4)).requires_grad_(True)
+    w = w0 + 0.1 * _rand(9, 7, seed=4)
     # independent form: ||D||^2 - ||(I - P_U) D (I - P_V)||^2 with explicit projectors
     d = w - w0
     pu, pv = u @ u.T, v @ v.T
     ref = d.pow(2).sum() - ((torch.eye(9, dtype=w.dtype) - pu) @ d @ (torch.eye(7, dtype=w.dtype) - pv)).pow(2).sum()
-    (auto,) = torch.autograd.grad(ref, w)
     a, b, c = rotation_residuals(w.detach(), u, v, s_ref)  # without W_0: from S_ref (exact SVD)
     assert float(rotation_penalty(a, b, c)) == pytest.approx(float(ref), rel=1e-10)
-    torch.testing.assert_close(rotation_penalty_grad(u, v, a, b, c), auto, rtol=1e-10, atol=1e-12)
     a2, b2, c2 = rotation_residuals(w.detach(), u, v, s_ref, w0=w0)  # with W_0: the same
     torch.testing.assert_close(a2, a)
     torch.testing.assert_close(b2, b)

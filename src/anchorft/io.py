@@ -11,10 +11,20 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_text", "write_json", "write_jsonl", "iter_jsonl", "pyplot", "save_figure", "new_file_mode"]
+__all__ = [
+    "atomic_path",
+    "write_text",
+    "write_json",
+    "write_jsonl",
+    "iter_jsonl",
+    "pyplot",
+    "save_figure",
+    "new_file_mode",
+]
 
 
 def new_file_mode() -> int:
@@ -27,23 +37,26 @@ def new_file_mode() -> int:
     return 0o666 & ~umask
 
 
-def _atomic(path: str | os.PathLike, suffix: str) -> tuple[Path, str]:
+@contextmanager
+def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[str]:
+    """A temporary file beside `path` (parents created, mode `new_file_mode()`) for the block to write; it
+    replaces `path` when the block ends without an error, and is removed in any case."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=suffix)
     os.close(fd)
-    os.chmod(tmp, new_file_mode())
-    return path, tmp
+    try:
+        yield tmp
+        os.chmod(tmp, new_file_mode())  # after the write: a writer that replaces the file (safetensors) leaves 0o600
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
     """Write `text` to `path` atomically."""
-    path, tmp = _atomic(path, ".txt")
-    try:
+    with atomic_path(path, ".txt") as tmp:
         Path(tmp).write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
 
 
 def write_json(path: str | os.PathLike, obj: Any, indent: int = 1, **dump_kwargs: Any) -> None:
@@ -102,10 +115,8 @@ def save_figure(fig, path: str | os.PathLike, dpi: int = 100, **savefig_kwargs: 
     """Save a matplotlib figure as PNG to `path` atomically, then close it."""
     import matplotlib.pyplot as plt
 
-    path, tmp = _atomic(path, ".png")
     try:
-        fig.savefig(tmp, dpi=dpi, format="png", **savefig_kwargs)
-        os.replace(tmp, path)
+        with atomic_path(path, ".png") as tmp:
+            fig.savefig(tmp, dpi=dpi, format="png", **savefig_kwargs)
     finally:
         plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)

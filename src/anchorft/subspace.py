@@ -36,7 +36,6 @@ __all__ = [
     "subspace_penalty_grad",
     "rotation_residuals",
     "rotation_penalty",
-    "rotation_penalty_grad",
     "energy_rank",
     "cumulative_block_energy",
 ]
@@ -115,13 +114,6 @@ def rotation_penalty(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch
     """R_sub = ||U_0^T D||_F^2 + ||D V_0||_F^2 - ||U_0^T D V_0||_F^2 from `rotation_residuals`' (A, B, C)."""
     dims = (-2, -1)
     return a.pow(2).sum(dim=dims) + b.pow(2).sum(dim=dims) - c.pow(2).sum(dim=dims)
-
-
-def rotation_penalty_grad(
-    u: torch.Tensor, v: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor
-) -> torch.Tensor:
-    """dR_sub/dW = 2 (P_U D + D P_V - P_U D P_V) = 2 (U_0 A + B V_0^T - U_0 C V_0^T), in closed form."""
-    return 2.0 * (u @ a + (b - u @ c) @ v.mT)
 
 
 def energy_rank(s: torch.Tensor, fraction: float) -> int:

@@ -150,7 +150,7 @@ def zero(stage: str, tok_dir: str, out: str) -> None:
     )
     tr = RPSFTTrainer(model, args, train_dataset=pc_dataset(16), processing_class=tok)
     assert tr.is_deepspeed_enabled and tr.accelerator.state.deepspeed_plugin.zero_stage == int(stage)
-    import anchorft.rpsft.anchor as anchor_mod
+    import anchorft.rpsft.anchor_store as anchor_mod  # where the bases are computed
 
     svd_wrappers = []  # for each SVD: the type of the trainer's wrapped model (DeepSpeedEngine once prepared)
     top_k = anchor_mod.top_k_bases
@@ -183,7 +183,8 @@ def zero3_anchor(out: str) -> None:
     import deepspeed
     from deepspeed.utils import safe_get_full_grad
 
-    from anchorft.rpsft.anchor import SubspaceAnchor, _is_zero3
+    from anchorft.rpsft.anchor import SubspaceAnchor
+    from anchorft.rpsft.sharding import is_zero3
 
     deepspeed.init_distributed(dist_backend="gloo")
     from conftest import tiny_model
@@ -197,7 +198,7 @@ def zero3_anchor(out: str) -> None:
     }
     opt = torch.optim.SGD(m.parameters(), lr=0.0)
     engine, *_ = deepspeed.initialize(model=m, optimizer=opt, config=config)
-    partitioned = all(_is_zero3(p) and p.numel() == 0 for p in m.parameters())
+    partitioned = all(is_zero3(p) and p.numel() == 0 for p in m.parameters())
     a_ds = SubspaceAnchor.from_model(m, rank=5)  # gathers each matrix
     a_ref = SubspaceAnchor.from_model(ref, rank=5)
     bases_err = max(

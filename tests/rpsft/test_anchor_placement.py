@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import anchorft.rpsft.anchor as anchor_mod
+import anchorft.rpsft.anchor_store as store_mod
 from anchorft.rpsft.anchor import weights_fingerprint
 from anchorft.rpsft.trainer import RPSFTTrainer
 
@@ -38,13 +39,13 @@ def _wrap_prepare(tr, events, cast=None):
 
 
 def _count_svds(monkeypatch, events):
-    original = anchor_mod.top_k_bases
+    original = store_mod.top_k_bases
 
     def counted(*a, **k):
         events.append("svd")
         return original(*a, **k)
 
-    monkeypatch.setattr(anchor_mod, "top_k_bases", counted)
+    monkeypatch.setattr(store_mod, "top_k_bases", counted)
 
 
 def test_every_svd_runs_after_prepare(rp, tokenizer, dataset, tmp_path, monkeypatch):

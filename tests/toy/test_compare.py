@@ -304,8 +304,8 @@ def test_fisher_rule_runs_in_the_comparison(tmp_path, monkeypatch):
     fisher = calibration_fisher(cfg, run, base, tok)
     assert fisher and all(v.shape == dict(base.named_parameters())[n].shape for n, v in fisher.items())
     assert any(float(v.abs().sum()) > 0 for v in fisher.values())
-    low = SubspaceAnchor.plan(base, rank="fisher:0.3", fisher=fisher)["ranks"]
-    full = SubspaceAnchor.plan(base, rank="fisher:1.0", fisher=fisher)["ranks"]
+    low = SubspaceAnchor.plan(base, rank="fisher:0.3", fisher=fisher).ranks
+    full = SubspaceAnchor.plan(base, rank="fisher:1.0", fisher=fisher).ranks
     shapes = {n: p.shape for n, p in base.named_parameters()}
     assert all(full[n] == min(shapes[n]) for n in fisher) and sum(low.values()) < sum(full.values())
     cfg.runs = [run]

@@ -18,7 +18,7 @@ Fisher's diagonal block of that matrix), without forming F:
 
     F_ood G = (1/N) sum_j H_j <H_j, G>_F,   share_k = ||U_0^T (F_ood G) V_0||_F^2 / ||F_ood G||_F^2
 
-(`fisher_vector_product`, `fisher_projected_overlap`): the paper's summary ("about 20 %") is this share.
+(`fisher_gradient_product`, `fisher_projected_overlap`): the paper's summary ("about 20 %") is this share.
 The in-domain share above (`fisher_overlap`) is kept beside it.
 """
 
@@ -27,14 +27,11 @@ from __future__ import annotations
 import torch
 
 from anchorft.rpsft.calibration import fisher_gradient_product
+from anchorft.subspace import cumulative_block_energy
 
 __all__ = [
-    "block_energy",
-    "block_energy_share",
     "expected_random_share",
     "random_orthonormal",
-    "nested_block_energy",
-    "fisher_vector_product",
     "fisher_gradient_product",
     "fisher_product_from_files",
     "fisher_overlap",
@@ -42,20 +39,10 @@ __all__ = [
 ]
 
 
-def block_energy(g: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """||U^T G V||_F^2 over the last two dims (batched)."""
-    return (u.mT @ g.to(u.dtype) @ v).pow(2).sum(dim=(-2, -1))
-
-
-def block_energy_share(g: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """||U^T G V||_F^2 / ||G||_F^2: the share of the gradient's energy inside the block of U, V."""
-    return block_energy(g, u, v) / g.to(u.dtype).pow(2).sum(dim=(-2, -1))
-
-
-def nested_block_energy(g: torch.Tensor, u: torch.Tensor, v: torch.Tensor, ks: list[int]) -> list[float]:
-    """[||U[:, :k]^T G V[:, :k]||_F^2 for k in ks] from one product U^T G V (the blocks are nested)."""
-    a2 = (u.mT @ g.to(u.dtype) @ v).pow(2)
-    return [a2[:k, :k].sum().item() for k in ks]
+def _nested(g: torch.Tensor, u: torch.Tensor, v: torch.Tensor, ks: list[int]) -> list[float]:
+    """[||U[:, :k]^T G V[:, :k]||_F^2 for k in ks] (nested blocks: `anchorft.subspace.cumulative_block_energy`)."""
+    cum = cumulative_block_energy(g, u, v)
+    return [cum[k - 1].item() for k in ks]
 
 
 def expected_random_share(m: int, n: int, k: int) -> float:
@@ -68,13 +55,6 @@ def random_orthonormal(m: int, k: int, generator: torch.Generator, dtype: torch.
     z = torch.randn(m, k, generator=generator, dtype=dtype)
     q, r = torch.linalg.qr(z)
     return q * torch.sign(torch.diagonal(r)).unsqueeze(0)
-
-
-def fisher_vector_product(per_example_grads: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """F g = (1/N) sum_j H_j <H_j, G>_F for per-example gradients H (N, m, n) and a direction G (m, n),
-    with F = (1/N) sum_j vec(H_j) vec(H_j)^T the empirical Fisher (never formed: O(N m n) work and memory)."""
-    coef = (per_example_grads * g.unsqueeze(0)).sum(dim=(-2, -1))
-    return torch.einsum("j,j...->...", coef, per_example_grads) / per_example_grads.shape[0]
 
 
 def _frames(params, names, kmax, n_random, gen, svd, dtype) -> dict:
@@ -134,7 +114,7 @@ def fisher_projected_overlap(
 
     G = mean over `id_batches` of the in-domain loss gradient (the SFT direction); F_ood the empirical Fisher of
     the per-example OOD gradients (`ood_batches` of batch size 1), applied matrix by matrix in one streaming
-    pass (`fisher_vector_product`'s sum, one example at a time). Returns {name: {"shape", "grad_energy"
+    pass (`fisher_gradient_product`: the sum above, one example at a time). Returns {name: {"shape", "grad_energy"
     (||F_ood G||_F^2), "share": {k: ..}, "random_share": {k: ..}, "expected_random": {k: ..}}}.
     """
     params = dict(model.named_parameters())
@@ -152,11 +132,11 @@ def fisher_projected_overlap(
         m, n = params[name].shape
         u, v, rand = frames[name]
         t = max(fg[name].pow(2).sum().item(), 1e-300)
-        rb = [nested_block_energy(fg[name], ur, vr, ks) for ur, vr in rand]
+        rb = [_nested(fg[name], ur, vr, ks) for ur, vr in rand]
         out[name] = {
             "shape": [m, n],
             "grad_energy": t,
-            "share": {k: e / t for k, e in zip(ks, nested_block_energy(fg[name], u, v, ks))},
+            "share": {k: e / t for k, e in zip(ks, _nested(fg[name], u, v, ks))},
             "random_share": {k: sum(r[i] for r in rb) / (t * max(n_random, 1)) for i, k in enumerate(ks)},
             "expected_random": {k: expected_random_share(m, n, k) for k in ks},
         }
@@ -205,10 +185,10 @@ def fisher_overlap(
             g = g.detach().to(dtype)
             u, v, rand = frames[name]
             total[name] += g.pow(2).sum().item()
-            for i, e in enumerate(nested_block_energy(g, u, v, ks)):
+            for i, e in enumerate(_nested(g, u, v, ks)):
                 block[name][i] += e
             for r, (ur, vr) in enumerate(rand):
-                for i, e in enumerate(nested_block_energy(g, ur, vr, ks)):
+                for i, e in enumerate(_nested(g, ur, vr, ks)):
                     rblock[name][r][i] += e
     model.zero_grad(set_to_none=True)
     model.train(was_training)

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
 import torch
 from safetensors import safe_open
+
+from anchorft.rpsft.anchor_plan import layer_index  # re-exported: the analysis groups by it
 
 __all__ = [
     "WeightSource",
@@ -85,12 +86,6 @@ def matrix_type(name: str) -> str:
         if p in _TYPES:
             return _TYPES[p]
     return parts[-2] if len(parts) >= 2 else parts[0]
-
-
-def layer_index(name: str) -> int | None:
-    """The decoder layer number in `...layers.<i>...` (or `...h.<i>...`); None outside the layers."""
-    m = re.search(r"\.(?:layers|h|blocks)\.(\d+)\.", "." + name)
-    return int(m.group(1)) if m else None
 
 
 def read_config(path: str | os.PathLike, role: str) -> dict:

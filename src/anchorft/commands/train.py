@@ -159,7 +159,7 @@ def _estimate_resolved(a) -> int:
                 memory=a.anchor_memory,
                 lambda_rest=a.anchor_lambda_rest,
             )
-            ranks, shapes = planned["ranks"], planned["shapes"]
+            ranks, shapes = planned.ranks, planned.shapes
             rest = a.anchor_lambda_rest > 0
             numbers = sum(anchor_numbers(*shapes[n], k, rest) for n, k in ranks.items())
             print(f"anchor ranks for {path} (rank {a.anchor_rank_rule or a.anchor_rank}, map {a.anchor_map}, "

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from anchorft.io import new_file_mode
+from anchorft.io import atomic_path
 
 __all__ = ["RELEASE_REPO", "RELEASE_COMMIT", "RELEASE_URL", "FILES", "OPTIONAL", "sha256", "fetch_benchmarks"]
 
@@ -89,11 +88,9 @@ def _source_root(source: Path) -> Path:
 def _copy_checked(read: Callable[[], object], dest: Path, rel: str, digest: str, where: str) -> None:
     """Stream `read()` (a binary file object) to a temporary file beside `dest`, then move it into place only if
     its SHA-256 equals `digest`; a mismatch raises ValueError and leaves nothing behind."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".tmp-", suffix=".jsonl")
-    try:
+    with atomic_path(dest, ".jsonl") as tmp:
         h = hashlib.sha256()
-        with os.fdopen(fd, "wb") as out, read() as src:
+        with open(tmp, "wb") as out, read() as src:
             for block in iter(lambda: src.read(_CHUNK), b""):
                 h.update(block)
                 out.write(block)
@@ -102,10 +99,6 @@ def _copy_checked(read: Callable[[], object], dest: Path, rel: str, digest: str,
                 f"{rel} from {where}: SHA-256 {h.hexdigest()[:16]}... differs from the release's {digest[:16]}...; "
                 "refused (a different or damaged file)"
             )
-        os.chmod(tmp, new_file_mode())
-        os.replace(tmp, dest)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
 
 
 def fetch_benchmarks(

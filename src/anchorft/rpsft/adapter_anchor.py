@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from anchorft.rpsft.sharding import unwrap
 from anchorft.subspace import rotation_penalty, top_k_bases
 
 __all__ = ["AdapterAnchor", "AdapterEntry", "adapter_modules", "adapter_delta"]
@@ -49,18 +50,12 @@ class AdapterEntry:
         return self.u is None
 
 
-def _unwrap(model: nn.Module) -> nn.Module:
-    while hasattr(model, "module") and isinstance(model.module, nn.Module):
-        model = model.module
-    return model
-
-
 def adapter_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """(name, module) of every PEFT tuner layer with an adapter that has a `get_delta_weight`, in module order."""
     from peft.tuners.tuners_utils import BaseTunerLayer
 
     out = []
-    for name, mod in _unwrap(model).named_modules():
+    for name, mod in unwrap(model).named_modules():
         if isinstance(mod, BaseTunerLayer) and hasattr(mod, "get_delta_weight") and _active(mod):
             out.append((name, mod))
     return out
@@ -118,7 +113,7 @@ class AdapterAnchor:
         return self
 
     def _modules(self, model: nn.Module) -> list[nn.Module]:
-        mods = dict(_unwrap(model).named_modules())
+        mods = dict(unwrap(model).named_modules())
         missing = [e.name for e in self.entries if e.name not in mods]
         if missing:
             raise ValueError(f"adapter anchor: modules {missing[:3]} not in the model")

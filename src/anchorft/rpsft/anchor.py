@@ -9,238 +9,41 @@ with U_0 (m x k), V_0 (n x k) the top-k singular bases of the pretrained W_0. A 
 k >= min(m, n) falls back to the full L2 anchor ||W - W_0||_F^2 (then W_0 itself is stored); the SVD
 branch keeps only U_0, V_0 and the k x k block: (m + n) k + k^2 numbers, no copy of W_0.
 
-The per-matrix maths lives in `anchorft.subspace`; this module selects matrices, stores the
-bases, applies the penalty and its closed-form gradient (also on row-sharded DTensor parameters, as
-FSDP2 holds them) and saves / loads the anchor (safetensors + JSON). DeepSpeed ZeRO-3 parameters
-(partitioned flat, outside the forward pass) are gathered one matrix at a time
-(`deepspeed.zero.GatheredParameters`, read-only) wherever a whole matrix is needed.
+The per-matrix maths lives in `anchorft.subspace`, the choice of matrices and ranks in `anchor_plan`, the stored
+form (entries, files, fingerprint) in `anchor_store`, the sharded parameters' plumbing in `sharding`. This module
+builds the anchor and applies the penalty and its closed-form gradient, also on row-sharded DTensor parameters
+(FSDP2) and on DeepSpeed ZeRO-3 ones, gathered one matrix at a time wherever a whole matrix is needed.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
 import math
 import os
-import re
-import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 
-from anchorft.errors import UsageError
-from anchorft.io import new_file_mode
-from anchorft.subspace import (
-    block_residual,
-    reference_block,
-    rotation_penalty,
-    rotation_residuals,
-    top_k_bases,
-)
+from anchorft.rpsft.anchor_plan import plan_anchor, select_parameters, to_json
+from anchorft.rpsft.anchor_store import AnchorEntry, anchor_exists, load_anchor, save_anchor, weights_fingerprint
+from anchorft.rpsft.sharding import all_reduce_sum, full_matrix, gathered, is_zero3, local_rows, logical_shape, unwrap
+from anchorft.subspace import block_residual, rotation_penalty, rotation_residuals
 
 __all__ = ["SubspaceAnchor", "AnchorEntry", "select_parameters", "weights_fingerprint"]
 
-ANCHOR_FORMAT_VERSION = 1
-_EXCLUDED = re.compile(r"(^|\.)(vision|visual|vision_tower|vision_model|image_encoder|cross_attn|cross_attention)\b")
-
 
 @dataclass
-class AnchorEntry:
-    """One anchored matrix. SVD branch: u (m x k), v (n x k), s_ref (k x k) (and w0 when `rest` > 0). Fallback:
-    w0 (m x n). `weight` multiplies its penalty term (a map's lambda over the global lambda); `rest` weights
-    the L2 on the complement of the protected part (anchor_lambda_rest over the global lambda)."""
+class _Block:
+    """One matrix's terms in `SubspaceAnchor._blocks`: its entry and parameter, the local weight and gradient (the
+    rows this rank holds), their row slice of the whole matrix (None: whole) and the residual (see `_blocks`)."""
 
-    name: str
-    shape: tuple[int, int]
-    rank: int
-    fallback: bool
-    u: torch.Tensor | None = None
-    v: torch.Tensor | None = None
-    s_ref: torch.Tensor | None = None
-    w0: torch.Tensor | None = None
-    aliases: tuple[str, ...] = ()
-    svd_residual: float = 0.0
-    weight: float = 1.0
-    rest: float = 0.0
-
-    @property
-    def numel(self) -> int:
-        """Numbers stored for this matrix: (m + n) k + k^2 (SVD branch; + m n with W_0 for `rest`) or m n."""
-        m, n = self.shape
-        if self.fallback:
-            return m * n
-        return (m + n) * self.rank + self.rank**2 + (m * n if self.w0 is not None else 0)
-
-    def tensors(self) -> dict[str, torch.Tensor]:
-        keys = ("w0",) if self.fallback else ("u", "v", "s_ref") + (("w0",) if self.w0 is not None else ())
-        return {k: getattr(self, k) for k in keys}
-
-
-def _unwrap(model: nn.Module) -> nn.Module:
-    while hasattr(model, "module") and isinstance(model.module, nn.Module):
-        model = model.module
-    return model
-
-
-def _named_matrices(model: nn.Module, include_embeddings: bool) -> list[tuple[str, nn.Parameter, str]]:
-    """Every trainable 2-D weight of an nn.Linear / nn.Embedding module, once (tied weights counted once).
-
-    Returns (parameter name, parameter, kind) with kind "linear" or "embedding"; the output embedding
-    (lm_head) counts as an embedding. Vision and cross-attention modules are excluded.
-    """
-    model = _unwrap(model)
-    out_emb = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    seen: set[int] = set()
-    result = []
-    for mod_name, module in model.named_modules():
-        if not isinstance(module, (nn.Linear, nn.Embedding)) or _EXCLUDED.search(mod_name):
-            continue
-        p = module.weight
-        if p is None or len(_shape(p)) != 2 or not p.requires_grad or id(p) in seen:
-            continue
-        seen.add(id(p))
-        kind = "embedding" if isinstance(module, nn.Embedding) or module is out_emb else "linear"
-        result.append((f"{mod_name}.weight" if mod_name else "weight", p, kind))
-    return result
-
-
-def select_parameters(
-    model: nn.Module, targets: str | Sequence[str] = "all-linear", include_embeddings: bool = True
-) -> list[tuple[str, nn.Parameter]]:
-    """The matrices an anchor covers, as (name, parameter); tied weights appear once.
-
-    `targets`: "all-linear" (every linear weight, lm_head included when `include_embeddings`), a
-    regular expression searched in the parameter names, or a list of names (a full parameter name, a
-    module name, or a module's last name component such as "q_proj"). Raises ValueError, listing the
-    names available, when nothing matches.
-    """
-    candidates = _named_matrices(model, include_embeddings)
-    if isinstance(targets, str) and targets == "all-linear":
-        chosen = [(n, p) for n, p, kind in candidates if kind == "linear" or include_embeddings]
-    else:
-        if isinstance(targets, str):
-            try:
-                pattern = re.compile(targets)
-            except re.error as e:
-                raise ValueError(f"anchor_targets: invalid regular expression {targets!r}: {e}") from None
-            chosen = [(n, p) for n, p, _ in candidates if pattern.search(n)]
-        elif isinstance(targets, Iterable):
-            wanted = set(targets)
-            chosen = []
-            for n, p, _ in candidates:
-                mod = n[: -len(".weight")] if n.endswith(".weight") else n
-                if n in wanted or mod in wanted or mod.rsplit(".", 1)[-1] in wanted:
-                    chosen.append((n, p))
-        else:
-            raise ValueError(f"anchor_targets must be 'all-linear', a regex or a list of names, got {targets!r}")
-        if not include_embeddings:
-            emb = {n for n, _, kind in candidates if kind == "embedding"}
-            chosen = [(n, p) for n, p in chosen if n not in emb]
-    if not chosen:
-        names = [n for n, _, _ in candidates]
-        leaves = sorted({n.rsplit(".", 2)[-2] if n.count(".") else n for n in names})
-        raise ValueError(
-            f"anchor_targets={targets!r} matches no trainable 2-D weight of {type(_unwrap(model)).__name__}. "
-            f"Module names available: {leaves}; e.g. parameters {names[:6]}{' ...' if len(names) > 6 else ''}"
-        )
-    return chosen
-
-
-def _fisher_rank(cum: torch.Tensor, total: float, fraction: float, k_max: int) -> int:
-    """The smallest k with ||U_k^T (F G) V_k||^2 >= fraction * ||F G||^2 (k_max, the whole matrix, if no block
-    reaches it; 0 for fraction 0, k_max for fraction 1)."""
-    if fraction == 0.0:
-        return 0
-    if fraction == 1.0 or total <= 0.0:
-        return k_max if fraction > 0 and total > 0 else 0
-    hit = (cum >= fraction * total).nonzero()
-    return int(hit[0, 0]) + 1 if hit.numel() else k_max
-
-
-def _is_zero3(p: torch.Tensor) -> bool:
-    """True for a DeepSpeed ZeRO-3 parameter (its `.data` is an empty placeholder outside `_gathered`)."""
-    return hasattr(p, "ds_id") and hasattr(p, "ds_shape")
-
-
-def _shape(p: torch.Tensor) -> tuple[int, ...]:
-    """The logical shape of a parameter, also when ZeRO-3 has partitioned it."""
-    return tuple(p.ds_shape) if _is_zero3(p) else tuple(p.shape)
-
-
-def _gathered(params: Sequence[torch.Tensor]):
-    """Context in which ZeRO-3 parameters hold their whole matrix on every rank (read-only; a collective:
-    every rank must enter it); a no-op for any other parameter. Parameters DeepSpeed holds whole already (small
-    ones it keeps persistent, those gathered by a forward in progress) are left alone: gathering them would
-    partition them on exit, under DeepSpeed's feet."""
-    if not any(_is_zero3(p) for p in params):
-        return contextlib.nullcontext()
-    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
-
-    z3 = [p for p in params if _is_zero3(p) and p.ds_status != ZeroParamStatus.AVAILABLE]
-    if not z3:
-        return contextlib.nullcontext()
-    import deepspeed
-
-    return deepspeed.zero.GatheredParameters(z3, modifier_rank=None)
-
-
-def _full(p: torch.Tensor) -> torch.Tensor:
-    """The whole matrix of a (possibly sharded DTensor or ZeRO-3 partitioned) parameter, detached."""
-    if _is_zero3(p):
-        with _gathered([p]):
-            return p.detach().clone()
-    p = p.detach()
-    return p.full_tensor() if hasattr(p, "full_tensor") else p
-
-
-def weights_fingerprint(named: Sequence[tuple[str, torch.Tensor]]) -> str:
-    """sha256 over names, shapes and a strided sample (<= 4096 values, rounded to bf16) of each matrix.
-
-    Rounding to bf16 makes the fingerprint of a checkpoint the same whether it is loaded in fp32 or bf16;
-    it still tells apart any two different pretrained models.
-    """
-    h = hashlib.sha256()
-    for name, p in named:
-        w = _full(p)
-        flat = w.reshape(-1)
-        stride = max(1, flat.numel() // 4096)
-        sample = flat[::stride][:4096].to(torch.bfloat16).float().cpu().contiguous()
-        h.update(f"{name}:{tuple(w.shape)};".encode())
-        h.update(sample.numpy().tobytes())
-    return h.hexdigest()
-
-
-def _dist_info() -> tuple[bool, int]:
-    ok = torch.distributed.is_available() and torch.distributed.is_initialized()
-    return ok, (torch.distributed.get_world_size() if ok else 1)
-
-
-def _local_rows(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, slice | None, object]:
-    """(local weight, local grad, row slice of the full matrix or None if replicated, process group).
-
-    Plain tensors and replicated DTensors are whole. A DTensor sharded on dim 0 (FSDP2's layout)
-    gives its local rows, their offset and the mesh's group. Other layouts are rejected.
-    """
-    if not hasattr(p, "to_local"):
-        return p.detach(), p.grad, None, None
-    from torch.distributed.tensor import Replicate, Shard
-
-    placements = tuple(p.placements)
-    grad = p.grad.to_local() if p.grad is not None else None
-    if all(isinstance(pl, Replicate) for pl in placements):
-        return p.to_local().detach(), grad, None, None
-    if p.device_mesh.ndim != 1 or not (len(placements) == 1 and isinstance(placements[0], Shard)):
-        raise ValueError(f"anchor: unsupported DTensor layout {placements}; expected Shard(0) on a 1-D mesh (FSDP2)")
-    if placements[0].dim != 0:
-        raise ValueError(f"anchor: parameter sharded on dim {placements[0].dim}; only row sharding is supported")
-    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
-
-    shape, offset = compute_local_shape_and_global_offset(p.shape, p.device_mesh, placements)
-    return p.to_local().detach(), grad, slice(offset[0], offset[0] + shape[0]), p.device_mesh.get_group()
+    entry: AnchorEntry
+    param: torch.Tensor
+    weight: torch.Tensor | None
+    grad: torch.Tensor | None
+    rows: slice | None
+    residual: torch.Tensor | tuple | None
 
 
 class SubspaceAnchor:
@@ -257,141 +60,8 @@ class SubspaceAnchor:
         self.meta = dict(meta)
 
     # ------------------------------------------------------------------ construction
-    @staticmethod
-    def plan(
-        model: nn.Module,
-        rank: int | str = 768,
-        targets: str | Sequence[str] = "all-linear",
-        include_embeddings: bool = True,
-        dtype: torch.dtype = torch.float32,
-        *,
-        rank_map=None,
-        layers: str | None = None,
-        memory: int | None = None,
-        lambda_rest: float = 0.0,
-        kind: str = "block",
-        base_lambda: float = 1.0,
-        fisher: dict[str, torch.Tensor] | None = None,
-        svd: str = "exact",
-    ) -> dict:
-        """The anchor's plan without its bases: {"named": [(name, param)], "ranks": {name: k}, "mapped": {name:
-        map entry}, "rule", "map_entries", "budget": {...}} (what `from_model` builds; `anchorft train --estimate`
-        prints its ranks). Checks every input (one-line ValueError) before any SVD; then only singular values
-        (and, for fisher rules, the bases of F_ood G's projection) are computed."""
-        from anchorft.rpsft import anchor_plan as plan
-        from anchorft.subspace import cumulative_block_energy, energy_rank
-
-        if isinstance(rank, str) and rank.strip().isdigit():
-            rank = int(rank)
-        if isinstance(rank, str):
-            rule = plan.parse_rank_rule(rank, "anchor rank")
-        elif isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-            raise UsageError(f"anchor rank must be an integer >= 1 or 'energy:F' / 'fisher:F', got {rank!r}")
-        else:
-            rule = rank
-        if svd not in ("exact", "randomized"):
-            raise UsageError(f"anchor svd must be 'exact' or 'randomized', got {svd!r}")
-        if kind not in ("block", "subspace"):
-            raise UsageError(f"anchor kind must be 'block' or 'subspace', got {kind!r}")
-        if not lambda_rest >= 0:
-            raise UsageError(f"anchor lambda_rest must be >= 0, got {lambda_rest!r}")
-        if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int) or memory < 1):
-            raise UsageError(f"anchor memory must be a number of bytes >= 1, got {memory!r}")
-        entries_map = plan.parse_anchor_map(rank_map)
-        if (lambda_rest > 0 or any(e.lam is not None for e in entries_map)) and not base_lambda > 0:
-            raise UsageError("anchor: a map lambda or lambda_rest needs a global anchor lambda > 0")
-        named = select_parameters(model, targets, include_embeddings)
-        keep = set(plan.select_layers([n for n, _ in named], layers))
-        named = [(n, p) for n, p in named if n in keep]
-        names = [n for n, _ in named]
-        mapped = plan.map_for(names, entries_map)
-        shapes = {n: tuple(_shape(p)) for n, p in named}
-        bpn = torch.empty((), dtype=dtype).element_size()
-        rest = lambda_rest > 0
-        fixed = {n: e.rank for n, e in mapped.items() if e.rank is not None}
-        if memory is not None:
-            free = [n for n in names if n not in fixed]
-            need = plan.min_block_bytes([shapes[n] for n in free] or list(shapes.values()), bpn, rest)
-            if memory < need:
-                raise UsageError(
-                    f"anchor memory {memory:,} bytes is below the cheapest rank-1 block ({need:,} bytes at "
-                    f"{bpn} bytes/number)"
-                )
-        specs = {n: fixed.get(n, rule) for n in names}
-        objective = rule.kind if isinstance(rule, plan.RankRule) else "energy"
-        uses_fisher = any(isinstance(r, plan.RankRule) and r.kind == "fisher" for r in specs.values()) or (
-            memory is not None and objective == "fisher"
-        )
-        if uses_fisher:
-            missing = [n for n in names if fisher is None or n not in fisher]
-            if missing:
-                raise UsageError(
-                    f"anchor: fisher rules need F_ood G per matrix (fisher=, from "
-                    f"anchorft.rpsft.calibration.fisher_gradient_product); missing for {missing[:4]}"
-                )
-        compute_dtype = torch.float64 if dtype == torch.float64 else torch.float32
-
-        # ---- resolve the per-matrix ranks (spectra and Fisher curves where a rule or the budget needs them)
-        params = dict(named)
-        curves: dict[str, dict] = {}
-        needs_curve = [
-            n for n in names if isinstance(specs[n], plan.RankRule) or (memory is not None and n not in fixed)
-        ]
-        for n in needs_curve:
-            w0 = _full(params[n]).to(compute_dtype)
-            spec = specs[n] if isinstance(specs[n], plan.RankRule) else None
-            kind_n = spec.kind if spec is not None else objective
-            if kind_n == "fisher":
-                u, s, vh = torch.linalg.svd(w0, full_matrices=False)
-                fg = fisher[n].to(w0.device, compute_dtype)
-                total = float(fg.pow(2).sum())
-                cum = cumulative_block_energy(fg, u, vh.mT)
-                curves[n] = {"s": s, "fisher": cum, "fisher_total": total}
-            else:
-                curves[n] = {"s": torch.linalg.svdvals(w0)}
-        ranks: dict[str, int] = {}
-        for n in names:
-            m, k_max = shapes[n][0], min(shapes[n])
-            spec = specs[n]
-            if isinstance(spec, int):
-                ranks[n] = min(spec, k_max)
-            elif isinstance(spec, plan.RankRule) and spec.kind == "energy":
-                ranks[n] = energy_rank(curves[n]["s"], spec.fraction)
-            elif isinstance(spec, plan.RankRule):
-                ranks[n] = _fisher_rank(curves[n]["fisher"], curves[n]["fisher_total"], spec.fraction, k_max)
-        budget_info: dict = {}
-        if memory is not None:
-            free = [n for n in names if n not in fixed]
-            used = sum(plan.anchor_numbers(*shapes[n], ranks[n], rest) for n in fixed) * bpn
-            if used > memory:
-                raise ValueError(f"anchor memory {memory:,} bytes: the map's fixed ranks alone take {used:,} bytes")
-            costs, gains = [], []
-            fisher_norm = sum(curves[n].get("fisher_total", 0.0) for n in free) or 1.0
-            for n in free:
-                m, nn_ = shapes[n]
-                r = min(m, nn_)
-                costs.append([plan.anchor_numbers(m, nn_, k, rest) * bpn for k in range(r + 1)])
-                if objective == "fisher":
-                    cum = curves[n]["fisher"].tolist()
-                    g = [0.0] + [c / fisher_norm for c in cum]
-                    g[r] = curves[n]["fisher_total"] / fisher_norm  # the fallback (L2) covers the whole matrix
-                else:
-                    e = torch.cumsum(curves[n]["s"].double().pow(2), 0)
-                    g = [0.0] + (e / e[-1].clamp_min(1e-300)).tolist()
-                gains.append(g)
-            alloc = plan.allocate_ranks(costs, gains, memory - used, budget_info)
-            ranks.update(dict(zip(free, alloc)))
-            budget_info["cost"] = budget_info.get("cost", 0.0) + used
-
-        return {
-            "named": named,
-            "ranks": ranks,
-            "mapped": mapped,
-            "rule": rule,
-            "map_entries": entries_map,
-            "budget": budget_info,
-            "shapes": shapes,
-        }
+    # the plan without the bases (`anchorft.rpsft.anchor_plan.plan_anchor`): what `from_model` builds
+    plan = staticmethod(plan_anchor)
 
     @classmethod
     def from_model(
@@ -432,14 +102,12 @@ class SubspaceAnchor:
         bit for bit. `svd="randomized"` records per matrix the relative residual
         max(||W V - U S||, ||W^T U - V S||) / ||S|| (0 for an exact SVD) in `svd_residual`.
         """
-        from anchorft.rpsft import anchor_plan as plan
-
-        planned = cls.plan(
+        planned = plan_anchor(
             model, rank, targets, include_embeddings, dtype, rank_map=rank_map, layers=layers, memory=memory,
             lambda_rest=lambda_rest, kind=kind, base_lambda=base_lambda, fisher=fisher, svd=svd,
         )  # fmt: skip
-        named, ranks, mapped, rule = planned["named"], planned["ranks"], planned["mapped"], planned["rule"]
-        entries_map, budget_info = planned["map_entries"], planned["budget"]
+        named, ranks, mapped, rule = planned.named, planned.ranks, planned.mapped, planned.rule
+        entries_map, budget_info = planned.map_entries, planned.budget
         rest = lambda_rest > 0
         compute_dtype = torch.float64 if dtype == torch.float64 else torch.float32
         entries = []
@@ -448,7 +116,7 @@ class SubspaceAnchor:
             from tqdm.auto import tqdm
 
             iterator = tqdm(named, desc="anchor SVD", unit="matrix")
-        all_named = dict(_unwrap(model).named_parameters(remove_duplicate=False))
+        all_named = dict(unwrap(model).named_parameters(remove_duplicate=False))
         for name, p in iterator:
             k = ranks[name]
             if k == 0:
@@ -456,42 +124,17 @@ class SubspaceAnchor:
             lam = mapped[name].lam if name in mapped else None
             weight = 1.0 if lam is None else lam / base_lambda
             aliases = tuple(nm for nm, q in all_named.items() if q is p and nm != name)
-            w0 = _full(p).to(compute_dtype)
-            m, n = w0.shape
-            if k >= min(m, n):
-                entries.append(
-                    AnchorEntry(name, (m, n), min(m, n), True, w0=w0.to(dtype).clone(), aliases=aliases, weight=weight)
-                )
-                continue
-            u, s, v = top_k_bases(w0, k, svd=svd, oversample=oversample, n_iter=n_iter, generator=generator)
-            s_ref = reference_block(w0, u, v)
-            residual = 0.0
-            if svd == "randomized":
-                sn = s.norm().clamp_min(1e-30)
-                r1 = (w0 @ v - u * s).norm() / sn
-                r2 = (w0.mT @ u - v * s).norm() / sn
-                residual = float(torch.maximum(r1, r2))
+            w0 = full_matrix(p).to(compute_dtype)
+            svd_kwargs = dict(svd=svd, oversample=oversample, n_iter=n_iter, generator=generator)
+            rest_l = lambda_rest / base_lambda if rest else 0.0
             entries.append(
-                AnchorEntry(
-                    name,
-                    (m, n),
-                    k,
-                    False,
-                    u=u.to(dtype).contiguous(),
-                    v=v.to(dtype).contiguous(),
-                    s_ref=s_ref.to(dtype).contiguous(),
-                    w0=w0.to(dtype).clone() if rest else None,
-                    aliases=aliases,
-                    svd_residual=residual,
-                    weight=weight,
-                    rest=lambda_rest / base_lambda if rest else 0.0,
-                )
+                AnchorEntry.from_weight(name, w0, k, dtype, aliases=aliases, weight=weight, rest=rest_l, **svd_kwargs)
             )
-        ok, world = _dist_info()
-        if ok and world > 1:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:  # rank 0's bases everywhere
             for e in entries:
                 for t in e.tensors().values():
-                    torch.distributed.broadcast(t, src=0)
+                    dist.broadcast(t, src=0)
         meta = {
             "rank": f"memory:{memory}" if memory is not None else (rank if isinstance(rank, int) else str(rule)),
             "targets": targets if isinstance(targets, str) else list(targets),
@@ -502,7 +145,7 @@ class SubspaceAnchor:
             "svd_residual_max": max((e.svd_residual for e in entries), default=0.0),
             "kind": kind,
             "layers": layers,
-            "rank_map": plan.to_json(entries_map) if entries_map else None,
+            "rank_map": to_json(entries_map) if entries_map else None,
             "memory": memory,
             "lambda_rest": lambda_rest,
             "base_lambda": base_lambda,
@@ -531,20 +174,13 @@ class SubspaceAnchor:
             p = params.get(e.name)
             if e.fallback or self._extended(e) or p is None or not hasattr(p, "to_local"):
                 continue
-            w_loc, _, rows, grp = _local_rows(p)
+            w_loc, _, rows, grp = local_rows(p)
             if rows is None:
                 continue
             group = grp
-            todo.append((e, (e.u[rows].to(cd).mT @ w_loc.to(cd) @ e.v.to(cd)).reshape(-1)))
-        if not todo:
-            return
-        flat = torch.cat([t for _, t in todo])
-        torch.distributed.all_reduce(flat, group=group)
-        off = 0
-        for e, _ in todo:
-            k = e.rank
-            e.s_ref = flat[off : off + k * k].reshape(k, k).to(e.s_ref.dtype).contiguous()
-            off += k * k
+            todo.append((e, e.u[rows].to(cd).mT @ w_loc.to(cd) @ e.v.to(cd)))
+        for (e, _), total in zip(todo, all_reduce_sum([t for _, t in todo], group)):
+            e.s_ref = total.to(e.s_ref.dtype).contiguous()
 
     @property
     def ranks(self) -> dict[str, int]:
@@ -561,7 +197,7 @@ class SubspaceAnchor:
         return self.meta["fingerprint"]
 
     def _params(self, model: nn.Module) -> list[torch.Tensor]:
-        params = dict(_unwrap(model).named_parameters(remove_duplicate=False))
+        params = dict(unwrap(model).named_parameters(remove_duplicate=False))
         missing = [e.name for e in self.entries if e.name not in params]
         if missing:
             raise ValueError(f"anchor: the model has no parameter(s) {missing[:5]}; was the anchor built for it?")
@@ -571,7 +207,9 @@ class SubspaceAnchor:
         """Raise ValueError unless `model` has the anchored matrices, with their shapes (and, when
         `check_fingerprint`, the pretrained weights this anchor was computed from)."""
         params = self._params(model)
-        bad = [(e.name, e.shape, _shape(p)) for e, p in zip(self.entries, params) if _shape(p) != e.shape]
+        bad = [
+            (e.name, e.shape, logical_shape(p)) for e, p in zip(self.entries, params) if logical_shape(p) != e.shape
+        ]
         if bad:
             raise ValueError(f"anchor: shape mismatch (name, anchor, model): {bad[:5]}")
         if check_fingerprint:
@@ -603,7 +241,7 @@ class SubspaceAnchor:
     def _blocks(self, model: nn.Module, differentiable: bool):
         """Per matrix the residual D (or W - W_0 on local rows for fallbacks), globally reduced.
 
-        Returns a list of (entry, param, local weight, local grad, row slice, residual), the per-matrix
+        Returns a list of `_Block` records (entry, param, local weight and grad, row slice, residual), the per-matrix
         squared norms of the protected part (a 1-D tensor, summed over shards: ||D||^2, ||U^T D V||^2 or the
         subspace kind's R_sub) and the per-matrix remainder ||D||^2 minus that (0 unless `rest` > 0).
         For the subspace kind and the remainder (whole matrices only) the residual is (P, D or None): P the
@@ -618,13 +256,13 @@ class SubspaceAnchor:
         cd = self._compute_dtype()
         items, sq, rest, reduce_group = [], [], [], None
         for e, p in zip(self.entries, self._params(model)):
-            with _gathered([p]):
+            with gathered([p]):
                 if differentiable:
                     w_loc, g_loc, rows, group = (p, None, None, None) if not hasattr(p, "to_local") else (None,) * 4
                     if w_loc is None:
                         raise ValueError("anchor.penalty: use add_penalty_grad_ for sharded (DTensor) parameters")
                 else:
-                    w_loc, g_loc, rows, group = _local_rows(p)
+                    w_loc, g_loc, rows, group = local_rows(p)
                 if group is not None:
                     reduce_group = group
                 w = w_loc.to(cd)
@@ -663,40 +301,32 @@ class SubspaceAnchor:
                     v, s_ref = e.v.to(cd), e.s_ref.to(cd)
                     d = (u.mT @ w @ v) if rows is not None else block_residual(w, u, v, s_ref)
                     partial = None
-            items.append([e, p, w_loc, g_loc, rows, d])
+            items.append(_Block(e, p, w_loc, g_loc, rows, d))
             sq.append(partial)
             rest.append(r_part)
         if reduce_group is not None:
             # one all-reduce for every sharded partial: k x k blocks (SVD branch) and fallback sums of squares
-            bufs = []
-            for it, s in zip(items, sq):
-                if it[4] is not None:
-                    bufs.append(it[5].reshape(-1) if not it[0].fallback else s.reshape(1))
-            flat = torch.cat(bufs) if bufs else torch.zeros(0)
-            if bufs:
-                torch.distributed.all_reduce(flat, group=reduce_group)
-            off = 0
-            for i, it in enumerate(items):
-                if it[4] is None:
-                    continue
-                if it[0].fallback:
-                    sq[i] = flat[off]
-                    off += 1
+            sharded = [i for i, b in enumerate(items) if b.rows is not None]
+            parts = [sq[i] if items[i].entry.fallback else items[i].residual for i in sharded]
+            for i, total in zip(sharded, all_reduce_sum(parts, reduce_group)):
+                if items[i].entry.fallback:
+                    sq[i] = total
                 else:
-                    k = it[0].rank
-                    it[5] = flat[off : off + k * k].reshape(k, k) - it[0].s_ref.to(cd)
-                    off += k * k
-        for i, it in enumerate(items):
+                    items[i].residual = total - items[i].entry.s_ref.to(cd)
+        for i, b in enumerate(items):
             if sq[i] is None:
-                sq[i] = it[5].pow(2).sum()
+                sq[i] = b.residual.pow(2).sum()
         if not sq:
             return items, torch.zeros(0), torch.zeros(0)
         return items, torch.stack(sq), torch.stack([r.to(sq[0].device) for r in rest])
 
-    def _weights(self, device) -> tuple[torch.Tensor, torch.Tensor]:
-        w = torch.tensor([e.weight for e in self.entries], dtype=torch.float64)
-        r = torch.tensor([e.rest for e in self.entries], dtype=torch.float64)
-        return w.to(device), r.to(device)
+    def _terms(self, sq: torch.Tensor, rest: torch.Tensor) -> torch.Tensor:
+        """weight_l R_l + rest_l Rest_l per matrix, from `_blocks`' R_l (`sq`) and Rest_l (`rest`)."""
+        if not len(sq):
+            return sq
+        w = torch.tensor([e.weight for e in self.entries], dtype=torch.float64).to(sq.device)
+        r = torch.tensor([e.rest for e in self.entries], dtype=torch.float64).to(sq.device)
+        return sq * w.to(sq.dtype) + rest * r.to(sq.dtype)
 
     def penalty(self, model: nn.Module) -> torch.Tensor:
         """R = sum over matrices of weight_l R_l + rest_l Rest_l (no global lambda), differentiable, in fp32:
@@ -706,11 +336,9 @@ class SubspaceAnchor:
     def penalty_terms(self, model: nn.Module) -> torch.Tensor:
         """The per-matrix terms weight_l R_l + rest_l Rest_l (1-D, in `self.entries` order), differentiable."""
         _, sq, rest = self._blocks(model, differentiable=True)
-        if not len(sq):
-            return sq
-        self._last_sq = sq.detach()
-        w, r = self._weights(sq.device)
-        return sq * w.to(sq.dtype) + rest * r.to(sq.dtype)
+        if len(sq):
+            self._last_sq = sq.detach()
+        return self._terms(sq, rest)
 
     def summarize(self, terms: torch.Tensor) -> dict[str, float]:
         """{"penalty": sum of `terms`, "drift_max": max_l sqrt(R_l) / ||S_ref,l||_F} (R_l from the last
@@ -727,7 +355,7 @@ class SubspaceAnchor:
         2 U_r D V^T to its own gradient shard. Returns {"penalty": R, "drift_max": max relative drift}.
         DeepSpeed ZeRO-3 parameters are refused (ValueError): use `penalty` in the loss.
         """
-        z3 = [e.name for e, p in zip(self.entries, self._params(model)) if _is_zero3(p)]
+        z3 = [e.name for e, p in zip(self.entries, self._params(model)) if is_zero3(p)]
         if z3:
             raise ValueError(
                 f"anchor: {z3[0]} is a DeepSpeed ZeRO-3 parameter, whose gradient lives in the engine: add "
@@ -735,11 +363,12 @@ class SubspaceAnchor:
             )
         items, sq, rest = self._blocks(model, differentiable=False)
         cd = self._compute_dtype()
-        for e, p, w_loc, g_loc, rows, d in items:
+        for b in items:
+            e, p, g_loc, rows, d = b.entry, b.param, b.grad, b.rows, b.residual
             if g_loc is None:
                 if hasattr(p, "to_local"):
                     raise ValueError(f"anchor: sharded parameter {e.name} has no gradient yet")
-                g_loc = p.grad = torch.zeros_like(w_loc)
+                g_loc = p.grad = torch.zeros_like(b.weight)
             alpha = 2.0 * scale * e.weight
             if e.fallback:
                 g_loc.add_(d.to(g_loc.dtype), alpha=alpha)
@@ -756,10 +385,7 @@ class SubspaceAnchor:
                 g_loc.addmm_(ud, vt, alpha=alpha)
             else:
                 g_loc.add_((ud @ vt).to(g_loc.dtype), alpha=alpha)
-        if not len(sq):
-            return self._summary(sq, sq)
-        w, r = self._weights(sq.device)
-        return self._summary(sq, sq * w.to(sq.dtype) + rest * r.to(sq.dtype))
+        return self._summary(sq, self._terms(sq, rest))
 
     # no_grad around an undecorated body, so that mutation testing (which skips decorated functions) reaches it
     add_penalty_grad_ = torch.no_grad()(_add_penalty_grad)
@@ -779,10 +405,7 @@ class SubspaceAnchor:
     def _drift(self, model: nn.Module) -> dict[str, float]:
         """{"penalty": R, "drift_max": max_l sqrt(R_l) / ||S_ref,l||_F} without touching gradients."""
         _, sq, rest = self._blocks(model, differentiable=False)
-        if not len(sq):
-            return self._summary(sq, sq)
-        w, r = self._weights(sq.device)
-        return self._summary(sq, sq * w.to(sq.dtype) + rest * r.to(sq.dtype))
+        return self._summary(sq, self._terms(sq, rest))
 
     drift = torch.no_grad()(_drift)
 
@@ -815,47 +438,12 @@ class SubspaceAnchor:
             rows.append(row)
         return rows
 
-    # ------------------------------------------------------------------ persistence
+    # ------------------------------------------------------------------ persistence (`anchor_store`)
     def save(self, path: str | os.PathLike) -> None:
-        """Write `path`/anchor.safetensors and `path`/anchor.json atomically (tmp file, then os.replace)."""
-        os.makedirs(path, exist_ok=True)
-        tensors = {}
-        for e in self.entries:
-            for k, t in e.tensors().items():
-                tensors[f"{e.name}::{k}"] = t.detach().cpu().contiguous()
-        meta = {
-            "format_version": ANCHOR_FORMAT_VERSION,
-            **self.meta,
-            "matrices": [
-                {
-                    "name": e.name,
-                    "shape": list(e.shape),
-                    "rank": e.rank,
-                    "fallback": e.fallback,
-                    "aliases": list(e.aliases),
-                    "svd_residual": e.svd_residual,
-                    "weight": e.weight,
-                    "rest": e.rest,
-                }
-                for e in self.entries
-            ],
-        }
-        fd, tmp = tempfile.mkstemp(dir=path, suffix=".tmp")
-        os.close(fd)
-        os.chmod(tmp, new_file_mode())
-        save_file(tensors, tmp, metadata={"format": "pt", "anchorft": "subspace-anchor"})
-        os.replace(tmp, os.path.join(path, "anchor.safetensors"))
-        fd, tmp = tempfile.mkstemp(dir=path, suffix=".tmp")
-        os.chmod(tmp, new_file_mode())
-        with os.fdopen(fd, "w") as f:
-            json.dump(meta, f, indent=1)
-        os.replace(tmp, os.path.join(path, "anchor.json"))
+        """Write `path`/anchor.safetensors and `path`/anchor.json, each atomically."""
+        save_anchor(path, self.entries, self.meta)
 
-    @staticmethod
-    def exists(path: str | os.PathLike) -> bool:
-        return os.path.isfile(os.path.join(path, "anchor.json")) and os.path.isfile(
-            os.path.join(path, "anchor.safetensors")
-        )
+    exists = staticmethod(anchor_exists)
 
     @classmethod
     def load(
@@ -864,34 +452,7 @@ class SubspaceAnchor:
         """Read an anchor written by `save`. With `model`, check names and shapes (and, if
         `check_fingerprint`, that the model holds the pretrained weights the anchor came from), then
         move each tensor to its parameter's device. Any mismatch is a ValueError."""
-        if not cls.exists(path):
-            raise FileNotFoundError(f"no anchor (anchor.json + anchor.safetensors) in {path}")
-        with open(os.path.join(path, "anchor.json")) as f:
-            meta = json.load(f)
-        if meta.get("format_version") != ANCHOR_FORMAT_VERSION:
-            raise ValueError(f"anchor in {path}: unsupported format_version {meta.get('format_version')}")
-        tensors = load_file(os.path.join(path, "anchor.safetensors"))
-        entries = []
-        for mm in meta.pop("matrices"):
-            name = mm["name"]
-            e = AnchorEntry(
-                name,
-                tuple(mm["shape"]),
-                mm["rank"],
-                mm["fallback"],
-                aliases=tuple(mm["aliases"]),
-                svd_residual=mm["svd_residual"],
-                weight=float(mm.get("weight", 1.0)),
-                rest=float(mm.get("rest", 0.0)),
-            )
-            keys = ("w0",) if e.fallback else ("u", "v", "s_ref") + (("w0",) if e.rest > 0 else ())
-            for k in keys:
-                key = f"{name}::{k}"
-                if key not in tensors:
-                    raise ValueError(f"anchor in {path}: tensor {key} missing")
-                setattr(e, k, tensors[key])
-            entries.append(e)
-        anchor = cls(entries, meta)
+        anchor = cls(*load_anchor(path))
         if model is not None:
             anchor.check_model(model, check_fingerprint=check_fingerprint)
             anchor.to(model=model)

@@ -25,12 +25,21 @@ import heapq
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import torch
+from torch import nn
+
 from anchorft.errors import UsageError
+from anchorft.rpsft.sharding import full_matrix, logical_shape, unwrap
+from anchorft.subspace import cumulative_block_energy, energy_rank
 
 __all__ = [
+    "AnchorPlan",
+    "plan_anchor",
+    "select_parameters",
+    "layer_index",
     "RankRule",
     "MapEntry",
     "parse_rank_rule",
@@ -43,6 +52,7 @@ __all__ = [
 ]
 
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(\d+)\.")
+_EXCLUDED = re.compile(r"(^|\.)(vision|visual|vision_tower|vision_model|image_encoder|cross_attn|cross_attention)\b")
 _RANGES = re.compile(r"^\s*\d+(\s*-\s*\d+)?(\s*,\s*\d+(\s*-\s*\d+)?)*\s*$")
 
 
@@ -142,7 +152,9 @@ def parse_anchor_map(spec) -> list[MapEntry]:
 
 
 def layer_index(name: str) -> int | None:
-    """The decoder layer index in a parameter name ('model.layers.3.self_attn.q_proj.weight' -> 3), or None."""
+    """The decoder layer index in a parameter name ('model.layers.3.self_attn.q_proj.weight' -> 3; also `h.<i>`,
+    `blocks.<i>`, `layer.<i>`), or None outside the layers (embeddings, lm_head). The anchor's layer selection and
+    the weight analysis's grouping both read it."""
     m = _LAYER.search(name)
     return int(m.group(1)) if m else None
 
@@ -171,6 +183,70 @@ def select_layers(names: Sequence[str], layers: str | None) -> list[str]:
         chosen = [n for n in names if pattern.search(n)]
     if not chosen:
         raise UsageError(f"anchor_layers={spec!r} matches none of the anchored matrices {list(names)}")
+    return chosen
+
+
+def _named_matrices(model: nn.Module, include_embeddings: bool) -> list[tuple[str, nn.Parameter, str]]:
+    """Every trainable 2-D weight of an nn.Linear / nn.Embedding module, once (tied weights counted once).
+
+    Returns (parameter name, parameter, kind) with kind "linear" or "embedding"; the output embedding
+    (lm_head) counts as an embedding. Vision and cross-attention modules are excluded.
+    """
+    model = unwrap(model)
+    out_emb = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    seen: set[int] = set()
+    result = []
+    for mod_name, module in model.named_modules():
+        if not isinstance(module, (nn.Linear, nn.Embedding)) or _EXCLUDED.search(mod_name):
+            continue
+        p = module.weight
+        if p is None or len(logical_shape(p)) != 2 or not p.requires_grad or id(p) in seen:
+            continue
+        seen.add(id(p))
+        kind = "embedding" if isinstance(module, nn.Embedding) or module is out_emb else "linear"
+        result.append((f"{mod_name}.weight" if mod_name else "weight", p, kind))
+    return result
+
+
+def select_parameters(
+    model: nn.Module, targets: str | Sequence[str] = "all-linear", include_embeddings: bool = True
+) -> list[tuple[str, nn.Parameter]]:
+    """The matrices an anchor covers, as (name, parameter); tied weights appear once.
+
+    `targets`: "all-linear" (every linear weight, lm_head included when `include_embeddings`), a
+    regular expression searched in the parameter names, or a list of names (a full parameter name, a
+    module name, or a module's last name component such as "q_proj"). Raises ValueError, listing the
+    names available, when nothing matches.
+    """
+    candidates = _named_matrices(model, include_embeddings)
+    if isinstance(targets, str) and targets == "all-linear":
+        chosen = [(n, p) for n, p, kind in candidates if kind == "linear" or include_embeddings]
+    else:
+        if isinstance(targets, str):
+            try:
+                pattern = re.compile(targets)
+            except re.error as e:
+                raise ValueError(f"anchor_targets: invalid regular expression {targets!r}: {e}") from None
+            chosen = [(n, p) for n, p, _ in candidates if pattern.search(n)]
+        elif isinstance(targets, Iterable):
+            wanted = set(targets)
+            chosen = []
+            for n, p, _ in candidates:
+                mod = n[: -len(".weight")] if n.endswith(".weight") else n
+                if n in wanted or mod in wanted or mod.rsplit(".", 1)[-1] in wanted:
+                    chosen.append((n, p))
+        else:
+            raise ValueError(f"anchor_targets must be 'all-linear', a regex or a list of names, got {targets!r}")
+        if not include_embeddings:
+            emb = {n for n, _, kind in candidates if kind == "embedding"}
+            chosen = [(n, p) for n, p in chosen if n not in emb]
+    if not chosen:
+        names = [n for n, _, _ in candidates]
+        leaves = sorted({n.rsplit(".", 2)[-2] if n.count(".") else n for n in names})
+        raise ValueError(
+            f"anchor_targets={targets!r} matches no trainable 2-D weight of {type(unwrap(model)).__name__}. "
+            f"Module names available: {leaves}; e.g. parameters {names[:6]}{' ...' if len(names) > 6 else ''}"
+        )
     return chosen
 
 
@@ -288,6 +364,155 @@ def allocate_ranks(
     if info is not None:
         info.update(gap_bound=float(bound or 0.0), cost=float(budget - left))
     return ranks
+
+
+@dataclass
+class AnchorPlan:
+    """What `plan_anchor` decides: the selected matrices `named` [(name, parameter)], their `shapes`, the resolved
+    `ranks` {name: k} (0: not anchored; min(m, n): the L2 fallback), the global `rule` (an int or a RankRule), the
+    map's entries and {name: the entry it matched} (`mapped`), and the memory budget's {"cost", "gap_bound"}
+    (`budget`, empty without one)."""
+
+    named: list[tuple[str, nn.Parameter]]
+    ranks: dict[str, int]
+    mapped: dict[str, MapEntry]
+    rule: int | RankRule
+    map_entries: list[MapEntry]
+    budget: dict
+    shapes: dict[str, tuple[int, ...]]
+
+
+def _fisher_rank(cum: torch.Tensor, total: float, fraction: float, k_max: int) -> int:
+    """The smallest k with ||U_k^T (F G) V_k||^2 >= fraction * ||F G||^2 (k_max, the whole matrix, if no block
+    reaches it; 0 for fraction 0, k_max for fraction 1)."""
+    if fraction == 0.0:
+        return 0
+    if fraction == 1.0 or total <= 0.0:
+        return k_max if fraction > 0 and total > 0 else 0
+    hit = (cum >= fraction * total).nonzero()
+    return int(hit[0, 0]) + 1 if hit.numel() else k_max
+
+
+def plan_anchor(
+    model: nn.Module,
+    rank: int | str = 768,
+    targets: str | Sequence[str] = "all-linear",
+    include_embeddings: bool = True,
+    dtype: torch.dtype = torch.float32,
+    *,
+    rank_map=None,
+    layers: str | None = None,
+    memory: int | None = None,
+    lambda_rest: float = 0.0,
+    kind: str = "block",
+    base_lambda: float = 1.0,
+    fisher: dict[str, torch.Tensor] | None = None,
+    svd: str = "exact",
+) -> AnchorPlan:
+    """The anchor's plan without its bases (what `SubspaceAnchor.from_model` builds; `anchorft train --estimate`
+    prints its ranks), from the arguments of `from_model`. Checks every input (one-line ValueError) before any
+    SVD; then only singular values (and, for fisher rules, the bases of F_ood G's projection) are computed."""
+    if isinstance(rank, str) and rank.strip().isdigit():
+        rank = int(rank)
+    if isinstance(rank, str):
+        rule = parse_rank_rule(rank, "anchor rank")
+    elif isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise UsageError(f"anchor rank must be an integer >= 1 or 'energy:F' / 'fisher:F', got {rank!r}")
+    else:
+        rule = rank
+    if svd not in ("exact", "randomized"):
+        raise UsageError(f"anchor svd must be 'exact' or 'randomized', got {svd!r}")
+    if kind not in ("block", "subspace"):
+        raise UsageError(f"anchor kind must be 'block' or 'subspace', got {kind!r}")
+    if not lambda_rest >= 0:
+        raise UsageError(f"anchor lambda_rest must be >= 0, got {lambda_rest!r}")
+    if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int) or memory < 1):
+        raise UsageError(f"anchor memory must be a number of bytes >= 1, got {memory!r}")
+    entries_map = parse_anchor_map(rank_map)
+    if (lambda_rest > 0 or any(e.lam is not None for e in entries_map)) and not base_lambda > 0:
+        raise UsageError("anchor: a map lambda or lambda_rest needs a global anchor lambda > 0")
+    named = select_parameters(model, targets, include_embeddings)
+    keep = set(select_layers([n for n, _ in named], layers))
+    named = [(n, p) for n, p in named if n in keep]
+    names = [n for n, _ in named]
+    mapped = map_for(names, entries_map)
+    shapes = {n: tuple(logical_shape(p)) for n, p in named}
+    bpn = torch.empty((), dtype=dtype).element_size()
+    rest = lambda_rest > 0
+    fixed = {n: e.rank for n, e in mapped.items() if e.rank is not None}
+    if memory is not None:
+        free = [n for n in names if n not in fixed]
+        need = min_block_bytes([shapes[n] for n in free] or list(shapes.values()), bpn, rest)
+        if memory < need:
+            raise UsageError(
+                f"anchor memory {memory:,} bytes is below the cheapest rank-1 block ({need:,} bytes at "
+                f"{bpn} bytes/number)"
+            )
+    specs = {n: fixed.get(n, rule) for n in names}
+    objective = rule.kind if isinstance(rule, RankRule) else "energy"
+    uses_fisher = any(isinstance(r, RankRule) and r.kind == "fisher" for r in specs.values()) or (
+        memory is not None and objective == "fisher"
+    )
+    if uses_fisher:
+        missing = [n for n in names if fisher is None or n not in fisher]
+        if missing:
+            raise UsageError(
+                f"anchor: fisher rules need F_ood G per matrix (fisher=, from "
+                f"anchorft.rpsft.calibration.fisher_gradient_product); missing for {missing[:4]}"
+            )
+    compute_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+
+    # ---- resolve the per-matrix ranks (spectra and Fisher curves where a rule or the budget needs them)
+    params = dict(named)
+    curves: dict[str, dict] = {}
+    needs_curve = [n for n in names if isinstance(specs[n], RankRule) or (memory is not None and n not in fixed)]
+    for n in needs_curve:
+        w0 = full_matrix(params[n]).to(compute_dtype)
+        spec = specs[n] if isinstance(specs[n], RankRule) else None
+        kind_n = spec.kind if spec is not None else objective
+        if kind_n == "fisher":
+            u, s, vh = torch.linalg.svd(w0, full_matrices=False)
+            fg = fisher[n].to(w0.device, compute_dtype)
+            total = float(fg.pow(2).sum())
+            cum = cumulative_block_energy(fg, u, vh.mT)
+            curves[n] = {"s": s, "fisher": cum, "fisher_total": total}
+        else:
+            curves[n] = {"s": torch.linalg.svdvals(w0)}
+    ranks: dict[str, int] = {}
+    for n in names:
+        m, k_max = shapes[n][0], min(shapes[n])
+        spec = specs[n]
+        if isinstance(spec, int):
+            ranks[n] = min(spec, k_max)
+        elif isinstance(spec, RankRule) and spec.kind == "energy":
+            ranks[n] = energy_rank(curves[n]["s"], spec.fraction)
+        elif isinstance(spec, RankRule):
+            ranks[n] = _fisher_rank(curves[n]["fisher"], curves[n]["fisher_total"], spec.fraction, k_max)
+    budget_info: dict = {}
+    if memory is not None:
+        free = [n for n in names if n not in fixed]
+        used = sum(anchor_numbers(*shapes[n], ranks[n], rest) for n in fixed) * bpn
+        if used > memory:
+            raise ValueError(f"anchor memory {memory:,} bytes: the map's fixed ranks alone take {used:,} bytes")
+        costs, gains = [], []
+        fisher_norm = sum(curves[n].get("fisher_total", 0.0) for n in free) or 1.0
+        for n in free:
+            m, nn_ = shapes[n]
+            r = min(m, nn_)
+            costs.append([anchor_numbers(m, nn_, k, rest) * bpn for k in range(r + 1)])
+            if objective == "fisher":
+                cum = curves[n]["fisher"].tolist()
+                g = [0.0] + [c / fisher_norm for c in cum]
+                g[r] = curves[n]["fisher_total"] / fisher_norm  # the fallback (L2) covers the whole matrix
+            else:
+                e = torch.cumsum(curves[n]["s"].double().pow(2), 0)
+                g = [0.0] + (e / e[-1].clamp_min(1e-300)).tolist()
+            gains.append(g)
+        alloc = allocate_ranks(costs, gains, memory - used, budget_info)
+        ranks.update(dict(zip(free, alloc)))
+        budget_info["cost"] = budget_info.get("cost", 0.0) + used
+
+    return AnchorPlan(named, ranks, mapped, rule, entries_map, budget_info, shapes)
 
 
 def describe(ranks: dict[str, int], shapes: dict[str, tuple[int, int]]) -> str:

@@ -42,8 +42,8 @@ def fisher_gradient_product(
 ) -> dict[str, torch.Tensor]:
     """{name: F_ood G} at the model's current weights: G the mean in-domain loss gradient over `id_batches`,
     F_ood the empirical Fisher of the per-example OOD gradients (`ood_batches` of batch size 1), applied in one
-    streaming pass (`fisher_vector_product`'s sum, one example at a time). Also the input of the anchor's
-    `fisher:F` rank rule (`SubspaceAnchor.from_model(..., fisher=...)`)."""
+    streaming pass (F_ood G = (1/N) sum_j H_j <H_j, G>_F, one example at a time, F never formed). Also the
+    input of the anchor's `fisher:F` rank rule (`SubspaceAnchor.from_model(..., fisher=...)`)."""
     from tqdm.auto import tqdm
 
     params = dict(model.named_parameters())

@@ -34,7 +34,7 @@ from trl import SFTTrainer
 from trl.trainer.utils import add_fused_lm_head
 
 from anchorft.io import write_json
-from anchorft.rpsft.anchor import SubspaceAnchor, _is_zero3, select_parameters
+from anchorft.rpsft.anchor import SubspaceAnchor, select_parameters
 from anchorft.rpsft.checkpoints import (
     ANCHOR_META,
     anchor_meta,
@@ -45,6 +45,7 @@ from anchorft.rpsft.checkpoints import (
 from anchorft.rpsft.config import RPSFTConfig
 from anchorft.rpsft.data import load_sft_dataset
 from anchorft.rpsft.progress import use_readable_progress
+from anchorft.rpsft.sharding import is_zero3
 
 __all__ = ["RPSFTTrainer", "ANCHOR_DIR", "frozen_copy", "prepare_reference", "save_full_model"]
 
@@ -317,7 +318,7 @@ def frozen_copy(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Module
     `zero.Init`: each parameter an empty placeholder) is not deep-copied: a new model of the same
     config is built (partitioned the same way) and each weight copied into it, gathered one at a time.
     """
-    if any(_is_zero3(p) for p in model.parameters()):
+    if any(is_zero3(p) for p in model.parameters()):
         ref = _zero3_copy(model)  # its dtype is the DeepSpeed engine's (bf16 config: bf16)
     else:
         ref = copy.deepcopy(model)
