@@ -163,7 +163,7 @@ def main(argv: list[str]) -> int:
             return 0
         from anchorft.rpsft.train import check_launch
 
-        check_launch(config, config.anchor_method != "none", f"--anchor_method {config.anchor_method}")
+        check_launch(config, config.anchor_spec is not None, f"--anchor_method {config.anchor_method}")
         check_input_file(script.dataset, "--dataset", jsonl=not script.skip_bad)
         check_model_source(script.model, "--model")
         run = {"model": script.model, "dataset": script.dataset, "limit": script.limit}

@@ -29,7 +29,7 @@ import torch
 
 from anchorft.rpsft.losses import iw_sft_loss
 
-__all__ = ["Method", "METHODS", "RUN_KEYS", "get_method", "method_names", "register"]
+__all__ = ["Method", "METHODS", "RL_ANCHOR_METHODS", "RUN_KEYS", "get_method", "method_names", "register"]
 
 # the settings a comparison may sweep per run, in RunSpec order (see `Method.sweep_keys`)
 RUN_KEYS = (
@@ -113,6 +113,23 @@ def register(method: Method, replace: bool = False) -> Method:
 def method_names() -> tuple[str, ...]:
     """The registered methods' names, in table order."""
     return tuple(METHODS)
+
+
+class _RLAnchorMethods:
+    """'none' and the anchored methods of the table, read when asked (a method registered later is one too): the
+    weight anchors of the RL stage (`DAPOConfig.anchor_method`), also as argparse choices."""
+
+    def __iter__(self):
+        return iter(("none", *(m.name for m in METHODS.values() if m.anchored)))
+
+    def __contains__(self, name) -> bool:
+        return name in tuple(self)
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
+
+RL_ANCHOR_METHODS = _RLAnchorMethods()
 
 
 def get_method(name: str) -> Method:

@@ -156,15 +156,12 @@ def _plot_rewards(steps: Sequence[int], rewards: Sequence[float], path: Path) ->
 
 def build_rl_anchor(model, s: DAPOConfig):
     """The RL stage's anchor (None for anchor_method "none"): W_0 is the RL starting weights ("start", e.g. the SFT
-    model) or the model in the folder `anchor_reference` (e.g. the base model; the penalty is then not 0 at step 0).
-    Its metadata records the reference."""
-    if s.anchor_method == "none":
+    model) or the model in the folder `anchor_reference` (e.g. the base model; the penalty is then not 0 at step 0),
+    at full rank for a method with the table's `full_rank` (l2). Its metadata records the reference."""
+    if s.anchor_spec is None:
         return None
     import torch
     from transformers import AutoModelForCausalLM
-
-    from anchorft.rpsft.anchor import SubspaceAnchor
-    from anchorft.rpsft.anchor_plan import build_kwargs
 
     ref = model
     if s.anchor_reference != "start":
@@ -173,11 +170,7 @@ def build_rl_anchor(model, s: DAPOConfig):
                 f"anchor_reference {s.anchor_reference}: neither 'start' nor a model folder (no config.json)"
             )
         ref = AutoModelForCausalLM.from_pretrained(s.anchor_reference, dtype=torch.float32)
-    anchor = SubspaceAnchor.from_model(
-        ref,
-        generator=torch.Generator().manual_seed(s.seed),
-        **build_kwargs(s, s.anchor_lambda, s.anchor_method == "l2"),
-    )
+    anchor = s.build_anchor(ref, full_rank=s.anchor_spec.full_rank, generator=torch.Generator().manual_seed(s.seed))
     anchor.meta["reference"] = s.anchor_reference
     anchor.check_model(model, check_fingerprint=s.anchor_reference == "start")
     return anchor
@@ -260,7 +253,7 @@ def run_rl(
     args = config or DAPOConfig()
     from anchorft.rpsft.train import check_launch
 
-    check_launch(args, args.anchor_method != "none", f"anchor_method={args.anchor_method!r}")
+    check_launch(args, args.anchor_spec is not None, f"anchor_method={args.anchor_method!r}")
     if not train_data:
         raise ValueError("train_data is empty")
     for i, row in enumerate(train_data):
