@@ -31,7 +31,8 @@ from anchorft.rpsft.losses import iw_sft_loss
 
 __all__ = ["Method", "METHODS", "RL_ANCHOR_METHODS", "RUN_KEYS", "get_method", "method_names", "register"]
 
-# the settings a comparison may sweep per run, in RunSpec order (see `Method.sweep_keys`)
+# the settings a comparison may sweep per run (see `Method.sweep_keys`): AnchorOptions fields (not anchor_map),
+# the learning rate and the LoRA rank; the testbed's RunSpec has one override field for each, in this order
 RUN_KEYS = (
     "anchor_rank",
     "anchor_lambda",
