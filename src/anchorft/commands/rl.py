@@ -116,6 +116,7 @@ def short_help() -> str:
     from trl import GRPOConfig
 
     from anchorft.commands.flags import _first_line
+    from anchorft.rpsft.anchor_options import anchor_option_names
     from anchorft.rpsft.dapo_config import DAPOConfig
 
     inherited = {f.name for f in fields(GRPOConfig)}
@@ -132,7 +133,7 @@ def short_help() -> str:
     for f in fields(RLScriptArguments):
         lines.append(f"  --{f.name}\n      {_first_line(f.metadata.get('help', ''))}")
     lines += ["", "DAPO and anchor (DAPOConfig):"]
-    for f in fields(DAPOConfig):
+    for f in sorted(fields(DAPOConfig), key=lambda f: f.name in anchor_option_names()):  # the anchor's last
         if f.name not in inherited:
             lines.append(f"  --{f.name} (default {f.default!r})\n      {_first_line(f.metadata.get('help', ''))}")
     lines += ["", "common TRL / transformers fields:"]

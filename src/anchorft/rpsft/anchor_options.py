@@ -89,10 +89,6 @@ class AnchorOptions:
         if not (isinstance(self.anchor_targets, (str, list, tuple)) and len(self.anchor_targets) > 0):
             raise ValueError(f"anchor_targets must be a non-empty string or list, got {self.anchor_targets!r}")
 
-    def anchor_options(self) -> AnchorOptions:
-        """These options alone (of a config that has more fields), e.g. to pass on to another config."""
-        return AnchorOptions(**{name: getattr(self, name) for name in anchor_option_names()})
-
     def build_anchor(self, model, *, full_rank: bool = False, **kwargs):
         """The `SubspaceAnchor` of these options on `model`'s current weights (W_0), lambda as its base lambda.
         `full_rank` (a method with the table's `full_rank`, l2): every matrix at full rank, rules and budget off.
