@@ -3,8 +3,9 @@
 TrlParser (HfArgumentParser) already accepts every field as `--snake_case` and `--kebab-case`. Here:
 `--out` is the project's name for TRL's `--output_dir`, `--dataset_name` (TRL's own script flag) is
 `--dataset`, and `--help` lists the project's flags first; `--help-all` prints TRL's full help. Also the flags
-several commands share: flags generated from a dataclass's fields (`add_field_flags`), NAME=DIR pairs (`parse_named`: `analyze --tuned`, `eval suite --models`) and the
-generation and grading flags of `eval` and `eval suite` (`add_sampling_flags`, `pass_k`).
+several commands share: a dataclass's fields as flags (`add_field_flags`), NAME=DIR pairs (`parse_named`:
+`analyze --tuned`, `eval suite --models`) and the generation and grading flags of `eval` and `eval suite`
+(`add_sampling_flags`, `pass_k`).
 """
 
 from __future__ import annotations

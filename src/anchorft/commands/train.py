@@ -24,6 +24,7 @@ from anchorft.errors import UsageError, report
 
 
 def _estimate(argv: list[str]) -> int:
+    from anchorft.rpsft.anchor_options import AnchorOptions
     from anchorft.rpsft.estimate import (
         METHOD_NAMES,
         STAGES,
@@ -35,8 +36,6 @@ def _estimate(argv: list[str]) -> int:
         method_memory,
         read_model_config,
     )
-
-    from anchorft.rpsft.anchor_options import AnchorOptions
 
     p = argparse.ArgumentParser(prog="anchorft train --estimate", description="anchor memory and FLOPs, no weights")
     p.add_argument("--estimate", action="store_true")
