@@ -45,7 +45,7 @@ def _estimate(model_dir: str, config) -> list[str]:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from anchorft.rpsft.rl import format_memory_estimate, rl_memory_estimate
+    from anchorft.rpsft.estimate import format_memory_estimate, rl_memory_estimate
 
     if not (Path(model_dir) / "config.json").is_file():
         raise ValueError(f"--model {model_dir}: no config.json there")

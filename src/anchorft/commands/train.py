@@ -26,9 +26,9 @@ from anchorft.errors import UsageError, report
 def _estimate(argv: list[str]) -> int:
     from anchorft.rpsft.anchor_options import AnchorOptions
     from anchorft.rpsft.estimate import (
-        METHOD_NAMES,
         STAGES,
         estimate,
+        estimated_methods,
         format_estimate,
         format_memory,
         format_method_memory,
@@ -105,7 +105,7 @@ def _estimate(argv: list[str]) -> int:
                                  reference_bytes=2 if bf16 else weight_bytes, activation_bytes=2 if bf16 else None,
                                  include_embeddings=not a.no_embeddings,
                                  checkpointing=bool(recipe.get("gradient_checkpointing", True)))
-                for m in METHOD_NAMES
+                for m in estimated_methods()
             }  # fmt: skip
             mark = f", recipe {a.config}: method {method}" if method else ""
             title = (f"  bytes per GPU by method ({a.stage}, {a.gpus} GPUs, {a.per_device} x {a.seq_len} tokens, "

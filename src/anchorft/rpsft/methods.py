@@ -2,11 +2,13 @@
 
 `RPSFTConfig` (checks, TRL loss type), `RPSFTTrainer` (anchor rank, reference model, custom loss),
 `anchorft.rpsft.train`, the recipe checks, the testbed comparison (run checks, trainer arguments,
-sweeps) and its report (colours) all look a method up here; none compares method names itself.
+sweeps) and its report (colours), the RL anchor (`DAPOConfig.anchor_method`: "none" or an anchored row,
+`RL_ANCHOR_METHODS`) and the memory estimate all look a method up here; none compares method names itself.
 
 Adding a method: write its loss (a pure function in `losses.py`) or its penalty, add one `Method` row
-(or call `register` from your own code), and add its configs. `tests/rpsft/test_methods.py` defines a
-method in the test module, registers it and trains with it.
+(or call `register` from your own code), and add its configs (docs/architecture.md, "How to add").
+`tests/rpsft/test_methods.py` defines a method in the test module, registers it and trains with it;
+`tests/rpsft/test_method_from_table.py` checks that a registered row is a method of every part above.
 
 A method is one of:
 - a TRL loss: `loss_type` is passed to TRL's SFTConfig ("nll" for SFT, "dft" for DFT);

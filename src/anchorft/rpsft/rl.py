@@ -22,6 +22,7 @@ from pathlib import Path
 from anchorft.io import save_figure, write_json
 from anchorft.provenance import write_metrics
 from anchorft.rpsft.dapo_config import DAPOConfig
+from anchorft.rpsft.estimate import format_memory_estimate, rl_memory_estimate
 
 __all__ = [
     "DAPOConfig",
@@ -30,8 +31,6 @@ __all__ = [
     "boxed_math_reward",
     "make_reward_func",
     "load_rl_dataset",
-    "rl_memory_estimate",
-    "format_memory_estimate",
     "run_rl",
 ]
 
@@ -89,33 +88,6 @@ def load_rl_dataset(path: str | Path, skip_bad: bool = False, limit: int | None 
     if not rows:
         raise ValueError(f"{path}: no usable rows")
     return rows
-
-
-def rl_memory_estimate(n_params: int, n_gpus: int = 1, master_dtype: str = "fp32", vllm_colocate: bool = True) -> dict:
-    """Bytes per GPU for the model states of full-parameter RL (an estimate; activations, the KV cache
-    and fragmentation come on top): weights (4 B fp32 or 2 B bf16), gradients (same), AdamW's two
-    moments (8 B fp32, 4 B bf16); `n_gpus` > 1 shards them (ZeRO-3 / FSDP2); vLLM colocated holds
-    one more bf16 copy per GPU (2 B; tensor parallel would divide it)."""
-    per = {"fp32": 4 + 4 + 8, "bf16": 2 + 2 + 4}[master_dtype]
-    states = n_params * per / n_gpus
-    rollout = 2 * n_params if vllm_colocate else 0
-    total = states + rollout
-    return {
-        "n_params": n_params, "n_gpus": n_gpus, "bytes_per_param": per, "model_states_gb": states / 1e9,
-        "vllm_weights_gb": rollout / 1e9, "total_gb_per_gpu": total / 1e9,
-        "fits_80gb": total / 1e9 < 80, "sharding": "none" if n_gpus == 1 else "ZeRO-3 or FSDP2 (full shard)",
-    }  # fmt: skip
-
-
-def format_memory_estimate(est: dict) -> str:
-    line = (
-        f"memory estimate (model states only, an estimate): {est['n_params'] / 1e9:.2f}B parameters x "
-        f"{est['bytes_per_param']} B / {est['n_gpus']} GPU(s) = {est['model_states_gb']:.0f} GB"
-        f" + {est['vllm_weights_gb']:.0f} GB colocated vLLM weights = {est['total_gb_per_gpu']:.0f} GB per GPU"
-    )
-    if not est["fits_80gb"]:
-        line += "; over one 80 GB GPU: shard with ZeRO-3 (accelerate + deepspeed) or FSDP2 (accelerate fsdp_version 2)"
-    return line
 
 
 def prompt_length(prompt, tokenizer) -> int:
