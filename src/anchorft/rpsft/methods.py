@@ -128,9 +128,6 @@ class _RLAnchorMethods:
     def __contains__(self, name) -> bool:
         return name in tuple(self)
 
-    def __repr__(self) -> str:
-        return repr(tuple(self))
-
 
 RL_ANCHOR_METHODS = _RLAnchorMethods()
 

@@ -65,9 +65,9 @@ class CompareConfig:
     max_steps: int = 200
     batch_size: int = 32
     warmup_ratio: float = 0.03
-    anchor_lambda: float = 1.0
-    anchor_targets: str = "all-linear"
-    anchor_include_embeddings: bool = True
+    anchor_lambda: float = AnchorOptions.anchor_lambda
+    anchor_targets: str = AnchorOptions.anchor_targets
+    anchor_include_embeddings: bool = AnchorOptions.anchor_include_embeddings
     lora_rank: int | None = None  # the lora runs' default rank (None: pretrain.hidden_size // 4)
     eval: EvalSettings = field(default_factory=EvalSettings)
     eval_seed: int = 12345  # the held-out items and the sampling generator of the evaluation
