@@ -37,7 +37,8 @@ def _estimate(argv: list[str]) -> int:
         read_model_config,
     )
 
-    p = argparse.ArgumentParser(prog="anchorft train --estimate", description="anchor memory and FLOPs, no weights")
+    why = f"anchor memory and FLOPs, no weights (--anchor_rank: the recipe's, else {AnchorOptions.anchor_rank})"
+    p = argparse.ArgumentParser(prog="anchorft train --estimate", description=why)
     p.add_argument("--estimate", action="store_true")
     p.add_argument("--config", default=None, help="a recipe: its model config, method, rank, batch, length, dtypes")
     p.add_argument("--model_config", nargs="+", default=None, help="config.json path(s) (or model folders)")
