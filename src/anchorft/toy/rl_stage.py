@@ -73,16 +73,11 @@ class RLStageSettings(AnchorOptions):
     )
 
     def validate(self) -> None:
-        for name in ("steps", "prompts_per_step", "max_completion_length", "n_prompts"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
-        if self.num_generations < 2:
-            raise ValueError(f"num_generations: must be >= 2, got {self.num_generations}")
-        if self.learning_rate <= 0 or self.temperature <= 0:
-            raise ValueError("learning_rate and temperature: must be > 0")
+        if self.n_prompts < 1:
+            raise ValueError(f"n_prompts: must be >= 1, got {self.n_prompts}")
         if self.skill_eval_items < 0:
             raise ValueError(f"skill_eval_items: must be >= 0, got {self.skill_eval_items}")
-        self.rl_settings()  # DAPOConfig checks its fields (the anchor options too) when built
+        self.rl_settings()  # DAPOConfig checks the rest (steps, G, lr, temperature, the anchor options) when built
         bad = [s for s in self.prompt_skills if s not in MATH_SKILLS]
         if bad:
             raise ValueError(f"prompt_skills: {bad} are not ID math skills {MATH_SKILLS}")
@@ -90,18 +85,9 @@ class RLStageSettings(AnchorOptions):
     def rl_settings(self):
         from anchorft.rpsft.dapo_config import DAPOConfig
 
-        return DAPOConfig(
-            **{name: getattr(self, name) for name in anchor_option_names()},
-            steps=self.steps,
-            learning_rate=self.learning_rate,
-            num_generations=self.num_generations,
-            prompts_per_step=self.prompts_per_step,
-            max_completion_length=self.max_completion_length,
-            temperature=self.temperature,
-            seed=self.seed,
-            save_model=self.save_models,
-            anchor_method=self.anchor_method,
-        )
+        same = ("steps", "learning_rate", "num_generations", "prompts_per_step", "max_completion_length")
+        same += ("temperature", "seed", "anchor_method", *anchor_option_names())
+        return DAPOConfig(**{name: getattr(self, name) for name in same}, save_model=self.save_models)
 
 
 def default_methods(results: dict, cfg: CompareConfig) -> list[str]:
