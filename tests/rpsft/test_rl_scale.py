@@ -10,7 +10,8 @@ import torch
 import yaml
 
 from anchorft.rpsft.dapo_config import DAPOConfig, dapo_schedule, resolve_vllm
-from anchorft.rpsft.rl import rl_memory_estimate, run_rl
+from anchorft.rpsft.estimate import rl_memory_estimate
+from anchorft.rpsft.rl import run_rl
 
 REPO = Path(__file__).resolve().parents[2]
 

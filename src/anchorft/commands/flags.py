@@ -3,17 +3,21 @@
 TrlParser (HfArgumentParser) already accepts every field as `--snake_case` and `--kebab-case`. Here:
 `--out` is the project's name for TRL's `--output_dir`, `--dataset_name` (TRL's own script flag) is
 `--dataset`, and `--help` lists the project's flags first; `--help-all` prints TRL's full help. Also the flags
-several commands share: NAME=DIR pairs (`parse_named`: `analyze --tuned`, `eval suite --models`) and the
-generation and grading flags of `eval` and `eval suite` (`add_sampling_flags`, `pass_k`).
+several commands share: a dataclass's fields as flags (`add_field_flags`), NAME=DIR pairs (`parse_named`:
+`analyze --tuned`, `eval suite --models`) and the generation and grading flags of `eval` and `eval suite`
+(`add_sampling_flags`, `pass_k`).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import types
+import typing
 from collections.abc import Callable
 
 __all__ = [
+    "add_field_flags",
     "add_sampling_flags",
     "both_spellings",
     "normalize_train_argv",
@@ -104,7 +108,9 @@ def short_help() -> str:
 
     inherited = {f.name for f in dataclasses.fields(SFTConfig)}
     all_fields = {f.name: f for f in dataclasses.fields(RPSFTConfig)}
-    own = [f for f in dataclasses.fields(RPSFTConfig) if f.name not in inherited]
+    own = sorted(
+        (f for f in dataclasses.fields(RPSFTConfig) if f.name not in inherited), key=lambda f: f.name != "method"
+    )
     lines = [
         "usage: anchorft train --config RECIPE.yaml [--field value ...]",
         "       anchorft train --model_name_or_path PATH --dataset DATA --out DIR [--method rpsft ...]",
@@ -158,6 +164,38 @@ def both_spellings(parser) -> None:
                 if other != opt and other not in parser._option_string_actions:
                     action.option_strings.append(other)
                     parser._option_string_actions[other] = action
+
+
+def add_field_flags(
+    p: argparse.ArgumentParser,
+    cls: type,
+    names: tuple[str, ...] | None = None,
+    *,
+    aliases: dict[str, tuple[str, ...]] | None = None,
+    defaults: dict | None = None,
+) -> None:
+    """One `--name` flag per field of the dataclass `cls` (`names`: only these) with the field's type, default
+    (`defaults` may replace it, e.g. with None for "the recipe's"), choices and help; no default is restated. A bool
+    is `--name` (default False) or `--no_name` (default True); a tuple or list field takes several values;
+    `aliases`: more spellings of a field's flag. `both_spellings` adds the --kebab-case ones."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for name in names or tuple(fields):
+        f, typ = fields[name], hints[name]
+        if typing.get_origin(typ) in (typing.Union, types.UnionType):  # X | None
+            typ = next(a for a in typing.get_args(typ) if a is not type(None))
+        default = (defaults or {}).get(name, f.default)
+        kw: dict = {"dest": name, "help": f"{f.metadata.get('help', '')} (default {default!r})"}
+        flags = [f"--{name}", *(aliases or {}).get(name, ())]
+        if typ is bool:
+            flags[0] = f"--no_{name}" if default else flags[0]
+            kw.update(action="store_false" if default else "store_true")
+            kw["help"] = ("turns off: " if default else "") + kw["help"]
+        elif typing.get_origin(typ) in (tuple, list):
+            kw.update(type=typing.get_args(typ)[0], nargs="+", default=default)
+        else:
+            kw.update(type=typ, default=default, choices=f.metadata.get("choices"))
+        p.add_argument(*flags, **kw)
 
 
 def add_sampling_flags(

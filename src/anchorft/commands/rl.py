@@ -45,7 +45,7 @@ def _estimate(model_dir: str, config) -> list[str]:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from anchorft.rpsft.rl import format_memory_estimate, rl_memory_estimate
+    from anchorft.rpsft.estimate import format_memory_estimate, rl_memory_estimate
 
     if not (Path(model_dir) / "config.json").is_file():
         raise ValueError(f"--model {model_dir}: no config.json there")
@@ -116,6 +116,7 @@ def short_help() -> str:
     from trl import GRPOConfig
 
     from anchorft.commands.flags import _first_line
+    from anchorft.rpsft.anchor_options import anchor_option_names
     from anchorft.rpsft.dapo_config import DAPOConfig
 
     inherited = {f.name for f in fields(GRPOConfig)}
@@ -132,7 +133,7 @@ def short_help() -> str:
     for f in fields(RLScriptArguments):
         lines.append(f"  --{f.name}\n      {_first_line(f.metadata.get('help', ''))}")
     lines += ["", "DAPO and anchor (DAPOConfig):"]
-    for f in fields(DAPOConfig):
+    for f in sorted(fields(DAPOConfig), key=lambda f: f.name in anchor_option_names()):  # the anchor's last
         if f.name not in inherited:
             lines.append(f"  --{f.name} (default {f.default!r})\n      {_first_line(f.metadata.get('help', ''))}")
     lines += ["", "common TRL / transformers fields:"]
@@ -163,7 +164,7 @@ def main(argv: list[str]) -> int:
             return 0
         from anchorft.rpsft.train import check_launch
 
-        check_launch(config, config.anchor_method != "none", f"--anchor_method {config.anchor_method}")
+        check_launch(config, config.anchor_spec is not None, f"--anchor_method {config.anchor_method}")
         check_input_file(script.dataset, "--dataset", jsonl=not script.skip_bad)
         check_model_source(script.model, "--model")
         run = {"model": script.model, "dataset": script.dataset, "limit": script.limit}

@@ -19,15 +19,16 @@ import sys
 import tempfile
 from collections.abc import Sequence
 
-from anchorft.commands.flags import both_spellings
+from anchorft.commands.flags import add_field_flags, both_spellings
 from anchorft.errors import UsageError, report
 
 
 def _estimate(argv: list[str]) -> int:
+    from anchorft.rpsft.anchor_options import AnchorOptions
     from anchorft.rpsft.estimate import (
-        METHOD_NAMES,
         STAGES,
         estimate,
+        estimated_methods,
         format_estimate,
         format_memory,
         format_method_memory,
@@ -36,11 +37,11 @@ def _estimate(argv: list[str]) -> int:
         read_model_config,
     )
 
-    p = argparse.ArgumentParser(prog="anchorft train --estimate", description="anchor memory and FLOPs, no weights")
+    why = f"anchor memory and FLOPs, no weights (--anchor_rank: the recipe's, else {AnchorOptions.anchor_rank})"
+    p = argparse.ArgumentParser(prog="anchorft train --estimate", description=why)
     p.add_argument("--estimate", action="store_true")
     p.add_argument("--config", default=None, help="a recipe: its model config, method, rank, batch, length, dtypes")
     p.add_argument("--model_config", nargs="+", default=None, help="config.json path(s) (or model folders)")
-    p.add_argument("--anchor_rank", type=int, default=None, help="default: the recipe's, else 768")
     p.add_argument("--tokens_per_step", type=int, default=65536, help="tokens in one optimiser step (assumption)")
     p.add_argument("--seq_len", type=int, default=None, help="tokens per sequence (default: the recipe's max_length, "
                    "else 4096)")  # fmt: skip
@@ -51,11 +52,10 @@ def _estimate(argv: list[str]) -> int:
     p.add_argument("--gpus", type=int, default=8, help="memory per GPU: GPUs sharing the partitions")
     p.add_argument("--per_device", type=int, default=None, help="sequences per device (default: the recipe's, else 2)")
     p.add_argument("--iw_reference", action="store_true", help="memory per GPU: add IW-SFT's bf16 reference copy")
-    p.add_argument("--anchor_rank_rule", default=None, help="energy:F (needs the weights: a model folder)")
-    p.add_argument("--anchor_memory", type=int, default=None, help="byte budget (needs the weights)")
-    p.add_argument("--anchor_map", default=None, help="YAML / JSON map name regex -> rank (needs the weights)")
-    p.add_argument("--anchor_layers", default=None, help="layer ranges or regex")
-    p.add_argument("--anchor_lambda_rest", type=float, default=0.0, help="remainder L2 (stores W_0)")
+    # the anchor's own flags, from AnchorOptions (anchor_rank: the recipe's, else AnchorOptions'); rules, maps,
+    # layers and budgets are resolved on the weights: --model_config a model folder
+    opts = ("anchor_rank", "anchor_rank_rule", "anchor_memory", "anchor_map", "anchor_layers", "anchor_lambda_rest")
+    add_field_flags(p, AnchorOptions, opts, defaults={"anchor_rank": None})
     both_spellings(p)
     a = p.parse_args(argv)
     recipe, method = {}, None
@@ -74,7 +74,7 @@ def _estimate(argv: list[str]) -> int:
             raise UsageError("--estimate needs --model_config PATH or --config RECIPE")
     except ValueError as e:
         return report("anchorft train --estimate", e)
-    a.anchor_rank = a.anchor_rank or int(recipe.get("anchor_rank", 768))
+    a.anchor_rank = a.anchor_rank or int(recipe.get("anchor_rank", AnchorOptions.anchor_rank))
     a.seq_len = a.seq_len or int(recipe.get("max_length") or 4096)
     a.per_device = a.per_device or int(recipe.get("per_device_train_batch_size", 2))
     dtype_bytes = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
@@ -106,7 +106,7 @@ def _estimate(argv: list[str]) -> int:
                                  reference_bytes=2 if bf16 else weight_bytes, activation_bytes=2 if bf16 else None,
                                  include_embeddings=not a.no_embeddings,
                                  checkpointing=bool(recipe.get("gradient_checkpointing", True)))
-                for m in METHOD_NAMES
+                for m in estimated_methods()
             }  # fmt: skip
             mark = f", recipe {a.config}: method {method}" if method else ""
             title = (f"  bytes per GPU by method ({a.stage}, {a.gpus} GPUs, {a.per_device} x {a.seq_len} tokens, "

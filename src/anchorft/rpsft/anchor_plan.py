@@ -532,20 +532,6 @@ def to_json(entries: Sequence[MapEntry]) -> str:
     )
 
 
-# the anchor options shared by `RPSFTConfig` and the RL stage's settings (same names, same meaning)
-OPTION_FIELDS = (
-    "anchor_rank",
-    "anchor_rank_rule",
-    "anchor_map",
-    "anchor_layers",
-    "anchor_memory",
-    "anchor_lambda_rest",
-    "anchor_kind",
-    "anchor_targets",
-    "anchor_include_embeddings",
-)
-
-
 def validate_options(obj) -> None:
     """One-line ValueErrors for the anchor options of `obj` (any object with the anchor_* attributes), checked
     before any model is loaded: rule fractions in [0, 1], the map's syntax, kind, lambda_rest, memory."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import torch
 from trl import SFTConfig
 
+from anchorft.rpsft.anchor_options import AnchorOptions
 from anchorft.rpsft.methods import METHODS, get_method
 
 __all__ = ["RPSFTConfig", "ScriptArguments", "accumulation_for"]
@@ -32,11 +33,13 @@ class ScriptArguments:
 
 
 @dataclass
-class RPSFTConfig(SFTConfig):
+class RPSFTConfig(AnchorOptions, SFTConfig):
     """SFTConfig with the fine-tuning method and the subspace anchor (Jin et al., arXiv:2605.10973).
 
     The name is the paper's, but it runs every method of the table `anchorft.rpsft.methods.METHODS`
-    (sft, dft, iw_sft, l2, rpsft, and any registered one); `method` selects the row.
+    (sft, dft, iw_sft, l2, rpsft, and any registered one); `method` selects the row. The anchor's options are
+    `AnchorOptions`, a base class (flat `--anchor_*` flags); the SFT-only ones (anchor_every, calibration,
+    SVD, dtype, mode) are here.
 
     On a machine without a GPU, `use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False`
     are chosen automatically (TRL would otherwise refuse to start). Every field is checked here, so a
@@ -49,66 +52,12 @@ class RPSFTConfig(SFTConfig):
             "help": "Fine-tuning method (anchorft.rpsft.methods): "
             + ", ".join(f"'{m.name}' ({m.help})" for m in METHODS.values())
             + ".",
-            "choices": list(METHODS),
+            "choices": METHODS.keys(),  # a live view: a method registered later is a choice too
         },
-    )
-    anchor_rank: int = field(
-        default=768, metadata={"help": "k: rank of the anchored singular subspaces (paper: 768). Must be >= 1."}
-    )
-    anchor_lambda: float = field(
-        default=1.0, metadata={"help": "lambda: weight of the anchor penalty (paper: 1.0; plain sum, not normalised)."}
     )
     anchor_every: int = field(
         default=1,
         metadata={"help": "Apply the penalty every n optimiser steps, scaled by n (1 = every step, as the paper)."},
-    )
-    anchor_targets: str = field(
-        default="all-linear",
-        metadata={
-            "help": "Anchored matrices: 'all-linear' (every linear weight), a regex searched in parameter names "
-            "(e.g. 'q_proj|v_proj'), or (Python API) a list of names."
-        },
-    )
-    anchor_rank_rule: str | None = field(
-        default=None,
-        metadata={
-            "help": "Per-matrix rank rule instead of anchor_rank: 'energy:F' (smallest k holding fraction F of "
-            "||W_0||_F^2; energy:1 = full rank, energy:0 = nothing) or 'fisher:F' (fraction F of the Fisher-projected "
-            "gradient energy; needs F_ood G, see docs/anchoring.md). F in [0, 1]."
-        },
-    )
-    anchor_map: str | None = field(
-        default=None,
-        metadata={
-            "help": "Per-matrix overrides: a YAML / JSON mapping (or a path to one) of name regex -> rank (int, 0 = "
-            "not anchored, or a rule) or {rank: .., lambda: ..} (lambda absolute). The first matching entry wins."
-        },
-    )
-    anchor_layers: str | None = field(
-        default=None,
-        metadata={
-            "help": "Anchor only these layers: decoder layer ranges ('0-1,3'; embeddings and lm_head left out) or a "
-            "regex searched in parameter names. Composes with anchor_targets."
-        },
-    )
-    anchor_memory: int | None = field(
-        default=None,
-        metadata={
-            "help": "Byte budget of the stored anchor: ranks chosen per matrix to maximise the protected spectral "
-            "energy (or Fisher energy with a fisher rule), never over budget. Replaces anchor_rank."
-        },
-    )
-    anchor_lambda_rest: float = field(
-        default=0.0,
-        metadata={"help": "L2 weight on the rest of W - W_0 (outside the protected part); > 0 stores W_0."},
-    )
-    anchor_kind: str = field(
-        default="block",
-        metadata={
-            "help": "'block': ||U_k^T dW V_k||^2 (paper). 'subspace': ||U_k^T dW||^2 + ||dW V_k||^2 - "
-            "||U_k^T dW V_k||^2 (bounds the rotation of the top-k subspaces; same memory).",
-            "choices": ["block", "subspace"],
-        },
     )
     anchor_calibration: str | None = field(
         default=None,
@@ -122,9 +71,6 @@ class RPSFTConfig(SFTConfig):
     )
     anchor_calibration_samples: int = field(
         default=32, metadata={"help": "fisher:F calibration: examples per file (one gradient each)."}
-    )
-    anchor_include_embeddings: bool = field(
-        default=True, metadata={"help": "Also anchor the input embeddings and lm_head (paper: yes)."}
     )
     anchor_svd: str = field(
         default="exact",
@@ -226,10 +172,7 @@ class RPSFTConfig(SFTConfig):
 
     def _validate_rpsft_fields(self) -> None:
         get_method(self.method)  # ValueError listing the methods
-        if isinstance(self.anchor_rank, bool) or not isinstance(self.anchor_rank, int) or self.anchor_rank < 1:
-            raise ValueError(f"anchor_rank must be an integer >= 1, got {self.anchor_rank!r}")
-        if not isinstance(self.anchor_lambda, (int, float)) or not self.anchor_lambda >= 0:
-            raise ValueError(f"anchor_lambda must be >= 0, got {self.anchor_lambda!r}")
+        self.validate_anchor_options()
         if isinstance(self.anchor_every, bool) or not isinstance(self.anchor_every, int) or self.anchor_every < 1:
             raise ValueError(f"anchor_every must be an integer >= 1, got {self.anchor_every!r}")
         if self.anchor_svd not in ("exact", "randomized"):
@@ -240,11 +183,6 @@ class RPSFTConfig(SFTConfig):
             raise ValueError(f"chat_format must be 'model' or 'release', got {self.chat_format!r}")
         if self.anchor_mode not in ("grad", "autograd"):
             raise ValueError(f"anchor_mode must be 'grad' or 'autograd', got {self.anchor_mode!r}")
-        from anchorft.rpsft.anchor_plan import validate_options
-
-        validate_options(self)
-        if not (isinstance(self.anchor_targets, (str, list, tuple)) and len(self.anchor_targets) > 0):
-            raise ValueError(f"anchor_targets must be a non-empty string or list, got {self.anchor_targets!r}")
         if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 1:
             raise ValueError(f"lora_rank must be an integer >= 1, got {self.lora_rank!r}")
         if not isinstance(self.lora_alpha, (int, float)) or not self.lora_alpha > 0:

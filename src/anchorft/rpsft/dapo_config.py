@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 import torch
 from trl import GRPOConfig
 
+from anchorft.rpsft.anchor_options import AnchorOptions
+from anchorft.rpsft.methods import RL_ANCHOR_METHODS, get_method
+
 __all__ = ["DAPOConfig", "dapo_schedule", "resolve_vllm"]
 
 # the TRL fields that DAPOConfig derives, with the RL-step field to set instead
@@ -87,7 +90,7 @@ def resolve_vllm(want: str | bool, cuda: bool, has_vllm: bool) -> bool:
 
 
 @dataclass
-class DAPOConfig(GRPOConfig):
+class DAPOConfig(AnchorOptions, GRPOConfig):
     """GRPOConfig for DAPO from an SFT checkpoint, in RL steps; defaults are the paper's (the release's) values.
 
     `anchorft rl` parses it with TrlParser (YAML through `--config`, every field also a flag);
@@ -143,10 +146,14 @@ class DAPOConfig(GRPOConfig):
     seed: int = field(default=0, metadata={"help": "Random seed (also the data seed)."})
     save_strategy: str = field(default="no", metadata={"help": "TRL checkpoints during training (default: none)."})
     disable_tqdm: bool | None = field(default=False, metadata={"help": "Hide TRL's progress bar."})
-    # the weight anchor during RL (docs/anchoring.md): the options of `anchorft train`, same names and meaning
+    # the weight anchor during RL (docs/anchoring.md): AnchorOptions, as `anchorft train`, plus these two
     anchor_method: str = field(
         default="none",
-        metadata={"help": "Weight anchor during DAPO: 'none', 'rpsft' (top-k subspace anchor) or 'l2' (full rank)."},
+        metadata={
+            "help": "Weight anchor during DAPO: 'none' or an anchored method of the methods table (rpsft: the top-k "
+            "subspace anchor; l2: full rank).",
+            "choices": RL_ANCHOR_METHODS,
+        },
     )
     anchor_reference: str = field(
         default="start",
@@ -154,16 +161,6 @@ class DAPOConfig(GRPOConfig):
             "help": "W_0 of the anchor: 'start' (the RL starting weights, e.g. the SFT model) or a model folder."
         },
     )
-    anchor_lambda: float = field(default=1.0, metadata={"help": "lambda of the anchor (added once per update)."})
-    anchor_rank: int = field(default=768, metadata={"help": "k of the rpsft anchor."})
-    anchor_rank_rule: str | None = field(default=None, metadata={"help": "'energy:F' / 'fisher:F' instead of k."})
-    anchor_map: str | None = field(default=None, metadata={"help": "YAML / JSON map name regex -> rank / lambda."})
-    anchor_layers: str | None = field(default=None, metadata={"help": "Layer ranges ('0-1,3') or a name regex."})
-    anchor_memory: int | None = field(default=None, metadata={"help": "Byte budget of the stored anchor."})
-    anchor_lambda_rest: float = field(default=0.0, metadata={"help": "L2 on the rest of W - W_0."})
-    anchor_kind: str = field(default="block", metadata={"help": "'block' (paper) or 'subspace' (rotation-bounding)."})
-    anchor_targets: str = field(default="all-linear", metadata={"help": "Anchored matrices (as anchorft train)."})
-    anchor_include_embeddings: bool = field(default=True, metadata={"help": "Also anchor embeddings and lm_head."})
 
     def __post_init__(self):
         if self.overlong_cache == 0:
@@ -226,13 +223,12 @@ class DAPOConfig(GRPOConfig):
             raise ValueError(f"delta (dual clip) must exceed 1 + epsilon_high, got {self.delta}")
         if self.rl_warmup_steps < 0 or self.rl_warmup_ratio < 0 or (self.rl_warmup_steps and self.rl_warmup_ratio):
             raise ValueError("give rl_warmup_steps >= 0 or rl_warmup_ratio, not both")
-        if self.anchor_method not in ("none", "rpsft", "l2"):
-            raise ValueError(f"anchor_method must be 'none', 'rpsft' or 'l2', got {self.anchor_method!r}")
+        if self.anchor_method not in RL_ANCHOR_METHODS:
+            raise ValueError(f"anchor_method must be one of {tuple(RL_ANCHOR_METHODS)}, got {self.anchor_method!r}")
         if self.anchor_method != "none":
-            from anchorft.rpsft.anchor_plan import validate_options
+            self.validate_anchor_options()
 
-            if not self.anchor_lambda >= 0:
-                raise ValueError(f"anchor_lambda must be >= 0, got {self.anchor_lambda!r}")
-            if isinstance(self.anchor_rank, bool) or not isinstance(self.anchor_rank, int) or self.anchor_rank < 1:
-                raise ValueError(f"anchor_rank must be an integer >= 1, got {self.anchor_rank!r}")
-            validate_options(self)
+    @property
+    def anchor_spec(self):
+        """The methods-table row of `anchor_method` (None for "none")."""
+        return None if self.anchor_method == "none" else get_method(self.anchor_method)

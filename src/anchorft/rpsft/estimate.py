@@ -16,7 +16,8 @@ import json
 import os
 
 __all__ = ["model_matrices", "estimate", "format_estimate", "memory_per_gpu", "format_memory", "read_model_config"]
-__all__ += ["parameter_count", "activation_numbers", "method_memory", "format_method_memory", "METHOD_NAMES", "STAGES"]
+__all__ += ["parameter_count", "activation_numbers", "method_memory", "format_method_memory", "STAGES"]
+__all__ += ["estimated_methods", "state_bytes", "rl_memory_estimate", "format_memory_estimate"]
 
 
 def model_matrices(cfg: dict, include_embeddings: bool = True) -> list[tuple[str, int, int, int]]:
@@ -116,6 +117,51 @@ def format_estimate(res: dict, name: str = "") -> str:
     return "\n".join(lines)
 
 
+def state_bytes(params: int, stage: str, gpus: int = 1, weight_bytes: int = 4) -> tuple[float, float, float]:
+    """Bytes per GPU of the weights, gradients and AdamW state of `params` parameters P on G = `gpus` GPUs:
+    single or ddp: P w, P w, 2 P w (w = `weight_bytes`; AdamW's two moments in the parameters' dtype); zero2: 2P,
+    2P / G, 12P / G (bf16 weights, bf16 gradients partitioned, fp32 master weights and moments partitioned); zero3:
+    2P / G, 2P / G, 12P / G; fsdp2: P w / G, P w / G, 2 P w / G (ZeRO-3 / FSDP2 full sharding of the single-GPU
+    states)."""
+    P, w, g = params, weight_bytes, gpus
+    return {
+        "single": (P * w, P * w, 2 * P * w),
+        "ddp": (P * w, P * w, 2 * P * w),
+        "zero2": (2 * P, 2 * P / g, 12 * P / g),
+        "zero3": (2 * P / g, 2 * P / g, 12 * P / g),
+        "fsdp2": (P * w / g, P * w / g, 2 * P * w / g),
+    }[stage]
+
+
+def rl_memory_estimate(n_params: int, n_gpus: int = 1, master_dtype: str = "fp32", vllm_colocate: bool = True) -> dict:
+    """Bytes per GPU for the model states of full-parameter RL (an estimate; activations, the KV cache and
+    fragmentation come on top): `state_bytes` of one GPU at 4 B (fp32) or 2 B (bf16) a weight, divided over `n_gpus`
+    (ZeRO-3 / FSDP2 full sharding); vLLM colocated holds one more bf16 copy per GPU (2 B; tensor parallel would
+    divide it)."""
+    w = {"fp32": 4, "bf16": 2}[master_dtype]
+    per = sum(state_bytes(1, "single", 1, w))
+    states = sum(state_bytes(n_params, "single", 1, w)) / n_gpus
+    rollout = 2 * n_params if vllm_colocate else 0
+    total = states + rollout
+    return {
+        "n_params": n_params, "n_gpus": n_gpus, "bytes_per_param": per, "model_states_gb": states / 1e9,
+        "vllm_weights_gb": rollout / 1e9, "total_gb_per_gpu": total / 1e9,
+        "fits_80gb": total / 1e9 < 80, "sharding": "none" if n_gpus == 1 else "ZeRO-3 or FSDP2 (full shard)",
+    }  # fmt: skip
+
+
+def format_memory_estimate(est: dict) -> str:
+    """One line of `rl_memory_estimate`, with the sharding to use when one 80 GB GPU is not enough."""
+    line = (
+        f"memory estimate (model states only, an estimate): {est['n_params'] / 1e9:.2f}B parameters x "
+        f"{est['bytes_per_param']} B / {est['n_gpus']} GPU(s) = {est['model_states_gb']:.0f} GB"
+        f" + {est['vllm_weights_gb']:.0f} GB colocated vLLM weights = {est['total_gb_per_gpu']:.0f} GB per GPU"
+    )
+    if not est["fits_80gb"]:
+        line += "; over one 80 GB GPU: shard with ZeRO-3 (accelerate + deepspeed) or FSDP2 (accelerate fsdp_version 2)"
+    return line
+
+
 def memory_per_gpu(
     cfg: dict,
     stage: str = "zero2",
@@ -127,9 +173,8 @@ def memory_per_gpu(
 ) -> dict:
     """Bytes per GPU by kind, from the config alone (formulas, not a measurement), P the parameter count:
 
-    - zero2 (DeepSpeed ZeRO-2, bf16): weights 2P (bf16, every GPU), gradients 2P / G (bf16, partitioned),
-      optimiser 12P / G (fp32 master weights + AdamW's two moments, partitioned);
-    - ddp (weights loaded in fp32, bf16 autocast): weights 4P, gradients 4P, optimiser 8P, on every GPU;
+    - weights, gradients, optimiser: `state_bytes` (zero2: bf16 weights, partitioned gradients and fp32 AdamW
+      state; ddp: fp32 weights loaded, bf16 autocast, everything on every GPU);
     - anchor: `anchor_bytes` (the bases, every GPU); reference (IW-SFT's frozen copy, bf16): 2P;
     - activations under gradient checkpointing, b = per_device sequences of s tokens, L layers, h hidden,
       f intermediate, V vocabulary, bf16: b s h L (each layer's checkpointed input) + b s (10 h + 4 f) (one
@@ -143,10 +188,7 @@ def memory_per_gpu(
     params = sum(m * n * c for _, m, n, c in model_matrices(cfg, True))
     h, layers, f, vocab = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["intermediate_size"], cfg["vocab_size"]
     b, t = per_device, seq_len
-    if stage == "zero2":
-        weights, grads, optim = 2.0 * params, 2.0 * params / gpus, 12.0 * params / gpus
-    else:
-        weights, grads, optim = 4.0 * params, 4.0 * params, 8.0 * params
+    weights, grads, optim = (float(x) for x in state_bytes(params, stage, gpus, weight_bytes=4))
     act = 2.0 * (b * t * h * layers + b * t * (10 * h + 4 * f)) + 6.0 * b * t * vocab
     out = {
         "parameters": params,
@@ -189,7 +231,13 @@ def read_model_config(path: str | os.PathLike, text_only: bool = True) -> dict:
     return cfg.get("text_config", cfg) if text_only else cfg
 
 
-METHOD_NAMES = ("sft", "dft", "iw_sft", "l2", "rpsft")
+def estimated_methods() -> tuple[str, ...]:
+    """The methods `method_memory` estimates: every row of the methods table but the PEFT adapters."""
+    from anchorft.rpsft.methods import METHODS
+
+    return tuple(m.name for m in METHODS.values() if m.peft is None)
+
+
 STAGES = ("single", "ddp", "zero2", "zero3", "fsdp2")
 
 
@@ -235,38 +283,34 @@ def method_memory(
 ) -> dict:
     """Bytes per GPU by component for one method (formulas from the config alone, P = `parameter_count`):
 
-    - parameters / gradients / optimizer_state: single or ddp: P w, P w, 2 P w (w = `weight_bytes`; AdamW's two
-      moments in the parameters' dtype); zero2: 2P, 2P / G, 12P / G (bf16 weights, bf16 gradients partitioned,
-      fp32 master weights and moments partitioned); zero3: 2P / G, 2P / G, 12P / G; fsdp2: P w / G, P w / G,
-      2 P w / G;
-    - anchor_buffers (rpsft): per anchored matrix below full rank U_0, V_0, S_ref: (m + n) k + k^2 numbers;
-    - l2_w0: W_0 of every matrix at full rank (all of them for l2; for rpsft those with k >= min(m, n)): m n;
+    - parameters / gradients / optimizer_state: `state_bytes` at w = `weight_bytes`;
+    - anchor_buffers (an `anchored` row of the methods table, rpsft): per anchored matrix below full rank U_0, V_0,
+      S_ref: (m + n) k + k^2 numbers;
+    - l2_w0: W_0 of every matrix at full rank (all of them for a `full_rank` row, l2; for rpsft those with
+      k >= min(m, n)): m n;
       both at `anchor_bytes` a number, on every GPU;
-    - iw_reference (iw_sft): the frozen copy, P x `reference_bytes` (default: `weight_bytes`);
+    - iw_reference (a `needs_reference` row, iw_sft): the frozen copy, P x `reference_bytes` (default: `weight_bytes`);
     - activations_per_token: saved for backward without checkpointing, (L layer + head) a + 4 logits (the loss's
       log-softmax in fp32), a = `activation_bytes` (default `weight_bytes`; 2 under bf16);
       activations_per_token_checkpointed: what stays held with checkpointing, (L + 3) h a + 4 logits;
       recompute_per_token: one layer's activations, rebuilt during backward;
     - activations: per_device x seq_len tokens, checkpointed (held + one layer) or not.
     """
-    if method not in METHOD_NAMES:
-        raise ValueError(f"method must be one of {list(METHOD_NAMES)}, got {method!r}")
+    if method not in estimated_methods():
+        raise ValueError(f"method must be one of {list(estimated_methods())}, got {method!r}")
+    from anchorft.rpsft.methods import get_method
+
+    spec = get_method(method)
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {list(STAGES)}, got {stage!r}")
     if gpus < 1 or per_device < 1 or seq_len < 1 or rank < 1:
         raise ValueError("gpus, per_device, seq_len and rank must be >= 1")
-    P, w, g = parameter_count(cfg), weight_bytes, gpus
-    params, grads, optim = {
-        "single": (P * w, P * w, 2 * P * w),
-        "ddp": (P * w, P * w, 2 * P * w),
-        "zero2": (2 * P, 2 * P / g, 12 * P / g),
-        "zero3": (2 * P / g, 2 * P / g, 12 * P / g),
-        "fsdp2": (P * w / g, P * w / g, 2 * P * w / g),
-    }[stage]
+    P, w = parameter_count(cfg), weight_bytes
+    params, grads, optim = state_bytes(P, stage, gpus, w)
     svd_numbers = w0_numbers = 0
-    if method in ("rpsft", "l2"):
+    if spec.anchored:
         for _, m, n, count in model_matrices(cfg, include_embeddings):
-            if method == "l2" or rank >= min(m, n):
+            if spec.full_rank or rank >= min(m, n):
                 w0_numbers += m * n * count
             else:
                 svd_numbers += ((m + n) * rank + rank**2) * count
@@ -284,7 +328,7 @@ def method_memory(
         "optimizer_state": float(optim),
         "anchor_buffers": float(svd_numbers * anchor_bytes),
         "l2_w0": float(w0_numbers * anchor_bytes),
-        "iw_reference": float(P * (reference_bytes or w)) if method == "iw_sft" else 0.0,
+        "iw_reference": float(P * (reference_bytes or w)) if spec.needs_reference else 0.0,
         "activations_per_token": float(per_tok),
         "activations_per_token_checkpointed": float(held),
         "recompute_per_token": float(recompute),

@@ -2,11 +2,13 @@
 
 `RPSFTConfig` (checks, TRL loss type), `RPSFTTrainer` (anchor rank, reference model, custom loss),
 `anchorft.rpsft.train`, the recipe checks, the testbed comparison (run checks, trainer arguments,
-sweeps) and its report (colours) all look a method up here; none compares method names itself.
+sweeps) and its report (colours), the RL anchor (`DAPOConfig.anchor_method`: "none" or an anchored row,
+`RL_ANCHOR_METHODS`) and the memory estimate all look a method up here; none compares method names itself.
 
 Adding a method: write its loss (a pure function in `losses.py`) or its penalty, add one `Method` row
-(or call `register` from your own code), and add its configs. `tests/rpsft/test_methods.py` defines a
-method in the test module, registers it and trains with it.
+(or call `register` from your own code), and add its configs (docs/architecture.md, "How to add").
+`tests/rpsft/test_methods.py` defines a method in the test module, registers it and trains with it;
+`tests/rpsft/test_method_from_table.py` checks that a registered row is a method of every part above.
 
 A method is one of:
 - a TRL loss: `loss_type` is passed to TRL's SFTConfig ("nll" for SFT, "dft" for DFT);
@@ -29,9 +31,10 @@ import torch
 
 from anchorft.rpsft.losses import iw_sft_loss
 
-__all__ = ["Method", "METHODS", "RUN_KEYS", "get_method", "method_names", "register"]
+__all__ = ["Method", "METHODS", "RL_ANCHOR_METHODS", "RUN_KEYS", "get_method", "method_names", "register"]
 
-# the settings a comparison may sweep per run, in RunSpec order (see `Method.sweep_keys`)
+# the settings a comparison may sweep per run (see `Method.sweep_keys`): AnchorOptions fields (not anchor_map),
+# the learning rate and the LoRA rank; the testbed's RunSpec has one override field for each, in this order
 RUN_KEYS = (
     "anchor_rank",
     "anchor_lambda",
@@ -113,6 +116,20 @@ def register(method: Method, replace: bool = False) -> Method:
 def method_names() -> tuple[str, ...]:
     """The registered methods' names, in table order."""
     return tuple(METHODS)
+
+
+class _RLAnchorMethods:
+    """'none' and the anchored methods of the table, read when asked (a method registered later is one too): the
+    weight anchors of the RL stage (`DAPOConfig.anchor_method`), also as argparse choices."""
+
+    def __iter__(self):
+        return iter(("none", *(m.name for m in METHODS.values() if m.anchored)))
+
+    def __contains__(self, name) -> bool:
+        return name in tuple(self)
+
+
+RL_ANCHOR_METHODS = _RLAnchorMethods()
 
 
 def get_method(name: str) -> Method:

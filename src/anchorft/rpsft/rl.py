@@ -22,6 +22,7 @@ from pathlib import Path
 from anchorft.io import save_figure, write_json
 from anchorft.provenance import write_metrics
 from anchorft.rpsft.dapo_config import DAPOConfig
+from anchorft.rpsft.estimate import format_memory_estimate, rl_memory_estimate
 
 __all__ = [
     "DAPOConfig",
@@ -30,8 +31,6 @@ __all__ = [
     "boxed_math_reward",
     "make_reward_func",
     "load_rl_dataset",
-    "rl_memory_estimate",
-    "format_memory_estimate",
     "run_rl",
 ]
 
@@ -91,33 +90,6 @@ def load_rl_dataset(path: str | Path, skip_bad: bool = False, limit: int | None 
     return rows
 
 
-def rl_memory_estimate(n_params: int, n_gpus: int = 1, master_dtype: str = "fp32", vllm_colocate: bool = True) -> dict:
-    """Bytes per GPU for the model states of full-parameter RL (an estimate; activations, the KV cache
-    and fragmentation come on top): weights (4 B fp32 or 2 B bf16), gradients (same), AdamW's two
-    moments (8 B fp32, 4 B bf16); `n_gpus` > 1 shards them (ZeRO-3 / FSDP2); vLLM colocated holds
-    one more bf16 copy per GPU (2 B; tensor parallel would divide it)."""
-    per = {"fp32": 4 + 4 + 8, "bf16": 2 + 2 + 4}[master_dtype]
-    states = n_params * per / n_gpus
-    rollout = 2 * n_params if vllm_colocate else 0
-    total = states + rollout
-    return {
-        "n_params": n_params, "n_gpus": n_gpus, "bytes_per_param": per, "model_states_gb": states / 1e9,
-        "vllm_weights_gb": rollout / 1e9, "total_gb_per_gpu": total / 1e9,
-        "fits_80gb": total / 1e9 < 80, "sharding": "none" if n_gpus == 1 else "ZeRO-3 or FSDP2 (full shard)",
-    }  # fmt: skip
-
-
-def format_memory_estimate(est: dict) -> str:
-    line = (
-        f"memory estimate (model states only, an estimate): {est['n_params'] / 1e9:.2f}B parameters x "
-        f"{est['bytes_per_param']} B / {est['n_gpus']} GPU(s) = {est['model_states_gb']:.0f} GB"
-        f" + {est['vllm_weights_gb']:.0f} GB colocated vLLM weights = {est['total_gb_per_gpu']:.0f} GB per GPU"
-    )
-    if not est["fits_80gb"]:
-        line += "; over one 80 GB GPU: shard with ZeRO-3 (accelerate + deepspeed) or FSDP2 (accelerate fsdp_version 2)"
-    return line
-
-
 def prompt_length(prompt, tokenizer) -> int:
     """Tokens of a prompt as the trainer feeds it: chat messages through the tokenizer's chat template with the
     generation prompt, text as it is."""
@@ -156,15 +128,12 @@ def _plot_rewards(steps: Sequence[int], rewards: Sequence[float], path: Path) ->
 
 def build_rl_anchor(model, s: DAPOConfig):
     """The RL stage's anchor (None for anchor_method "none"): W_0 is the RL starting weights ("start", e.g. the SFT
-    model) or the model in the folder `anchor_reference` (e.g. the base model; the penalty is then not 0 at step 0).
-    Its metadata records the reference."""
-    if s.anchor_method == "none":
+    model) or the model in the folder `anchor_reference` (e.g. the base model; the penalty is then not 0 at step 0),
+    at full rank for a method with the table's `full_rank` (l2). Its metadata records the reference."""
+    if s.anchor_spec is None:
         return None
     import torch
     from transformers import AutoModelForCausalLM
-
-    from anchorft.rpsft.anchor import SubspaceAnchor
-    from anchorft.rpsft.anchor_plan import build_kwargs
 
     ref = model
     if s.anchor_reference != "start":
@@ -173,11 +142,7 @@ def build_rl_anchor(model, s: DAPOConfig):
                 f"anchor_reference {s.anchor_reference}: neither 'start' nor a model folder (no config.json)"
             )
         ref = AutoModelForCausalLM.from_pretrained(s.anchor_reference, dtype=torch.float32)
-    anchor = SubspaceAnchor.from_model(
-        ref,
-        generator=torch.Generator().manual_seed(s.seed),
-        **build_kwargs(s, s.anchor_lambda, s.anchor_method == "l2"),
-    )
+    anchor = s.build_anchor(ref, full_rank=s.anchor_spec.full_rank, generator=torch.Generator().manual_seed(s.seed))
     anchor.meta["reference"] = s.anchor_reference
     anchor.check_model(model, check_fingerprint=s.anchor_reference == "start")
     return anchor
@@ -260,7 +225,7 @@ def run_rl(
     args = config or DAPOConfig()
     from anchorft.rpsft.train import check_launch
 
-    check_launch(args, args.anchor_method != "none", f"anchor_method={args.anchor_method!r}")
+    check_launch(args, args.anchor_spec is not None, f"anchor_method={args.anchor_method!r}")
     if not train_data:
         raise ValueError("train_data is empty")
     for i, row in enumerate(train_data):

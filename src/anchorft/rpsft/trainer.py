@@ -125,19 +125,17 @@ class RPSFTTrainer(SFTTrainer):
         """SVD of the weights as they are now (called once the model is prepared, or on resume of a checkpoint
         killed before its anchor was written, from the starting weights; a collective under torch.distributed:
         every rank calls it)."""
-        from anchorft.rpsft.anchor_plan import build_kwargs
-
         a = self.args
         # on the device that holds the weights (randomized SVD draws there): cuda:r on rank r
         gen = torch.Generator(device=next(self.model.parameters()).device).manual_seed(a.seed)
-        anchor = SubspaceAnchor.from_model(
+        anchor = a.build_anchor(
             self.model,
+            full_rank=a.method_spec.full_rank,
             svd=a.anchor_svd,
             dtype=a.anchor_torch_dtype,
             generator=gen,
             progress=not a.disable_tqdm,
             fisher=self._anchor_fisher,
-            **build_kwargs(a, a.anchor_lambda, full_rank=a.method_spec.full_rank),
         )
         logger.info("built %r", anchor)
         if not a.method_spec.full_rank:

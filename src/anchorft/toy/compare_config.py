@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import numpy as np
 
 from anchorft.dataclass_yaml import read_yaml_mapping, update
 from anchorft.resources import configs_dir
+from anchorft.rpsft.anchor_options import AnchorOptions
 from anchorft.rpsft.methods import METHODS, RUN_KEYS, get_method
 from anchorft.toy import skills as sk
 from anchorft.toy.evaluate import EvalSettings, build_eval_sets
@@ -35,27 +37,21 @@ __all__ = [
 ]
 
 
-@dataclass
-class RunSpec:
-    """One fine-tuning run: a method and its settings (None: the CompareConfig's default)."""
+# one optional override per setting a run may set (the sweepable RUN_KEYS and lora_alpha), None meaning the
+# CompareConfig's default (or the trainer's); the anchor options' types are AnchorOptions'
+_RUN_TYPES = {**typing.get_type_hints(AnchorOptions), "learning_rate": float, "lora_rank": int, "lora_alpha": float}
+RunSpec = dataclasses.make_dataclass(
+    "RunSpec",
+    [("name", str), ("method", str), *((k, _RUN_TYPES[k] | None, None) for k in (*RUN_KEYS, "lora_alpha"))],
+    namespace={
+        "__module__": __name__,
+        "__doc__": """One fine-tuning run: a method and its settings (None: the CompareConfig's default).
 
-    name: str
-    method: str
-    anchor_rank: int | None = None
-    anchor_lambda: float | None = None
-    anchor_targets: str | None = None
-    anchor_include_embeddings: bool | None = None
-    learning_rate: float | None = None
-    anchor_rank_rule: str | None = None  # 'energy:F' / 'fisher:F' instead of anchor_rank (docs/anchoring.md)
-    anchor_layers: str | None = None
-    anchor_memory: int | None = None  # bytes
-    anchor_lambda_rest: float | None = None
-    anchor_kind: str | None = None  # 'block' (default) or 'subspace'
-    # lora: the adapter's rank (default: CompareConfig.lora_rank, else a quarter of the width) and alpha (default
-    # 2 x rank, the release's ratio); an anchor_rank on a lora run turns on the adapter anchor (lora_anchor) at that
-    # k, kind and lambda. osf: anchor_rank is its effective_rank (RPSFT's k).
-    lora_rank: int | None = None
-    lora_alpha: float | None = None
+    lora: lora_rank is the adapter's rank (default: CompareConfig.lora_rank, else a quarter of the width) and
+    lora_alpha its alpha (default 2 x rank, the release's ratio); an anchor_rank on a lora run turns on the adapter
+    anchor (lora_anchor) at that k, kind and lambda. osf: anchor_rank is its effective_rank (RPSFT's k).""",
+    },
+)
 
 
 @dataclass
@@ -69,9 +65,9 @@ class CompareConfig:
     max_steps: int = 200
     batch_size: int = 32
     warmup_ratio: float = 0.03
-    anchor_lambda: float = 1.0
-    anchor_targets: str = "all-linear"
-    anchor_include_embeddings: bool = True
+    anchor_lambda: float = AnchorOptions.anchor_lambda
+    anchor_targets: str = AnchorOptions.anchor_targets
+    anchor_include_embeddings: bool = AnchorOptions.anchor_include_embeddings
     lora_rank: int | None = None  # the lora runs' default rank (None: pretrain.hidden_size // 4)
     eval: EvalSettings = field(default_factory=EvalSettings)
     eval_seed: int = 12345  # the held-out items and the sampling generator of the evaluation
