@@ -9,14 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from anchorft.eval.suite import (
-    BOXED_FEWSHOT_PROMPT,
-    SuiteSettings,
-    boxed_system_prompt,
-    main_table,
-    resolve_benches,
-    table_markdown,
-)
+from anchorft.eval.protocol import BOXED_FEWSHOT_PROMPT, SuiteSettings, boxed_system_prompt, resolve_benches
+from anchorft.eval.report import main_table, table_markdown
 
 SYS = "Please reason step by step, and put your final answer within \\boxed{}."
 
@@ -146,24 +140,24 @@ def test_suite_rerun_keeps_finished_pairs(toy_model, bench_dir, tmp_path, capsys
     gens = (out / "a" / "adds" / "generations.jsonl").read_bytes()
     capsys.readouterr()
 
-    import anchorft.eval.suite as suite
+    import anchorft.eval.hf_backend as hf_backend
 
     made = []
-    real = suite.HFBackend.generate
+    real = hf_backend.HFBackend.generate
 
     def counting(self, token_ids, keys, **kw):
         made.append((self, list(keys)))
         return real(self, token_ids, keys, **kw)
 
-    monkeypatch.setattr(suite.HFBackend, "generate", counting)
+    monkeypatch.setattr(hf_backend.HFBackend, "generate", counting)
     loads = []
-    real_init = suite.HFBackend.__init__
+    real_init = hf_backend.HFBackend.__init__
 
     def counting_init(self, path, *a, **kw):
         loads.append(Path(path).name)
         real_init(self, path, *a, **kw)
 
-    monkeypatch.setattr(suite.HFBackend, "__init__", counting_init)
+    monkeypatch.setattr(hf_backend.HFBackend, "__init__", counting_init)
     # the same run again, plus a model and a benchmark: only the new pairs generate
     twin = tmp_path / "twin"
     shutil.copytree(toy_model, twin)
