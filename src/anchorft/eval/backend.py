@@ -7,19 +7,18 @@ seed=)` returns per prompt its `n` completions; temperature 0 is greedy decoding
 seed from `row_seed(seed, item index, sample)`: the transformers backend gives each sample j its own generator
 seeded `row_seed(seed, key, j)`; vLLM seeds each item's request with `row_seed(seed, key, 0)` and draws its
 n samples from it. So a sample depends on the seed and the item, not on the batch, the shard, the command
-(`anchorft eval` or `anchorft eval suite`) or a resumption.
+(`anchorft eval` or `anchorft eval suite`) or a resumption. `runner.resolve_backend` and `runner.open_backend`
+pick and open one.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
-__all__ = ["Backend", "row_seed", "resolve_backend", "open_backend"]
+__all__ = ["Backend", "row_seed"]
 
 
 class Backend(Protocol):
@@ -41,30 +40,3 @@ class Backend(Protocol):
 def row_seed(seed: int, key: int, j: int) -> int:
     """The seed of sample j of the prompt with stable key `key` (e.g. its item index) in a run seeded `seed`."""
     return int(np.random.SeedSequence([seed, key, j]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
-
-
-def resolve_backend(backend: str) -> str:
-    """ "hf" (transformers), "vllm" (needs the `vllm` extra and a GPU), or "auto" (vLLM when both are there)."""
-    if backend not in ("auto", "hf", "vllm"):
-        raise ValueError(f"backend must be auto, hf or vllm, got {backend!r}")
-    if backend == "hf":
-        return "hf"
-    if backend == "vllm":
-        from anchorft.eval.vllm_backend import check_vllm
-
-        check_vllm()  # one-line error without vllm or without CUDA
-        return "vllm"
-    import torch
-
-    return "vllm" if importlib.util.find_spec("vllm") is not None and torch.cuda.is_available() else "hf"
-
-
-def open_backend(kind: str, model_dir: Path, tokenizer, settings) -> Backend:
-    """The backend `kind` ("hf" or "vllm") on the model in `model_dir`, with the run's settings."""
-    if kind == "vllm":
-        from anchorft.eval.vllm_backend import VLLMBackend, VLLMOptions
-
-        return VLLMBackend(str(model_dir), VLLMOptions(**settings.extra.get("vllm", {})), seed=settings.seed)
-    from anchorft.eval import hf_backend
-
-    return hf_backend.HFBackend(model_dir, tokenizer, settings)

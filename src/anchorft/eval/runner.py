@@ -11,6 +11,7 @@ commands draw the same samples from the same file and seed.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 import time
@@ -18,14 +19,41 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from anchorft.eval.backend import open_backend, resolve_backend
+from anchorft.eval.backend import Backend
 from anchorft.eval.benchmarks import Bench, load_bench, score_bench, summarize
 from anchorft.eval.protocol import SuiteSettings, bench_names, format_prompts, resolve_benches, token_prompts
 from anchorft.eval.report import plot_metrics, write_table
 from anchorft.io import write_json, write_jsonl, write_text
 from anchorft.provenance import write_metrics
 
-__all__ = ["run_pair", "run_suite", "run_eval"]
+__all__ = ["resolve_backend", "open_backend", "run_pair", "run_suite", "run_eval"]
+
+
+def resolve_backend(backend: str) -> str:
+    """ "hf" (transformers), "vllm" (needs the `vllm` extra and a GPU), or "auto" (vLLM when both are there)."""
+    if backend not in ("auto", "hf", "vllm"):
+        raise ValueError(f"backend must be auto, hf or vllm, got {backend!r}")
+    if backend == "hf":
+        return "hf"
+    if backend == "vllm":
+        from anchorft.eval.vllm_backend import check_vllm
+
+        check_vllm()  # one-line error without vllm or without CUDA
+        return "vllm"
+    import torch
+
+    return "vllm" if importlib.util.find_spec("vllm") is not None and torch.cuda.is_available() else "hf"
+
+
+def open_backend(kind: str, model_dir: Path, tokenizer, settings) -> Backend:
+    """The backend `kind` ("hf" or "vllm") on the model in `model_dir`, with the run's settings."""
+    if kind == "vllm":
+        from anchorft.eval.vllm_backend import VLLMBackend, VLLMOptions
+
+        return VLLMBackend(str(model_dir), VLLMOptions(**settings.extra.get("vllm", {})), seed=settings.seed)
+    from anchorft.eval import hf_backend
+
+    return hf_backend.HFBackend(model_dir, tokenizer, settings)
 
 
 def _read_generations(path: Path, n: int, greedy: bool) -> dict[int, dict]:
