@@ -184,9 +184,10 @@ def _run(
     backend_factory: Callable | None,
     checker,
     log: Callable[[str], None],
-    model_flag: str = "--models",
+    single: bool = False,
 ) -> dict[str, dict[str, dict]]:
-    """{model: {benchmark: metrics}}: inputs all checked before a model loads, then every pair in turn."""
+    """{model: {benchmark: metrics}}: inputs all checked before a model loads, then every pair in turn. `single`:
+    `anchorft eval` (one model, given as --model; prompts that do not fit the model's context are refused)."""
     from anchorft.eval.answers import default_checker
     from anchorft.eval.loading import load_eval_tokenizer
 
@@ -202,9 +203,9 @@ def _run(
     for name, path in models.items():
         tok = load_eval_tokenizer(path)
         if not getattr(tok, "chat_template", None):
-            who = f"--models {name}={path}" if model_flag == "--models" else f"--model {path}"
+            who = f"--model {path}" if single else f"--models {name}={path}"
             raise ValueError(f"{who}: the tokenizer has no chat_template")
-        if model_flag == "--model":  # `anchorft eval`: prompts that do not fit the model's context are refused
+        if single:
             from anchorft.eval.context import check_prompt_lengths, context_length
 
             texts = [format_prompts(tok, b.items, s.prompt) for b in loaded]
@@ -311,7 +312,7 @@ def run_eval(
     )  # fmt: skip
     log = (lambda m: print(m, file=sys.stderr, flush=True)) if progress else (lambda m: None)
     results = _run({"model": model_dir}, specs, out, s, config, lambda m, b: out / b, backend=backend,
-                   backend_factory=None, checker=checker, log=log, model_flag="--model")["model"]  # fmt: skip
+                   backend_factory=None, checker=checker, log=log, single=True)["model"]  # fmt: skip
     write_metrics(out / "metrics.json", results, indent=2)
     plot_metrics(results, out / "metrics.png")
     return results
