@@ -60,9 +60,9 @@ MUTANTS ?= \
 	'anchorft.rpsft.losses.*' \
 	'anchorft.eval.metrics.*' \
 	'anchorft.eval.answers.*' \
-	'anchorft.eval.suite.x_main_table*' 'anchorft.eval.suite.x_table_markdown*' 'anchorft.eval.suite.x__mean*' \
-	'anchorft.eval.suite.x__pct*' 'anchorft.eval.suite.x__kept*' 'anchorft.eval.suite.x?SuiteSettings?_new_tokens*' \
-	'anchorft.eval.suite.x?SuiteSettings?generation_key*' \
+	'anchorft.eval.report.x_main_table*' 'anchorft.eval.report.x_table_markdown*' 'anchorft.eval.report.x__mean*' \
+	'anchorft.eval.report.x__pct*' 'anchorft.eval.runner.x__kept*' 'anchorft.eval.protocol.x?SuiteSettings?_new_tokens*' \
+	'anchorft.eval.protocol.x?SuiteSettings?generation_key*' \
 	'anchorft.runs.*' \
 	'anchorft.rpsft.anchor_plan.*' \
 	'anchorft.rpsft.anchor.x?SubspaceAnchor?penalty_terms*' 'anchorft.rpsft.anchor.x?SubspaceAnchor?_summary*' \

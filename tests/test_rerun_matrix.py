@@ -49,7 +49,7 @@ COMMANDS = [
     (["w2s", "sweep", "--kind", "chi", "--quick"], ["--quiet"], ["--kind", "overlap"], "anchorft.w2s.sweeps",
      "run_sweep", _2, {}),
     (["eval", "--model", "model", "--bench", "good.jsonl"], ["--timeout", "3"], ["--seed", "1"],
-     "anchorft.eval.benchmarks", "run_eval", _3, {}),
+     "anchorft.eval.runner", "run_eval", _3, {}),
     (["rl", "--model", "model", "--dataset", "good.jsonl"], ["--skip_bad", "true"], ["--top_k", "3"],
      "anchorft.rpsft.rl", "run_rl", _3, {"reward_first": 0.0, "reward_last": 0.0}),
     (["data", "openr1-math", "--source", "good.jsonl"], ["--no-progress"], ["--limit", "1"], "anchorft.data.release",

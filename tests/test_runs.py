@@ -205,7 +205,7 @@ RERUNS = [
      lambda c: _fake(c, _SECOND, {"rows": []}, "table.md")),
     (["w2s", "sweep", "--kind", "chi", "--quick"], ["--kind", "overlap"], "anchorft.w2s.sweeps", "run_sweep",
      lambda c: _fake(c, _SECOND)),
-    (["eval", "--model", "model", "--bench", "good.jsonl"], ["--seed", "1"], "anchorft.eval.benchmarks", "run_eval",
+    (["eval", "--model", "model", "--bench", "good.jsonl"], ["--seed", "1"], "anchorft.eval.runner", "run_eval",
      lambda c: _fake(c, _THIRD)),
     (["rl", "--model", "model", "--dataset", "good.jsonl"], ["--limit", "1"], "anchorft.rpsft.rl", "run_rl",
      lambda c: _fake(c, _THIRD, {"reward_first": 0.0, "reward_last": 0.0})),

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from anchorft.eval.answers import MathChecker, last_boxed, parsed_equal
-from anchorft.eval.benchmarks import load_bench, read_responses, run_eval, score_bench, summarize
+from anchorft.eval.benchmarks import load_bench, read_responses, score_bench, summarize
 from anchorft.eval.metrics import accuracy, avg_at_k, mean_pass_at_k, pass_at_k
+from anchorft.eval.runner import run_eval
 
 ID_FILES = ["id/math500.jsonl", "id/aime-24.jsonl", "id/aime-25.jsonl", "id/amc.jsonl"]
 OOD_FILES = [
@@ -236,7 +237,7 @@ def test_run_eval_rejects_bad_arguments_before_loading(tmp_path):
 def test_format_prompts_needs_a_chat_template(tmp_path):
     from types import SimpleNamespace
 
-    from anchorft.eval.benchmarks import format_prompts
+    from anchorft.eval.protocol import format_prompts
 
     f = tmp_path / "b.jsonl"
     f.write_text(_line() + "\n")
@@ -249,8 +250,8 @@ def test_run_eval_through_the_vllm_backend_with_a_stand_in_engine(tiny_model_dir
     a greedy request at temperature 0, results mapped back to their items."""
     from types import SimpleNamespace
 
-    from anchorft.eval import benchmarks, vllm_backend
-    from anchorft.eval.hf_backend import row_seed
+    from anchorft.eval import runner, vllm_backend
+    from anchorft.eval.backend import row_seed
 
     log: list = []
     heads: list = []
@@ -270,11 +271,11 @@ def test_run_eval_through_the_vllm_backend_with_a_stand_in_engine(tiny_model_dir
             self.kw = kw
 
     real = vllm_backend.VLLMBackend
-    monkeypatch.setattr(benchmarks, "resolve_backend", lambda b: "vllm")
+    monkeypatch.setattr(runner, "resolve_backend", lambda b: "vllm")
     monkeypatch.setattr(
-        vllm_backend, "VLLMBackend", lambda model_dir, seed: real(model_dir, seed=seed,
-                                                                  engine_factory=lambda r: Engine(),
-                                                                  sampling_cls=Params)
+        vllm_backend, "VLLMBackend", lambda model_dir, options, seed: real(model_dir, options, seed=seed,
+                                                                           engine_factory=lambda r: Engine(),
+                                                                           sampling_cls=Params)
     )  # fmt: skip
     f = tmp_path / "b.jsonl"
     f.write_text("".join(_line(f"What is {i}+{i}?", str(row_seed(5, i, 0) % 97)) + "\n" for i in range(3)))

@@ -6,7 +6,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from anchorft.eval.generate import generate
+from anchorft.eval.hf_backend import generate
 
 
 def _char_tokenizer() -> PreTrainedTokenizerFast:

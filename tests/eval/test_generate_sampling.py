@@ -2,7 +2,7 @@
 
 import torch
 
-from anchorft.eval.generate import sample_next
+from anchorft.eval.hf_backend import sample_next
 
 
 def test_greedy_is_argmax():

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from anchorft.eval.hf_backend import generate_sorted, length_sorted_batches, row_seed, sample_rows
+from anchorft.eval.backend import row_seed
+from anchorft.eval.hf_backend import generate_sorted, length_sorted_batches, sample_rows
 
 
 @pytest.fixture(scope="module")
@@ -62,10 +63,10 @@ def test_sample_rows_draws_from_the_nucleus():
 
 def test_rows_that_end_leave_the_batch(tiny):
     # EOS := the greedy first token of one prompt, so that row ends at once while the others go on: the
-    # shrinking batch (rows and KV cache dropped) must give what the fixed-batch loop of eval.generate gives
+    # shrinking batch (rows and KV cache dropped) must give what the fixed-batch (testbed) path gives
     import copy
 
-    from anchorft.eval.generate import generate
+    from anchorft.eval.hf_backend import generate
 
     model, tok = tiny
     enc = tok(PROMPTS[0], add_special_tokens=False, return_tensors="pt")

@@ -7,10 +7,16 @@ import json
 
 import pytest
 
-from anchorft.eval.ifeval import check_instruction, ifeval_available, ifeval_follows, punkt_source
+from anchorft.eval.ifeval import ifeval_available, ifeval_follows
 
 ok, why = ifeval_available()
 pytestmark = pytest.mark.skipif(not ok, reason=why)
+
+
+def check_instruction(response: str, instruction_id: str, kwargs: dict | None = None, prompt: str = "") -> bool:
+    """One instruction under the loose test."""
+    return ifeval_follows(response, [{"instruction_id": instruction_id, "kwargs": kwargs or {}}], prompt)[0]
+
 
 # instruction_id -> (kwargs, prompt, following response, breaking response)
 CASES = {
@@ -113,7 +119,3 @@ def test_all_instructions_must_hold_and_null_kwargs_are_dropped():
 def test_unknown_instruction_id_is_an_error():
     with pytest.raises(ValueError, match="unknown IFEval"):
         check_instruction("x", "not:an_instruction")
-
-
-def test_punkt_source_is_reported():
-    assert "punkt" in punkt_source().lower()

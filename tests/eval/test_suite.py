@@ -9,14 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from anchorft.eval.suite import (
-    BOXED_FEWSHOT_PROMPT,
-    SuiteSettings,
-    boxed_system_prompt,
-    main_table,
-    resolve_benches,
-    table_markdown,
-)
+from anchorft.eval.protocol import BOXED_FEWSHOT_PROMPT, SuiteSettings, boxed_system_prompt, resolve_benches
+from anchorft.eval.report import main_table, table_markdown
 
 SYS = "Please reason step by step, and put your final answer within \\boxed{}."
 
@@ -146,24 +140,24 @@ def test_suite_rerun_keeps_finished_pairs(toy_model, bench_dir, tmp_path, capsys
     gens = (out / "a" / "adds" / "generations.jsonl").read_bytes()
     capsys.readouterr()
 
-    import anchorft.eval.suite as suite
+    import anchorft.eval.hf_backend as hf_backend
 
     made = []
-    real = suite.HFBackend.generate
+    real = hf_backend.HFBackend.generate
 
     def counting(self, token_ids, keys, **kw):
         made.append((self, list(keys)))
         return real(self, token_ids, keys, **kw)
 
-    monkeypatch.setattr(suite.HFBackend, "generate", counting)
+    monkeypatch.setattr(hf_backend.HFBackend, "generate", counting)
     loads = []
-    real_init = suite.HFBackend.__init__
+    real_init = hf_backend.HFBackend.__init__
 
     def counting_init(self, path, *a, **kw):
         loads.append(Path(path).name)
         real_init(self, path, *a, **kw)
 
-    monkeypatch.setattr(suite.HFBackend, "__init__", counting_init)
+    monkeypatch.setattr(hf_backend.HFBackend, "__init__", counting_init)
     # the same run again, plus a model and a benchmark: only the new pairs generate
     twin = tmp_path / "twin"
     shutil.copytree(toy_model, twin)
@@ -276,3 +270,34 @@ def test_vllm_without_vllm_or_cuda_is_one_line_error(
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert _run(argv) == 2
     assert "no CUDA device" in _err_line(capsys)
+
+
+def test_same_file_and_seed_same_samples_through_every_command(toy_model, bench_dir, tmp_path):
+    """`anchorft eval` and `anchorft eval suite` (other batch sizes and chunks) draw the same samples from the same
+    file and seed: both run the one runner, whose HF backend seeds sample j of item i from row_seed(seed, i, j)
+    (the vLLM backend seeds item i's request from row_seed(seed, i, 0)); another seed draws others."""
+    from anchorft.eval.backend import row_seed
+    from anchorft.eval.vllm_backend import build_requests
+
+    def eval_cmd(out, seed):
+        assert _run(["--model", str(toy_model), "--bench", str(bench_dir / "id" / "adds.jsonl"), "--out", str(out),
+                     "--n", "4", "--max_new_tokens", "6", "--seed", seed, "--backend", "hf", "--no-greedy",
+                     "--batch_size", "3"]) == 0  # fmt: skip
+        return (out / "adds" / "generations.jsonl").read_text().splitlines()
+
+    suite_argv = ["suite", "--models", f"m={toy_model}", "--bench-dir", str(bench_dir), "--benches", "adds",
+                  "--prompt", "file", "--n", "4", "--max-new-tokens", "6", "--seed", "7", "--backend", "hf",
+                  "--no-calibrate", "--batch-size", "16", "--chunk", "2", "--out", str(tmp_path / "s")]  # fmt: skip
+    assert _run(suite_argv) == 0
+    by_suite = (tmp_path / "s" / "m" / "adds" / "generations.jsonl").read_text().splitlines()
+    by_eval = eval_cmd(tmp_path / "e", "7")
+    assert by_eval == by_suite and len(by_eval) == 3
+    samples = [s for line in by_eval for s in json.loads(line)["responses"]]
+    assert len(set(samples)) > 1  # sampled, not one repeated string
+    records = [
+        json.loads(x)["responses"] for x in (tmp_path / "e" / "adds" / "records.jsonl").read_text().splitlines()
+    ]
+    assert records == [json.loads(x)["responses"] for x in by_suite]
+    assert eval_cmd(tmp_path / "e8", "8") != by_eval
+    reqs = build_requests([[1], [2]], [0, 2], n=4, temperature=0.7, top_p=0.95, max_new_tokens=6, seed=7)
+    assert [kw["seed"] for _, kw in reqs] == [row_seed(7, 0, 0), row_seed(7, 2, 0)]

@@ -45,7 +45,7 @@ def toy_model(tmp_path_factory) -> Path:
 def suite_env(toy_model, tmp_path, monkeypatch):
     import shutil
 
-    import anchorft.eval.suite as suite
+    import anchorft.eval.hf_backend as hf_backend
 
     root = tmp_path / "benches"
     gold: dict[tuple[str, int], int] = {}
@@ -93,7 +93,7 @@ def suite_env(toy_model, tmp_path, monkeypatch):
         def close(self):
             pass
 
-    monkeypatch.setattr(suite, "HFBackend", FakeBackend)
+    monkeypatch.setattr(hf_backend, "HFBackend", FakeBackend)
     monkeypatch.delenv("ANCHORFT_DEBUG", raising=False)
     out = tmp_path / "suite"
     argv = ["eval", "suite", "--bench-dir", str(root), "--out", str(out), "--benches", "adds,muls,subs_test",

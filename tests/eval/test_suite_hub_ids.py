@@ -30,7 +30,7 @@ def test_cached_hub_id_resolves_to_its_snapshot(tmp_path, monkeypatch):
     import huggingface_hub.constants as hc
     from transformers import Qwen2Config
 
-    from anchorft.eval.suite import check_models
+    from anchorft.eval.protocol import check_models
     from anchorft.rpsft.stand_in import build_stand_in, build_stand_in_tokenizer
 
     cache = tmp_path / "hub"

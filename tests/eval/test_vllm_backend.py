@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from anchorft.eval.hf_backend import row_seed
+from anchorft.eval.backend import row_seed
 from anchorft.eval.vllm_backend import VLLMBackend, VLLMOptions, build_requests, map_results, shard
 
 
@@ -68,7 +68,8 @@ def test_vllm_greedy_request_and_result_checks():
 
 
 def test_vllm_backend_through_the_suite_resumes(toy_model_for_suite, tmp_path):
-    from anchorft.eval.suite import SuiteSettings, run_suite
+    from anchorft.eval.protocol import SuiteSettings
+    from anchorft.eval.runner import run_suite
 
     root = tmp_path / "b"
     (root / "id").mkdir(parents=True)

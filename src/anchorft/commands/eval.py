@@ -1,5 +1,8 @@
 """`anchorft eval`: the paper's JSONL benchmarks, scoring of outside responses, the lm-eval bridge.
 
+`anchorft eval --bench` is the evaluation suite's runner with one model (`anchorft.eval.runner.run_eval`):
+files by path, each file's own prompt, a greedy pass; resumable like the suite.
+
 anchorft eval --model DIR --bench FILE.jsonl [--bench FILE2.jsonl ...] --out DIR
               [--n 16 --k 16 --temperature 0.7 --top_p 0.95 --max_new_tokens N --limit N]
 anchorft eval score --bench FILE.jsonl --responses FILE.jsonl [--k K]
@@ -134,7 +137,7 @@ def main(argv: list[str]) -> int:
             print(json.dumps(out["results"], default=str))
             return 0
         from anchorft.eval.answers import MathChecker
-        from anchorft.eval.benchmarks import run_eval
+        from anchorft.eval.runner import run_eval
 
         with MathChecker(timeout_s=args.timeout) as checker:
             metrics = run_eval(

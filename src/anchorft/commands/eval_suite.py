@@ -18,7 +18,7 @@ PRESETS = ("paper",)
 
 
 def _parser() -> argparse.ArgumentParser:
-    from anchorft.eval.suite import SuiteSettings
+    from anchorft.eval.protocol import SuiteSettings
 
     d = SuiteSettings()
     p = argparse.ArgumentParser(
@@ -63,7 +63,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    from anchorft.eval.suite import SuiteSettings, check_models, resolve_benches, run_suite
+    from anchorft.eval.protocol import SuiteSettings, check_models, resolve_benches
+    from anchorft.eval.runner import run_suite
     from anchorft.runs import fail, finish
 
     claim = None

@@ -1,4 +1,4 @@
-"""The RPSFT paper's evaluation sets (JSONL, its own format): reading, scoring, sampling, metrics.
+"""The RPSFT paper's evaluation sets (JSONL, its own format): reading, grading, scoring.
 
 One line per item: `prompt` (chat messages), `reward_model.ground_truth` (LaTeX string, number or
 option letter); extra keys are ignored. An item whose user message lists "Choices:" labelled A., B., ...
@@ -6,7 +6,8 @@ option letter); extra keys are ignored. An item whose user message lists "Choice
 other item is math (the last \\boxed{} checked with math-verify, gold first).
 
 Metrics follow the paper: Avg@k = mean correctness over all samples of all problems, Pass@k = the
-unbiased estimator of Chen et al. (2021, eq. 1) from n >= k samples, and greedy accuracy.
+unbiased estimator of Chen et al. (2021, eq. 1) from n >= k samples, and greedy accuracy. Generation is
+`anchorft.eval.runner`'s.
 """
 
 from __future__ import annotations
@@ -18,9 +19,8 @@ from pathlib import Path
 
 from anchorft.eval.answers import MathChecker, default_checker, grade, parse_choices
 from anchorft.eval.metrics import mean_pass_at_k
-from anchorft.eval.pipeline import Sampler, prompt_metrics, score_prompts
-from anchorft.io import iter_jsonl, save_figure, write_json, write_jsonl
-from anchorft.provenance import write_metrics
+from anchorft.eval.pipeline import prompt_metrics
+from anchorft.io import iter_jsonl
 
 __all__ = [
     "BenchItem",
@@ -30,7 +30,6 @@ __all__ = [
     "read_responses",
     "score_bench",
     "summarize",
-    "format_prompts",
 ]
 
 
@@ -234,188 +233,3 @@ def summarize(records: Sequence[dict], k: int | None = None) -> dict:
         out["greedy_acc"] = m["greedy"]
         out["n_greedy"] = len(greedy)
     return out
-
-
-def format_prompts(tokenizer, items: Sequence[BenchItem]) -> list[str]:
-    """Apply the tokenizer's chat template (generation prompt added) to each item's messages."""
-    if not getattr(tokenizer, "chat_template", None):
-        raise ValueError(
-            "the tokenizer has no chat_template: the benchmarks' prompts are chat messages; "
-            "save a chat template with the model (tokenizer_config.json / chat_template.jinja)"
-        )
-    return [tokenizer.apply_chat_template(it.messages, tokenize=False, add_generation_prompt=True) for it in items]
-
-
-# ---------------------------------------------------------------- running a model on the sets
-
-
-def _bench_names(paths: Sequence[Path]) -> list[str]:
-    """File stems, prefixed with the parent folder where two files share a stem."""
-    stems = [p.stem for p in paths]
-    names = [f"{p.parent.name}_{p.stem}" if stems.count(p.stem) > 1 else p.stem for p in paths]
-    if len(set(names)) != len(names):
-        raise ValueError(f"benchmark files must be distinct, got {[str(p) for p in paths]}")
-    return names
-
-
-def resolve_backend(backend: str) -> str:
-    """ "hf" (transformers, the default), "vllm" (needs the `vllm` extra and a GPU), or "auto"."""
-    if backend not in ("auto", "hf", "vllm"):
-        raise ValueError(f"backend must be auto, hf or vllm, got {backend!r}")
-    if backend == "hf":
-        return "hf"
-    import importlib.util
-
-    import torch
-
-    has_vllm = importlib.util.find_spec("vllm") is not None
-    if backend == "vllm":
-        from anchorft.eval.vllm_backend import check_vllm
-
-        check_vllm()  # one-line error without vllm or without CUDA
-        return "vllm"
-    return "vllm" if has_vllm and torch.cuda.is_available() else "hf"
-
-
-def plot_metrics(all_metrics: dict[str, dict], path: Path) -> None:
-    from anchorft.io import pyplot
-
-    plt = pyplot()
-    import numpy as np
-
-    names = list(all_metrics)
-    keys = [key for key in ("avg@k", "pass@k", "greedy_acc") if any(key in m for m in all_metrics.values())]
-    x = np.arange(len(names))
-    width = 0.8 / len(keys)
-    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(names) + 2), 3.5))
-    for j, key in enumerate(keys):
-        ax.bar(x + j * width, [all_metrics[n].get(key, 0.0) for n in names], width, label=key)
-    ax.set_xticks(x + width * (len(keys) - 1) / 2, names, rotation=30, ha="right")
-    ax.set_ylim(0, 1)
-    ax.set_ylabel("accuracy")
-    ax.legend()
-    fig.tight_layout()
-    save_figure(fig, path, dpi=100)
-
-
-def run_eval(
-    model_dir: str | Path,
-    bench_paths: Sequence[str | Path],
-    out_dir: str | Path,
-    *,
-    n: int = 16,
-    k: int = 16,
-    temperature: float = 0.7,
-    top_p: float = 0.95,
-    max_new_tokens: int = 4096,
-    batch_size: int = 32,
-    limit: int | None = None,
-    seed: int = 0,
-    greedy: bool = True,
-    backend: str = "auto",
-    skip_bad: bool = False,
-    checker: MathChecker | None = None,
-    progress: bool = True,
-) -> dict[str, dict]:
-    """Sample `n` responses per item of each benchmark file (plus one greedy), grade, and write
-    out_dir/{config.json, metrics.json, metrics.png, NAME/records.jsonl, NAME/metrics.json}.
-
-    Returns {bench name: metrics}. Every file is read and checked before the model is loaded.
-    """
-    if n < 1 or not 1 <= k <= n:
-        raise ValueError(f"need n >= 1 and 1 <= k <= n, got n={n}, k={k}")
-    if temperature < 0 or not 0 < top_p <= 1:
-        raise ValueError(f"need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
-    if max_new_tokens < 1 or batch_size < 1:
-        raise ValueError("max_new_tokens and batch_size must be >= 1")
-    if not bench_paths:
-        raise ValueError("no benchmark file given (--bench FILE.jsonl)")
-    paths = [Path(p) for p in bench_paths]
-    names = _bench_names(paths)
-    benches = [load_bench(p, skip_bad=skip_bad, limit=limit, name=nm) for p, nm in zip(paths, names)]
-    model_dir = Path(model_dir)
-    if not (model_dir / "config.json").is_file():
-        raise ValueError(f"--model {model_dir}: no config.json there (a local model directory is needed)")
-    backend = resolve_backend(backend)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    config = dict(
-        model=str(model_dir), benches=[str(p) for p in paths], n=n, k=k, temperature=temperature, top_p=top_p,
-        max_new_tokens=max_new_tokens, batch_size=batch_size, limit=limit, seed=seed, greedy=greedy,
-        backend=backend, skip_bad=skip_bad,
-    )  # fmt: skip
-    write_json(out_dir / "config.json", config, indent=2)
-
-    from anchorft.eval.loading import load_tokenizer
-
-    tokenizer = load_tokenizer(model_dir)
-    prompts_by_bench = [format_prompts(tokenizer, b.items) for b in benches]
-    from anchorft.eval.context import check_prompt_lengths, context_length
-
-    check_prompt_lengths(tokenizer, prompts_by_bench, names, context_length(model_dir), max_new_tokens)
-    if backend == "vllm":
-        from anchorft.eval.vllm_backend import VLLMBackend
-
-        engine = VLLMBackend(str(model_dir), seed=seed)
-
-        def sampler(bench: Bench) -> Sampler:  # one seed per (seed, item index), as in `eval suite`
-            def sample(prompts, n_: int, temp: float) -> list[list[str]]:
-                ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]  # the template holds BOS
-                keys = [it.index for it in bench.items]
-                return engine.generate(
-                    ids, keys, n=n_, temperature=temp, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed
-                )
-
-            return sample
-    else:
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        from anchorft.eval.pipeline import hf_sampler
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        dtype = torch.bfloat16 if device == "cuda" else torch.float32
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, trust_remote_code=False).to(device)
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        hf = hf_sampler(
-            model, tokenizer, top_p=top_p, max_new_tokens=max_new_tokens, batch_size=batch_size,
-            generator=torch.Generator(device=device).manual_seed(seed), progress=progress, add_special_tokens=False,
-        )  # fmt: skip
-        engine = None
-
-        def sampler(bench: Bench) -> Sampler:
-            return hf
-
-    checker = checker or default_checker()
-    all_metrics: dict[str, dict] = {}
-    try:
-        for bench, prompts in zip(benches, prompts_by_bench):
-            items = bench.items
-            scored = score_prompts(
-                sampler(bench), prompts, lambda i, r, items=items: _grade_item(items[i], r, checker), greedy=greedy,
-                n_samples=n, k=k, temperature=temperature,
-            )  # fmt: skip
-            records = [
-                _record(
-                    it,
-                    scored.samples[i],
-                    list(zip(scored.answers[i], scored.correct[i])),
-                    scored.greedy[i] if greedy else None,
-                    (scored.greedy_answers[i], scored.greedy_correct[i]) if greedy else None,
-                )  # fmt: skip
-                for i, it in enumerate(items)
-            ]
-            metrics = summarize(records, k)
-            metrics.update(bench=str(bench.path), n_bad_lines=bench.n_bad)
-            all_metrics[bench.name] = metrics
-            sub = out_dir / bench.name
-            sub.mkdir(exist_ok=True)
-            write_jsonl(sub / "records.jsonl", records)
-            write_json(sub / "metrics.json", metrics, indent=2)
-    finally:
-        if engine is not None:
-            engine.close()
-    write_metrics(out_dir / "metrics.json", all_metrics, indent=2)
-    plot_metrics(all_metrics, out_dir / "metrics.png")
-    return all_metrics

@@ -13,7 +13,7 @@ Two lm-eval checks need nltk's Punkt sentence model: `length_constraints:number_
 `change_case:capital_word_frequency` (through `nltk.word_tokenize`, which asks for `punkt_tab`).
 `punkt_sentence_tokenizer` uses nltk's installed `punkt_tab` English model when there is one, and
 otherwise a Punkt model trained here, offline, with nltk's `PunktTrainer` on a short English text plus
-a list of common abbreviations. Both checks then run with it (`punkt_source` says which). Sentence
+a list of common abbreviations. Both checks then run with it. Sentence
 counts from the model built here can differ from the official model's on rare abbreviations.
 """
 
@@ -23,7 +23,7 @@ import contextlib
 import functools
 from collections.abc import Iterator, Sequence
 
-__all__ = ["ifeval_available", "punkt_sentence_tokenizer", "punkt_source", "ifeval_follows", "check_instruction"]
+__all__ = ["ifeval_available", "punkt_sentence_tokenizer", "ifeval_follows"]
 
 # A short English text for PunktTrainer (written for this module) and abbreviations it should know.
 _PUNKT_TRAINING_TEXT = (
@@ -61,27 +61,19 @@ def _quiet() -> Iterator[None]:
 
 
 @functools.lru_cache(maxsize=1)
-def _punkt() -> tuple[object, str]:
+def punkt_sentence_tokenizer():
+    """The Punkt English sentence tokenizer the checks use (installed punkt_tab, else one built offline)."""
     from nltk.tokenize.punkt import PunktSentenceTokenizer, PunktTokenizer, PunktTrainer
 
     try:
-        return PunktTokenizer("english"), "nltk punkt_tab (installed data)"
+        return PunktTokenizer("english")
     except (LookupError, OSError):
         pass
     trainer = PunktTrainer()
     trainer.train(_PUNKT_TRAINING_TEXT, finalize=True)
     params = trainer.get_params()
     params.abbrev_types |= _ABBREVIATIONS
-    return PunktSentenceTokenizer(params), "Punkt model trained offline (nltk PunktTrainer)"
-
-
-def punkt_sentence_tokenizer():
-    """The Punkt English sentence tokenizer the checks use (installed punkt_tab, else one built offline)."""
-    return _punkt()[0]
-
-
-def punkt_source() -> str:
-    return _punkt()[1]
+    return PunktSentenceTokenizer(params)
 
 
 @contextlib.contextmanager
@@ -127,8 +119,3 @@ def ifeval_follows(response: str, instructions: Sequence[dict], prompt: str) -> 
     with _with_punkt():
         out = test_instruction_following_loose(inp, response)
     return bool(out.follow_all_instructions), [bool(x) for x in out.follow_instruction_list]
-
-
-def check_instruction(response: str, instruction_id: str, kwargs: dict | None = None, prompt: str = "") -> bool:
-    """One instruction under the loose test (a convenience for tests and notebooks)."""
-    return ifeval_follows(response, [{"instruction_id": instruction_id, "kwargs": kwargs or {}}], prompt)[0]

@@ -2,11 +2,10 @@
 greedy accuracy, Avg@k and Pass@k out.
 
 `score_prompts` is the step itself, for any generation backend (a `Sampler`: prompts, n, temperature ->
-completions) and any grader. `evaluate_prompts` runs it with `anchorft.eval.generate.generate` (batched,
-explicit torch.Generator) and returns the metrics; the testbed (`anchorft.toy.evaluate`, its RL stage)
-scores through it with its skills' exact checkers. `anchorft.eval.benchmarks.run_eval` runs `score_prompts`
-on the paper's files with a transformers or vLLM sampler and keeps the per-item records. Metrics are
-`anchorft.eval.metrics`.
+completions) and any grader. `evaluate_prompts` runs it with `anchorft.eval.hf_backend.generate` (the one
+decoding loop, fixed batches, one explicit torch.Generator) and returns the metrics; the testbed
+(`anchorft.toy.evaluate`, its RL stage) scores through it with its skills' exact checkers. The paper's files
+go through `anchorft.eval.runner` instead. Metrics are `anchorft.eval.metrics`.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from anchorft.eval.generate import generate
+from anchorft.eval.hf_backend import generate
 from anchorft.eval.metrics import accuracy, avg_at_k, mean_pass_at_k
 
 __all__ = ["Sampler", "Scored", "hf_sampler", "prompt_metrics", "score_prompts", "evaluate_prompts"]
@@ -94,7 +93,7 @@ def hf_sampler(
     progress: bool = False,
     add_special_tokens: bool = True,
 ) -> Sampler:
-    """A `Sampler` over `anchorft.eval.generate.generate` (transformers model; greedy draws nothing from
+    """A `Sampler` over `anchorft.eval.hf_backend.generate` (transformers model; greedy draws nothing from
     `generator`, so the order of the passes does not change the samples)."""
 
     def sample(prompts: Sequence[str], n: int, temperature: float) -> list[list[str]]:

@@ -1,4 +1,4 @@
-"""The vLLM generation backend of `eval suite`: data-parallel engines over the node's GPUs.
+"""The vLLM backend (the `backend.Backend` protocol): data-parallel engines over the node's GPUs.
 
 Unverified until it has run on a GPU: the CPU tests replace the engine by a stand-in that records
 what it is given, and cover everything up to the engine call: request building (token ids of the
@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from anchorft.eval.hf_backend import row_seed
+from anchorft.eval.backend import row_seed
 
 __all__ = ["VLLMOptions", "check_vllm", "build_requests", "map_results", "shard", "VLLMBackend"]
 
