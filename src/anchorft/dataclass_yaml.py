@@ -5,18 +5,22 @@ file's, or `key=value` strings) applied, and `from_mapping(cls, values, what)` b
 coerced to its field's type (int, float, bool, str, `X | None`, `list[X]`, `dict[str, X]`, nested
 dataclasses, which merge key by key), and an unknown key is a ValueError that names it, what it belongs
 to and the closest known keys: "unknown w2s config key 'step', did you mean 'steps'? (known keys: ...)".
-`read_yaml_mapping(path, what)` reads a YAML file that must hold a mapping. The TRL trainers' configs
-do not use this: they go through TrlParser.
+`read_yaml_mapping(path, what)` reads a YAML file that must hold a mapping. `resolve_presets(spec)` is the one
+inheritance rule of every config (toy comparisons, recipes, ...): `preset:` names a parent (a preset name, a YAML
+path, or a list of them), merged first; the file's own keys win, and nested mappings merge key by key. The TRL
+trainers' configs are resolved here too, then handed to TrlParser (`anchorft.rpsft.recipes`).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import os
 import types
 import typing
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -24,6 +28,9 @@ import yaml
 from anchorft.errors import read_yaml
 
 __all__ = ["coerce", "from_mapping", "parse_overrides", "read_yaml_mapping", "unknown_key_error", "update"]
+__all__ += ["PRESET_KEY", "merge_mappings", "resolve_presets"]
+
+PRESET_KEY = "preset"
 
 
 def unknown_key_error(key: str, known: list[str], what: str) -> ValueError:
@@ -53,6 +60,64 @@ def read_yaml_mapping(path: str | os.PathLike, what: str = "config") -> dict[str
     if not isinstance(data, dict):
         raise ValueError(f"{what} {str(path)!r} must be a YAML mapping")
     return data
+
+
+def merge_mappings(base: Mapping, over: Mapping) -> dict:
+    """`base` with `over`'s keys on top (nested mappings merged key by key; values copied)."""
+    out = dict(base)
+    for k, v in over.items():
+        both = isinstance(v, Mapping) and isinstance(out.get(k), Mapping)
+        out[k] = merge_mappings(out[k], v) if both else copy.deepcopy(v)
+    return out
+
+
+def _preset_file(name: str, folder: Path | None, preset_dir: Path | None) -> Path | None:
+    """A path (relative to the naming file's folder, else to the working directory; with `preset_dir`, a .yaml one),
+    else `preset_dir/NAME.yaml`."""
+    path = Path(name)
+    found = [folder / path] if folder is not None else []
+    found = [p for p in (*found, path) if (preset_dir is None or path.suffix in (".yaml", ".yml")) and p.is_file()]
+    if preset_dir is not None and (preset_dir / f"{name}.yaml").is_file():
+        found.append(preset_dir / f"{name}.yaml")
+    return found[0].resolve() if found else None
+
+
+def resolve_presets(
+    spec: Mapping | str | os.PathLike,
+    preset_dir: Path | None = None,
+    what: str = "config",
+    origin: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The mapping of `spec` (a mapping, or a preset name or YAML path) with its `preset:` parents merged in,
+    recursively: each parent in order, then the mapping's own keys. `origin` (if given) gets, per top-level key,
+    the file that set it last. A missing parent, a cycle or the former key `_base_` is a ValueError."""
+    spec = dict(spec) if isinstance(spec, Mapping) else {PRESET_KEY: str(spec)}
+    return _resolve(spec, None, (), preset_dir, what, {} if origin is None else origin)
+
+
+def _resolve(data: dict, path: Path | None, chain: tuple, preset_dir: Path | None, what: str, origin: dict) -> dict:
+    where = f" (named in {path})" if path else ""
+    if "_base_" in data:
+        raise ValueError(f"{path or what}: `_base_` is now `{PRESET_KEY}:` (a name, a path or a list of them)")
+    names = data.pop(PRESET_KEY, [])
+    names = [names] if isinstance(names, str) else names
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{path or what}: {PRESET_KEY} must be a name, a path or a list of them, got {names!r}")
+    merged: dict = {}
+    for name in names:
+        file = _preset_file(name, path.parent if path else None, preset_dir)
+        if file is None and path is None and preset_dir is None:
+            file = Path(name)  # the file given by the caller: read_yaml_mapping names what is wrong with it
+        if file is None:
+            known = f"; presets: {sorted(p.stem for p in preset_dir.glob('*.yaml'))}" if preset_dir else ""
+            raise ValueError(f"{PRESET_KEY}: not found: {name!r}{where}, neither a YAML file nor a preset{known}")
+        if file in chain:
+            raise ValueError(f"{PRESET_KEY}: cycle: {' -> '.join(map(str, (*chain, file)))}")
+        parent = _resolve(read_yaml_mapping(file, what), file, (*chain, file), preset_dir, what, origin)
+        merged = merge_mappings(merged, parent)
+    if path is not None:
+        origin.update(dict.fromkeys(data, str(path)))
+    return merge_mappings(merged, data)
 
 
 def _scalar(name: str, typ: Any, value: Any, what: str) -> Any:
