@@ -98,7 +98,7 @@ def test_resolve_presets_by_name_path_and_list(tmp_path):
     (sub / "more.yaml").write_text("preset: leaf.yaml\n")
     with pytest.raises(ValueError, match=r"preset: cycle: .*leaf.yaml -> .*more.yaml -> .*leaf.yaml"):
         resolve_presets(sub / "leaf.yaml", presets)
-    with pytest.raises(ValueError, match=r"not found: 'nope'.*presets: \['base'\]"):
+    with pytest.raises(ValueError, match=r"not found: 'nope' is neither a preset \['base'\] nor a YAML file"):
         resolve_presets({"preset": "nope"}, presets)
     (sub / "old.yaml").write_text("_base_: [leaf.yaml]\n")
     with pytest.raises(ValueError, match=r"old.yaml: `_base_` is now `preset:`"):

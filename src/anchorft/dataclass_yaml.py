@@ -109,8 +109,8 @@ def _resolve(data: dict, path: Path | None, chain: tuple, preset_dir: Path | Non
         if file is None and path is None and preset_dir is None:
             file = Path(name)  # the file given by the caller: read_yaml_mapping names what is wrong with it
         if file is None:
-            known = f"; presets: {sorted(p.stem for p in preset_dir.glob('*.yaml'))}" if preset_dir else ""
-            raise ValueError(f"{PRESET_KEY}: not found: {name!r}{where}, neither a YAML file nor a preset{known}")
+            known = f"neither a preset {sorted(p.stem for p in preset_dir.glob('*.yaml'))} nor" if preset_dir else ""
+            raise ValueError(f"{PRESET_KEY}: not found: {name!r}{where} is {known or 'not'} a YAML file")
         if file in chain:
             raise ValueError(f"{PRESET_KEY}: cycle: {' -> '.join(map(str, (*chain, file)))}")
         parent = _resolve(read_yaml_mapping(file, what), file, (*chain, file), preset_dir, what, origin)
