@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from anchorft.dataclass_yaml import from_mapping, read_yaml_mapping, update
+from anchorft.dataclass_yaml import from_mapping, read_yaml_mapping, resolve_presets, update
 
 
 @dataclass
@@ -74,3 +74,34 @@ def test_read_yaml_mapping(tmp_path):
     (tmp_path / "b.yaml").write_text("- 1\n- 2\n")
     with pytest.raises(ValueError, match="must be a YAML mapping"):
         read_yaml_mapping(tmp_path / "b.yaml")
+
+
+def test_resolve_presets_by_name_path_and_list(tmp_path):
+    """`preset:` names parents (a name in the preset folder, a path relative to the naming file, a list); later
+    parents and then the file's own keys win, nested mappings merge key by key; cycles, missing parents and the
+    former key `_base_` are errors naming the file."""
+    presets, sub = tmp_path / "presets", tmp_path / "sub"
+    presets.mkdir(), sub.mkdir()
+    (presets / "base.yaml").write_text("lr: 1.0\nsteps: 5\nmix: {a: 1.0, b: 2.0}\n")
+    (sub / "more.yaml").write_text("preset: base\nsteps: 7\nmix: {b: 3.0}\n")
+    (sub / "leaf.yaml").write_text("preset: [base, more.yaml]\nlr: 0.5\n")
+    origin: dict = {}
+    got = resolve_presets(sub / "leaf.yaml", presets, origin=origin)
+    assert got == {"lr": 0.5, "steps": 7, "mix": {"a": 1.0, "b": 3.0}}
+    assert origin == {"lr": str(sub / "leaf.yaml"), "steps": str(sub / "more.yaml"), "mix": str(sub / "more.yaml")}
+    assert resolve_presets({"preset": "base", "steps": 1}, presets) == {
+        "lr": 1.0,
+        "steps": 1,
+        "mix": {"a": 1.0, "b": 2.0},
+    }
+    assert resolve_presets("base", presets) == resolve_presets(str(presets / "base.yaml"), presets)
+    (sub / "more.yaml").write_text("preset: leaf.yaml\n")
+    with pytest.raises(ValueError, match=r"preset: cycle: .*leaf.yaml -> .*more.yaml -> .*leaf.yaml"):
+        resolve_presets(sub / "leaf.yaml", presets)
+    with pytest.raises(ValueError, match=r"not found: 'nope' is neither a preset \['base'\] nor a YAML file"):
+        resolve_presets({"preset": "nope"}, presets)
+    (sub / "old.yaml").write_text("_base_: [leaf.yaml]\n")
+    with pytest.raises(ValueError, match=r"old.yaml: `_base_` is now `preset:`"):
+        resolve_presets(sub / "old.yaml")
+    with pytest.raises(ValueError, match="must be a name, a path or a list"):
+        resolve_presets({"preset": 3})

@@ -5,18 +5,20 @@ file's, or `key=value` strings) applied, and `from_mapping(cls, values, what)` b
 coerced to its field's type (int, float, bool, str, `X | None`, `list[X]`, `dict[str, X]`, nested
 dataclasses, which merge key by key), and an unknown key is a ValueError that names it, what it belongs
 to and the closest known keys: "unknown w2s config key 'step', did you mean 'steps'? (known keys: ...)".
-`read_yaml_mapping(path, what)` reads a YAML file that must hold a mapping. The TRL trainers' configs
-do not use this: they go through TrlParser.
+`read_yaml_mapping(path, what)` reads a YAML file that must hold a mapping. `resolve_presets` is the inheritance
+rule of every config (the TRL trainers' too, then read by TrlParser): `preset:` names parents, merged first.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import os
 import types
 import typing
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -24,6 +26,10 @@ import yaml
 from anchorft.errors import read_yaml
 
 __all__ = ["coerce", "from_mapping", "parse_overrides", "read_yaml_mapping", "unknown_key_error", "update"]
+__all__ += ["PRESET_KEY", "merge_mappings", "resolve_presets"]
+
+PRESET_KEY = "preset"
+YAML = (".yaml", ".yml")
 
 
 def unknown_key_error(key: str, known: list[str], what: str) -> ValueError:
@@ -53,6 +59,54 @@ def read_yaml_mapping(path: str | os.PathLike, what: str = "config") -> dict[str
     if not isinstance(data, dict):
         raise ValueError(f"{what} {str(path)!r} must be a YAML mapping")
     return data
+
+
+def merge_mappings(base: Mapping, over: Mapping) -> dict:
+    """`base` with `over`'s keys on top (nested mappings merged key by key; values copied)."""
+    out = dict(base)
+    for k, v in over.items():
+        both = isinstance(v, Mapping) and isinstance(out.get(k), Mapping)
+        out[k] = merge_mappings(out[k], v) if both else copy.deepcopy(v)
+    return out
+
+
+def resolve_presets(
+    spec: Mapping | str | os.PathLike, preset_dir: Path | None = None, what: str = "config", origin: dict | None = None
+) -> dict[str, Any]:
+    """The mapping `spec` (or the file a preset name or path names) with its `preset:` parents merged in, recursively:
+    each parent in order, then the file's own keys. A parent is a path (relative to the naming file's folder, else to
+    the working directory; a .yaml one where `preset_dir` is given), else `preset_dir/NAME.yaml`. `origin` (if
+    given) gets, per top-level key, the file that set it last. A missing parent, a cycle or `_base_` is an error."""
+    origin = {} if origin is None else origin
+
+    def find(name: str, folder: Path | None) -> Path | None:
+        paths = [Path(name)] if folder is None else [folder / name, Path(name)]
+        tries = [p for p in paths if not preset_dir or p.suffix in YAML]
+        tries += [preset_dir / f"{name}.yaml"] if preset_dir else []
+        return next((p.resolve() for p in tries if p.is_file()), None)
+
+    def walk(data: dict, path: Path | None, chain: tuple) -> dict:
+        if "_base_" in data:
+            raise ValueError(f"{path or what}: `_base_` is now `{PRESET_KEY}:` (a name, a path or a list of them)")
+        names = data.pop(PRESET_KEY, [])
+        names = [names] if isinstance(names, str) else names
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ValueError(f"{path or what}: {PRESET_KEY} must be a name, a path or a list of them, got {names!r}")
+        merged: dict = {}
+        for name in names:  # the caller's own file, if missing: read_yaml_mapping says so
+            file = find(name, path and path.parent) or (Path(name) if not (path or preset_dir) else None)
+            if file is None:
+                where = f" (named in {path})" if path else ""
+                presets = sorted(p.stem for p in preset_dir.glob("*.yaml")) if preset_dir else None
+                what_is = f"neither a preset {presets} nor a YAML file" if presets is not None else "not a YAML file"
+                raise ValueError(f"{PRESET_KEY}: not found: {name!r}{where} is {what_is}")
+            if file in chain:
+                raise ValueError(f"{PRESET_KEY}: cycle: {' -> '.join(map(str, (*chain, file)))}")
+            merged = merge_mappings(merged, walk(read_yaml_mapping(file, what), file, (*chain, file)))
+        origin.update(dict.fromkeys(data, str(path)) if path else {})
+        return merge_mappings(merged, data)
+
+    return walk(dict(spec) if isinstance(spec, Mapping) else {PRESET_KEY: str(spec)}, None, ())
 
 
 def _scalar(name: str, typ: Any, value: Any, what: str) -> Any:

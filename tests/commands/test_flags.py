@@ -147,7 +147,7 @@ def test_plain_and_base_recipes_get_one_unknown_key_message(tmp_path, capsys):
     base = tmp_path / "base.yaml"
     base.write_text("learning_rat: 1.0e-5\n")
     leaf = tmp_path / "leaf.yaml"
-    leaf.write_text("_base_: [base.yaml]\nmethod: sft\n")
+    leaf.write_text("preset: [base.yaml]\nmethod: sft\n")
     msgs = []
     for cfg in (base, leaf):
         assert main(["train", "--config", str(cfg), "--model_name_or_path", "m", "--dataset", "d.jsonl"]) == 2

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ import yaml
 from anchorft.commands.train import dry_run_main
 from anchorft.rpsft import methods as methods_table
 from anchorft.rpsft import recipes, stand_in
-from anchorft.rpsft.recipes import load_recipe, resolve_config_argv, write_flat_config
+from anchorft.rpsft.recipes import load_recipe, write_flat_config
 from anchorft.rpsft.stand_in import (
     build_stand_in,
     build_stand_in_tokenizer,
@@ -99,16 +101,17 @@ def test_composed_settings(path: Path) -> None:
     assert len(yaml.safe_load(path.read_text())) == 2
 
 
-def test_flat_config_parses_with_trlparser(tmp_path: Path) -> None:
+def test_flat_config_parses_with_trlparser(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from trl import TrlParser
 
+    from anchorft.commands.train import _parse_train_argv
     from anchorft.rpsft.config import RPSFTConfig, ScriptArguments
 
     leaf = RPSFT / "qwen2.5-7b-instruct" / "rpsft.yaml"
     flat = write_flat_config(leaf, tmp_path / "flat.yaml")
     text = flat.read_text()
     assert text.splitlines()[0].startswith("# anchorft train --config")
-    assert "_base_" not in text and "_model_config_" not in text
+    assert "preset" not in text and "_model_config_" not in text
     script, args = TrlParser((ScriptArguments, RPSFTConfig)).parse_args_and_config(
         ["--config", str(flat), "--output_dir", str(tmp_path / "o")]
     )
@@ -116,12 +119,10 @@ def test_flat_config_parses_with_trlparser(tmp_path: Path) -> None:
     assert script.dataset == "data/train_openr1_4k/train.jsonl"
     assert (args.method, args.anchor_rank, args.learning_rate, args.adam_beta2) == ("rpsft", 768, 1e-6, 0.98)
     assert args.num_train_epochs == 12 and args.model_init_kwargs == {"dtype": "float32"}
-    # the argv hook for `anchorft train` swaps the leaf for a flat file, and leaves other argv alone
-    argv = resolve_config_argv(["--config", str(leaf), "--seed", "3"], tmp_dir=tmp_path)
-    assert argv[0] == "--config" and argv[1] != str(leaf) and argv[2:] == ["--seed", "3"]
-    assert yaml.safe_load(Path(argv[1]).read_text())["method"] == "rpsft"
-    assert resolve_config_argv(["--config", str(flat)]) == ["--config", str(flat)]
-    assert resolve_config_argv(["--method", "sft"]) == ["--method", "sft"]
+    # `anchorft train` reads the leaf itself (no flat file): the same values, and a flag wins over the recipe
+    monkeypatch.setattr(tempfile, "mkstemp", lambda *a, **k: pytest.fail("a temporary file was written"))
+    script2, args2 = _parse_train_argv(["--config", str(leaf), "--output_dir", str(tmp_path / "o"), "--seed", "3"])
+    assert script2 == script and args2.seed == 3 and dataclasses.replace(args2, seed=args.seed) == args
 
 
 def _real_shapes(cfg: dict) -> dict[str, tuple[int, int]]:
@@ -276,7 +277,7 @@ def _leaf(tmp_path: Path, body: dict, model: str = "llama-3.1-8b-instruct", meth
     p = tmp_path / "leaf.yaml"
     base = [str(RPSFT / "_base" / "base.yaml"), str(RPSFT / "_base" / "models" / f"{model}.yaml")]
     base.append(str(RPSFT / "_base" / "methods" / f"{method}.yaml"))
-    p.write_text("# anchorft train --config leaf.yaml\n" + yaml.safe_dump({"_base_": base, **body}))
+    p.write_text("# anchorft train --config leaf.yaml\n" + yaml.safe_dump({"preset": base, **body}))
     return p
 
 
@@ -303,12 +304,15 @@ def test_unknown_field(tmp_path: Path) -> None:
 
 def test_bad_inheritance(tmp_path: Path) -> None:
     a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
-    a.write_text("_base_: b.yaml\nmethod: sft\n")
-    b.write_text("_base_: [a.yaml]\n")
+    a.write_text("preset: b.yaml\nmethod: sft\n")
+    b.write_text("preset: [a.yaml]\n")
     with pytest.raises(ValueError, match="cycle"):
         load_recipe(a)
-    b.write_text("_base_: [missing.yaml]\n")
+    b.write_text("preset: [missing.yaml]\n")
     with pytest.raises(ValueError, match="not found.*missing.yaml"):
+        load_recipe(a)
+    b.write_text("_base_: [a.yaml]\n")  # the former key: an error that names the new one
+    with pytest.raises(ValueError, match="`_base_` is now `preset:`"):
         load_recipe(a)
 
 
@@ -359,7 +363,7 @@ def test_module_exports() -> None:
 
 @pytest.mark.parametrize("method", ["rpsft", "lora"])
 def test_train_command_runs_a_resolved_recipe(tmp_path: Path, method: str) -> None:
-    """The path a user takes: data command -> recipe flattened by the argv hook -> `anchorft train`'s own parser
+    """The path a user takes: data command -> recipe read by `anchorft train`'s own parser
     and trainer, with a saved stand-in as the model (no hub access here). lora (with its adapter anchor): the saved
     model is the merged one, a plain `save_pretrained` folder."""
     from anchorft.commands.data import main as data_main
@@ -378,7 +382,7 @@ def test_train_command_runs_a_resolved_recipe(tmp_path: Path, method: str) -> No
     cfg, scale = stand_in_config(real, vocab_size=len(tok))
     build_stand_in(cfg, tok).save_pretrained(tmp_path / "model")
     tok.save_pretrained(tmp_path / "model")
-    argv = resolve_config_argv(["--config", str(leaf)], tmp_dir=tmp_path)
+    argv = ["--config", str(leaf)]
     argv += ["--model_name_or_path", str(tmp_path / "model"), "--dataset", str(tmp_path / "data" / "train.jsonl")]
     argv += ["--output_dir", str(tmp_path / "out"), "--max_steps", "2", "--effective_batch_size", "4"]
     argv += ["--anchor_rank", str(stand_in_rank(768, scale))]

@@ -120,7 +120,7 @@ def short_help() -> str:
         "Fields are accepted as --snake_case or --kebab-case; a YAML --config sets the same fields.",
         "",
         "run:",
-        "  --config FILE           YAML recipe (configs/rpsft/...; `_base_` parents are merged)",
+        "  --config FILE           YAML recipe (configs/rpsft/...; `preset:` parents are merged)",
         "  --out, --output_dir DIR output folder (checked first; a run marker records the config)",
         "  --overwrite             replace an output folder that holds another run",
         "  --dry-run               two steps on a tiny model built from the recipe's config.json",

@@ -72,28 +72,25 @@ _OUT_ALIASES = {"--output_dir": "--out", "--output-dir": "--out"}
 def parse(argv: list[str]):
     """(RLScriptArguments, DAPOConfig) from argv: TrlParser, with `--config` YAML read, its keys and value types
     checked (one-line errors naming the file), then set as the parser's defaults."""
-    from anchorft.errors import check_keys, check_mapping_types, read_yaml
-    from anchorft.rpsft.dapo_config import DAPOConfig
+    from anchorft.rpsft.recipes import parse_with_config
 
     argv = [_OUT_ALIASES.get(a.partition("=")[0], a.partition("=")[0]) + a.partition("=")[1] + a.partition("=")[2]
             for a in argv]  # fmt: skip
-    parser = _parser()
-    path = None
-    for i, a in enumerate(argv):
-        if a == "--config" or a.startswith("--config="):
-            path = a.partition("=")[2] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else "")
-            del argv[i : i + (1 if "=" in a else 2)]
-            break
-    if path is not None:
-        if not path:
-            raise ValueError("--config needs a YAML file")
-        cfg = read_yaml(path) or {}
-        script_keys = {f.name for f in fields(RLScriptArguments)}
-        check_keys({k: v for k, v in cfg.items() if k not in script_keys}, DAPOConfig, path)
-        check_mapping_types(cfg, RLScriptArguments, path)
-        check_mapping_types(cfg, DAPOConfig, path)
-        parser.set_defaults_with_config(**cfg)
-    return parser.parse_args_into_dataclasses(args=argv)
+    return parse_with_config(_parser(), argv, _load_config)
+
+
+def _load_config(path: str) -> dict:
+    """The `--config` YAML (`preset:` parents merged), its keys and value types checked against the dataclasses."""
+    from anchorft.dataclass_yaml import resolve_presets
+    from anchorft.errors import check_keys, check_mapping_types
+    from anchorft.rpsft.dapo_config import DAPOConfig
+
+    cfg = resolve_presets(path)
+    script_keys = {f.name for f in fields(RLScriptArguments)}
+    check_keys({k: v for k, v in cfg.items() if k not in script_keys}, DAPOConfig, path)
+    check_mapping_types(cfg, RLScriptArguments, path)
+    check_mapping_types(cfg, DAPOConfig, path)
+    return cfg
 
 
 # DAPOConfig fields that name where output goes or how it is shown, not what is computed: outside the run's hash

@@ -5,9 +5,8 @@ anchorft train --model_name_or_path PATH --dataset PATH.jsonl --output_dir runs/
 anchorft train --estimate --model_config configs/models/llama-3.1-8b-instruct.json --anchor_rank 768
 anchorft train --config configs/rpsft/qwen2.5-3b-instruct/rpsft.yaml --dry-run   (two steps on a tiny stand-in)
 
-Recipes in configs/rpsft/ name their parents with `_base_`; they are flattened into one ordinary TRL
-config before TrlParser reads them (anchorft.rpsft.recipes); `--dry-run` runs a recipe on a stand-in
-model (anchorft.rpsft.stand_in).
+Recipes in configs/rpsft/ name their parents with `preset:`; the merged recipe becomes TrlParser's defaults, and
+the flags win (anchorft.rpsft.recipes); `--dry-run` runs a recipe on a stand-in model (anchorft.rpsft.stand_in).
 """
 
 from __future__ import annotations
@@ -293,6 +292,17 @@ def dry_run_main(argv: Sequence[str]) -> int:
     return 0
 
 
+def _parse_train_argv(argv: list[str]):
+    """(ScriptArguments, RPSFTConfig) from argv: the `--config` recipe (parents merged, validated) as defaults."""
+    from trl import TrlParser
+
+    from anchorft.rpsft.config import RPSFTConfig, ScriptArguments
+    from anchorft.rpsft.recipes import parse_with_config, trainer_mapping
+
+    parser = TrlParser((ScriptArguments, RPSFTConfig), prog="anchorft train")
+    return parse_with_config(parser, argv, trainer_mapping)
+
+
 def main(argv: list[str]) -> int:
     from anchorft.commands.flags import normalize_train_argv, pop_flag, short_help, short_or_all_help
 
@@ -304,20 +314,9 @@ def main(argv: list[str]) -> int:
     if "--estimate" in argv:
         return _estimate(argv)
     argv, overwrite = pop_flag(argv, "--overwrite")
-    from anchorft.rpsft.recipes import resolve_config_argv
-
     try:
-        argv = resolve_config_argv(argv)  # flattens a `_base_` recipe into a temp file for TrlParser
+        script, args = _parse_train_argv(argv)
     except (OSError, ValueError) as e:
-        return report("anchorft train", e)
-    from trl import TrlParser
-
-    from anchorft.rpsft.config import RPSFTConfig, ScriptArguments
-
-    parser = TrlParser((ScriptArguments, RPSFTConfig), prog="anchorft train")
-    try:
-        script, args = parser.parse_args_and_config(argv)
-    except ValueError as e:
         return report("anchorft train", e)
     missing = [n for n in ("model_name_or_path", "dataset") if getattr(script, n) is None]
     if missing:

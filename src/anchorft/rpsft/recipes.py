@@ -1,13 +1,14 @@
 """The RPSFT paper's recipes (Jin et al., arXiv:2605.10973): config composition.
 
-A recipe is a YAML file for `anchorft train --config` (TrlParser) that may name
-parent files with `_base_: [a.yaml, b.yaml]` (paths relative to the file). Parents are merged in order,
-then the file itself (a later value wins; mappings merge key by key). `configs/rpsft/` holds one
-`_base/base.yaml` (the paper's settings), `_base/models/<model>.yaml` (model, epochs, real config.json),
-`_base/methods/<method>.yaml` (method overrides) and 15 leaves `<model>/<method>.yaml` of three lines.
-Keys starting with `_` are recipe metadata, removed before TrlParser sees the file:
-`_base_` and `_model_config_` (the real model's config.json, used by the dry run and the estimate).
-`resolve_config_argv` turns `--config leaf.yaml` into `--config <flat temp file>` for the train command;
+A recipe is a YAML file for `anchorft train --config` that may name parent files with
+`preset: [a.yaml, b.yaml]` (paths relative to the file; `anchorft.dataclass_yaml.resolve_presets`, the rule every
+config follows). Parents are merged in order, then the file itself (a later value wins; mappings merge key by key).
+`configs/rpsft/` holds one `_base/base.yaml` (the paper's settings), `_base/models/<model>.yaml` (model, epochs,
+real config.json), `_base/methods/<method>.yaml` (method overrides) and a three-line leaf `<model>/<method>.yaml`
+per model and method. Keys starting with `_` are recipe metadata, kept from the trainer: `_model_config_` (the
+real model's config.json, relative to the file that sets it; used by the dry run and the estimate).
+`parse_with_config(parser, argv, load)` is the one TrlParser entry of `anchorft train` and `anchorft rl`: the
+`--config` file's mapping becomes the parser's defaults, so flags win, without a flattened copy on disk;
 `write_flat_config(leaf, out)` writes the flat file that plain TRL scripts can read.
 
 Stand-in models and the dry run of a recipe are in `anchorft.rpsft.stand_in`.
@@ -15,55 +16,21 @@ Stand-in models and the dry run of a recipe are in `anchorft.rpsft.stand_in`.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import difflib
 import os
-import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from anchorft.errors import read_yaml
+from anchorft.dataclass_yaml import resolve_presets
 from anchorft.io import write_text
 
-__all__ = ["META_KEYS", "load_recipe", "known_fields", "write_flat_config", "resolve_config_argv"]
+__all__ = ["META_KEYS", "load_recipe", "known_fields", "write_flat_config", "trainer_mapping", "parse_with_config"]
 
-META_KEYS = ("_base_", "_model_config_")
-
-
-def _merge(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
-    return out
-
-
-def _load_tree(path: Path, chain: tuple[Path, ...], origin: dict[str, str]) -> dict:
-    path = path.resolve()
-    if path in chain:
-        raise ValueError(f"_base_: cycle in config inheritance: {' -> '.join(map(str, chain + (path,)))}")
-    if not path.is_file():
-        where = f" (named in _base_ of {chain[-1]})" if chain else ""
-        raise ValueError(f"config file not found: {path}{where}")
-    data = read_yaml(path) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: a config must be a YAML mapping")
-    bases = data.pop("_base_", [])
-    if isinstance(bases, str):
-        bases = [bases]
-    if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
-        raise ValueError(f"{path}: _base_ must be a path or a list of paths, got {bases!r}")
-    if "_model_config_" in data:
-        data["_model_config_"] = str((path.parent / str(data["_model_config_"])).resolve())
-    merged: dict = {}
-    for b in bases:
-        merged = _merge(merged, _load_tree(path.parent / b, chain + (path,), origin))
-    for k in data:
-        origin[k] = str(path)
-    return _merge(merged, data)
+META_KEYS = ("_model_config_",)
 
 
 def known_fields() -> dict[str, str]:
@@ -81,12 +48,16 @@ def _train_dataclasses() -> tuple[type, type]:
 
 
 def load_recipe(path: str | os.PathLike, validate: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(trainer arguments, metadata) of a recipe with its `_base_` parents merged in.
+    """(trainer arguments, metadata) of a recipe with its `preset:` parents merged in.
 
     With `validate`, unknown keys (with the file that set them and close matches) and an unknown method are a
     ValueError before anything is built."""
     origin: dict[str, str] = {}
-    merged = _load_tree(Path(path), (), origin)
+    merged = resolve_presets(Path(path), what="recipe", origin=origin)
+    if "_model_config_" in merged:
+        merged["_model_config_"] = str(
+            (Path(origin["_model_config_"]).parent / str(merged["_model_config_"])).resolve()
+        )
     env = merged.pop("env", None)
     meta = {k: merged.pop(k) for k in list(merged) if k.startswith("_")}
     unknown_meta = sorted(set(meta) - set(META_KEYS))
@@ -113,35 +84,38 @@ def load_recipe(path: str | os.PathLike, validate: bool = True) -> tuple[dict[st
     return merged, meta
 
 
+def trainer_mapping(path: str | os.PathLike) -> dict[str, Any]:
+    """The recipe `path` as TrlParser's `--config` mapping: its trainer arguments and its `env`, no metadata."""
+    args, meta = load_recipe(path)
+    return {**args, **({"env": meta["env"]} if "env" in meta else {})}
+
+
 def write_flat_config(path: str | os.PathLike, out: str | os.PathLike, command: str | None = None) -> Path:
     """Write the recipe `path` as one flat YAML that plain TrlParser reads (first line: the command)."""
-    args, meta = load_recipe(path)
-    if "env" in meta:
-        args["env"] = meta["env"]
     out = Path(out)
     head = f"# {command or 'anchorft train --config ' + str(out)}\n# resolved from {path}\n"
-    write_text(out, head + yaml.safe_dump(args, sort_keys=True))
+    write_text(out, head + yaml.safe_dump(trainer_mapping(path), sort_keys=True))
     return out
 
 
-def resolve_config_argv(argv: Sequence[str], tmp_dir: str | os.PathLike | None = None) -> list[str]:
-    """`--config leaf.yaml` -> `--config <flat file>` when the recipe uses `_base_` or metadata keys.
-
-    For `anchorft train`: call on argv before TrlParser. Other argv are returned unchanged."""
+def parse_with_config(parser, argv: Sequence[str], load: Callable[[str], Mapping[str, Any]]) -> tuple:
+    """`parser.parse_args_into_dataclasses(argv)` (a TrlParser) with `--config FILE` (or `--config=FILE`) read by
+    `load(FILE)`: its mapping (and its `env`, exported as TrlParser does) becomes the parser's defaults, so the
+    other flags win over the file."""
     argv = list(argv)
-    if "--config" not in argv:
-        return argv
-    i = argv.index("--config")
-    if i + 1 >= len(argv):
-        raise ValueError("--config needs a path")
-    path = argv[i + 1]
-    raw = read_yaml(path) or {}
-    if not isinstance(raw, dict) or not any(str(k).startswith("_") for k in raw):
-        if isinstance(raw, dict):
-            load_recipe(path)  # unknown keys: the message a `_base_` recipe gets, before TrlParser's own
-        return argv
-    fd, flat = tempfile.mkstemp(prefix="anchorft-recipe-", suffix=".yaml", dir=tmp_dir)
-    os.close(fd)
-    write_flat_config(path, flat, command=f"anchorft train --config {path}")
-    argv[i + 1] = flat
-    return argv
+    for i, a in enumerate(argv):
+        if a == "--config" or a.startswith("--config="):
+            path = a.partition("=")[2] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else "")
+            del argv[i : i + (1 if "=" in a else 2)]
+            if not path:
+                raise ValueError("--config needs a YAML file")
+            cfg = dict(load(path))
+            env = cfg.pop("env", None) or {}
+            if not isinstance(env, Mapping):
+                raise ValueError(f"{path}: `env` must be a mapping")
+            os.environ.update({str(k): str(v) for k, v in env.items()})
+            unknown = parser.set_defaults_with_config(**cfg)
+            if unknown:
+                raise ValueError(f"{path}: unknown key(s) {unknown[::2]}")
+            break
+    return parser.parse_args_into_dataclasses(args=argv)

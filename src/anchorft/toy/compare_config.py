@@ -12,11 +12,10 @@ import copy
 import dataclasses
 import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from anchorft.dataclass_yaml import read_yaml_mapping, update
+from anchorft.dataclass_yaml import resolve_presets, update
 from anchorft.resources import configs_dir
 from anchorft.rpsft.anchor_options import AnchorOptions
 from anchorft.rpsft.methods import METHODS, RUN_KEYS, get_method
@@ -165,50 +164,21 @@ PRESET_DIR = configs_dir("toy")
 PRESETS = tuple(sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
 
 
-def _preset_path(name: str) -> Path:
-    path = Path(name)
-    if path.suffix in (".yaml", ".yml") and path.is_file():
-        return path
-    if (PRESET_DIR / f"{name}.yaml").is_file():
-        return PRESET_DIR / f"{name}.yaml"
-    raise ValueError(f"preset: {name!r} is neither a preset {list(PRESETS)} nor a YAML file")
-
-
-def _merged_mapping(spec: dict, chain: tuple[str, ...] = ()) -> tuple[dict, bool]:
-    """(the mapping of `spec` over its `preset:` base, recursively; whether any level set `runs`)."""
-    spec = dict(spec)
-    base_name = spec.pop("preset", None)
-    merged: dict = {}
-    has_runs = False
-    if base_name is not None:
-        path = _preset_path(str(base_name))
-        if str(path.resolve()) in chain:
-            raise ValueError(f"preset: {base_name!r} names itself through {list(chain)}")
-        merged, has_runs = _merged_mapping(read_yaml_mapping(path, "preset"), chain + (str(path.resolve()),))
-    for key, value in spec.items():  # nested sections (pretrain, eval) merge key by key
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = {**merged[key], **value}
-        else:
-            merged[key] = value
-    return merged, has_runs or "runs" in spec
-
-
 def load_config(spec: str | dict | CompareConfig) -> CompareConfig:
     """A CompareConfig from a preset name (configs/toy/NAME.yaml), a YAML path, a dict, or itself.
 
-    A mapping may name a base preset with `preset: NAME`; its own keys override the base's (nested sections key
-    by key) and are coerced to the fields' types (`anchorft.dataclass_yaml`; unknown keys are a ValueError with
-    the closest known ones). Without `runs` anywhere in the chain, the runs follow the width: sft, dft, iw_sft,
-    l2 (lambda 0.01) and rpsft at the paper's rank scaled to `pretrain.hidden_size` and at a third of it."""
+    A mapping may name base presets with `preset: NAME` (or a list; `anchorft.dataclass_yaml.resolve_presets`);
+    its own keys override the bases' (nested mappings key by key) and are coerced to the fields' types (unknown
+    keys are a ValueError with the closest known ones). Without `runs` anywhere in the chain, the runs follow the
+    width: sft, dft, iw_sft, l2 (lambda 0.01) and rpsft at the paper's rank scaled to `pretrain.hidden_size` and at
+    a third of it."""
     if isinstance(spec, CompareConfig):
         return copy.deepcopy(spec)
-    if isinstance(spec, str):
-        spec = {"preset": spec}
-    if not isinstance(spec, dict):
+    if not isinstance(spec, (str, dict)):
         raise ValueError(f"preset: expected a name, a YAML path or a dict, got {type(spec).__name__}")
-    merged, has_runs = _merged_mapping(spec)
+    merged = resolve_presets(spec, PRESET_DIR, "preset")
     cfg = update(CompareConfig(), merged, "toy compare config")
-    if not has_runs:  # the rank sweep follows the width
+    if "runs" not in merged:  # the rank sweep follows the width
         cfg.runs = _width_runs(cfg.pretrain.hidden_size)
     return cfg
 

@@ -128,11 +128,11 @@ def run_interpolate(
 
 def _saved_config(compare_dir: Path) -> dict:
     """The comparison's resolved configuration (its config.yaml) as a mapping, without the runs (not needed)."""
-    import yaml
+    from anchorft.dataclass_yaml import read_yaml_mapping
 
     path = compare_dir / "config.yaml"
     if not path.is_file():
         raise ValueError(f"{path} not found: not a `toy compare` folder")
-    data = yaml.safe_load(path.read_text())
+    data = read_yaml_mapping(path, "toy compare config")
     data["runs"] = [{"name": "unused", "method": "sft"}]
     return json.loads(json.dumps(data))
