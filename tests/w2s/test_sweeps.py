@@ -34,7 +34,7 @@ def test_censored_points_are_reported_and_left_out_of_the_fit():
 
 def _tiny_spec(tmp_path, kind="s-scaling", **kw):
     spec = {
-        "base": {
+        "config": {
             "d": 48,
             "s": 8,
             "group_sizes": [4, 6],
@@ -208,7 +208,7 @@ def test_phase_boundary_tells_a_collapse_from_a_fixed_rho():
 
 def _tiny_grid_spec(tmp_path, **kw):
     spec = {
-        "base": {
+        "config": {
             "d": 32,
             "s": 8,
             "group_sizes": [4, 6],
