@@ -60,19 +60,18 @@ ETA_KEYS = {"w2s": "eta_w2s", "sft": "eta_sft", "weak": "weak_eta"}
 
 @dataclass(frozen=True)
 class SweepKind:
-    """One kind of sweep. `prepare` validates a loaded spec and lays out its `points`; `validate` checks it again
-    after command-line overrides; `overrides(spec, point)` are the point's overrides of the preset; `measure(spec,
-    point, config, cache, shared)` is the point's record (cached; `shared` lives for one run); `summarise(spec,
-    records, configs)` the result's fields beside the points; `controlled(spec)` the config keys the points set
-    (refused on the command line; None: the command line wins over the points); `table(spec, rows)` the
-    table.md of a kind whose summary is `rows` (results.json), None for sweep.json."""
+    """One kind of sweep: `prepare(spec, fixed)` lays out its `points` and validates it (fixed: the keys set on
+    the command line, which win over grid rows); `overrides(spec, point)`: the point's overrides of the preset;
+    `measure(spec, point, config, cache, shared)`: the point's record (cached; `shared` lives for one run);
+    `summarise(spec, records, configs)`: the result's fields beside the points; `controlled(spec)`: keys the
+    points set (refused on the command line); `table(spec, rows)`: table.md of a kind summarised by `rows`
+    (results.json; None: sweep.json)."""
 
-    prepare: Callable[[dict], None]
-    validate: Callable[[dict], None]
+    prepare: Callable[[dict, set[str] | None], None]
     overrides: Callable[[dict, dict], dict]
     measure: Callable[[dict, dict, W2SConfig, Path | None, dict], dict]
     summarise: Callable[[dict, list[dict], list[W2SConfig]], dict]
-    controlled: Callable[[dict], set[str]] | None = None
+    controlled: Callable[[dict], set[str]] = lambda spec: set()
     table: Callable[[dict, list[dict]], str] | None = None
 
 
@@ -116,7 +115,7 @@ def load_sweep(kind: str, quick: bool = False, path: str | os.PathLike | None = 
     spec["kind"] = kind
     spec["quick_run"] = quick
     spec.setdefault("base", {})
-    KINDS[kind].prepare(spec)
+    KINDS[kind].prepare(spec, None)
     return spec
 
 
@@ -142,11 +141,11 @@ def expand_grid(grid: dict, fixed: set[str] | frozenset[str] = frozenset()) -> l
     return points
 
 
-def _prepare_runs(spec: dict) -> None:
+def _prepare_runs(spec: dict, fixed: set[str] | None) -> None:
     if "grid" in spec:
-        if spec.get("points"):
+        if fixed is None and spec.get("points"):
             raise ValueError(f"sweep {spec['kind']!r}: give either points or grid, not both")
-        spec["points"] = expand_grid(spec["grid"])
+        spec["points"] = expand_grid(spec["grid"], fixed or frozenset())
     validate_sweep(spec)
 
 
@@ -491,30 +490,19 @@ def _measure_runs(spec: dict, point: dict, config: W2SConfig, cache: Path | None
     return rec
 
 
-def _summarise_mech(spec: dict, recs: list[dict], configs: list[W2SConfig]) -> dict:
-    return {"rows": mech.rows(spec, recs, configs)}
-
-
-def _prepare_mech(spec: dict) -> None:
+def _prepare_mech(spec: dict, fixed: set[str] | None) -> None:
     mech.validate_mech_spec(spec)
     spec["points"] = mech.expand(spec)
     _check_points(spec)
 
 
-def _validate_mech(spec: dict) -> None:
-    mech.validate_mech_spec(spec)
-    _check_points(spec)
-
-
-_RUNS = {"prepare": _prepare_runs, "validate": validate_sweep, "overrides": _plain_overrides}
-_SCALING = SweepKind(**_RUNS, measure=_measure_runs, summarise=_scaling_summary)
-_FULL_RUNS = SweepKind(**_RUNS, measure=_measure_runs, summarise=_runs_summary)
+_SCALING = SweepKind(_prepare_runs, _plain_overrides, _measure_runs, _scaling_summary)
+_FULL_RUNS = SweepKind(_prepare_runs, _plain_overrides, _measure_runs, _runs_summary)
 _MECH = SweepKind(
     _prepare_mech,
-    _validate_mech,
     mech.point_overrides,
-    lambda *a: mech._evaluate(*a),  # looked up per call (tests stand in for it)
-    _summarise_mech,
+    lambda *a: mech._evaluate(*a),  # looked up at each call, so that it can be stood in for
+    lambda spec, recs, configs: {"rows": mech.rows(spec, recs, configs)},
     controlled=mech.controlled,
     table=mech.table,
 )
@@ -540,15 +528,13 @@ def run_sweep(
     if overrides:
         extra = apply_overrides(W2SConfig(), overrides)  # unknown keys and uncoercible values fail here
         keys = [item.split("=", 1)[0].strip() for item in overrides]
-        taken = sorted(set(keys) & k.controlled(spec)) if k.controlled is not None else []
+        taken = sorted(set(keys) & k.controlled(spec))
         if taken:
             raise ValueError(
                 f"sweep {kind!r}: {', '.join(taken)} set by the sweep's factors; edit the sweep file instead"
             )
         spec["base"] = {**spec["base"], **{key: getattr(extra, key) for key in keys}}
-        if "grid" in spec:  # the command line wins over the grid rows (e.g. steps=6000: one budget for every s)
-            spec["points"] = expand_grid(spec["grid"], set(keys))
-    k.validate(spec)
+        k.prepare(spec, set(keys))  # the command line wins over grid rows (steps=6000: one budget for every s)
     out = Path(out_dir)
     cache = out / "cache"
     cache.mkdir(parents=True, exist_ok=True)
