@@ -186,13 +186,10 @@ def preset_path(preset: str) -> Path:
 
 
 def _preset_mapping(preset: str | list, chain: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The overrides of `preset` (a name, a path or a list of them, later ones winning); a preset file may name
-    its own base with `preset:`, whose keys its own override."""
+    """The keys of `preset`: a name, a path or a list of them (later ones win); a preset file may name its own
+    base with `preset:` (its own keys win)."""
     if isinstance(preset, (list, tuple)):
-        merged: dict[str, Any] = {}
-        for p in preset:
-            merged.update(_preset_mapping(p, chain))
-        return merged
+        return {k: v for p in preset for k, v in _preset_mapping(p, chain).items()}
     path = preset_path(str(preset))
     if str(path.resolve()) in chain:
         raise ValueError(f"preset: {preset!r} names itself through {list(chain)}")
@@ -202,8 +199,7 @@ def _preset_mapping(preset: str | list, chain: tuple[str, ...] = ()) -> dict[str
 
 
 def load_config(preset: str | list | None = None, overrides: dict[str, Any] | list[str] | None = None) -> W2SConfig:
-    """Defaults, then the preset's YAML (if any: a name, a path or a list, see `_preset_mapping`), then
-    overrides; validated."""
+    """Defaults, then the preset's YAML (if any: a name, a path or a list), then overrides; validated."""
     config = W2SConfig()
     if preset is not None:
         config = apply_overrides(config, _preset_mapping(preset))

@@ -1,11 +1,9 @@
 """Sweeps of the weak-to-strong simulator: one engine for every kind (docs/w2s.md "Sweeps", "Mechanisms").
 
-A sweep is a YAML file configs/w2s/sweep-<kind>.yaml (first line: the command): `preset:` (the W2S preset its
-points build on: a name, a path or a list, as for `w2s run --preset`), `config:` (overrides of it for every
-point), the points (or what they are built from), the measurement, and a `quick` variant (its `preset:` replaces
-the file's, its `config:` and `factors:` merge key by key, its other keys replace the file's). Each kind is a
-`SweepKind` of `KINDS`: how its points are laid out, how a point becomes a config, how a point is measured and
-how the points are summarised. Kinds:
+A sweep is a YAML file configs/w2s/sweep-<kind>.yaml: `preset:` (the W2S preset of its points: a name, a path or
+a list), `config:` (its overrides for every point), the points (or what they are built from), the measurement,
+and a `quick` variant (`preset:` replaces, `config:` and `factors:` merge key by key, other keys replace). Each
+kind is a `SweepKind` of `KINDS`. Kinds:
 
 - s-scaling / d-scaling: samples until the target alignment reaches `threshold` (per seed; the point's value is
   the median over seeds), for each `series` (a mode, or "weak" for the weak model trained from scratch); a
@@ -16,12 +14,10 @@ how the points are summarised. Kinds:
   `phase` summary holds, per mode and s, the rho sqrt(s) where the non-target group starts to turn to theta_1
   (and to lose theta_2), and the log-log slope of that boundary against s (0: it collapses in units of s^{-1/2},
   Theorem 2's threshold; 0.5: it sits at a fixed rho). These kinds write DIR/sweep.json;
-- ablation, race, weak-quality: the mechanism sweeps of `anchorft.w2s.mechanisms`; DIR/results.json (rows and
-  points) and DIR/table.md.
+- ablation, race, weak-quality (`anchorft.w2s.mechanisms`): DIR/results.json (rows, points) and DIR/table.md.
 
 Every kind writes DIR/<kind>.png. Every point is cached in DIR/cache/<hash>.json, keyed by the hash of its
-resolved config and measurement: finished points are reused, not recomputed. The resolved spec (in the JSON
-and in the run's hash) holds the preset and the overrides as one `base` mapping.
+resolved config and measurement. The resolved spec holds the preset and its overrides as one `base` mapping.
 """
 
 from __future__ import annotations
@@ -60,12 +56,10 @@ ETA_KEYS = {"w2s": "eta_w2s", "sft": "eta_sft", "weak": "weak_eta"}
 
 @dataclass(frozen=True)
 class SweepKind:
-    """One kind of sweep: `prepare(spec, fixed)` lays out its `points` and validates it (fixed: the keys set on
-    the command line, which win over grid rows); `overrides(spec, point)`: the point's overrides of the preset;
-    `measure(spec, point, config, cache, shared)`: the point's record (cached; `shared` lives for one run);
-    `summarise(spec, records, configs)`: the result's fields beside the points; `controlled(spec)`: keys the
-    points set (refused on the command line); `table(spec, rows)`: table.md of a kind summarised by `rows`
-    (results.json; None: sweep.json)."""
+    """One kind of sweep: `prepare(spec, fixed)` lays out and validates its `points` (`fixed`: command-line keys,
+    which win over grid rows); `overrides(spec, point)` of the preset; `measure(spec, point, config, cache,
+    shared)` a point's record (`shared`: one run's); `summarise(spec, records, configs)` the result's fields;
+    `controlled(spec)` keys the points set; `table(spec, rows)` the table.md of a kind summarised by `rows`."""
 
     prepare: Callable[[dict, set[str] | None], None]
     overrides: Callable[[dict, dict], dict]
@@ -76,22 +70,23 @@ class SweepKind:
 
 
 def _fold_preset(section: dict, where: str) -> dict:
-    """`section` (a sweep file, or its quick variant) with `preset:` and `config:` folded into the one `base`
-    mapping of the resolved spec (the preset under `preset`, then the overrides), where the first of them was."""
+    """`section` (a sweep file, or its quick variant) with `preset:` and `config:` folded into the resolved spec's
+    one `base` mapping (the preset under `preset`, then the overrides), where the first of them was."""
+    config = section.get("config", {})
     if "base" in section:
         raise ValueError(
-            f"{where}: `base:` is no longer a sweep key: name the W2S preset with `preset:` (a name, a path or a "
-            "list) and give its overrides under `config:`"
+            f"{where}: `base:` is now `preset:` (the W2S preset: a name, a path or a list) and `config:`"
+            " (its overrides)"
         )
-    config = section.get("config", {})
     if not isinstance(config, dict) or "preset" in config:
         raise ValueError(f"{where}: config: is a mapping of overrides of the preset (the preset is `preset:`)")
+    base = {**({"preset": section["preset"]} if "preset" in section else {}), **config}
     out: dict[str, Any] = {}
     for key, value in section.items():
-        if key not in ("preset", "config"):
+        if key in ("preset", "config"):
+            out.setdefault("base", base)
+        else:
             out[key] = value
-        elif "base" not in out:
-            out["base"] = {**({"preset": section["preset"]} if "preset" in section else {}), **config}
     return out
 
 
@@ -226,15 +221,10 @@ def evaluate_point(
                 e = m[mode]
                 groups = {g: {"init": v["mean"][0], "final": v["mean"][-1]} for g, v in e["groups"].items()}
                 rec["modes"][mode] = {
-                    "init": e["init"],
-                    "final": e["final"],
-                    "final_per_seed": e["final_per_seed"],
+                    **{k: e[k] for k in ("init", "final", "final_per_seed")},
                     "groups": groups,
-                    "samples": e["samples"],
-                    "target_alignment": e["target_alignment"],
-                    "nontarget_alignment": e["nontarget_alignment"],
-                    "nontarget_target_alignment": e["nontarget_target_alignment"],
-                    "diverged_at": e["diverged_at"],
+                    **{k: e[k] for k in ("samples", "target_alignment", "nontarget_alignment")},
+                    **{k: e[k] for k in ("nontarget_target_alignment", "diverged_at")},
                 }
     rec["cached"] = False
     if path is not None:
