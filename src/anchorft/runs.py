@@ -78,10 +78,10 @@ class RunClaim:
         return self.out / MARKER
 
 
-def config_hash(config: Any) -> str:
-    """SHA-256 (16 hex digits) of `config` as canonical JSON (sorted keys; non-JSON values via str)."""
-    text = json.dumps(config, sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+def config_hash(config: Any, length: int = 16, separators: tuple[str, str] = (",", ":")) -> str:
+    """SHA-256 (`length` hex digits) of `config` as canonical JSON (sorted keys; non-JSON values via str)."""
+    text = json.dumps(config, sort_keys=True, default=str, separators=separators)
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
 
 
 def check_output_dir(out: str | os.PathLike, flag: str = "--out") -> Path:

@@ -74,3 +74,19 @@ def test_only_the_target_link_is_a_setting():
     with pytest.raises(ValueError, match="did you mean 'link'"):
         apply_overrides(W2SConfig(), {"links": ["he4", "he4"]})
     assert apply_overrides(W2SConfig(), ["link=he6"]).link == "he6"
+
+
+def test_a_preset_names_its_base_or_is_a_list_of_presets(tmp_path):
+    small = tmp_path / "small.yaml"
+    small.write_text("# anchorft w2s run --preset small.yaml --out x\nd: 256\ns: 32\n")
+    child = tmp_path / "child.yaml"
+    child.write_text(f"# anchorft w2s run --preset child.yaml --out x\npreset: [paper, {small}]\nsteps: 100\n")
+    assert load_config([str(small)]) == load_config(None, {"d": 256, "s": 32})
+    assert load_config(["paper", str(small)]) == load_config("paper", {"d": 256, "s": 32})
+    assert load_config([str(small), "paper"]) == load_config("paper")  # later presets win key by key
+    assert load_config(str(child)) == load_config("paper", {"d": 256, "s": 32, "steps": 100})
+    loop = tmp_path / "loop.yaml"
+    loop.write_text(f"preset: {child}\n")
+    child.write_text(f"preset: {loop}\n")
+    with pytest.raises(ValueError, match="names itself"):
+        load_config(str(child))

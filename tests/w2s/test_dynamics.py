@@ -6,7 +6,7 @@ from anchorft.w2s.config import apply_overrides
 from anchorft.w2s.dynamics import dense_step, log_steps, reduced_step, schedule_factor, step_scale, train
 from anchorft.w2s.hermite import get_activation
 from anchorft.w2s.problem import build_problem
-from anchorft.w2s.sampling import generative_dense, generative_reduced, lift, make_generators
+from anchorft.w2s.sampling import generative_dense, generative_reduced, make_generators
 
 
 def _unit_rows(x):
@@ -68,7 +68,7 @@ def test_reduced_step_equals_dense_step_on_lifted_inputs():
     y = torch.randn(S, b, generator=g, dtype=torch.float64)
     a = torch.rand(N, generator=g, dtype=torch.float64)
     for _ in range(5):
-        w, _ = dense_step(w, lift(z, basis), y, a, act, 0.5)
+        w, _ = dense_step(w, z @ basis.mT, y, a, act, 0.5)  # x = B z
         c, r, _ = reduced_step(c, r, z, y, a, act, 0.5)
     torch.testing.assert_close(r.unsqueeze(-1) * p + c @ basis.mT, w, atol=1e-12, rtol=0)
     torch.testing.assert_close(r * r * q + (c * c).sum(-1), torch.ones(S, N, dtype=torch.float64))
@@ -167,9 +167,8 @@ def test_lambda_one_sampler_has_the_dense_distribution():
     g = torch.Generator().manual_seed(0)
     basis, _ = torch.linalg.qr(torch.randn(1, d, s, generator=g, dtype=torch.float64))
     proj = basis[0] @ basis[0].T
-    x_red = lift(
-        generative_reduced(make_generators([0], 1, torch.device("cpu")), s, 1, n, torch.float64, "cpu"), basis
-    )
+    z = generative_reduced(make_generators([0], 1, torch.device("cpu")), s, 1, n, torch.float64, "cpu")
+    x_red = z @ basis.mT  # x = B z
     x_den = generative_dense(make_generators([1], 1, torch.device("cpu")), basis, 1.0, 1, n)
     for x in (x_red[0, 0], x_den[0, 0]):
         cov = x.T @ x / n

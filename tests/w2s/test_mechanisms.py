@@ -13,9 +13,10 @@ from anchorft.commands.w2s import main
 from anchorft.w2s.config import PRESET_DIR, W2SConfig
 from anchorft.w2s.experiments import prepare_weak, run_experiment
 from anchorft.w2s.labels import label_mean, label_report, unit_weak_in_subspace, weak_output
-from anchorft.w2s.mechanisms import expand, first_crossing, race_times, validate_mech_spec
+from anchorft.w2s.mechanisms import expand, race_times, validate_mech_spec
 from anchorft.w2s.problem import build_problem
 from anchorft.w2s.risk import pgr, risk_report
+from anchorft.w2s.stats import crossing as first_crossing
 from anchorft.w2s.sweeps import load_sweep, run_sweep
 
 TINY = {"d": 48, "s": 8, "group_sizes": [4, 6], "weak_neurons": 4, "batch_size": 8, "n_log": 8, "chunk": 8}
@@ -168,8 +169,8 @@ def _write(tmp_path, name, spec):
 
 
 ABLATION = {
-    "base": {
-        "preset": "paper",
+    "preset": "paper",
+    "config": {
         **TINY,
         "steps": 24,
         "n_seeds": 2,
@@ -213,8 +214,8 @@ def test_ablation_sweep_end_to_end(tmp_path):
 
 
 RACE = {
-    "base": {
-        "preset": "paper",
+    "preset": "paper",
+    "config": {
         **TINY,
         "steps": 40,
         "n_seeds": 2,
@@ -276,7 +277,7 @@ ABLATION_BIAS = {
 
 
 def test_ablation_with_a_trained_bias(tmp_path):
-    spec = {**ABLATION_BIAS, "base": {**ABLATION["base"], "steps": 200}}
+    spec = {**ABLATION_BIAS, "config": {**ABLATION["config"], "steps": 200}}
     res = run_sweep("ablation", tmp_path / "out", progress=False, spec_path=_write(tmp_path, "a.yaml", spec))
     assert len(res["rows"]) == 4
     by = {(r["center"], r["bias"]): r for r in res["rows"]}
@@ -349,14 +350,14 @@ def test_shipped_mechanism_specs_validate():
 
 def _weak_quality_base(**over) -> dict:
     """A tiny one-task W2S + ceiling configuration for the weak-quality sweep."""
-    base = {"preset": "paper", **TINY, "group_sizes": [4], "n_tasks": 1, "pi": [1.0], "link": "he4"}
+    base = {**TINY, "group_sizes": [4], "n_tasks": 1, "pi": [1.0], "link": "he4"}
     base.update(modes=["w2s", "ceiling"], n_seeds=2, label_samples=1000, risk_samples=1000)
-    return {**base, **over}
+    return {"preset": "paper", "config": {**base, **over}}
 
 
 def test_weak_quality_sweep_end_to_end(tmp_path):
     spec = {
-        "base": _weak_quality_base(steps=24, weak_steps=16),
+        **_weak_quality_base(steps=24, weak_steps=16),
         "weak_alignment": [0.5, 0.9],
         "weak_steps": [16],
     }
@@ -372,7 +373,7 @@ def test_weak_quality_sweep_end_to_end(tmp_path):
 
 def test_weak_quality_with_a_longer_ceiling(tmp_path):
     spec = {
-        "base": _weak_quality_base(steps=16),
+        **_weak_quality_base(steps=16),
         "weak_alignment": [0.5, 0.9],
         "ceiling_steps": 48,
     }
@@ -430,7 +431,7 @@ ABLATION_ACTIVATION = {
 
 
 def test_ablation_over_the_student_with_an_exclude_list(tmp_path):
-    spec = {**ABLATION_ACTIVATION, "base": {**ABLATION["base"], "steps": 60}}
+    spec = {**ABLATION_ACTIVATION, "config": {**ABLATION["config"], "steps": 60}}
     res = run_sweep("ablation", tmp_path / "out", progress=False, spec_path=_write(tmp_path, "a.yaml", spec))
     assert len(res["rows"]) == 6  # 2 activations x (squared with and without a bias, correlation without)
     assert not any(r["loss"] == "correlation" and r["bias"] == "trained" for r in res["rows"])

@@ -23,7 +23,7 @@ def test_ablation_table_is_the_per_seed_values_summarised(tmp_path, monkeypatch)
 
     keys = ("target_alignment", "nontarget_alignment", "nontarget_target_alignment")
 
-    def fake_evaluate(spec, pt, cache, shared):
+    def fake_evaluate(spec, pt, config, cache, shared):
         labels = _vals(pt, "labels", 4)
         w2s = {"final_per_seed": {k: _vals(pt, k) for k in keys}, "init": {"nontarget_target_alignment": 0.01}}
         w2s.update(zip(("labels_mean", "labels_c2", "labels_c2_se", "labels_c4"), labels))

@@ -1,3 +1,4 @@
+import hashlib
 import json
 
 import numpy as np
@@ -6,6 +7,8 @@ import yaml
 
 from anchorft.commands.w2s import main
 from anchorft.w2s import sweeps
+from anchorft.w2s.config import W2SConfig, config_hash, load_config
+from anchorft.w2s.stats import digest
 from anchorft.w2s.sweeps import evaluate_point, fit_loglog, load_sweep, median_censored, run_sweep
 
 
@@ -34,7 +37,7 @@ def test_censored_points_are_reported_and_left_out_of_the_fit():
 
 def _tiny_spec(tmp_path, kind="s-scaling", **kw):
     spec = {
-        "base": {
+        "config": {
             "d": 48,
             "s": 8,
             "group_sizes": [4, 6],
@@ -208,7 +211,7 @@ def test_phase_boundary_tells_a_collapse_from_a_fixed_rho():
 
 def _tiny_grid_spec(tmp_path, **kw):
     spec = {
-        "base": {
+        "config": {
             "d": 32,
             "s": 8,
             "group_sizes": [4, 6],
@@ -283,3 +286,39 @@ def test_every_shipped_sweep_file_loads_under_its_command_and_builds_its_points(
         if kind not in sweeps.MECH_KINDS:
             for point in spec["points"]:
                 sweeps.point_config(spec, point).validate()
+
+
+def test_a_sweep_names_its_preset_and_its_overrides_and_the_old_base_key_is_refused(tmp_path):
+    tiny = yaml.safe_load(_tiny_spec(tmp_path).read_text())["config"]
+    p = _tiny_spec(tmp_path, preset="paper", quick={"config": {"steps": 100}})
+    full, quick = load_sweep("s-scaling", path=p), load_sweep("s-scaling", quick=True, path=p)
+    assert full["base"] == {"preset": "paper", **tiny} and quick["base"] == {"preset": "paper", **tiny, "steps": 100}
+    assert sweeps.point_config(quick, {"s": 4}) == load_config("paper", {**tiny, "steps": 100, "s": 4})
+    other = load_sweep("s-scaling", quick=True, path=_tiny_spec(tmp_path, preset="paper", quick={"preset": "gain"}))
+    assert other["base"]["preset"] == "gain" and other["base"]["d"] == 48
+    for bad in ({"base": tiny}, {"quick": {"base": {"steps": 100}}}):
+        with pytest.raises(ValueError, match="preset:.*config:"):
+            load_sweep("s-scaling", quick=True, path=_tiny_spec(tmp_path, **bad))
+    with pytest.raises(ValueError, match="config: is a mapping"):
+        load_sweep("s-scaling", path=_tiny_spec(tmp_path, config={**tiny, "preset": "paper"}))
+
+
+def test_config_and_point_hashes_are_sha256_of_sorted_json():
+    """Cached points and finished runs are found by these hashes: each is the SHA-256 of the JSON (sorted keys,
+    JSON's default separators) of what it keys, written out here."""
+
+    def sha(obj, n):
+        return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:n]
+
+    paper = load_config("paper")
+    assert config_hash(W2SConfig()) == sha(W2SConfig().to_dict(), 16)
+    d = paper.to_dict()
+    assert config_hash(paper, exclude=("weak", "steps")) == sha(
+        {k: v for k, v in d.items() if k not in ("weak", "steps")}, 16
+    )
+    measure = {"kind": "s-scaling", "threshold": 0.5, "series": ["w2s"]}
+    assert sweeps._point_key(paper, measure) == sha({"config": config_hash(paper), "measure": measure}, 20)
+    assert (
+        digest({"k": "race", "c": config_hash(paper)}, 20)
+        == hashlib.sha256(json.dumps({"c": config_hash(paper), "k": "race"}).encode()).hexdigest()[:20]
+    )

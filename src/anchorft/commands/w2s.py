@@ -210,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=int, default=1)
     s.add_argument("--quiet", action="store_true")
     s.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
-    s.add_argument("overrides", nargs="*", help="overrides of the sweep's base config, key=value")
+    s.add_argument("overrides", nargs="*", help="overrides of the sweep's config (every point), key=value")
     s.set_defaults(func=_sweep)
     t = sub.add_parser("theory", help="exponents, predicted sample complexities, the labels' Hermite coefficients")
     t.add_argument("--preset", default=None, help="a preset: its link, T, clip, d, s and its measured labels")

@@ -20,6 +20,7 @@ from anchorft.dataclass_yaml import read_yaml_mapping, update
 from anchorft.io import write_text
 from anchorft.resources import configs_dir
 from anchorft.w2s.hermite import TRANSFORMS, get_activation
+from anchorft.w2s.stats import digest
 
 __all__ = ["W2SConfig", "load_config", "apply_overrides", "preset_path", "save_config", "config_hash"]
 
@@ -184,11 +185,24 @@ def preset_path(preset: str) -> Path:
     raise ValueError(f"unknown preset {preset!r}: not a YAML file, and not one of {known}")
 
 
-def load_config(preset: str | None = None, overrides: dict[str, Any] | list[str] | None = None) -> W2SConfig:
-    """Defaults, then the preset's YAML (if any), then overrides; validated."""
+def _preset_mapping(preset: str | list, chain: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The keys of `preset`: a name, a path or a list of them (later ones win); a preset file may name its own
+    base with `preset:` (its own keys win)."""
+    if isinstance(preset, (list, tuple)):
+        return {k: v for p in preset for k, v in _preset_mapping(p, chain).items()}
+    path = preset_path(str(preset))
+    if str(path.resolve()) in chain:
+        raise ValueError(f"preset: {preset!r} names itself through {list(chain)}")
+    spec = read_yaml_mapping(path, "preset")
+    base = spec.pop("preset", None)
+    return {**(_preset_mapping(base, (*chain, str(path.resolve()))) if base is not None else {}), **spec}
+
+
+def load_config(preset: str | list | None = None, overrides: dict[str, Any] | list[str] | None = None) -> W2SConfig:
+    """Defaults, then the preset's YAML (if any: a name, a path or a list), then overrides; validated."""
     config = W2SConfig()
     if preset is not None:
-        config = apply_overrides(config, read_yaml_mapping(preset_path(preset), "preset"))
+        config = apply_overrides(config, _preset_mapping(preset))
     if overrides:
         config = apply_overrides(config, overrides)
     return config.validate()
@@ -203,8 +217,4 @@ def save_config(config: W2SConfig, path: str | os.PathLike, header: str | None =
 
 def config_hash(config: W2SConfig, exclude: tuple[str, ...] = ()) -> str:
     """Stable hash of the resolved config (every field counts: device and chunk change the random stream)."""
-    import hashlib
-    import json
-
-    d = {k: v for k, v in config.to_dict().items() if k not in exclude}
-    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+    return digest({k: v for k, v in config.to_dict().items() if k not in exclude})

@@ -15,33 +15,33 @@
   errors, and the PGR where its denominator exceeds three standard errors; with `ceiling_steps`, also against a
   ceiling trained for that longer budget (trained once per sweep run: it does not see the weak model).
 
-Spec files: configs/w2s/sweep-<kind>.yaml (first line: the command). Each run writes DIR/results.json (rows),
-DIR/table.md and DIR/<kind>.png; finished points are cached in DIR/cache/ by the hash of their config.
+Spec files: configs/w2s/sweep-<kind>.yaml (first line: the command), run by the one engine of
+`anchorft.w2s.sweeps`: DIR/results.json (rows), DIR/table.md and DIR/<kind>.png; finished points are cached in
+DIR/cache/ by the hash of their config.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from anchorft.io import write_json, write_text
-from anchorft.provenance import write_metrics
-from anchorft.w2s.config import W2SConfig, apply_overrides, config_hash, load_config
+from anchorft.io import write_json
+from anchorft.w2s.config import W2SConfig, apply_overrides, config_hash
 from anchorft.w2s.dynamics import train
 from anchorft.w2s.experiments import prepare_weak, run_experiment, summarise
 from anchorft.w2s.labels import label_report
 from anchorft.w2s.problem import build_problem
 from anchorft.w2s.risk import risk_report
+from anchorft.w2s.stats import crossing, digest, mean_std, median_censored
 
-__all__ = ["MECH_KINDS", "FACTORS", "validate_mech_spec", "race_times", "first_crossing", "run_mech_sweep"]
+__all__ = ["MECH_KINDS", "FACTORS", "validate_mech_spec", "expand", "point_overrides", "controlled", "race_times"]
+__all__ += ["rows", "table"]
 
 MECH_KINDS = ("ablation", "race", "weak-quality")
 FACTORS = {  # factor name -> (config key, allowed values); "variant" maps to the spec's `variants`
@@ -62,7 +62,7 @@ def _num(v: Any) -> bool:
 
 def validate_mech_spec(spec: dict) -> None:
     """Clear errors before any work: unknown factors or factor values, thresholds outside (0, 1), step-size
-    grids with non-positive values, and every point's config (validated by W2SConfig)."""
+    grids with non-positive values (the engine then validates every point's config)."""
     kind = spec["kind"]
     factors = spec.get("factors") or {}
     variants = spec.get("variants") or {}
@@ -121,8 +121,6 @@ def validate_mech_spec(spec: dict) -> None:
         for v in spec.get(name) or []:
             if not _num(v) or v < 0:
                 raise ValueError(f"sweep {kind!r}: {name} values must be finite and >= 0, got {v!r}")
-    for pt in expand(spec):
-        _point_config(spec, pt)
 
 
 def expand(spec: dict) -> list[dict]:
@@ -151,7 +149,7 @@ def expand(spec: dict) -> list[dict]:
     return pts
 
 
-def _controlled(spec: dict) -> set[str]:
+def controlled(spec: dict) -> set[str]:
     """Config keys that the sweep's points set (a command-line override of one of them would be silently lost)."""
     if spec["kind"] == "race":
         keys = {"modes", "loss", "rho", "group_sizes", "eta_w2s", "eta_sft"}
@@ -164,7 +162,8 @@ def _controlled(spec: dict) -> set[str]:
     return keys
 
 
-def _point_overrides(spec: dict, pt: dict) -> dict:
+def point_overrides(spec: dict, pt: dict) -> dict:
+    """A point's overrides of the preset: its factors (ablation), its race coordinates, or itself."""
     kind = spec["kind"]
     base = dict(spec["base"])
     base.pop("preset", None)
@@ -194,23 +193,6 @@ def _point_overrides(spec: dict, pt: dict) -> dict:
     return {**base, **pt}
 
 
-def _point_config(spec: dict, pt: dict) -> W2SConfig:
-    return load_config(spec["base"].get("preset"), _point_overrides(spec, pt))
-
-
-def first_crossing(steps: list[float], ys: list[float], level: float, above: bool = True) -> float | None:
-    """The first step where y reaches `level` (>= if above, < otherwise), linearly interpolated between the logged
-    points; None if it never does (censored at the budget)."""
-    for k in range(len(steps)):
-        hit = ys[k] >= level if above else ys[k] < level
-        if hit:
-            if k == 0:
-                return float(steps[0])
-            y0, y1 = ys[k - 1], ys[k]
-            return float(steps[k - 1] + (level - y0) * (steps[k] - steps[k - 1]) / (y1 - y0))
-    return None
-
-
 def race_times(mode_metrics: dict, learn: float, turn: float, keep: float) -> dict:
     """Per seed, samples to learn (target >= learn) and to forget (non-target with theta_1 >= turn, or with its own
     theta < keep: the earlier), from a mode's logged per-seed curves; None = censored."""
@@ -220,9 +202,9 @@ def race_times(mode_metrics: dict, learn: float, turn: float, keep: float) -> di
     tur = np.asarray(mode_metrics["nontarget_target_alignment_seeds"], dtype=float)
     out: dict[str, list] = {"learn": [], "forget": [], "turn": [], "lose": []}
     for i in range(tgt.shape[1]):
-        t_learn = first_crossing(x, list(tgt[:, i]), learn)
-        t_turn = first_crossing(x, list(tur[:, i]), turn)
-        t_lose = first_crossing(x, list(own[:, i]), keep, above=False)
+        t_learn = crossing(x, list(tgt[:, i]), learn)
+        t_turn = crossing(x, list(tur[:, i]), turn)
+        t_lose = crossing(x, list(own[:, i]), keep, above=False)
         fs = [t for t in (t_turn, t_lose) if t is not None]
         out["learn"].append(t_learn)
         out["turn"].append(t_turn)
@@ -231,21 +213,9 @@ def race_times(mode_metrics: dict, learn: float, turn: float, keep: float) -> di
     return out
 
 
-def _median(v: list[float | None]) -> float | None:
-    a = sorted(math.inf if x is None else float(x) for x in v)
-    n = len(a)
-    m = a[n // 2] if n % 2 else 0.5 * (a[n // 2 - 1] + a[n // 2])
-    return None if math.isinf(m) else m
-
-
-def _stat(values: list[float]) -> dict:
-    a = np.asarray(values, dtype=float)
-    return {"mean": float(a.mean()), "std": float(a.std(ddof=1)) if a.size > 1 else None}
-
-
-def _evaluate(spec: dict, pt: dict, cache: Path, shared: dict) -> dict:
-    config = _point_config(spec, pt)
-    key = hashlib.sha256(json.dumps({"c": config_hash(config), "k": spec["kind"]}).encode()).hexdigest()[:20]
+def _evaluate(spec: dict, pt: dict, config: W2SConfig, cache: Path, shared: dict) -> dict:
+    """One point's record (from DIR/cache/ when it was measured before): labels, risks and per-seed curves."""
+    key = digest({"c": config_hash(config), "k": spec["kind"]}, 20)
     if spec["kind"] == "race" and spec.get("stop_at_learn"):
         key += "-stop"
     if spec["kind"] == "weak-quality" and spec.get("ceiling_steps"):
@@ -355,7 +325,7 @@ def _ablation_row(rec: dict, config: W2SConfig | None = None) -> dict:
         ("nontarget_alignment", "nontarget"),
         ("nontarget_target_alignment", "nontarget_to_theta1"),
     ):
-        st = _stat(fps[key])
+        st = mean_std(fps[key])
         row[name], row[f"{name}_std"] = st["mean"], st["std"]
     row["nontarget_to_theta1_init"] = e["init"]["nontarget_target_alignment"]
     row["labels_mean"], row["labels_c2"], row["labels_c2_se"] = e["labels_mean"], e["labels_c2"], e["labels_c2_se"]
@@ -374,7 +344,7 @@ def _ablation_row(rec: dict, config: W2SConfig | None = None) -> dict:
             row["rho_star_measured_target"] = star_t["rho_star"]
             row["drift_predicts_measured_target"] = star_t["predicted_at_init"].split(" ")[0]
     if e.get("bias") is not None:  # the trained output bias at the end (strong_bias: trained)
-        row["bias_final"], row["bias_final_std"] = _stat(e["bias"])["mean"], _stat(e["bias"])["std"]
+        row["bias_final"], row["bias_final_std"] = mean_std(e["bias"])["mean"], mean_std(e["bias"])["std"]
     return row
 
 
@@ -392,7 +362,7 @@ def _race_rows(spec: dict, recs: list[dict]) -> list[dict]:
         gs = pt["group_sizes"]
         chi = gs[0] / gs[1]  # pi = 1 for both tasks
         item = {**pt, "chi": chi, "s": rec["s"], "d": rec["d"], "times": times}
-        item["learn_median"], item["forget_median"] = _median(times["learn"]), _median(times["forget"])
+        item["learn_median"], item["forget_median"] = median_censored(times["learn"]), median_censored(times["forget"])
         cells.setdefault((rec["d"], rec["s"], pt["mode"], pt["loss"], pt["rho_sqrt_s"], chi), []).append(item)
     rows = []
     for (d, s, mode, loss, x, chi), items in sorted(cells.items()):
@@ -425,7 +395,7 @@ def _race_rows(spec: dict, recs: list[dict]) -> list[dict]:
                 "winner": winner,
                 "forget_first_seeds": _first_count(best["times"]["forget"], best["times"]["learn"]),
                 "turn_first_seeds": _first_count(best["times"]["turn"], best["times"]["learn"]),
-                "turn_samples": _median(best["times"]["turn"]),
+                "turn_samples": median_censored(best["times"]["turn"]),
                 "n_seeds": len(best["times"]["learn"]),
                 "all_eta": [
                     {"eta": r["eta"], "learn": r["learn_median"], "forget": r["forget_median"]} for r in items
@@ -438,12 +408,12 @@ def _race_rows(spec: dict, recs: list[dict]) -> list[dict]:
 def _wq_row(rec: dict) -> dict:
     row = dict(rec["point"])
     fps = rec["w2s"]["final_per_seed"]["target_alignment"]
-    row["w2s_target"], row["w2s_target_std"] = _stat(fps)["mean"], _stat(fps)["std"]
+    row["w2s_target"], row["w2s_target_std"] = mean_std(fps)["mean"], mean_std(fps)["std"]
     cps = rec["ceiling"]["final_per_seed"]["target_alignment"] if "ceiling" in rec else None
-    row["ceiling_target"] = None if cps is None else _stat(cps)["mean"]
+    row["ceiling_target"] = None if cps is None else mean_std(cps)["mean"]
     if "ceiling_long" in rec:
         row["ceiling_long_steps"] = rec["ceiling_long"]["steps"]
-        row["ceiling_long_target"] = _stat(rec["ceiling_long"]["final_per_seed"]["target_alignment"])["mean"]
+        row["ceiling_long_target"] = mean_std(rec["ceiling_long"]["final_per_seed"]["target_alignment"])["mean"]
         for dist in ("isotropic", "generative"):
             r = rec["risks_long_ceiling"][dist]
             row[f"{dist}_risk_ceiling_long@link"] = r["risk"]["ceiling@link"]
@@ -512,41 +482,16 @@ TABLE_COLS = {
 }
 
 
-def run_mech_sweep(
-    spec: dict, out_dir: str | os.PathLike, overrides: list[str] | None = None, progress: bool = True
-) -> dict:
-    """Run a mechanism sweep (spec from `sweeps.load_sweep`); write results.json, table.md and <kind>.png."""
-    kind = spec["kind"]
-    if overrides:
-        extra = apply_overrides(W2SConfig(), overrides)  # unknown keys and uncoercible values fail here
-        keys = [i.split("=", 1)[0].strip() for i in overrides]
-        taken = sorted(set(keys) & _controlled(spec))
-        if taken:
-            raise ValueError(
-                f"sweep {kind!r}: {', '.join(taken)} set by the sweep's factors; edit the sweep file instead"
-            )
-        spec["base"] = {**spec["base"], **{k: getattr(extra, k) for k in keys}}
-    validate_mech_spec(spec)
-    out = Path(out_dir)
-    cache = out / "cache"
-    cache.mkdir(parents=True, exist_ok=True)
-    from tqdm.auto import tqdm
+def rows(spec: dict, recs: list[dict], configs: list[W2SConfig]) -> list[dict]:
+    """The table's rows of a mechanism sweep, from its point records (and their configs)."""
+    if spec["kind"] == "ablation":
+        return [_ablation_row(r, c) for r, c in zip(recs, configs)]
+    if spec["kind"] == "race":
+        return _race_rows(spec, recs)
+    return [_wq_row(r) for r in recs]
 
-    shared: dict = {}  # results shared between points (the long ceiling of `weak-quality`)
-    points = tqdm(expand(spec), desc=f"sweep {kind}", disable=not progress)
-    recs = [_evaluate(spec, pt, cache, shared) for pt in points]
-    if kind == "ablation":
-        rows = [_ablation_row(r, _point_config(spec, r["point"])) for r in recs]
-    elif kind == "race":
-        rows = _race_rows(spec, recs)
-    else:
-        rows = [_wq_row(r) for r in recs]
-    result = {"kind": kind, "quick": spec.get("quick_run", False), "spec": spec, "rows": rows, "points": recs}
-    write_metrics(out / "results.json", result)
-    by_activation = kind == "ablation" and "activation" in (spec.get("factors") or {})
-    cols = TABLE_COLS["ablation-activation" if by_activation else kind]
-    write_text(out / "table.md", _table(rows, cols))
-    from anchorft.w2s.plots_mech import plot_mech
 
-    plot_mech(result, out / f"{kind}.png")
-    return result
+def table(spec: dict, rows: list[dict]) -> str:
+    """table.md: the rows under the kind's columns (an ablation over the student: its own columns)."""
+    by_activation = spec["kind"] == "ablation" and "activation" in (spec.get("factors") or {})
+    return _table(rows, TABLE_COLS["ablation-activation" if by_activation else spec["kind"]])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["make_generators", "gaussian_chunk", "isotropic", "generative_dense", "generative_reduced", "lift"]
+__all__ = ["make_generators", "gaussian_chunk", "isotropic", "generative_dense", "generative_reduced"]
 
 
 def make_generators(seeds: list[int], stream: int, device: torch.device) -> list[torch.Generator]:
@@ -73,8 +73,3 @@ def generative_reduced(
 ) -> torch.Tensor:
     """Coordinates z ~ N(0, I_s) of x = B z at lambda = 1: (chunk, S, batch, s) (into `out`, see gaussian_chunk)."""
     return gaussian_chunk(gens, chunk, batch, s, dtype, device, out)
-
-
-def lift(z: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
-    """x = B z for coordinates z (..., S, batch, s) and basis B (S, d, s)."""
-    return z @ basis.mT

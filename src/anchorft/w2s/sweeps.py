@@ -1,7 +1,9 @@
-"""Sweeps of the weak-to-strong simulator: scaling laws and phase diagrams (docs/w2s.md "Sweeps").
+"""Sweeps of the weak-to-strong simulator: one engine for every kind (docs/w2s.md "Sweeps", "Mechanisms").
 
-A sweep is a YAML file configs/w2s/sweep-<kind>.yaml: `base` (overrides of a preset), `points` (a list of
-overrides, one per point), the measurement, and a `quick` variant. Kinds:
+A sweep is a YAML file configs/w2s/sweep-<kind>.yaml: `preset:` (the W2S preset of its points: a name, a path or
+a list), `config:` (its overrides for every point), the points (or what they are built from), the measurement,
+and a `quick` variant (`preset:` replaces, `config:` and `factors:` merge key by key, other keys replace). Each
+kind is a `SweepKind` of `KINDS`. Kinds:
 
 - s-scaling / d-scaling: samples until the target alignment reaches `threshold` (per seed; the point's value is
   the median over seeds), for each `series` (a mode, or "weak" for the weak model trained from scratch); a
@@ -11,18 +13,20 @@ overrides, one per point), the measurement, and a `quick` variant. Kinds:
   `grid` instead of `points` (rows of overrides with their own s, columns rho sqrt(s)): a phase diagram whose
   `phase` summary holds, per mode and s, the rho sqrt(s) where the non-target group starts to turn to theta_1
   (and to lose theta_2), and the log-log slope of that boundary against s (0: it collapses in units of s^{-1/2},
-  Theorem 2's threshold; 0.5: it sits at a fixed rho).
+  Theorem 2's threshold; 0.5: it sits at a fixed rho). These kinds write DIR/sweep.json;
+- ablation, race, weak-quality (`anchorft.w2s.mechanisms`): DIR/results.json (rows, points) and DIR/table.md.
 
-Every point is cached in DIR/cache/<hash>.json, keyed by the hash of its resolved config and measurement:
-finished points are reused, not recomputed.
+Every kind writes DIR/<kind>.png. Every point is cached in DIR/cache/<hash>.json, keyed by the hash of its
+resolved config and measurement. The resolved spec holds the preset and its overrides as one `base` mapping.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,33 +34,60 @@ import numpy as np
 import torch
 
 from anchorft.errors import read_yaml
-from anchorft.io import write_json
+from anchorft.io import write_json, write_text
 from anchorft.provenance import write_metrics
+from anchorft.w2s import mechanisms as mech
 from anchorft.w2s.config import PRESET_DIR, W2SConfig, apply_overrides, config_hash, load_config
 from anchorft.w2s.dynamics import train, train_weak
 from anchorft.w2s.experiments import prepare_weak, run_experiment
 from anchorft.w2s.hermite import information_exponent
-from anchorft.w2s.mechanisms import MECH_KINDS, run_mech_sweep, validate_mech_spec
-from anchorft.w2s.mechanisms import expand as expand_mech
 from anchorft.w2s.problem import build_problem
+from anchorft.w2s.stats import crossing, digest, fit_loglog, loglog_slope, median_censored
 from anchorft.w2s.survival import fit_censored_lognormal
 from anchorft.w2s.theory import predicted_slopes
 
-__all__ = [
-    "KINDS",
-    "run_sweep",
-    "fit_loglog",
-    "median_censored",
-    "load_sweep",
-    "evaluate_point",
-    "expand_grid",
-    "crossing",
-    "phase_boundary",
-]
+__all__ = ["KINDS", "MECH_KINDS", "SweepKind", "run_sweep", "load_sweep", "point_config", "evaluate_point"]
+__all__ += ["expand_grid", "phase_boundary", "fit_loglog", "median_censored", "crossing"]
 
-KINDS = ("s-scaling", "d-scaling", "d-scaling-w2s", "chi", "overlap", "rpsft", "ablation", "race", "weak-quality")
 SCALING = ("s-scaling", "d-scaling", "d-scaling-w2s")
+MECH_KINDS = mech.MECH_KINDS
 ETA_KEYS = {"w2s": "eta_w2s", "sft": "eta_sft", "weak": "weak_eta"}
+
+
+@dataclass(frozen=True)
+class SweepKind:
+    """One kind of sweep: `prepare(spec, fixed)` lays out and validates its `points` (`fixed`: command-line keys,
+    which win over grid rows); `overrides(spec, point)` of the preset; `measure(spec, point, config, cache,
+    shared)` a point's record (`shared`: one run's); `summarise(spec, records, configs)` the result's fields;
+    `controlled(spec)` keys the points set; `table(spec, rows)` the table.md of a kind summarised by `rows`."""
+
+    prepare: Callable[[dict, set[str] | None], None]
+    overrides: Callable[[dict, dict], dict]
+    measure: Callable[[dict, dict, W2SConfig, Path | None, dict], dict]
+    summarise: Callable[[dict, list[dict], list[W2SConfig]], dict]
+    controlled: Callable[[dict], set[str]] = lambda spec: set()
+    table: Callable[[dict, list[dict]], str] | None = None
+
+
+def _fold_preset(section: dict, where: str) -> dict:
+    """`section` (a sweep file, or its quick variant) with `preset:` and `config:` folded into the resolved spec's
+    one `base` mapping (the preset under `preset`, then the overrides), where the first of them was."""
+    config = section.get("config", {})
+    if "base" in section:
+        raise ValueError(
+            f"{where}: `base:` is now `preset:` (the W2S preset: a name, a path or a list) and `config:`"
+            " (its overrides)"
+        )
+    if not isinstance(config, dict) or "preset" in config:
+        raise ValueError(f"{where}: config: is a mapping of overrides of the preset (the preset is `preset:`)")
+    base = {**({"preset": section["preset"]} if "preset" in section else {}), **config}
+    out: dict[str, Any] = {}
+    for key, value in section.items():
+        if key in ("preset", "config"):
+            out.setdefault("base", base)
+        else:
+            out[key] = value
+    return out
 
 
 def load_sweep(kind: str, quick: bool = False, path: str | os.PathLike | None = None) -> dict:
@@ -67,8 +98,9 @@ def load_sweep(kind: str, quick: bool = False, path: str | os.PathLike | None = 
     spec = read_yaml(p, "--spec" if path is not None else "sweep")  # malformed YAML: file and line named
     if not isinstance(spec, dict):
         raise ValueError(f"{p}: a sweep file is a YAML mapping, got {type(spec).__name__}")
+    spec = _fold_preset(spec, str(p))
     if quick:
-        q = spec.get("quick", {})
+        q = _fold_preset(spec.get("quick", {}), f"{p}: quick")
         merged = {**spec, **{k: v for k, v in q.items() if k not in ("base", "factors")}}
         merged["base"] = {**spec.get("base", {}), **q.get("base", {})}
         if "factors" in spec or "factors" in q:  # a quick factor list replaces that factor only
@@ -77,16 +109,8 @@ def load_sweep(kind: str, quick: bool = False, path: str | os.PathLike | None = 
     spec.pop("quick", None)
     spec["kind"] = kind
     spec["quick_run"] = quick
-    if kind in MECH_KINDS:
-        spec.setdefault("base", {})
-        validate_mech_spec(spec)
-        spec["points"] = expand_mech(spec)
-        return spec
-    if "grid" in spec:
-        if spec.get("points"):
-            raise ValueError(f"sweep {kind!r}: give either points or grid, not both")
-        spec["points"] = expand_grid(spec["grid"])
-    validate_sweep(spec)
+    spec.setdefault("base", {})
+    KINDS[kind].prepare(spec, None)
     return spec
 
 
@@ -112,6 +136,14 @@ def expand_grid(grid: dict, fixed: set[str] | frozenset[str] = frozenset()) -> l
     return points
 
 
+def _prepare_runs(spec: dict, fixed: set[str] | None) -> None:
+    if "grid" in spec:
+        if fixed is None and spec.get("points"):
+            raise ValueError(f"sweep {spec['kind']!r}: give either points or grid, not both")
+        spec["points"] = expand_grid(spec["grid"], fixed or frozenset())
+    validate_sweep(spec)
+
+
 def validate_sweep(spec: dict) -> None:
     """Clear errors for an empty grid, a threshold outside (0, 1), unknown series, before any work."""
     if not spec.get("points"):
@@ -135,8 +167,7 @@ def validate_sweep(spec: dict) -> None:
     for name, v in (spec.get("phase") or {}).items():
         if name not in ("turn", "drop") or not isinstance(v, (int, float)) or not (0.0 < v < 1.0):
             raise ValueError(f"sweep {spec['kind']!r}: phase.{name} must be turn or drop, in (0, 1), got {v!r}")
-    for pt in spec["points"]:
-        point_config(spec, pt)  # validates every point's config up front
+    _check_points(spec)
 
 
 def thresholds_of(spec: dict) -> list:
@@ -145,59 +176,29 @@ def thresholds_of(spec: dict) -> list:
     return list(thr) if isinstance(thr, (list, tuple)) else [thr]
 
 
+def _check_points(spec: dict) -> None:
+    for pt in spec["points"]:
+        point_config(spec, pt)  # validates every point's config up front
+
+
+def _plain_overrides(spec: dict, point: dict) -> dict:
+    return {**{k: v for k, v in spec["base"].items() if k != "preset"}, **point}
+
+
 def point_config(spec: dict, point: dict) -> W2SConfig:
-    base = dict(spec["base"])
-    preset = base.pop("preset", None)
-    return load_config(preset, {**base, **point})
-
-
-def median_censored(values: list[float | None]) -> float | None:
-    """Median with censored entries (None = did not reach the threshold, i.e. +inf); None if the median is censored."""
-    v = sorted(math.inf if x is None else float(x) for x in values)
-    n = len(v)
-    med = v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
-    return None if math.isinf(med) else med
-
-
-def fit_loglog(
-    x: list[float], per_seed: list[list[float | None]], n_boot: int = 2000, seed: int = 0, level: float = 0.95
-) -> dict:
-    """Least-squares slope of log(median samples) against log(x) over the uncensored points, with a percentile
-    bootstrap interval (seeds resampled with replacement within each point; resamples whose median is censored
-    leave that point out). Returns slope, intercept, ci, n_points, censored (indices)."""
-    x = np.asarray(x, dtype=float)
-    meds = [median_censored(v) for v in per_seed]
-    ok = [i for i, m in enumerate(meds) if m is not None]
-    censored = [i for i, m in enumerate(meds) if m is None]
-    if len(ok) < 2:
-        return {"slope": None, "intercept": None, "ci": [None, None], "n_points": len(ok), "censored": censored}
-    lx = np.log(x[ok])
-    slope, icpt = np.polyfit(lx, np.log([meds[i] for i in ok]), 1)
-    rng = np.random.default_rng(seed)
-    boots = []
-    for _ in range(n_boot):
-        xs, ys = [], []
-        for i in range(len(x)):
-            vals = per_seed[i]
-            m = median_censored([vals[j] for j in rng.integers(0, len(vals), len(vals))])
-            if m is not None:
-                xs.append(math.log(x[i]))
-                ys.append(math.log(m))
-        if len(set(xs)) >= 2:
-            boots.append(np.polyfit(xs, ys, 1)[0])
-    a = (1.0 - level) / 2
-    ci = [float(np.quantile(boots, a)), float(np.quantile(boots, 1 - a))] if boots else [None, None]
-    return {"slope": float(slope), "intercept": float(icpt), "ci": ci, "n_points": len(ok), "censored": censored}
+    """The resolved config of one point: the spec's preset, then its kind's overrides for the point."""
+    return load_config(spec["base"].get("preset"), KINDS[spec["kind"]].overrides(spec, point))
 
 
 def _point_key(config: W2SConfig, measure: dict) -> str:
-    blob = json.dumps({"config": config_hash(config), "measure": measure}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+    return digest({"config": config_hash(config), "measure": measure}, 20)
 
 
-def evaluate_point(spec: dict, point: dict, cache_dir: Path | None, progress: bool = False) -> dict:
-    """Evaluate (or reuse from the cache) one point of a sweep. Returns the point record."""
-    config = point_config(spec, point)
+def evaluate_point(
+    spec: dict, point: dict, cache_dir: Path | None, progress: bool = False, config: W2SConfig | None = None
+) -> dict:
+    """Evaluate (or reuse from the cache) one point of a scaling or full-run sweep. Returns the point record."""
+    config = config if config is not None else point_config(spec, point)
     measure = {"kind": spec["kind"], "threshold": spec.get("threshold"), "series": spec.get("series")}
     if spec.get("thresholds") is not None or spec.get("eta_grid") is not None:
         measure.update(thresholds=spec.get("thresholds"), eta_grid=spec.get("eta_grid"))
@@ -220,15 +221,10 @@ def evaluate_point(spec: dict, point: dict, cache_dir: Path | None, progress: bo
                 e = m[mode]
                 groups = {g: {"init": v["mean"][0], "final": v["mean"][-1]} for g, v in e["groups"].items()}
                 rec["modes"][mode] = {
-                    "init": e["init"],
-                    "final": e["final"],
-                    "final_per_seed": e["final_per_seed"],
+                    **{k: e[k] for k in ("init", "final", "final_per_seed")},
                     "groups": groups,
-                    "samples": e["samples"],
-                    "target_alignment": e["target_alignment"],
-                    "nontarget_alignment": e["nontarget_alignment"],
-                    "nontarget_target_alignment": e["nontarget_target_alignment"],
-                    "diverged_at": e["diverged_at"],
+                    **{k: e[k] for k in ("samples", "target_alignment", "nontarget_alignment")},
+                    **{k: e[k] for k in ("nontarget_target_alignment", "diverged_at")},
                 }
     rec["cached"] = False
     if path is not None:
@@ -372,72 +368,21 @@ def _x_of(kind: str, config: W2SConfig, point: dict) -> float:
     return float(config.anchor_weight) if "sft_anchor" in config.modes else 0.0
 
 
-def run_sweep(
-    kind: str,
-    out_dir: str | os.PathLike,
-    quick: bool = False,
-    overrides: list[str] | None = None,
-    progress: bool = True,
-    spec_path: str | os.PathLike | None = None,
-) -> dict:
-    """Run sweep `kind`, write DIR/sweep.json and DIR/<kind>.png (mechanism kinds: DIR/results.json, DIR/table.md
-    and DIR/<kind>.png, see anchorft.w2s.mechanisms), return the sweep dict."""
-    spec = load_sweep(kind, quick, spec_path)
-    if kind in MECH_KINDS:
-        return run_mech_sweep(spec, out_dir, overrides, progress)
-    if overrides:
-        base = dict(spec["base"])
-        extra = apply_overrides(W2SConfig(), overrides)  # validates the keys and coerces the types
-        for item in overrides:
-            k = item.split("=", 1)[0].strip()
-            base[k] = getattr(extra, k)
-        spec["base"] = base
-        if "grid" in spec:  # the command line wins over the grid rows (e.g. steps=6000: one budget for every s)
-            spec["points"] = expand_grid(spec["grid"], {item.split("=", 1)[0].strip() for item in overrides})
-        validate_sweep(spec)
-    out = Path(out_dir)
-    cache = out / "cache"
-    cache.mkdir(parents=True, exist_ok=True)
-    from tqdm.auto import tqdm
-
-    points = []
-    for pt in tqdm(spec["points"], desc=f"sweep {kind}", disable=not progress):
-        rec = evaluate_point(spec, pt, cache, progress=False)
-        cfg = point_config(spec, pt)
-        rec["x"] = _x_of(kind, cfg, pt)
-        rec["s"] = cfg.s
-        points.append(rec)
-    result: dict[str, Any] = {"kind": kind, "quick": quick, "spec": spec, "points": points}
-    if kind in SCALING:
-        result.update(_scaling_summary(kind, spec, points))
-    else:
-        result["summary"] = _summary(kind, points)
-        if kind == "overlap" and len({r["s"] for r in result["summary"]}) > 1:
-            result["phase"] = phase_boundary(result["summary"], spec.get("phase", {}))
-    write_metrics(out / "sweep.json", result, indent=1)
-    from anchorft.w2s.plots import plot_sweep
-
-    plot_sweep(result, out / f"{kind}.png")
-    return result
-
-
-def _scaling_summary(kind: str, spec: dict, points: list[dict]) -> dict:
+def _scaling_summary(spec: dict, points: list[dict], configs: list[W2SConfig]) -> dict:
     """Per series and threshold: the censored log-normal fit (`survival.fit_censored_lognormal`, the slope with
     its profile-likelihood interval; censored seeds enter as lower bounds), the older median/bootstrap fit
     (censored points left out) beside it, and the theory's slope with p the information exponent of the link."""
-    configs = [point_config(spec, pt["params"]) for pt in points]
+    kind = spec["kind"]
     ps = {information_exponent(c.link) for c in configs}
     if len(ps) != 1 or None in ps:
         raise ValueError(f"sweep {kind!r}: the points' links must share one information exponent, got {sorted(ps)}")
     p = ps.pop()
     slopes = predicted_slopes(p)
-    ld, ls = np.log([c.d for c in configs]), np.log([c.s for c in configs])
     # how s moves with the swept axis (d-scaling with s = d: ds = 1), so that the theory's slope is
     # slope_d + slope_s * dlog(s)/dlog(d) for d-scaling, slope_s + slope_d * dlog(d)/dlog(s) for s-scaling
-    if kind == "s-scaling":
-        coupling = float(np.polyfit(ls, ld, 1)[0]) if np.ptp(ls) > 0 else 0.0
-    else:
-        coupling = float(np.polyfit(ld, ls, 1)[0]) if np.ptp(ld) > 0 else 0.0
+    ds, ss = [c.d for c in configs], [c.s for c in configs]
+    x, y = (ss, ds) if kind == "s-scaling" else (ds, ss)
+    coupling = loglog_slope(x, y) if np.ptp(np.log(x)) > 0 else 0.0
     thresholds = [float(t) for t in thresholds_of(spec)]
     fits, theory, by_thr, naive = {}, {}, {}, {}
     xs = [pt["x"] for pt in points]
@@ -469,7 +414,9 @@ def _scaling_summary(kind: str, spec: dict, points: list[dict]) -> dict:
     }
 
 
-def _summary(kind: str, points: list[dict]) -> list[dict]:
+def _runs_summary(spec: dict, points: list[dict], configs: list[W2SConfig]) -> dict:
+    """Per point and mode: the final alignments and the non-target group's changes; for an overlap grid over
+    several s, the phase boundary."""
     rows = []
     for pt in points:
         for mode, e in pt["modes"].items():
@@ -487,19 +434,10 @@ def _summary(kind: str, points: list[dict]) -> list[dict]:
                     "nontarget_to_target_change": f["nontarget_target_alignment"] - i["nontarget_target_alignment"],
                 }
             )
-    return rows
-
-
-def crossing(xs: list[float], ys: list[float], level: float) -> float | None:
-    """The first x at which y reaches `level`, by linear interpolation between neighbouring points (xs sorted
-    increasing); xs[0] if y starts at or above it; None if it never does."""
-    for k, (x, y) in enumerate(zip(xs, ys)):
-        if y >= level:
-            if k == 0:
-                return float(x)
-            x0, y0 = xs[k - 1], ys[k - 1]
-            return float(x0 + (level - y0) * (x - x0) / (y - y0))
-    return None
+    out: dict[str, Any] = {"summary": rows}
+    if spec["kind"] == "overlap" and len({r["s"] for r in rows}) > 1:
+        out["phase"] = phase_boundary(rows, spec.get("phase", {}))
+    return out
 
 
 def phase_boundary(summary: list[dict], levels: dict | None = None) -> dict:
@@ -529,9 +467,82 @@ def phase_boundary(summary: list[dict], levels: dict | None = None) -> dict:
             entry["per_s"].append(rec)
         for name in fields:
             pts = [(r["s"], r[f"{name}_x"]) for r in entry["per_s"] if r[f"{name}_x"] not in (None, 0.0)]
-            slope = None
-            if len({s for s, _ in pts}) >= 2:
-                slope = float(np.polyfit(np.log([s for s, _ in pts]), np.log([x for _, x in pts]), 1)[0])
+            slope = loglog_slope([s for s, _ in pts], [x for _, x in pts]) if len({s for s, _ in pts}) >= 2 else None
             entry["collapse"][name] = {"slope_log_x_vs_log_s": slope, "n_s": len(pts)}
         out["modes"][mode] = entry
     return out
+
+
+def _measure_runs(spec: dict, point: dict, config: W2SConfig, cache: Path | None, shared: dict) -> dict:
+    rec = evaluate_point(spec, point, cache, progress=False, config=config)
+    rec["x"] = _x_of(spec["kind"], config, point)
+    rec["s"] = config.s
+    return rec
+
+
+def _prepare_mech(spec: dict, fixed: set[str] | None) -> None:
+    mech.validate_mech_spec(spec)
+    spec["points"] = mech.expand(spec)
+    _check_points(spec)
+
+
+_SCALING = SweepKind(_prepare_runs, _plain_overrides, _measure_runs, _scaling_summary)
+_FULL_RUNS = SweepKind(_prepare_runs, _plain_overrides, _measure_runs, _runs_summary)
+_MECH = SweepKind(
+    _prepare_mech,
+    mech.point_overrides,
+    lambda *a: mech._evaluate(*a),  # looked up at each call, so that it can be stood in for
+    lambda spec, recs, configs: {"rows": mech.rows(spec, recs, configs)},
+    controlled=mech.controlled,
+    table=mech.table,
+)
+KINDS: dict[str, SweepKind] = {
+    **dict.fromkeys(SCALING, _SCALING),
+    **dict.fromkeys(("chi", "overlap", "rpsft"), _FULL_RUNS),
+    **dict.fromkeys(MECH_KINDS, _MECH),
+}
+
+
+def run_sweep(
+    kind: str,
+    out_dir: str | os.PathLike,
+    quick: bool = False,
+    overrides: list[str] | None = None,
+    progress: bool = True,
+    spec_path: str | os.PathLike | None = None,
+) -> dict:
+    """Run sweep `kind` (`key=value` overrides of its config for every point), write DIR/sweep.json (mechanism
+    kinds: DIR/results.json and DIR/table.md) and DIR/<kind>.png, return the result."""
+    spec = load_sweep(kind, quick, spec_path)
+    k = KINDS[kind]
+    if overrides:
+        extra = apply_overrides(W2SConfig(), overrides)  # unknown keys and uncoercible values fail here
+        keys = [item.split("=", 1)[0].strip() for item in overrides]
+        taken = sorted(set(keys) & k.controlled(spec))
+        if taken:
+            raise ValueError(
+                f"sweep {kind!r}: {', '.join(taken)} set by the sweep's factors; edit the sweep file instead"
+            )
+        spec["base"] = {**spec["base"], **{key: getattr(extra, key) for key in keys}}
+        k.prepare(spec, set(keys))  # the command line wins over grid rows (steps=6000: one budget for every s)
+    out = Path(out_dir)
+    cache = out / "cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    from tqdm.auto import tqdm
+
+    shared: dict = {}  # results shared between the points of one run (the long ceiling of `weak-quality`)
+    configs = [point_config(spec, pt) for pt in spec["points"]]
+    points = tqdm(spec["points"], desc=f"sweep {kind}", disable=not progress)
+    recs = [k.measure(spec, pt, cfg, cache, shared) for pt, cfg in zip(points, configs)]
+    fields = k.summarise(spec, recs, configs)
+    rows = {"rows": fields.pop("rows")} if k.table is not None else {}
+    result: dict[str, Any] = {"kind": kind, "quick": quick, "spec": spec, **rows, "points": recs, **fields}
+    if k.table is not None:
+        write_metrics(out / "results.json", result)
+        write_text(out / "table.md", k.table(spec, rows["rows"]))
+        from anchorft.w2s.plots_mech import plot_mech as plot
+    else:
+        write_metrics(out / "sweep.json", result, indent=1)
+        from anchorft.w2s.plots import plot_sweep as plot
+    plot(result, out / f"{kind}.png")
+    return result
