@@ -161,9 +161,9 @@ def _mean(xs: list[float] | None) -> float | None:
 
 
 def _load_model(path: str, device: str):
-    from transformers import AutoModelForCausalLM
+    from anchorft.eval.loading import load_causal_lm
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=False)
+    model = load_causal_lm(path)
     return model.to(device)
 
 

@@ -140,12 +140,12 @@ def _estimate_resolved(a) -> int:
                     "that holds them (a config.json alone gives only the uniform-rank estimate)"
                 )
             import torch
-            from transformers import AutoModelForCausalLM
 
+            from anchorft.eval.loading import load_causal_lm
             from anchorft.rpsft.anchor import SubspaceAnchor
             from anchorft.rpsft.anchor_plan import anchor_numbers
 
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+            model = load_causal_lm(path)
             bpn = a.bytes_per_number
             dtype = {4: torch.float32, 2: torch.bfloat16, 8: torch.float64}.get(bpn, torch.float32)
             planned = SubspaceAnchor.plan(

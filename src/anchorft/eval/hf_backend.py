@@ -216,11 +216,11 @@ class HFBackend:
     fp32 on CPU); batch limits from the settings (`batch_size`, `max_batch_tokens`)."""
 
     def __init__(self, model_dir: Path, tokenizer, settings) -> None:
-        from transformers import AutoModelForCausalLM
+        from anchorft.eval.loading import load_causal_lm
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
         dtype = torch.bfloat16 if device == "cuda" else torch.float32
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, trust_remote_code=False).to(device)
+        self.model = load_causal_lm(model_dir, dtype).to(device)
         self.tokenizer, self.s = tokenizer, settings
 
     def generate(self, token_ids, keys, *, n, temperature, top_p, max_new_tokens, seed) -> list[list[str]]:

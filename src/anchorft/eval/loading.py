@@ -1,4 +1,4 @@
-"""Loading a model folder's tokenizer: one policy for training, evaluation, RL and the analysis.
+"""Loading a model folder (its causal LM and its tokenizer): one policy for training, evaluation, RL and the analysis.
 
 trust_remote_code stays off unless a caller's config turns it on.
 """
@@ -8,7 +8,17 @@ from __future__ import annotations
 import json
 import os
 
-__all__ = ["load_tokenizer", "load_eval_tokenizer"]
+__all__ = ["load_causal_lm", "load_tokenizer", "load_eval_tokenizer"]
+
+
+def load_causal_lm(path: str | os.PathLike, dtype=None, trust_remote_code: bool = False):
+    """A causal LM from a local folder or hub name, in float32 unless `dtype` says otherwise (the project's one
+    model loading policy outside the trainer, whose `rpsft.train.load_model` adds the recipe's init kwargs)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    dtype = torch.float32 if dtype is None else dtype
+    return AutoModelForCausalLM.from_pretrained(os.fspath(path), dtype=dtype, trust_remote_code=trust_remote_code)
 
 
 def load_tokenizer(path: str | os.PathLike, trust_remote_code: bool = False):

@@ -133,7 +133,8 @@ def build_rl_anchor(model, s: DAPOConfig):
     if s.anchor_spec is None:
         return None
     import torch
-    from transformers import AutoModelForCausalLM
+
+    from anchorft.eval.loading import load_causal_lm
 
     ref = model
     if s.anchor_reference != "start":
@@ -141,7 +142,7 @@ def build_rl_anchor(model, s: DAPOConfig):
             raise ValueError(
                 f"anchor_reference {s.anchor_reference}: neither 'start' nor a model folder (no config.json)"
             )
-        ref = AutoModelForCausalLM.from_pretrained(s.anchor_reference, dtype=torch.float32)
+        ref = load_causal_lm(s.anchor_reference)
     anchor = s.build_anchor(ref, full_rank=s.anchor_spec.full_rank, generator=torch.Generator().manual_seed(s.seed))
     anchor.meta["reference"] = s.anchor_reference
     anchor.check_model(model, check_fingerprint=s.anchor_reference == "start")
@@ -217,10 +218,9 @@ def run_rl(
 
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM
     from trl import GRPOTrainer
 
-    from anchorft.eval.loading import load_tokenizer
+    from anchorft.eval.loading import load_causal_lm, load_tokenizer
 
     args = config or DAPOConfig()
     from anchorft.rpsft.train import check_launch
@@ -239,7 +239,7 @@ def run_rl(
         tokenizer = tokenizer or load_tokenizer(model_dir)
         # fp32 master weights (bf16 autocast compute through bf16=True): lr 1e-6 updates round away in bf16
         dtype = torch.bfloat16 if cuda and args.master_dtype == "bf16" else torch.float32
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, trust_remote_code=False)
+        model = load_causal_lm(model_dir, dtype)
     elif tokenizer is None:
         raise ValueError("pass the tokenizer with a loaded model")
     if tokenizer.pad_token is None:

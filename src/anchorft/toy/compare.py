@@ -24,7 +24,6 @@ import numpy as np
 import torch
 import yaml
 from tqdm.auto import tqdm
-from transformers import AutoModelForCausalLM
 
 from anchorft.errors import one_line
 from anchorft.io import write_json, write_text
@@ -139,7 +138,7 @@ def _finetune_and_evaluate(cfg: CompareConfig, run: RunSpec, seed: int, base_dir
 
     A top-level function so that a worker process can run it; everything it uses is rebuilt from its
     arguments (same seed, same result, whichever process runs it). Returns (run name, seed, metrics)."""
-    from anchorft.eval.loading import load_tokenizer
+    from anchorft.eval.loading import load_causal_lm, load_tokenizer
     from anchorft.rpsft.train import train
 
     if threads:
@@ -147,7 +146,7 @@ def _finetune_and_evaluate(cfg: CompareConfig, run: RunSpec, seed: int, base_dir
     tok = load_tokenizer(str(base_dir))
     data = finetune_dataset(cfg.finetune_items, np.random.default_rng(1000 + seed), cfg.id_skill)
     args = _train_args(cfg, run, seed, out / "runs" / f"{run.name}-seed{seed}")
-    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    model = load_causal_lm(base_dir)
     fisher = calibration_fisher(cfg, run, model, tok) if _needs_fisher(run) else None
     t0 = time.perf_counter()
     trainer = train(args, model, data, tokenizer=tok, anchor_fisher=fisher)
@@ -245,11 +244,11 @@ def run_compare(
     )
     base_dir = pretrained_model(cfg.pretrain, progress=progress)
     pretrain_metrics = json.loads((base_dir / "metrics.json").read_text())
-    from anchorft.eval.loading import load_tokenizer
+    from anchorft.eval.loading import load_causal_lm, load_tokenizer
 
     tok = load_tokenizer(str(base_dir))
     eval_sets = comparison_eval_sets(cfg)
-    base_model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    base_model = load_causal_lm(base_dir)
     gen = torch.Generator().manual_seed(cfg.eval_seed)
     n_items = sum(len(v) for v in eval_sets.values())
     say(f"toy compare: evaluating the base model on {n_items} items, then {len(cfg.runs) * len(cfg.seeds)} fine-tunes")

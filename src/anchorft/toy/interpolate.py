@@ -21,7 +21,6 @@ import json
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM
 
 from anchorft.toy.results import CompareResults, load_results, save_results
 
@@ -72,7 +71,7 @@ def run_interpolate(
     saved models) and each alpha; write results.json, report.md and tradeoff.png (with the curves) to `out_dir`."""
     from tqdm.auto import tqdm
 
-    from anchorft.eval.loading import load_tokenizer
+    from anchorft.eval.loading import load_causal_lm, load_tokenizer
     from anchorft.toy.compare_config import comparison_eval_sets, comparison_val_sets, load_config
     from anchorft.toy.evaluate import evaluate_greedy, evaluate_toy
     from anchorft.toy.report import write_report, write_tradeoff_plot
@@ -94,13 +93,13 @@ def run_interpolate(
     eval_sets = comparison_eval_sets(cfg)
     val_sets = comparison_val_sets(cfg, eval_sets)
     tok = load_tokenizer(str(src / "models" / "base"))
-    model = AutoModelForCausalLM.from_pretrained(src / "models" / "base", dtype=torch.float32)
+    model = load_causal_lm(src / "models" / "base")
     w0 = {k: v.detach().clone() for k, v in model.state_dict().items()}
     out = CompareResults(base=results["base"], settings=results["settings"])
     per: dict[str, list[dict]] = {}
     bar = tqdm(total=len(todo) * len(alphas), desc="toy interpolate", disable=not progress)
     for run, seed, path in todo:
-        ft = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).state_dict()
+        ft = load_causal_lm(path).state_dict()
         for alpha in alphas:
             model.load_state_dict(interpolate_weights(w0, ft, alpha))
             gen = torch.Generator().manual_seed(cfg.eval_seed)

@@ -145,9 +145,7 @@ def run_rl_stage(
     """DAPO from each chosen model of a finished comparison, evaluated before and after with the
     comparison's own evaluation; writes results.json, report.md, reward_curve.png under
     `out_dir` (default COMPARE_DIR/rl) and returns the results."""
-    from transformers import AutoModelForCausalLM
-
-    from anchorft.eval.loading import load_tokenizer
+    from anchorft.eval.loading import load_causal_lm, load_tokenizer
     from anchorft.rpsft.rl import run_rl
 
     settings = settings or RLStageSettings()
@@ -203,7 +201,7 @@ def run_rl_stage(
         bar.set_postfix(run=name)
         model_dir = cdir / "models" / name
         tok = load_tokenizer(model_dir)
-        before = evaluate(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), tok)
+        before = evaluate(load_causal_lm(model_dir), tok)
         m = run_rl(str(model_dir), prompts, out / name, settings.rl_settings(), tokenizer=tok)
         after = evaluate(m["model"], tok)
         curve = [float(x) for x in m["correctness"]]
