@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from anchorft.dataclass_yaml import read_yaml_mapping, update
+from anchorft.dataclass_yaml import resolve_presets, update
 from anchorft.io import write_text
 from anchorft.resources import configs_dir
 from anchorft.w2s.hermite import TRANSFORMS, get_activation
@@ -185,24 +185,11 @@ def preset_path(preset: str) -> Path:
     raise ValueError(f"unknown preset {preset!r}: not a YAML file, and not one of {known}")
 
 
-def _preset_mapping(preset: str | list, chain: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The keys of `preset`: a name, a path or a list of them (later ones win); a preset file may name its own
-    base with `preset:` (its own keys win)."""
-    if isinstance(preset, (list, tuple)):
-        return {k: v for p in preset for k, v in _preset_mapping(p, chain).items()}
-    path = preset_path(str(preset))
-    if str(path.resolve()) in chain:
-        raise ValueError(f"preset: {preset!r} names itself through {list(chain)}")
-    spec = read_yaml_mapping(path, "preset")
-    base = spec.pop("preset", None)
-    return {**(_preset_mapping(base, (*chain, str(path.resolve()))) if base is not None else {}), **spec}
-
-
 def load_config(preset: str | list | None = None, overrides: dict[str, Any] | list[str] | None = None) -> W2SConfig:
     """Defaults, then the preset's YAML (if any: a name, a path or a list), then overrides; validated."""
     config = W2SConfig()
     if preset is not None:
-        config = apply_overrides(config, _preset_mapping(preset))
+        config = apply_overrides(config, resolve_presets({"preset": preset}, PRESET_DIR, "w2s config"))
     if overrides:
         config = apply_overrides(config, overrides)
     return config.validate()
