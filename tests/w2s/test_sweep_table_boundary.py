@@ -172,16 +172,17 @@ def test_race_table_is_the_per_seed_curves_summarised(tmp_path):
 
 
 WEAK_QUALITY = """
-base: {preset: paper, d: 32, s: 8, n_tasks: 1, pi: [1.0], link: he4, group_sizes: [8], modes: [w2s, ceiling],
-       steps: 60, n_seeds: 3, label_center: mean, weak_norm: unit, weak_neurons: 4, loss: squared,
+base: {preset: paper, d: 32, s: 8, n_tasks: 1, pi: [1.0], link: he2, group_sizes: [8], modes: [w2s, ceiling],
+       steps: 200, n_seeds: 3, label_center: mean, weak_norm: unit, weak_neurons: 4, loss: squared,
        batch_size: 8, chunk: 8, n_log: 6, label_samples: 512, risk_samples: 256}
-weak_alignment: [0.5, 0.9]
-ceiling_steps: 90
+weak_alignment: [0.0, 0.9]
+ceiling_steps: 400
 """
 
 
 def test_weak_quality_table_is_the_per_seed_values_summarised(tmp_path):
     saved, cells = _sweep(tmp_path, "weak-quality", WEAK_QUALITY)
+    seen = set()
     for row, cell, rec in zip(saved["rows"], cells, saved["points"]):
         assert {k: row[k] for k in rec["point"]} == rec["point"]
         w2s = rec["w2s"]["final_per_seed"]["target_alignment"]
@@ -206,7 +207,11 @@ def test_weak_quality_table_is_the_per_seed_values_summarised(tmp_path):
                     want[f"{dist}_risk_weak"], want[f"{dist}_risk_w2s@link"] = risk["weak"], risk["w2s@link"]
                     want[f"{dist}_gain_link"], want[f"{dist}_gain_link_se"] = gain, se
                     want[f"{dist}_surpasses_teacher_link"] = bool(gain > 3 * se)
+                seen.add(("pgr" + tag, want[f"{dist}_pgr{tag}_link"] is not None))
+        seen |= {("surpasses", want[f"{d}_surpasses_teacher_link"]) for d in ("isotropic", "generative")}
         assert set(want) <= set(cell)
         for col, v in want.items():
             _cell_is(cell[col], v)
             assert row[col] == (pytest.approx(v, rel=1e-9) if isinstance(v, float) else v), col
+    # the sweep exercises both sides: a teacher surpassed and not, a PGR reported against either ceiling
+    assert {("surpasses", True), ("surpasses", False), ("pgr", True), ("pgr_long", True)} <= seen
