@@ -286,7 +286,7 @@ def test_extract_choice_edge_cases():
     assert extract_choice(r"\boxed{MA}", {"A": "MAX", "B": "MIN"}) is None  # not an option's text
     numeric = {"1": "one", "2": "two", "3": "three"}
     assert extract_choice(r"\boxed{none of these}", numeric) is None  # no label, no letter to map
-    with pytest.raises(ValueError, match="choices is empty: not a multiple-choice item"):
+    with pytest.raises(ValueError, match=r"^choices is empty: not a multiple-choice item$"):
         extract_choice("C", {})
 
 
@@ -308,10 +308,30 @@ def test_checker_refuses_bad_settings_and_empty_answers():
     assert checker.check("5", "") is False and checker.check("5", "  ") is False and checker.check("5", None) is False
     assert checker._proc is None  # decided without a worker
     with MathChecker(check_fn="anchorft_no_such_module:f") as broken:
-        with pytest.raises(RuntimeError, match="the math-verify worker process did not start"):
+        with pytest.raises(
+            RuntimeError, match=r"^the math-verify worker process did not start \(is anchorft importable\?\)$"
+        ):
             broken.check("1", "2")
 
 
 def test_checker_remembers_answered_pairs(checker):
     assert checker.check(r"\frac{3}{7}", r"\frac{6}{14}") is True
     assert checker._cache[(r"\frac{3}{7}", r"\frac{6}{14}")] is True
+
+
+def test_parse_choices_spans_lines_and_reads_the_last_choices_block():
+    question = "Choices:\nA. first\n\ncontinued\nB. last\nline\n\nAnswer with the letter."
+    assert parse_choices(question) == {"A": "first\n\ncontinued", "B": "last\nline"}  # "Choices:" at 0
+    example = "For example:\nChoices:\nA. cat\nB. dog\n\nNow the question.\nChoices:\nA. red\nB. blue\n"
+    assert parse_choices(example) == {"A": "red", "B": "blue"}  # the last block, not the example's
+
+
+def test_default_checker_is_made_once(monkeypatch):
+    import anchorft.eval.answers as answers
+
+    monkeypatch.setattr(answers, "_DEFAULT", None)
+    checker = answers.default_checker()
+    try:
+        assert isinstance(checker, MathChecker) and answers.default_checker() is checker
+    finally:
+        checker.close()
