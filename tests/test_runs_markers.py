@@ -52,3 +52,31 @@ def test_a_folder_without_a_marker_is_refused_with_the_way_out(tmp_path):
     with pytest.raises(UsageError, match=r"; --overwrite only replaces folders written by anchorft$"):
         claim_output(tmp_path, "x", {"a": 1}, overwrite=True)
     mark_active("failed")  # nothing was claimed: nothing to mark
+
+
+def test_mark_active_returns_the_folders_left_with_partial_outputs(tmp_path):
+    out = tmp_path / "o"
+    claim_output(out, "x", {"a": 1})
+    (out / "part.json").write_text("{}")
+    assert mark_active("interrupted") == [out]  # partial outputs, marked
+    claim_output(tmp_path / "empty", "x", {"a": 1})
+    assert mark_active("failed") == [] and not (tmp_path / "empty").exists()  # nothing written: nothing left
+    finish(claim_output(out, "x", {"a": 1}))
+    claim_output(out, "x", {"a": 2}, overwrite=True)  # the finished run set aside ...
+    assert mark_active("failed") == []  # ... and put back as it was: no partial outputs
+    assert same_run(out, "x", {"a": 1}) == "complete"
+
+
+def test_check_output_dir_names_the_flag_and_the_file(tmp_path):
+    import re
+
+    from anchorft.runs import check_output_dir
+
+    f = tmp_path / "f"
+    f.write_text("")
+    with pytest.raises(UsageError, match=rf"^--out: {re.escape(str(f))} exists and is a file, not a folder$"):
+        check_output_dir(f)
+    with pytest.raises(
+        UsageError, match=rf"^--out: {re.escape(str(f / 'sub'))} cannot be created \({re.escape(str(f))} is"
+    ):
+        check_output_dir(f / "sub")
