@@ -80,3 +80,15 @@ def test_check_output_dir_names_the_flag_and_the_file(tmp_path):
         UsageError, match=rf"^--out: {re.escape(str(f / 'sub'))} cannot be created \({re.escape(str(f))} is"
     ):
         check_output_dir(f / "sub")
+
+
+def test_a_failed_replacement_leaves_the_old_run_and_none_of_its_own_files(tmp_path):
+    out = tmp_path / "o"
+    claim = claim_output(out, "x", {"a": 1})
+    (out / "old.json").write_text("old")
+    finish(claim)
+    claim_output(out, "x", {"a": 2}, overwrite=True)
+    (out / "new.json").write_text("new")
+    assert mark_active("failed") == []
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [MARKER, "old.json"]
+    assert same_run(out, "x", {"a": 1}) == "complete"
