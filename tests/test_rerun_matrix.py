@@ -56,6 +56,12 @@ COMMANDS = [
      "prepare_release_set", _1, {}),
     (["analyze", "--base", "model"], ["--threads", "1"], ["--seed", "1"], "anchorft.analysis.run", "run_analysis",
      lambda a, k: a[0].out, {"rank": 1, "rotation": {}, "figures": []}),
+    (["w2s", "run", "--preset", "paper"], ["--quiet"], ["--steps", "5"], "anchorft.w2s.experiments",
+     "run_experiment", _2, {"diverged": None}),
+    (["toy", "pretrain", "--preset", "smoke", "--no-cache"], ["--threads", "1"], ["--steps", "5"],
+     "anchorft.toy.pretrain", "pretrain", _2, {"greedy_accuracy": {}, "params": 1}),
+    (["toy", "interpolate", "--compare", "cmp", "--runs", "sft"], ["--threads", "1"], ["--alphas", "0.5"],
+     "anchorft.toy.interpolate", "run_interpolate", lambda a, k: a[3], {"methods": {}}),
 ]  # fmt: skip
 # (state before, change, exit code, the work runs again, the marker after)
 MATRIX = [
@@ -104,6 +110,48 @@ def test_rerun_matrix(argv, outside, inside, module, func, out_of, result, befor
         assert calls[-1] is True  # the comparison keeps the fine-tunes it finished
     if rc == 2:
         assert "holds another run" in capsys.readouterr().err
+
+
+def test_toy_report_recomputes_and_marks_its_rerun(tmp_path, monkeypatch, capsys):
+    """`toy report` reuses nothing (it recomputes in seconds): a finished report run again is rewritten, marked
+    "running" meanwhile, so an interruption while its files are rewritten leaves "interrupted", not "complete"."""
+    import anchorft.toy.report as report
+    import anchorft.toy.results as results
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cmp").mkdir()
+    (tmp_path / "cmp" / results.RESULTS_FILE).write_text("{}")
+
+    class Parts:
+        def to_dict(self):
+            return {"methods": {}}
+
+    calls: list = []
+    state = {"stop": False}
+
+    def write_report(merged, path):
+        calls.append(path)
+        Path(path).write_text("partial" if state["stop"] else "report")
+        if state["stop"]:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(results, "load_results", lambda path: Parts())
+    monkeypatch.setattr(results, "merge_results", lambda parts: Parts())
+    monkeypatch.setattr(results, "save_results", lambda merged, path: Path(path).write_text("{}"))
+    monkeypatch.setattr(report, "write_report", write_report)
+    monkeypatch.setattr(report, "write_tradeoff_plot", lambda *a: None)
+    argv = ["toy", "report", "--from", "cmp", "--out", "out"]
+    assert cli(argv) == 0 and _status(tmp_path / "out") == "complete" and len(calls) == 1
+    assert cli(argv) == 0 and len(calls) == 2  # finished, same settings: written again
+    state["stop"] = True
+    assert cli(argv) == 130 and len(calls) == 3
+    assert _status(tmp_path / "out") == "interrupted"  # the half-rewritten report is not taken as complete
+    state["stop"] = False
+    assert cli(argv) == 0 and len(calls) == 4 and _status(tmp_path / "out") == "complete"
+    assert (tmp_path / "out" / "report.md").read_text() == "report"
+    capsys.readouterr()
+    assert cli([*argv, "--front", "sft"]) == 2 and len(calls) == 4  # another run: refused
+    assert "holds another run" in capsys.readouterr().err and _status(tmp_path / "out") == "complete"
 
 
 def test_config_hash_is_canonical_json():

@@ -234,14 +234,16 @@ def test_checker_timeout_kills_and_recovers_off_main_thread(tmp_path, monkeypatc
     def run():
         out.append(checker.check("30", "a"))  # sleeps 30 s, then says True: False means it timed out
         out.append(checker.check("0", "b"))  # a fresh worker answers
+        out.append(checker.check("30", "c"))  # a second timeout
 
     t = threading.Thread(target=run)
     t.start()
-    t.join(timeout=120)
+    t.join(timeout=180)
     checker.close()
     assert not t.is_alive()
-    assert out == [False, True]  # no wall-clock assertion: the machine may be loaded
-    assert checker.n_timeouts == 1
+    assert out == [False, True, False]  # no wall-clock assertion: the machine may be loaded
+    assert checker.n_timeouts == 2
+    assert checker._cache == {("0", "b"): True}  # a timed-out check is not remembered as wrong
 
 
 def test_grade(checker):
@@ -266,3 +268,73 @@ def test_grade_asks_the_given_checker_else_the_default_one(monkeypatch):
     assert given.calls == [("27", "28")] and default.calls == []
     assert grade(27, r"\boxed{28}") == ("28", True)
     assert default.calls == [("27", "28")]
+
+
+def test_parse_choices_runs_past_nine_numeric_options():
+    question = "Pick one.\nChoices:\n" + "".join(f"{i}. option {i}\n" for i in range(1, 12))
+    assert list(parse_choices(question)) == [str(i) for i in range(1, 12)]  # 9 is followed by 10, not ":"
+
+
+def test_extract_choice_edge_cases():
+    ch = parse_choices(QUESTION)  # A bank, B library, C department store, D mall
+    assert extract_choice(r"\boxed{Department store.}", ch) == "C"  # an option's text: case and final period
+    assert extract_choice(r"\boxed{department   store}", ch) == "C"  # ... and runs of spaces
+    assert extract_choice(r"\boxed{$C$}", ch) == "C"  # a label in math mode
+    assert extract_choice(r"\boxed{XC}", ch) is None  # two letters are not a label
+    assert extract_choice("(C).", ch) == "C"  # a bare label of four characters
+    assert extract_choice("Mall.", ch) is None and extract_choice("department store", ch) is None  # unboxed text
+    assert extract_choice(r"\boxed{MA}", {"A": "MAX", "B": "MIN"}) is None  # not an option's text
+    numeric = {"1": "one", "2": "two", "3": "three"}
+    assert extract_choice(r"\boxed{none of these}", numeric) is None  # no label, no letter to map
+    with pytest.raises(ValueError, match=r"^choices is empty: not a multiple-choice item$"):
+        extract_choice("C", {})
+
+
+def test_parser_has_no_signal_timeout_off_the_main_thread():
+    """Parsed in the thread (the parse cache emptied first): a signal timeout would fail there."""
+    import anchorft.eval.answers as answers
+
+    answers._parse_boxed.cache_clear()  # a parse cached by an earlier test would hide the thread's
+    out: list[bool] = []
+    t = threading.Thread(target=lambda: out.append(parsed_equal(r"\frac{7}{13}", r"\frac{14}{26}")))
+    t.start()
+    t.join()
+    assert out == [True]
+
+
+def test_checker_refuses_bad_settings_and_empty_answers():
+    with pytest.raises(ValueError, match="timeout_s must be > 0, got 0"):
+        MathChecker(timeout_s=0)
+    with pytest.raises(ValueError, match="check_fn must be 'module:function', got 'nocolon'"):
+        MathChecker(check_fn="nocolon")
+    checker = MathChecker()
+    assert checker.check("5", "") is False and checker.check("5", "  ") is False and checker.check("5", None) is False
+    assert checker._proc is None  # decided without a worker
+    with MathChecker(check_fn="anchorft_no_such_module:f") as broken:
+        with pytest.raises(
+            RuntimeError, match=r"^the math-verify worker process did not start \(is anchorft importable\?\)$"
+        ):
+            broken.check("1", "2")
+
+
+def test_checker_remembers_answered_pairs(checker):
+    assert checker.check(r"\frac{3}{7}", r"\frac{6}{14}") is True
+    assert checker._cache[(r"\frac{3}{7}", r"\frac{6}{14}")] is True
+
+
+def test_parse_choices_spans_lines_and_reads_the_last_choices_block():
+    question = "Choices:\nA. first\n\ncontinued\nB. last\nline\n\nAnswer with the letter."
+    assert parse_choices(question) == {"A": "first\n\ncontinued", "B": "last\nline"}  # "Choices:" at 0
+    example = "For example:\nChoices:\nA. cat\nB. dog\n\nNow the question.\nChoices:\nA. red\nB. blue\n"
+    assert parse_choices(example) == {"A": "red", "B": "blue"}  # the last block, not the example's
+
+
+def test_default_checker_is_made_once(monkeypatch):
+    import anchorft.eval.answers as answers
+
+    monkeypatch.setattr(answers, "_DEFAULT", None)
+    checker = answers.default_checker()
+    try:
+        assert isinstance(checker, MathChecker) and answers.default_checker() is checker
+    finally:
+        checker.close()

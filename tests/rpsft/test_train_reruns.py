@@ -50,15 +50,23 @@ def test_rerun_reuses_resumes_or_refuses(model_dir, jsonl, tmp_path, capsys):
     assert marker["command"] == "train" and marker["status"] == "complete"
     final = (out / "model.safetensors").read_bytes()
 
-    # the same finished run: reused, nothing trained
+    # the same finished run: reused, nothing trained; so with a setting outside the run's hash (output only)
     assert train_main(_argv(model_dir, jsonl, out)) == 0
     assert "already holds this finished run" in capsys.readouterr().out
+    assert train_main([*_argv(model_dir, jsonl, out), "--disable_tqdm", "false"]) == 0
+    assert "already holds this finished run" in capsys.readouterr().out
+    assert (out / "model.safetensors").read_bytes() == final
 
     # the same run, stopped after its checkpoint at step 2: resumes from it, to the same weights
     shutil.rmtree(out / "checkpoint-4")
     (out / "model.safetensors").unlink()
     (out / "anchorft-run.json").write_text(json.dumps({**marker, "status": "interrupted"}))
-    assert train_main(_argv(model_dir, jsonl, out)) == 0
+    # ... with a setting inside the hash: refused, the interrupted run left as it was
+    assert train_main(_argv(model_dir, jsonl, out, "--learning_rate", "2e-2")) == 2
+    assert "holds another run" in capsys.readouterr().err
+    assert json.loads((out / "anchorft-run.json").read_text())["status"] == "interrupted"
+    # ... the same, or with a setting outside the hash: resumes from its checkpoint
+    assert train_main([*_argv(model_dir, jsonl, out), "--disable_tqdm", "false"]) == 0
     assert "checkpoint-2" in capsys.readouterr().out
     assert (out / "model.safetensors").read_bytes() == final
 

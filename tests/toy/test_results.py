@@ -42,7 +42,10 @@ def test_load_names_what_is_missing(tmp_path):
 
 
 def test_interpolated_front_and_excess():
-    from anchorft.toy.report import front_table, interpolated_front, pareto_front
+    from anchorft.toy.report import front_table, front_weights, pareto_front
+
+    def interpolated_front(points, x):  # the front's gain at retention x, as front_table weighs it
+        return sum(w * points[i][1] for i, w in front_weights(points, x))
 
     pts = [(1.0, 0.0), (0.9, 10.0), (0.8, 12.0), (0.85, 9.0)]  # (0.85, 9) is dominated by (0.9, 10)
     assert interpolated_front(pts, 0.95) == pytest.approx(5.0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -95,6 +96,70 @@ def test_rl_stage_end_to_end_on_smoke_comparison(smoke_compare, monkeypatch):
     assert diff > 0
     report = (out / "report.md").read_text()
     assert "| sft |" in report and "| rpsft-k6 |" in report and "rpsft-k6 vs sft, OOD mean" in report
+    _check_rl_stage_files(out)
+
+
+def _arrow_numbers(cell: str) -> list[float]:
+    """The numbers of a report cell "12.5 -> 25.0 (+12.5)" (or "12.5 -> 25.0")."""
+    return [float(x) for x in re.findall(r"[-+]?\d+\.\d+", cell)]
+
+
+def _check_rl_stage_files(out) -> None:
+    """report.md and results.json recomputed from the raw values written beside them: each run's per-step
+    training log (NAME/trainer/log.jsonl), the per-skill OOD accuracies, and the before/after numbers."""
+    saved = json.loads((out / "results.json").read_text())
+    for name, m in saved["methods"].items():
+        log = [json.loads(x) for x in (out / name / "trainer" / "log.jsonl").read_text().splitlines() if x.strip()]
+        log = [h for h in log if "reward" in h]
+        metrics = json.loads((out / name / "metrics.json").read_text())
+        assert metrics["reward"] == pytest.approx([h["reward"] for h in log])
+        assert metrics["reward_first"] == log[0]["reward"] and metrics["reward_last"] == log[-1]["reward"]
+        assert m["reward_curve"] == pytest.approx(metrics["correctness"]) and len(m["reward_curve"]) == len(log)
+        for phase in ("before", "after"):
+            e = m[phase]
+            assert e["ood_mean"] == pytest.approx(np.mean([e["ood"][s] for s in sk.OOD_SKILLS]))
+    _check_rl_report(saved, (out / "report.md").read_text())
+
+
+def _check_rl_report(saved: dict, text: str) -> None:
+    """report.md's cells and verdicts recomputed from results.json's reward curves and before/after numbers."""
+    ev = saved["eval"]
+    lines = [ln for ln in text.splitlines() if ln.startswith("| ")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = {}
+    for ln in lines[1:]:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        rows[cells[0]] = dict(zip(head, cells))
+    assert list(rows) == list(saved["methods"])
+    for name, m in saved["methods"].items():
+        curve = np.asarray(m["reward_curve"])
+        q = max(1, len(curve) // 4)
+        first, last = curve[:q].mean(), curve[-q:].mean()
+        assert (m["reward_first_quarter"], m["reward_last_quarter"]) == pytest.approx((first, last))
+        cell = rows[name]
+        assert _arrow_numbers(cell["reward first -> last quarter"]) == pytest.approx(
+            [100 * first, 100 * last], abs=0.051
+        )
+        for key, col in (("id_greedy", "ID greedy"), ("id_avg@k", "ID avg@k"), ("ood_mean", "OOD mean")):
+            b, a = m["before"][key], m["after"][key]
+            got = _arrow_numbers(cell[f"{col} before -> after RL"])
+            assert got == pytest.approx([100 * b, 100 * a, 100 * (a - b)], abs=0.051), (name, col)
+        for s in saved["settings"]["prompt_skills"]:
+            b, a = m["before"]["rl_skills_greedy"][s], m["after"]["rl_skills_greedy"][s]
+            got = _arrow_numbers(cell[f"{s} greedy before -> after"])
+            assert got == pytest.approx([100 * b, 100 * a, 100 * (a - b)], abs=0.051), (name, s)
+    # against SFT after RL: the difference and two binomial standard errors, from the after-RL accuracies
+    sft = saved["methods"]["sft"]["after"]
+    for name in (n for n in saved["methods"] if n != "sft"):
+        r = saved["methods"][name]["after"]
+        for key, n, label in (("id_greedy", ev["id_items"], "ID greedy"),
+                              ("ood_mean", sum(ev["ood_items"].values()), "OOD mean")):  # fmt: skip
+            d = r[key] - sft[key]
+            se2 = 2 * np.sqrt(r[key] * (1 - r[key]) / n + sft[key] * (1 - sft[key]) / n)
+            line = next(ln for ln in text.splitlines() if ln.startswith(f"- {name} vs sft, {label}:"))
+            assert _arrow_numbers(line) == pytest.approx([100 * d, 100 * se2], abs=0.051), line
+            verdict = "higher" if d > se2 else "lower" if d < -se2 else "within noise"
+            assert line.endswith(f": {verdict}"), line
 
 
 def test_compare_entry_addresses_each_fine_tuning_seed():
@@ -143,3 +208,39 @@ def test_rl_stage_passes_the_anchor_to_dapo():
     assert d.anchor_reference == "start"  # W_0 = each SFT model the stage starts from
     with pytest.raises(ValueError, match="anchor_kind"):
         RLStageSettings(anchor_method="rpsft", anchor_kind="rows").validate()
+
+
+def test_rl_report_cells_are_the_results_numbers(tmp_path):
+    """The report of distinct made-up numbers (the smoke models score 0 on most columns, where a swapped
+    column would not show): every cell and verdict recomputed from the results."""
+    from anchorft.toy.rl_stage import write_rl_report
+
+    rng = np.random.default_rng(0)
+    skills = ["math_easy", "math_hard"]
+
+    def phase():
+        e = {k: float(rng.uniform(0.05, 0.95)) for k in ("id_greedy", "id_avg@k", "id_pass@k")}
+        e["ood"] = {s: float(rng.uniform(0.05, 0.95)) for s in sk.OOD_SKILLS}
+        e["ood_mean"] = float(np.mean(list(e["ood"].values())))
+        e["rl_skills_greedy"] = {s: float(rng.uniform(0.05, 0.95)) for s in skills}
+        return e
+
+    methods = {}
+    for name in ("sft", "rpsft-k6", "l2"):
+        curve = rng.uniform(0, 1, 9).tolist()
+        methods[name] = {"before": phase(), "after": phase(), "reward_curve": curve,
+                         "reward_first_quarter": float(np.mean(curve[:2])),
+                         "reward_last_quarter": float(np.mean(curve[-2:]))}  # fmt: skip
+    methods["l2"]["after"]["id_greedy"] = methods["sft"]["after"]["id_greedy"] + 0.004  # within noise
+    saved = {
+        "compare_dir": "cmp",
+        "settings": {"prompt_skills": skills, "steps": 9, "learning_rate": 1e-3, "prompts_per_step": 2,
+                     "num_generations": 4},
+        "eval": {"id_skill": "math_hard", "n_samples": 4, "k": 4, "id_items": 200,
+                 "ood_items": {s: 50 for s in sk.OOD_SKILLS}},
+        "methods": methods,
+    }  # fmt: skip
+    write_rl_report(saved, tmp_path / "report.md")
+    text = (tmp_path / "report.md").read_text()
+    _check_rl_report(saved, text)
+    assert "l2 vs sft, ID greedy" in text and "within noise" in text

@@ -127,6 +127,7 @@ def main(argv: list[str]) -> int:
             "toy report",
             {"sources": [p.to_dict() for p in parts], "front": args.front, "pick": args.pick},
             overwrite=args.overwrite,
+            rerun_finished=True,  # recomputed every time (seconds): "running" while its files are rewritten
         )
         merged = merge_results(parts).to_dict()
         out = Path(args.out)

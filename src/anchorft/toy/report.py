@@ -15,7 +15,6 @@ __all__ = [
     "acceptance",
     "pareto_front",
     "front_weights",
-    "interpolated_front",
     "front_table",
     "pick_on_val",
     "parse_picks",
@@ -160,8 +159,10 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
 
 
 def front_weights(points: list[tuple[float, float]], x: float) -> list[tuple[int, float]]:
-    """(index into `points`, weight) pairs whose weighted sum of gains is the front at retention `x` (see
-    `interpolated_front`): one point left of the front, two on a segment, none right of it."""
+    """(index into `points`, weight) pairs whose weighted sum of gains is the Pareto front of (retention, gain)
+    `points` (the base (1, 0) included by the caller) linearly interpolated at retention `x`: the non-dominated
+    points sorted by retention, joined by segments; left of the first, its gain (one point, weight 1: a run that
+    keeps less is dominated by it); two on a segment; right of the last, none (gain 0)."""
     front = sorted((p, i) for i, p in enumerate(points) if p in pareto_front(points))
     if x <= front[0][0][0]:
         return [(front[0][1], 1.0)]
@@ -170,13 +171,6 @@ def front_weights(points: list[tuple[float, float]], x: float) -> list[tuple[int
             t = (x - x0) / max(x1 - x0, 1e-12)
             return [(i0, 1.0 - t), (i1, t)]
     return []
-
-
-def interpolated_front(points: list[tuple[float, float]], x: float) -> float:
-    """The Pareto front of (retention, gain) `points` (the base (1, 0) included by the caller), linearly
-    interpolated at retention `x`: the non-dominated points sorted by retention, joined by segments; left of the
-    first, its gain (a run that keeps less is dominated by it); right of the last, 0."""
-    return float(sum(w * points[i][1] for i, w in front_weights(points, x)))
 
 
 def front_table(results: dict, front_runs: list[str], split: str = "test") -> list[dict]:
