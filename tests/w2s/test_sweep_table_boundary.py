@@ -110,8 +110,9 @@ def _before(event: list[float | None], learn: list[float | None]) -> int:
 
 
 RACE = """
-base: {preset: paper, d: 32, s: 8, steps: 60, n_seeds: 3, schedule: constant, n_log: 12, weak_neurons: 4,
-       batch_size: 8, chunk: 8, label_samples: 512, risk_samples: 128}
+preset: paper
+config: {d: 32, s: 8, steps: 60, n_seeds: 3, schedule: constant, n_log: 12, weak_neurons: 4, batch_size: 8, chunk: 8,
+         label_samples: 512, risk_samples: 128}
 rho_sqrt_s: [0.0, 1.5]
 group_sizes: [[4, 8], [4, 4]]
 eta:
@@ -172,7 +173,8 @@ def test_race_table_is_the_per_seed_curves_summarised(tmp_path):
 
 
 WEAK_QUALITY = """
-base: {preset: paper, d: 32, s: 8, n_tasks: 1, pi: [1.0], link: he2, group_sizes: [8], modes: [w2s, ceiling],
+preset: paper
+config: {d: 32, s: 8, n_tasks: 1, pi: [1.0], link: he2, group_sizes: [8], modes: [w2s, ceiling],
        steps: 200, n_seeds: 3, label_center: mean, weak_norm: unit, weak_neurons: 4, loss: squared,
        batch_size: 8, chunk: 8, n_log: 6, label_samples: 512, risk_samples: 256}
 weak_alignment: [0.0, 0.9]
