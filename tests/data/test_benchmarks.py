@@ -18,7 +18,7 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()  # independent of the module's streamed hashing
 
 
-def test_manifest_matches_the_design_note_sizes_and_gpqa_is_optional():
+def test_manifest_matches_the_documented_sizes_and_gpqa_is_optional():
     assert len(FILES) == 20 and not any("gpqa" in p and "super" not in p for p in FILES)
     assert set(OPTIONAL["gpqa"]) == {"ood/gpqa.jsonl", "ood/gpqa_test.jsonl"}
     assert all(len(d) == 64 and size > 0 for size, d in FILES.values())

@@ -5,7 +5,7 @@ import pytest
 from anchorft.w2s.config import PRESET_DIR, W2SConfig, apply_overrides, load_config
 
 
-def test_defaults_are_the_design_note():
+def test_defaults_are_the_documented_ones():
     c = W2SConfig().validate()
     assert (c.d, c.s, c.n_tasks, c.rho, c.group_sizes, c.c) == (1024, 128, 2, 0.3, [32, 128], 0.3)
     assert (c.activation, c.link, c.weak_neurons, c.weak_alignment, c.clip) == (
