@@ -178,3 +178,28 @@ def test_the_marker_records_the_run_as_json_and_lists_files_once_stopped(tmp_pat
     assert m["status"] == "complete" and m["files"] == ["metrics.json"] and "notes" not in m
     finish(claim_output(tmp_path / "n", "x", {"a": 1}, notes={"from": Path("c")}))
     assert read_marker(tmp_path / "n")["notes"] == {"from": "c"}
+
+
+def test_another_run_is_refused_naming_its_command_and_both_configs(tmp_path):
+    import re
+
+    from anchorft.runs import config_hash
+
+    out = tmp_path / "o"
+    claim = claim_output(out, "train", {"a": 1})
+    (out / "m.json").write_text("{}")
+    finish(claim)
+    old, new = config_hash({"a": 1}), config_hash({"a": 2})
+    with pytest.raises(
+        UsageError,
+        match=rf"^--out: {re.escape(str(out))} holds another run \('train', config {old}; this one: config {new}\); "
+        "choose another folder or pass --overwrite to replace it$",
+    ):
+        claim_output(out, "train", {"a": 2})
+
+
+def test_ignored_entries_do_not_make_a_folder_foreign(tmp_path):
+    (tmp_path / "cache").mkdir()
+    claim = claim_output(tmp_path, "x", {"a": 1}, ignore=("cache",))
+    assert not claim.resume and claim.foreign == ()
+    finish(claim)
