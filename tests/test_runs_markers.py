@@ -203,3 +203,20 @@ def test_ignored_entries_do_not_make_a_folder_foreign(tmp_path):
     claim = claim_output(tmp_path, "x", {"a": 1}, ignore=("cache",))
     assert not claim.resume and claim.foreign == ()
     finish(claim)
+
+
+def test_overwrite_is_refused_naming_every_entry_the_run_did_not_write(tmp_path):
+    import re
+
+    out = tmp_path / "o"
+    claim = claim_output(out, "x", {"a": 1})
+    (out / "m.json").write_text("{}")
+    finish(claim)
+    (out / "a.txt").write_text("mine")
+    (out / "b.txt").write_text("mine")
+    with pytest.raises(
+        UsageError,
+        match=rf"^--out: {re.escape(str(out))} holds files its run did not write \(a\.txt, b\.txt\); move them away "
+        "first: --overwrite replaces only what anchorft wrote$",
+    ):
+        claim_output(out, "x", {"a": 2}, overwrite=True)
