@@ -220,3 +220,25 @@ def test_overwrite_is_refused_naming_every_entry_the_run_did_not_write(tmp_path)
         "first: --overwrite replaces only what anchorft wrote$",
     ):
         claim_output(out, "x", {"a": 2}, overwrite=True)
+
+
+def test_entries_written_before_the_lock_is_taken_are_refused(tmp_path, monkeypatch):
+    """The folder is checked again once locked: a writer between the first look and the lock is caught."""
+    import re
+
+    import anchorft.runs as runs
+
+    real = runs._lock
+
+    def lock_late(out, flag):
+        (out / "theirs.txt").write_text("x")
+        real(out, flag)
+
+    monkeypatch.setattr(runs, "_lock", lock_late)
+    with pytest.raises(
+        UsageError,
+        match=rf"^--dir: {re.escape(str(tmp_path))} is not empty and holds no anchorft run marker \({MARKER}\); "
+        "--overwrite only replaces folders written by anchorft$",
+    ):
+        claim_output(tmp_path, "x", {"a": 1}, overwrite=True, flag="--dir")
+    assert (tmp_path / "theirs.txt").read_text() == "x"
