@@ -242,3 +242,24 @@ def test_entries_written_before_the_lock_is_taken_are_refused(tmp_path, monkeypa
     ):
         claim_output(tmp_path, "x", {"a": 1}, overwrite=True, flag="--dir")
     assert (tmp_path / "theirs.txt").read_text() == "x"
+
+
+def test_claim_output_names_its_flag_in_each_refusal(tmp_path):
+    import re
+
+    f = tmp_path / "f"
+    f.write_text("")
+    with pytest.raises(UsageError, match=rf"^--dir: {re.escape(str(f))} exists and is a file, not a folder$"):
+        claim_output(f, "x", {"a": 1}, flag="--dir")
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "theirs.txt").write_text("x")
+    with pytest.raises(UsageError, match=rf"^--dir: {re.escape(str(d))} is not empty and holds no anchorft run"):
+        claim_output(d, "x", {"a": 1}, flag="--dir")
+
+
+def test_a_marker_that_is_not_a_json_object_is_no_marker(tmp_path):
+    from anchorft.runs import read_marker
+
+    (tmp_path / MARKER).write_text("[1, 2]")
+    assert read_marker(tmp_path) is None and same_run(tmp_path, "x", {"a": 1}) is None
