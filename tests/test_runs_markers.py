@@ -263,3 +263,18 @@ def test_a_marker_that_is_not_a_json_object_is_no_marker(tmp_path):
 
     (tmp_path / MARKER).write_text("[1, 2]")
     assert read_marker(tmp_path) is None and same_run(tmp_path, "x", {"a": 1}) is None
+
+
+def test_a_claim_interrupted_under_the_lock_releases_it_and_removes_the_folder_it_made(tmp_path, monkeypatch):
+    import anchorft.runs as runs
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runs, "_claim_locked", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        claim_output(tmp_path / "new", "x", {"a": 1})
+    assert not (tmp_path / "new").exists()
+    with pytest.raises(KeyboardInterrupt):
+        claim_output(tmp_path, "x", {"a": 1})
+    assert _lockable(tmp_path / runs.LOCK) and str(tmp_path.resolve()) not in runs._LOCKS
