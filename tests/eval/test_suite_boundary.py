@@ -222,3 +222,18 @@ def test_suite_rerun_matrix(suite_env, before, change, rc, status, new, k):
         assert len(made) == new
     if k is not None:
         _check_table(out, k)
+
+
+def test_generation_key_is_exactly_what_the_saved_generations_depend_on():
+    """settings.json holds this key; a rerun keeps a pair's generations only when it is equal (`k`, the batching
+    and the calibration are outside it: they change the grading or the speed, not the samples)."""
+    from anchorft.eval.protocol import SuiteSettings
+
+    s = SuiteSettings(n=5, k=3, temperature=0.6, top_p=0.9, max_new_tokens=77, rl_max_new_tokens=99, seed=4,
+                      prompt="file", chunk=2, batch_size=3, calibrate=False)  # fmt: skip
+    key = {"n": 5, "temperature": 0.6, "top_p": 0.9, "max_new_tokens": 77, "prompt": "file", "seed": 4}
+    assert s.generation_key() == key
+    s.rl_checkpoint = True
+    assert s.generation_key() == {**key, "max_new_tokens": 99}
+    s.greedy = True
+    assert s.generation_key() == {**key, "max_new_tokens": 99, "greedy": True}
