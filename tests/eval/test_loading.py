@@ -1,10 +1,13 @@
-"""The one tokenizer loading policy: a `tokenizers`-trained tokenizer comes back as itself."""
+"""The one loading policy: a `tokenizers`-trained tokenizer comes back as itself; a causal LM in float32 unless told,
+trust_remote_code off unless asked."""
 
 from __future__ import annotations
 
+import torch
+import transformers
 from transformers import PreTrainedTokenizerFast
 
-from anchorft.eval.loading import load_eval_tokenizer, load_tokenizer
+from anchorft.eval.loading import load_causal_lm, load_eval_tokenizer, load_tokenizer
 
 
 def _save(path, pad: bool) -> PreTrainedTokenizerFast:
@@ -33,3 +36,17 @@ def test_the_eval_tokenizer_always_pads(tmp_path):
     assert load_tokenizer(tmp_path).pad_token is None
     tok = load_eval_tokenizer(tmp_path)
     assert tok.pad_token == "</s>"
+
+
+def test_causal_lm_in_float32_unless_told_and_remote_code_off(tiny_model_dir, monkeypatch):
+    seen = []
+    real = transformers.AutoModelForCausalLM.from_pretrained
+
+    def spy(path, **kw):
+        seen.append(kw)
+        return real(path, **kw)
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", spy)
+    assert next(load_causal_lm(tiny_model_dir).parameters()).dtype == torch.float32
+    assert next(load_causal_lm(tiny_model_dir, torch.bfloat16).parameters()).dtype == torch.bfloat16
+    assert [kw["trust_remote_code"] for kw in seen] == [False, False]
