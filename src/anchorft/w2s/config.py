@@ -22,7 +22,7 @@ from anchorft.resources import configs_dir
 from anchorft.w2s.hermite import TRANSFORMS, get_activation
 from anchorft.w2s.stats import digest
 
-__all__ = ["W2SConfig", "load_config", "apply_overrides", "preset_path", "save_config", "config_hash"]
+__all__ = ["W2SConfig", "load_config", "apply_overrides", "save_config", "config_hash"]
 
 MODES = ("w2s", "sft", "sft_anchor", "ceiling")  # ceiling: W2S inputs with the true labels (PGR)
 PRESET_DIR = configs_dir("w2s")
@@ -171,18 +171,6 @@ def apply_overrides(config: W2SConfig, overrides: dict[str, Any] | list[str]) ->
     """Return a copy with overrides applied: a dict, or 'key=value' strings, coerced to the fields' types
     (`anchorft.dataclass_yaml`). Unknown keys raise ValueError with the closest known keys."""
     return update(config, overrides, "w2s config")
-
-
-def preset_path(preset: str) -> Path:
-    """A preset by name (configs/w2s/<name>.yaml) or by path."""
-    p = Path(preset)
-    if p.suffix in (".yaml", ".yml") and p.exists():
-        return p
-    q = PRESET_DIR / f"{preset}.yaml"
-    if q.exists():
-        return q
-    known = sorted(x.stem for x in PRESET_DIR.glob("*.yaml"))
-    raise ValueError(f"unknown preset {preset!r}: not a YAML file, and not one of {known}")
 
 
 def load_config(preset: str | list | None = None, overrides: dict[str, Any] | list[str] | None = None) -> W2SConfig:
