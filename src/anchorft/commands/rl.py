@@ -112,12 +112,10 @@ def short_help() -> str:
     rest (the same layout as `anchorft train --help`)."""
     from trl import GRPOConfig
 
-    from anchorft.commands.flags import _first_line
+    from anchorft.commands.flags import field_help, trl_sections
     from anchorft.rpsft.anchor_options import anchor_option_names
     from anchorft.rpsft.dapo_config import DAPOConfig
 
-    inherited = {f.name for f in fields(GRPOConfig)}
-    all_fields = {f.name: f for f in fields(DAPOConfig)}
     lines = [
         "usage: anchorft rl --model DIR --dataset DATA.jsonl --out DIR [--config RL.yaml] [--field value ...]",
         "       anchorft rl --estimate --model DIR [--config configs/rl/dapo.yaml]",
@@ -127,15 +125,9 @@ def short_help() -> str:
         "run, data and model:",
         "  --config FILE\n      YAML with any field below (configs/rl/dapo.yaml: the release's scale)",
     ]
-    for f in fields(RLScriptArguments):
-        lines.append(f"  --{f.name}\n      {_first_line(f.metadata.get('help', ''))}")
-    lines += ["", "DAPO and anchor (DAPOConfig):"]
-    for f in sorted(fields(DAPOConfig), key=lambda f: f.name in anchor_option_names()):  # the anchor's last
-        if f.name not in inherited:
-            lines.append(f"  --{f.name} (default {f.default!r})\n      {_first_line(f.metadata.get('help', ''))}")
-    lines += ["", "common TRL / transformers fields:"]
-    lines += [f"  --{n} (default {all_fields[n].default!r})" for n in RL_COMMON if n in all_fields]
-    lines += ["", "--help-all lists every TRL / transformers field."]
+    lines += [field_help(f, default=False) for f in fields(RLScriptArguments)]
+    anchor_last = lambda f: f.name in anchor_option_names()  # noqa: E731
+    lines += trl_sections("DAPO and anchor (DAPOConfig):", DAPOConfig, GRPOConfig, anchor_last, RL_COMMON)
     return "\n".join(lines)
 
 
