@@ -93,12 +93,10 @@ class W2SConfig:
 
         for name in (
             *("d", "s", "n_tasks", "batch_size", "weak_neurons", "n_seeds", "n_log", "chunk", "anchor_rank"),
-            *("center_samples", "label_samples", "risk_samples"),
+            *("center_samples", "label_samples", "risk_samples", "steps"),
         ):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 bad(name, "must be a positive integer")
-        if not isinstance(self.steps, int) or self.steps < 1:
-            bad("steps", "must be a positive integer")
         if self.s > self.d:
             bad("s", f"must be <= d={self.d}")
         if self.n_tasks * self.s > self.d:
