@@ -5,7 +5,7 @@ TrlParser (HfArgumentParser) already accepts every field as `--snake_case` and `
 `--dataset`, and `--help` lists the project's flags first; `--help-all` prints TRL's full help. Also the flags
 several commands share: a dataclass's fields as flags (`add_field_flags`), NAME=DIR pairs (`parse_named`:
 `analyze --tuned`, `eval suite --models`) and the generation and grading flags of `eval` and `eval suite`
-(`add_sampling_flags`, `pass_k`).
+(`add_sampling_flags`, `pass_k`); the TRL fields outside a run's hash (`NOT_HASHED`).
 """
 
 from __future__ import annotations
@@ -37,6 +37,17 @@ ALIASES = {
 }
 # one output flag everywhere: --out, and TRL's --output_dir (either spelling) for the same option
 OUTPUT_SPELLINGS = {"--out": ("--output_dir", "--output-dir"), "--output_dir": ("--out",)}
+# TRL / transformers fields that name where output goes or how it is shown, not what is computed: left out of the
+# hash of a run's marker (`anchorft rl`; `anchorft train` also leaves out resume_from_checkpoint)
+NOT_HASHED = (
+    "output_dir",
+    "logging_dir",
+    "run_name",
+    "disable_tqdm",
+    "report_to",
+    "dataloader_num_workers",
+    "hub_token",
+)
 # TRL / transformers fields a fine-tune usually sets, shown in the short help after the project's own
 COMMON_TRL = (
     "learning_rate",

@@ -15,6 +15,7 @@ import json
 import os
 from dataclasses import dataclass, field, fields
 
+from anchorft.commands.flags import NOT_HASHED, field_help, short_or_all_help, trl_sections
 from anchorft.errors import report
 
 
@@ -93,17 +94,6 @@ def _load_config(path: str) -> dict:
     return cfg
 
 
-# DAPOConfig fields that name where output goes or how it is shown, not what is computed: outside the run's hash
-_NOT_HASHED = (
-    "output_dir",
-    "logging_dir",
-    "run_name",
-    "disable_tqdm",
-    "report_to",
-    "dataloader_num_workers",
-    "hub_token",
-)
-
 RL_COMMON = ("learning_rate", "lr_scheduler_type", "per_device_train_batch_size", "bf16", "seed", "logging_steps")
 
 
@@ -112,7 +102,6 @@ def short_help() -> str:
     rest (the same layout as `anchorft train --help`)."""
     from trl import GRPOConfig
 
-    from anchorft.commands.flags import field_help, trl_sections
     from anchorft.rpsft.anchor_options import anchor_option_names
     from anchorft.rpsft.dapo_config import DAPOConfig
 
@@ -132,8 +121,6 @@ def short_help() -> str:
 
 
 def main(argv: list[str]) -> int:
-    from anchorft.commands.flags import short_or_all_help
-
     argv = short_or_all_help(list(argv), short_help)
     if argv is None:
         return 0
@@ -158,7 +145,7 @@ def main(argv: list[str]) -> int:
         check_model_source(script.model, "--model")
         run = {"model": script.model, "dataset": script.dataset, "limit": script.limit}
         # every field that can change the result (the anchor's, TRL's sampling and loss ones), not only the summary
-        run["settings"] = {k: v for k, v in config.to_dict().items() if k not in _NOT_HASHED}
+        run["settings"] = {k: v for k, v in config.to_dict().items() if k not in NOT_HASHED}
         claim = claim_output(script.out, "rl", run, overwrite=script.overwrite)
         if claim.complete:
             print(reused(claim))
