@@ -32,11 +32,14 @@ def test_configs_dir_from_a_checkout_is_the_repository_configs():
 
 
 def test_presets_and_model_configs_are_found_through_it():
+    from anchorft.dataclass_yaml import resolve_presets
     from anchorft.rpsft.stand_in import find_model_config
     from anchorft.toy.compare_config import PRESETS
-    from anchorft.w2s.config import preset_path
+    from anchorft.w2s.config import PRESET_DIR
 
-    assert preset_path("paper") == configs_dir("w2s") / "paper.yaml"
+    origin: dict = {}
+    resolve_presets("paper", PRESET_DIR, origin=origin)
+    assert str((configs_dir("w2s") / "paper.yaml").resolve()) in origin.values()
     assert "smoke" in PRESETS
     found = find_model_config("meta-llama/Llama-3.1-8B-Instruct")
     assert found == str(configs_dir("models") / "llama-3.1-8b-instruct.json")

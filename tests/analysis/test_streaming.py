@@ -31,6 +31,20 @@ def test_names_types_layers():
     assert layer_index("lm_head.weight") is None
 
 
+def test_analysed_matrices_exclude_what_the_anchor_excludes():
+    w = torch.zeros(2, 2)
+    names = [
+        "model.layers.0.self_attn.q_proj.weight",
+        "model.vision_tower.blocks.0.fc.weight",
+        "model.visual.proj.weight",
+        "model.layers.0.cross_attention.q_proj.weight",
+        "model.image_encoder.fc.weight",
+        "model.layers.0.input_layernorm.weight",
+    ]
+    src = InMemoryWeights({n: (w if "layernorm" not in n else w[0]) for n in names})
+    assert analysed_matrices(src) == ["model.layers.0.self_attn.q_proj.weight"]
+
+
 def test_sharded_equals_single_file(checkpoints):
     single, sharded = SafetensorsWeights(checkpoints["base"]), SafetensorsWeights(checkpoints["base_sharded"])
     assert (checkpoints["base_sharded"] / "model.safetensors.index.json").is_file()

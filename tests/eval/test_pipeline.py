@@ -28,23 +28,23 @@ def test_metrics_of_fixed_completions(monkeypatch):
         pipeline.evaluate_prompts(None, None, ["p"], lambda i, c: True, n_samples=1, k=2)
 
 
-def test_score_prompts_keeps_completions_answers_and_grades():
+def test_samples_then_greedy_and_only_the_samples_draw(monkeypatch):
     calls = []
 
-    def sample(prompts, n, temperature):
-        calls.append((n, temperature))
+    def fake_generate(model, tok, prompts, n, temperature, **kw):
+        calls.append((n, temperature, kw.get("top_p"), kw.get("generator")))
         if temperature == 0.0:
             return [[f"g{i}"] for i in range(len(prompts))]
         return [[f"s{i}{j}" for j in range(n)] for i in range(len(prompts))]
 
+    monkeypatch.setattr(pipeline, "generate", fake_generate)
     right = {"s00", "s01", "g1"}
-    scored = pipeline.score_prompts(
-        sample, ["p0", "p1"], lambda i, c: (c[1:], c in right), n_samples=2, k=1, temperature=0.5
+    gen = object()
+    out = pipeline.evaluate_prompts(
+        None, None, ["p0", "p1"], lambda i, c: c in right, n_samples=2, k=1, temperature=0.5, generator=gen
     )
-    assert calls == [(2, 0.5), (1, 0.0)]
-    assert scored.samples == [["s00", "s01"], ["s10", "s11"]] and scored.greedy == ["g0", "g1"]
-    assert scored.answers == [["00", "01"], ["10", "11"]] and scored.greedy_answers == ["0", "1"]
-    assert scored.correct == [[True, True], [False, False]] and scored.greedy_correct == [False, True]
-    assert scored.metrics == {"greedy": 0.5, "avg@k": 0.5, "pass@k": 0.5}
-    only_greedy = pipeline.score_prompts(sample, ["p0"], lambda i, c: (None, True))
-    assert only_greedy.samples is None and only_greedy.metrics == {"greedy": 1.0}
+    assert calls == [(2, 0.5, 0.95, gen), (1, 0.0, None, None)]
+    assert out == {"greedy": 0.5, "avg@k": 0.5, "pass@k": 0.5}
+    calls.clear()
+    assert pipeline.evaluate_prompts(None, None, ["p0"], lambda i, c: True) == {"greedy": 1.0}
+    assert calls == [(1, 0.0, None, None)]

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from anchorft.rpsft.calibration import fisher_gradient_product
+from anchorft.rpsft.calibration import example_grads, fisher_gradient_product, named_parameters
 from anchorft.subspace import cumulative_block_energy
 
 __all__ = [
@@ -117,10 +117,7 @@ def fisher_projected_overlap(
     pass (`fisher_gradient_product`: the sum above, one example at a time). Returns {name: {"shape", "grad_energy"
     (||F_ood G||_F^2), "share": {k: ..}, "random_share": {k: ..}, "expected_random": {k: ..}}}.
     """
-    params = dict(model.named_parameters())
-    missing = [n for n in names if n not in params]
-    if missing:
-        raise ValueError(f"model has no parameter {missing[0]!r}")
+    params = named_parameters(model, names)
     if not id_batches or not ood_batches:
         raise ValueError("fisher_projected_overlap needs in-domain and out-of-domain batches")
     ks = sorted(set(ks))
@@ -161,10 +158,7 @@ def fisher_overlap(
     """
     from tqdm.auto import tqdm
 
-    params = dict(model.named_parameters())
-    missing = [n for n in names if n not in params]
-    if missing:
-        raise ValueError(f"model has no parameter {missing[0]!r}")
+    params = named_parameters(model, names)
     ks = sorted(set(ks))
     gen = generator if generator is not None else torch.Generator().manual_seed(0)
     frames = _frames(params, names, ks[-1], n_random, gen, svd, dtype)
@@ -173,16 +167,8 @@ def fisher_overlap(
     rblock = {nm: [[0.0] * len(ks) for _ in range(n_random)] for nm in names}
     was_training = model.training
     model.eval()  # no dropout: the gradient of the deterministic model
-    device = next(model.parameters()).device
     for batch in tqdm(batches, desc="fisher", leave=False, disable=not progress):
-        model.zero_grad(set_to_none=True)
-        loss = model(**{k: t.to(device) for k, t in batch.items()}).loss
-        loss.backward()
-        for name in names:
-            g = params[name].grad
-            if g is None:
-                continue
-            g = g.detach().to(dtype)
+        for name, g in example_grads(model, batch, names, params, dtype).items():
             u, v, rand = frames[name]
             total[name] += g.pow(2).sum().item()
             for i, e in enumerate(_nested(g, u, v, ks)):

@@ -173,10 +173,6 @@ def _load_tokenizer(path: str):
     return load_eval_tokenizer(path)
 
 
-def _write_json(path: Path, obj) -> None:
-    write_json(path, obj, indent=1)
-
-
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: kB
 
@@ -234,7 +230,7 @@ def run_analysis(cfg: AnalysisConfig, progress: bool = True) -> dict:
     results = load_results(cfg.compare) if cfg.compare else None
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    _write_json(out / "config.json", {**asdict(cfg), "resolved_rank": k, "fisher_ranks_resolved": fisher_ks})
+    write_json(out / "config.json", {**asdict(cfg), "resolved_rank": k, "fisher_ranks_resolved": fisher_ks}, indent=1)
     dtype = _DTYPES[cfg.svd_dtype]
     analysis: dict = {
         "base": cfg.base,
@@ -332,7 +328,7 @@ def run_analysis(cfg: AnalysisConfig, progress: bool = True) -> dict:
     analysis["figures"] = [Path(f).name for f in figures]
     analysis["timings_s"]["total"] = time.perf_counter() - t_start
     analysis["peak_rss_mb"] = _peak_rss_mb()
-    _write_json(out / "analysis.json", with_provenance(analysis))
+    write_json(out / "analysis.json", with_provenance(analysis), indent=1)
     return analysis
 
 

@@ -22,7 +22,8 @@ from typing import Protocol
 import torch
 from safetensors import safe_open
 
-from anchorft.rpsft.anchor_plan import layer_index  # re-exported: the analysis groups by it
+# layer_index is re-exported (the analysis groups by it); _EXCLUDED: the modules the anchor never covers
+from anchorft.rpsft.anchor_plan import _EXCLUDED, layer_index
 
 __all__ = [
     "WeightSource",
@@ -64,7 +65,6 @@ ARCH_FIELDS = (
     "vocab_size",
     "tie_word_embeddings",
 )
-_EXCLUDED = ("vision", "visual", "cross_attn", "image")
 
 
 class CheckpointError(ValueError):
@@ -176,7 +176,7 @@ def analysed_matrices(source: WeightSource) -> list[str]:
     """Every 2-D weight, as the RPSFT release anchors them (vision / cross-attention ones excluded)."""
     out = []
     for name in source.names():
-        if len(source.shape(name)) != 2 or any(x in name for x in _EXCLUDED):
+        if len(source.shape(name)) != 2 or _EXCLUDED.search(name):
             continue
         out.append(name)
     return sorted(out, key=_sort_key)

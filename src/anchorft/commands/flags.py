@@ -5,7 +5,7 @@ TrlParser (HfArgumentParser) already accepts every field as `--snake_case` and `
 `--dataset`, and `--help` lists the project's flags first; `--help-all` prints TRL's full help. Also the flags
 several commands share: a dataclass's fields as flags (`add_field_flags`), NAME=DIR pairs (`parse_named`:
 `analyze --tuned`, `eval suite --models`) and the generation and grading flags of `eval` and `eval suite`
-(`add_sampling_flags`, `pass_k`).
+(`add_sampling_flags`, `pass_k`); the TRL fields outside a run's hash (`NOT_HASHED`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ __all__ = [
     "pop_flag",
     "short_or_all_help",
 ]
-__all__ += ["short_help"]
+__all__ += ["short_help", "field_help", "trl_sections"]
 
 ALIASES = {
     "--out": "--output_dir",
@@ -37,6 +37,17 @@ ALIASES = {
 }
 # one output flag everywhere: --out, and TRL's --output_dir (either spelling) for the same option
 OUTPUT_SPELLINGS = {"--out": ("--output_dir", "--output-dir"), "--output_dir": ("--out",)}
+# TRL / transformers fields that name where output goes or how it is shown, not what is computed: left out of the
+# hash of a run's marker (`anchorft rl`; `anchorft train` also leaves out resume_from_checkpoint)
+NOT_HASHED = (
+    "output_dir",
+    "logging_dir",
+    "run_name",
+    "disable_tqdm",
+    "report_to",
+    "dataloader_num_workers",
+    "hub_token",
+)
 # TRL / transformers fields a fine-tune usually sets, shown in the short help after the project's own
 COMMON_TRL = (
     "learning_rate",
@@ -100,17 +111,29 @@ def _first_line(text: str) -> str:
     return " ".join(text.split())[:100]
 
 
+def field_help(f: dataclasses.Field, default: bool = True, alias: str = "") -> str:
+    """One field of a short help: `--name` (its alias, its default) and the first 100 characters of its help."""
+    value = f" (default {f.default!r})" if default else ""
+    return f"  --{f.name}{alias}{value}\n      {_first_line(f.metadata.get('help', ''))}"
+
+
+def trl_sections(title: str, config: type, trl_config: type, order: Callable, common: tuple[str, ...]) -> list[str]:
+    """The last sections of a short help: the fields `config` adds to its TRL base `trl_config` (sorted by
+    `order`) under `title`, then the `common` TRL / transformers ones with their defaults, then `--help-all`."""
+    inherited = {f.name for f in dataclasses.fields(trl_config)}
+    all_fields = {f.name: f for f in dataclasses.fields(config)}
+    own = sorted((f for f in all_fields.values() if f.name not in inherited), key=order)
+    lines = ["", title, *(field_help(f) for f in own), "", "common TRL / transformers fields:"]
+    lines += [f"  --{n} (default {all_fields[n].default!r})" for n in common if n in all_fields]
+    return [*lines, "", "--help-all lists every TRL / transformers field."]
+
+
 def short_help() -> str:
     """The project's flags, then the TRL fields a fine-tune usually sets; `--help-all` for the rest."""
     from trl import SFTConfig
 
     from anchorft.rpsft.config import RPSFTConfig, ScriptArguments
 
-    inherited = {f.name for f in dataclasses.fields(SFTConfig)}
-    all_fields = {f.name: f for f in dataclasses.fields(RPSFTConfig)}
-    own = sorted(
-        (f for f in dataclasses.fields(RPSFTConfig) if f.name not in inherited), key=lambda f: f.name != "method"
-    )
     lines = [
         "usage: anchorft train --config RECIPE.yaml [--field value ...]",
         "       anchorft train --model_name_or_path PATH --dataset DATA --out DIR [--method rpsft ...]",
@@ -130,17 +153,9 @@ def short_help() -> str:
         "data and model:",
     ]
     for f in dataclasses.fields(ScriptArguments):
-        alias = ", --dataset_name" if f.name == "dataset" else ""
-        lines.append(f"  --{f.name}{alias}\n      {_first_line(f.metadata.get('help', ''))}")
-    lines += ["", "method and anchor (RPSFTConfig):"]
-    for f in own:
-        lines.append(f"  --{f.name} (default {f.default!r})\n      {_first_line(f.metadata.get('help', ''))}")
-    lines += ["", "common TRL / transformers fields:"]
-    for name in COMMON_TRL:
-        f = all_fields.get(name)
-        if f is not None:
-            lines.append(f"  --{name} (default {f.default!r})")
-    lines += ["", "--help-all lists every TRL / transformers field."]
+        lines.append(field_help(f, default=False, alias=", --dataset_name" if f.name == "dataset" else ""))
+    method_first = lambda f: f.name != "method"  # noqa: E731
+    lines += trl_sections("method and anchor (RPSFTConfig):", RPSFTConfig, SFTConfig, method_first, COMMON_TRL)
     return "\n".join(lines)
 
 

@@ -15,6 +15,7 @@ import json
 import os
 from dataclasses import dataclass, field, fields
 
+from anchorft.commands.flags import NOT_HASHED, field_help, short_or_all_help, trl_sections
 from anchorft.errors import report
 
 
@@ -93,17 +94,6 @@ def _load_config(path: str) -> dict:
     return cfg
 
 
-# DAPOConfig fields that name where output goes or how it is shown, not what is computed: outside the run's hash
-_NOT_HASHED = (
-    "output_dir",
-    "logging_dir",
-    "run_name",
-    "disable_tqdm",
-    "report_to",
-    "dataloader_num_workers",
-    "hub_token",
-)
-
 RL_COMMON = ("learning_rate", "lr_scheduler_type", "per_device_train_batch_size", "bf16", "seed", "logging_steps")
 
 
@@ -112,12 +102,9 @@ def short_help() -> str:
     rest (the same layout as `anchorft train --help`)."""
     from trl import GRPOConfig
 
-    from anchorft.commands.flags import _first_line
     from anchorft.rpsft.anchor_options import anchor_option_names
     from anchorft.rpsft.dapo_config import DAPOConfig
 
-    inherited = {f.name for f in fields(GRPOConfig)}
-    all_fields = {f.name: f for f in fields(DAPOConfig)}
     lines = [
         "usage: anchorft rl --model DIR --dataset DATA.jsonl --out DIR [--config RL.yaml] [--field value ...]",
         "       anchorft rl --estimate --model DIR [--config configs/rl/dapo.yaml]",
@@ -127,21 +114,13 @@ def short_help() -> str:
         "run, data and model:",
         "  --config FILE\n      YAML with any field below (configs/rl/dapo.yaml: the release's scale)",
     ]
-    for f in fields(RLScriptArguments):
-        lines.append(f"  --{f.name}\n      {_first_line(f.metadata.get('help', ''))}")
-    lines += ["", "DAPO and anchor (DAPOConfig):"]
-    for f in sorted(fields(DAPOConfig), key=lambda f: f.name in anchor_option_names()):  # the anchor's last
-        if f.name not in inherited:
-            lines.append(f"  --{f.name} (default {f.default!r})\n      {_first_line(f.metadata.get('help', ''))}")
-    lines += ["", "common TRL / transformers fields:"]
-    lines += [f"  --{n} (default {all_fields[n].default!r})" for n in RL_COMMON if n in all_fields]
-    lines += ["", "--help-all lists every TRL / transformers field."]
+    lines += [field_help(f, default=False) for f in fields(RLScriptArguments)]
+    anchor_last = lambda f: f.name in anchor_option_names()  # noqa: E731
+    lines += trl_sections("DAPO and anchor (DAPOConfig):", DAPOConfig, GRPOConfig, anchor_last, RL_COMMON)
     return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
-    from anchorft.commands.flags import short_or_all_help
-
     argv = short_or_all_help(list(argv), short_help)
     if argv is None:
         return 0
@@ -166,7 +145,7 @@ def main(argv: list[str]) -> int:
         check_model_source(script.model, "--model")
         run = {"model": script.model, "dataset": script.dataset, "limit": script.limit}
         # every field that can change the result (the anchor's, TRL's sampling and loss ones), not only the summary
-        run["settings"] = {k: v for k, v in config.to_dict().items() if k not in _NOT_HASHED}
+        run["settings"] = {k: v for k, v in config.to_dict().items() if k not in NOT_HASHED}
         claim = claim_output(script.out, "rl", run, overwrite=script.overwrite)
         if claim.complete:
             print(reused(claim))

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 
-from anchorft.commands.flags import add_field_flags, both_spellings
+from anchorft.commands.flags import NOT_HASHED, add_field_flags, both_spellings
 from anchorft.errors import UsageError, report
 
 
@@ -193,16 +193,7 @@ def _fisher_calibration(args, script, tok):
     return model, tok, fisher
 
 
-_NOT_HASHED = (
-    "output_dir",
-    "logging_dir",
-    "resume_from_checkpoint",
-    "run_name",
-    "disable_tqdm",
-    "report_to",
-    "dataloader_num_workers",
-    "hub_token",
-)
+_NOT_HASHED = (*NOT_HASHED, "resume_from_checkpoint")  # a resumed run is the same run
 
 
 def _run_config(script, args) -> dict:

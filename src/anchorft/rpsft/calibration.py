@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["encode_example", "example_grads", "fisher_gradient_product"]
+__all__ = ["encode_example", "named_parameters", "example_grads", "fisher_gradient_product"]
 
 
 def encode_example(tokenizer, prompt: str, completion: str, max_length: int) -> dict[str, torch.Tensor]:
@@ -22,6 +22,15 @@ def encode_example(tokenizer, prompt: str, completion: str, max_length: int) -> 
         "attention_mask": torch.ones(1, len(ids), dtype=torch.long),
         "labels": torch.tensor([labels]),
     }
+
+
+def named_parameters(model: torch.nn.Module, names: list[str]) -> dict[str, torch.nn.Parameter]:
+    """The model's parameters by name; ValueError naming the first of `names` the model lacks."""
+    params = dict(model.named_parameters())
+    missing = [n for n in names if n not in params]
+    if missing:
+        raise ValueError(f"model has no parameter {missing[0]!r}")
+    return params
 
 
 def example_grads(model, batch, names, params, dtype) -> dict[str, torch.Tensor]:
@@ -46,10 +55,7 @@ def fisher_gradient_product(
     input of the anchor's `fisher:F` rank rule (`SubspaceAnchor.from_model(..., fisher=...)`)."""
     from tqdm.auto import tqdm
 
-    params = dict(model.named_parameters())
-    missing = [n for n in names if n not in params]
-    if missing:
-        raise ValueError(f"model has no parameter {missing[0]!r}")
+    params = named_parameters(model, names)
     if not id_batches or not ood_batches:
         raise ValueError("the Fisher-projected gradient needs in-domain and out-of-domain batches")
     was_training = model.training

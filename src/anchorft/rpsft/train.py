@@ -83,10 +83,6 @@ def check_launch(args, anchored: bool, what: str) -> None:
         )
 
 
-def _write_json(path: str, obj) -> None:
-    write_json(path, obj, indent=1, default=str)
-
-
 # logged key -> (scale, y-axis label) of training.png; the drift, a share of the reference's norm, in %
 _TRAINING_AXES = {
     "loss": (1.0, "training loss (the method's objective)"),
@@ -98,7 +94,7 @@ _TRAINING_AXES = {
 def _write_run_artifacts(trainer: RPSFTTrainer, out: str, final_drift: dict | None) -> None:
     """Resolved config, metrics.json (log history + anchor summary) and a PNG of loss / penalty."""
     args = trainer.args
-    _write_json(os.path.join(out, "rpsft_config.json"), args.to_dict())
+    write_json(os.path.join(out, "rpsft_config.json"), args.to_dict(), indent=1, default=str)
     hist = trainer.state.log_history
     metrics = {"method": args.method, "global_step": trainer.state.global_step, "log_history": hist}
     if torch.cuda.is_available() and torch.cuda.is_initialized():  # this process's peak (rank 0), for the checks

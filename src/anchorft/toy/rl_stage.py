@@ -35,6 +35,7 @@ from anchorft.rpsft.methods import RL_ANCHOR_METHODS
 from anchorft.toy import skills as sk
 from anchorft.toy.compare_config import CompareConfig, comparison_eval_sets, load_config, paper_rank
 from anchorft.toy.evaluate import evaluate_toy, greedy_accuracy
+from anchorft.toy.report import _pct  # the testbed tables' one percentage format
 from anchorft.toy.results import load_results
 
 __all__ = ["RLStageSettings", "compare_entry", "default_methods", "rl_prompts", "run_rl_stage"]
@@ -226,10 +227,6 @@ def run_rl_stage(
     write_rl_report(results, out / "report.md")
     write_reward_plot(results, out / "reward_curve.png")
     return results
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}"
 
 
 def _arrow(before: float, after: float) -> str:

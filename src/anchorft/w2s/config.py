@@ -22,7 +22,7 @@ from anchorft.resources import configs_dir
 from anchorft.w2s.hermite import TRANSFORMS, get_activation
 from anchorft.w2s.stats import digest
 
-__all__ = ["W2SConfig", "load_config", "apply_overrides", "preset_path", "save_config", "config_hash"]
+__all__ = ["W2SConfig", "load_config", "apply_overrides", "save_config", "config_hash"]
 
 MODES = ("w2s", "sft", "sft_anchor", "ceiling")  # ceiling: W2S inputs with the true labels (PGR)
 PRESET_DIR = configs_dir("w2s")
@@ -93,12 +93,10 @@ class W2SConfig:
 
         for name in (
             *("d", "s", "n_tasks", "batch_size", "weak_neurons", "n_seeds", "n_log", "chunk", "anchor_rank"),
-            *("center_samples", "label_samples", "risk_samples"),
+            *("center_samples", "label_samples", "risk_samples", "steps"),
         ):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 bad(name, "must be a positive integer")
-        if not isinstance(self.steps, int) or self.steps < 1:
-            bad("steps", "must be a positive integer")
         if self.s > self.d:
             bad("s", f"must be <= d={self.d}")
         if self.n_tasks * self.s > self.d:
@@ -171,18 +169,6 @@ def apply_overrides(config: W2SConfig, overrides: dict[str, Any] | list[str]) ->
     """Return a copy with overrides applied: a dict, or 'key=value' strings, coerced to the fields' types
     (`anchorft.dataclass_yaml`). Unknown keys raise ValueError with the closest known keys."""
     return update(config, overrides, "w2s config")
-
-
-def preset_path(preset: str) -> Path:
-    """A preset by name (configs/w2s/<name>.yaml) or by path."""
-    p = Path(preset)
-    if p.suffix in (".yaml", ".yml") and p.exists():
-        return p
-    q = PRESET_DIR / f"{preset}.yaml"
-    if q.exists():
-        return q
-    known = sorted(x.stem for x in PRESET_DIR.glob("*.yaml"))
-    raise ValueError(f"unknown preset {preset!r}: not a YAML file, and not one of {known}")
 
 
 def load_config(preset: str | list | None = None, overrides: dict[str, Any] | list[str] | None = None) -> W2SConfig:

@@ -60,6 +60,11 @@ def _num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def _count(v: Any) -> bool:
+    """An integer >= 1 (a bool is not one)."""
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
 def validate_mech_spec(spec: dict) -> None:
     """Clear errors before any work: unknown factors or factor values, thresholds outside (0, 1), step-size
     grids with non-positive values (the engine then validates every point's config)."""
@@ -101,21 +106,17 @@ def validate_mech_spec(spec: dict) -> None:
         if not isinstance(spec.get("stop_at_learn", False), bool):
             raise ValueError(f"sweep {kind!r}: stop_at_learn must be true or false")
         for mode, n in (spec.get("mode_steps") or {}).items():
-            if mode not in (spec.get("eta") or {}) or not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            if mode not in (spec.get("eta") or {}) or not _count(n):
                 raise ValueError(
                     f"sweep {kind!r}: mode_steps needs a positive integer per swept mode, got {mode}: {n!r}"
                 )
         for size in spec.get("sizes") or []:
-            if (
-                not isinstance(size, list)
-                or len(size) != 2
-                or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in size)
-            ):
+            if not isinstance(size, list) or len(size) != 2 or not all(_count(v) for v in size):
                 raise ValueError(f"sweep {kind!r}: sizes must be [d, s] pairs of positive integers, got {size!r}")
     if kind == "weak-quality" and not (spec.get("weak_alignment") or spec.get("weak_steps")):
         raise ValueError(f"sweep {kind!r}: give weak_alignment and/or weak_steps values")
     n = spec.get("ceiling_steps")
-    if n is not None and (kind != "weak-quality" or not isinstance(n, int) or isinstance(n, bool) or n < 1):
+    if n is not None and (kind != "weak-quality" or not _count(n)):
         raise ValueError(f"sweep {kind!r}: ceiling_steps (weak-quality only) must be a positive integer, got {n!r}")
     for name in ("rho_sqrt_s", "weak_alignment"):
         for v in spec.get(name) or []:
@@ -163,7 +164,8 @@ def controlled(spec: dict) -> set[str]:
 
 
 def point_overrides(spec: dict, pt: dict) -> dict:
-    """A point's overrides of the preset: its factors (ablation), its race coordinates, or itself."""
+    """A point's overrides of the preset: its factors (ablation), its race coordinates, or itself (every other kind,
+    the scaling and full-run sweeps too)."""
     kind = spec["kind"]
     base = dict(spec["base"])
     base.pop("preset", None)

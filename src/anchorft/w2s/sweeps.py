@@ -125,7 +125,7 @@ def expand_grid(grid: dict, fixed: set[str] | frozenset[str] = frozenset()) -> l
     points = []
     for row in rows:
         s = row.get("s") if isinstance(row, dict) else None
-        if not isinstance(s, int) or isinstance(s, bool) or s < 1:
+        if not mech._count(s):
             raise ValueError(f"grid.rows: every row needs a positive integer s, got {row!r}")
         for x in xs:
             if not isinstance(x, (int, float)) or isinstance(x, bool) or not math.isfinite(x) or x < 0:
@@ -179,10 +179,6 @@ def thresholds_of(spec: dict) -> list:
 def _check_points(spec: dict) -> None:
     for pt in spec["points"]:
         point_config(spec, pt)  # validates every point's config up front
-
-
-def _plain_overrides(spec: dict, point: dict) -> dict:
-    return {**{k: v for k, v in spec["base"].items() if k != "preset"}, **point}
 
 
 def point_config(spec: dict, point: dict) -> W2SConfig:
@@ -486,8 +482,8 @@ def _prepare_mech(spec: dict, fixed: set[str] | None) -> None:
     _check_points(spec)
 
 
-_SCALING = SweepKind(_prepare_runs, _plain_overrides, _measure_runs, _scaling_summary)
-_FULL_RUNS = SweepKind(_prepare_runs, _plain_overrides, _measure_runs, _runs_summary)
+_SCALING = SweepKind(_prepare_runs, mech.point_overrides, _measure_runs, _scaling_summary)
+_FULL_RUNS = SweepKind(_prepare_runs, mech.point_overrides, _measure_runs, _runs_summary)
 _MECH = SweepKind(
     _prepare_mech,
     mech.point_overrides,
