@@ -661,3 +661,15 @@ def test_layer_selection(model):
         with pytest.raises(UsageError) as info:
             plan.select_layers(names, spec)
         assert str(info.value) == message
+
+
+def test_map_yaml_error_is_the_parsers_first_line():
+    import yaml
+
+    text = "{q_proj: 2,\n  v_proj: [1"
+    with pytest.raises(yaml.YAMLError) as parser:
+        yaml.safe_load(text)
+    first = str(parser.value).splitlines()[0]
+    with pytest.raises(UsageError) as info:
+        plan.parse_anchor_map(text)
+    assert str(info.value) == f"anchor_map: not YAML / JSON: {first}" and first != "None"
