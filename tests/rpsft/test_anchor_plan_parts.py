@@ -673,3 +673,27 @@ def test_map_yaml_error_is_the_parsers_first_line():
     with pytest.raises(UsageError) as info:
         plan.parse_anchor_map(text)
     assert str(info.value) == f"anchor_map: not YAML / JSON: {first}" and first != "None"
+
+
+def test_vision_and_cross_attention_modules_are_never_anchored():
+    lin = torch.nn.Linear
+    tower = torch.nn.ModuleDict({"fc": lin(4, 4)})
+    layer = torch.nn.ModuleDict({"q_proj": lin(4, 4), "cross_attn": torch.nn.ModuleDict({"q_proj": lin(4, 4)})})
+    net = torch.nn.ModuleDict(
+        {
+            "vision_model": tower,
+            "vision_encoder": torch.nn.ModuleDict({"fc": lin(4, 4)}),
+            "visual": torch.nn.ModuleDict({"proj": lin(4, 4)}),
+            "image_encoder": torch.nn.ModuleDict({"fc": lin(4, 4)}),
+            "multi_modal_projector": lin(4, 4),
+            "cross_attention": torch.nn.ModuleDict({"o_proj": lin(4, 4)}),
+            "layers": torch.nn.ModuleList([layer]),
+            "revision": lin(4, 4),  # names that only contain one of the words: kept
+            "crossing": lin(4, 4),
+        }
+    )
+    assert [n for n, _ in plan.select_parameters(net)] == [
+        "layers.0.q_proj.weight",
+        "revision.weight",
+        "crossing.weight",
+    ]

@@ -173,7 +173,7 @@ def open_checkpoint(path: str | os.PathLike, role: str = "checkpoint") -> tuple[
 
 
 def analysed_matrices(source: WeightSource) -> list[str]:
-    """Every 2-D weight, as the RPSFT release anchors them (vision / cross-attention ones excluded)."""
+    """Every 2-D weight, as the anchor selects them (vision, cross-attention, multi-modal projector ones left out)."""
     out = []
     for name in source.names():
         if len(source.shape(name)) != 2 or _EXCLUDED.search(name):

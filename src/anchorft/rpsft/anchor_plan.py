@@ -52,7 +52,10 @@ __all__ = [
 ]
 
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(\d+)\.")
-_EXCLUDED = re.compile(r"(^|\.)(vision|visual|vision_tower|vision_model|image_encoder|cross_attn|cross_attention)\b")
+# the release skips names holding "vision", "cross" or "multi_modal"; here module names starting with vision
+# (vision_tower, vision_model, vision_encoder), visual (Qwen2-VL) or multi_modal (multi_modal_projector), and
+# image_encoder, cross_attn, cross_attention
+_EXCLUDED = re.compile(r"(^|\.)(vision\w*|visual\w*|image_encoder|cross_attn|cross_attention|multi_modal\w*)\b")
 _RANGES = re.compile(r"^\s*\d+(\s*-\s*\d+)?(\s*,\s*\d+(\s*-\s*\d+)?)*\s*$")
 
 
