@@ -162,10 +162,11 @@ def _fisher_rank_loop(cum, total, fraction, k_max):
 
 def test_fisher_rank_is_the_first_block_holding_the_fraction():
     cum = [1.0, 3.0, 6.0, 10.0]
-    for total in (10.0, 20.0, 0.0, -1.0):
+    for total in (10.0, 20.0, 0.0, -1.0, 0.5):
         for fraction in (0.0, 0.05, 0.1, 0.3, 0.45, 0.5, 0.6, 0.99, 1.0):
-            got = plan._fisher_rank(torch.tensor(cum), total, fraction, 6)
-            want = 6 if fraction == 1.0 and total > 0 else _fisher_rank_loop(cum, total, fraction, 6)
+            scaled = [c * total / 10.0 for c in cum] if 0 < total < 1 else cum  # a product smaller than 1
+            got = plan._fisher_rank(torch.tensor(scaled), total, fraction, 6)
+            want = 6 if fraction == 1.0 and total > 0 else _fisher_rank_loop(scaled, total, fraction, 6)
             assert got == want, (total, fraction)
     assert plan._fisher_rank(torch.tensor(cum), 10.0, 0.3, 6) == 2  # 3 >= 0.3 x 10: equality counts
 
@@ -562,6 +563,9 @@ _A, _B = ([0, 10, 20], [0, 10, 12]), ([0, 10, 20], [0, 5, 10])
         # the fill takes the larger gain, the first on a tie
         ((([0, 10, 30], [0, 1, 30]), ([0, 10, 30], [0, 0.5, 30]), ([0, 1], [0, 5])), 16, [1, 0, 1], 30.0, 11.0),
         ((([0, 10, 30], [0, 1, 30]), ([0, 10, 30], [0, 1, 30]), ([0, 1], [0, 5])), 16, [1, 0, 1], 30.0, 11.0),
+        # a segment that does not fit ends only its own matrix: C's (gain 0.9 for 2, after B's) still goes in,
+        # although the fill alone would have bought D (2.4 for 6)
+        ((_A, _B, ([0, 2], [0, 0.9]), ([0, 6], [0, 2.4])), 16, [1, 0, 1, 0], 10.0, 12.0),
         # a matrix that gains nothing has a one-point hull
         ((([0, 1, 2], [0, 0, 0]), ([0, 1], [0, 1])), 5, [0, 1], 0.0, 1.0),
         # no matrix, or no budget
@@ -697,3 +701,28 @@ def test_vision_and_cross_attention_modules_are_never_anchored():
         "revision.weight",
         "crossing.weight",
     ]
+
+
+def test_selection_skips_a_module_without_weight_and_names_what_there_is(model):
+    net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    net[0].register_parameter("weight", None)  # e.g. a module whose weight was removed
+    assert [n for n, _ in plan.select_parameters(net)] == ["1.weight"]
+    with pytest.raises(ValueError) as info:
+        plan.select_parameters(net, "nothing")
+    assert str(info.value) == (
+        "anchor_targets='nothing' matches no trainable 2-D weight of Sequential. "
+        "Module names available: ['1']; e.g. parameters ['1.weight']"
+    )
+    with pytest.raises(ValueError) as info:
+        plan.select_parameters(model, ["nothing"])
+    assert str(info.value) == (
+        "anchor_targets=['nothing'] matches no trainable 2-D weight of LlamaForCausalLM. Module names available: "
+        "['down_proj', 'embed_tokens', 'gate_proj', 'k_proj', 'lm_head', 'o_proj', 'q_proj', 'up_proj', 'v_proj']; "
+        "e.g. parameters ['model.embed_tokens.weight', 'model.layers.0.self_attn.q_proj.weight', "
+        "'model.layers.0.self_attn.k_proj.weight', 'model.layers.0.self_attn.v_proj.weight', "
+        "'model.layers.0.self_attn.o_proj.weight', 'model.layers.0.mlp.gate_proj.weight'] ..."
+    )
+    six = torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(6)])
+    with pytest.raises(ValueError) as info:
+        plan.select_parameters(six, "nothing")
+    assert str(info.value).endswith("'5.weight']")  # six names: all shown, no ellipsis

@@ -189,7 +189,7 @@ def select_layers(names: Sequence[str], layers: str | None) -> list[str]:
     return chosen
 
 
-def _named_matrices(model: nn.Module, include_embeddings: bool) -> list[tuple[str, nn.Parameter, str]]:
+def _named_matrices(model: nn.Module) -> list[tuple[str, nn.Parameter, str]]:
     """Every trainable 2-D weight of an nn.Linear / nn.Embedding module, once (tied weights counted once).
 
     Returns (parameter name, parameter, kind) with kind "linear" or "embedding"; the output embedding
@@ -221,7 +221,7 @@ def select_parameters(
     module name, or a module's last name component such as "q_proj"). Raises ValueError, listing the
     names available, when nothing matches.
     """
-    candidates = _named_matrices(model, include_embeddings)
+    candidates = _named_matrices(model)
     if isinstance(targets, str) and targets == "all-linear":
         chosen = [(n, p) for n, p, kind in candidates if kind == "linear" or include_embeddings]
     else:
@@ -474,16 +474,16 @@ def plan_anchor(
         spec = specs[n] if isinstance(specs[n], RankRule) else None
         kind_n = spec.kind if spec is not None else objective
         if kind_n == "fisher":
-            u, s, vh = torch.linalg.svd(w0, full_matrices=False)
+            u, _, vh = torch.linalg.svd(w0, full_matrices=False)
             fg = fisher[n].to(w0.device, compute_dtype)
             total = float(fg.pow(2).sum())
             cum = cumulative_block_energy(fg, u, vh.mT)
-            curves[n] = {"s": s, "fisher": cum, "fisher_total": total}
+            curves[n] = {"fisher": cum, "fisher_total": total}
         else:
             curves[n] = {"s": torch.linalg.svdvals(w0)}
     ranks: dict[str, int] = {}
     for n in names:
-        m, k_max = shapes[n][0], min(shapes[n])
+        k_max = min(shapes[n])
         spec = specs[n]
         if isinstance(spec, int):
             ranks[n] = min(spec, k_max)
@@ -513,7 +513,7 @@ def plan_anchor(
             gains.append(g)
         alloc = allocate_ranks(costs, gains, memory - used, budget_info)
         ranks.update(dict(zip(free, alloc)))
-        budget_info["cost"] = budget_info.get("cost", 0.0) + used
+        budget_info["cost"] += used  # allocate_ranks set the free matrices' cost
 
     return AnchorPlan(named, ranks, mapped, rule, entries_map, budget_info, shapes)
 
@@ -552,7 +552,7 @@ def validate_options(obj) -> None:
     if mem is not None and (isinstance(mem, bool) or not isinstance(mem, int) or mem < 1):
         raise UsageError(f"anchor_memory must be a number of bytes >= 1, got {mem!r}")
     layers = getattr(obj, "anchor_layers", None)
-    if layers not in (None, "") and not _RANGES.match(str(layers)):
+    if layers not in (None, ""):  # a range list ("0-1,3") is a valid regex too
         try:
             re.compile(str(layers))
         except re.error as e:
