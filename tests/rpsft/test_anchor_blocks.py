@@ -90,3 +90,23 @@ def test_the_differentiable_penalty_refuses_sharded_parameters(model):
     with pytest.raises(ValueError) as info:
         anchor.penalty(model)
     assert str(info.value) == "anchor.penalty: use add_penalty_grad_ for sharded (DTensor) parameters"
+
+
+def test_weights_fingerprint_is_stable_across_versions_and_dtypes():
+    from anchorft.rpsft.anchor_store import weights_fingerprint
+
+    # a saved anchor is checked against the model by this digest: it must not change between versions. Three
+    # sizes: whole (12 values), strided by 3 (12,288 = 3 x 4,096), and the first 4,096 of 8,191 (stride 1)
+    named = [
+        ("small", torch.arange(12.0).reshape(3, 4)),
+        ("strided", torch.linspace(-1, 1, 12288).reshape(96, 128)),
+        ("long", torch.linspace(-2, 2, 8191).reshape(1, 8191)),
+    ]
+    digests = [
+        "c9263d042473d14d2f6bc981a62a7f8bbe1293f43003520727d14fb104902b48",
+        "971877f8647c31dd15bd4f58e8898ba0ee6ba8bd5c944a3a2f8c11122d0ea7e3",
+        "893b063eb46c9a27d91474a918a3e04e4436ef4017cbc13dac47e0f3d2b719eb",
+    ]
+    for i, want in enumerate(digests, start=1):
+        assert weights_fingerprint(named[:i]) == want
+        assert weights_fingerprint([(n, t.to(torch.bfloat16)) for n, t in named[:i]]) == want  # fp32 or bf16

@@ -726,3 +726,7 @@ def test_selection_skips_a_module_without_weight_and_names_what_there_is(model):
     with pytest.raises(ValueError) as info:
         plan.select_parameters(six, "nothing")
     assert str(info.value).endswith("'5.weight']")  # six names: all shown, no ellipsis
+    seven = torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(7)])
+    with pytest.raises(ValueError) as info:
+        plan.select_parameters(seven, "nothing")
+    assert str(info.value).endswith("'5.weight'] ...")  # seven: the first six and an ellipsis
