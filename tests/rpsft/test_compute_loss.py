@@ -38,8 +38,8 @@ def test_a_methods_own_loss_divides_by_the_token_count_it_is_given(rp, tokenizer
     assert loss.ndim == 0 and outputs is None  # the method's loss is computed from log-probabilities alone
 
 
-@pytest.mark.parametrize("scaled", [None, True, False])
-def test_the_autograd_penalty_follows_loss_is_scaled_for_ga(rp, tokenizer, dataset, tmp_path, scaled):
+@pytest.mark.parametrize("scaled, kwargs", [(None, True), (True, True), (False, True), (None, False)])
+def test_the_autograd_penalty_follows_loss_is_scaled_for_ga(rp, tokenizer, dataset, tmp_path, scaled, kwargs):
     lam, steps = 3.0, 4
     tr, batch = _trainer(
         rp, tokenizer, dataset, tmp_path, method="rpsft", anchor_lambda=lam, anchor_mode="autograd",
@@ -57,12 +57,14 @@ def test_the_autograd_penalty_follows_loss_is_scaled_for_ga(rp, tokenizer, datas
         return torch.autograd.grad(loss, params, allow_unused=True)
 
     tr.loss_is_scaled_for_ga = scaled
-    # the model takes loss kwargs and a token count is given: scaled unless the trainer says otherwise
+    tr.model_accepts_loss_kwargs = kwargs
+    # with a token count, a model that takes loss kwargs returns a scaled loss, unless the trainer says otherwise
     with_anchor = grads(tr.compute_loss(tr.model, batch, num_items_in_batch=torch.tensor(50)))
     tr.args.anchor_lambda = 0.0
     data_only = grads(tr.compute_loss(tr.model, batch, num_items_in_batch=torch.tensor(50)))
     pen = grads(tr._active_anchor.penalty(tr.model))
-    coef = lam * (1 if scaled in (None, True) else steps)  # an unscaled loss is divided by the steps later
+    unscaled = scaled is False or (scaled is None and not kwargs)
+    coef = lam * (steps if unscaled else 1)  # Trainer divides an unscaled loss by the steps later
     for a, d, p in zip(with_anchor, data_only, pen):
         if p is not None:
             torch.testing.assert_close(a - d, coef * p, rtol=1e-4, atol=1e-7)

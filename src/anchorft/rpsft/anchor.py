@@ -285,7 +285,7 @@ class SubspaceAnchor:
                         partial = rotation_penalty(a_, b_, c_)
                         proj = None if differentiable else u @ a_ + (b_ - u @ c_) @ v.mT
                     else:
-                        c_ = block_residual(w, u, v, s_ref) if w0 is None else u.mT @ (w - w0) @ v
+                        c_ = u.mT @ (w - w0) @ v  # the block kind is extended only by `rest`, which stores W_0
                         partial = c_.pow(2).sum()
                         proj = None if differentiable else u @ c_ @ v.mT
                     full = None
