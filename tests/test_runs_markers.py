@@ -278,3 +278,37 @@ def test_a_claim_interrupted_under_the_lock_releases_it_and_removes_the_folder_i
     with pytest.raises(KeyboardInterrupt):
         claim_output(tmp_path, "x", {"a": 1})
     assert _lockable(tmp_path / runs.LOCK) and str(tmp_path.resolve()) not in runs._LOCKS
+
+
+def _killed(claim):
+    """What a killed process leaves behind: its files and marker; the kernel releases its lock."""
+    from anchorft import runs
+
+    runs._ACTIVE.remove(claim)
+    runs._unlock(claim.out)
+
+
+@pytest.mark.parametrize("ends", ["failed", "finished"])
+def test_a_replacement_after_a_killed_replacement_keeps_the_first_run_aside(tmp_path, ends):
+    from anchorft.runs import ASIDE
+
+    out = tmp_path / "o"
+    a = claim_output(out, "x", {"a": 1})
+    (out / "old.json").write_text("old")
+    finish(a)
+    b = claim_output(out, "x", {"a": 2}, overwrite=True)  # sets the first run aside
+    (out / "b.json").write_text("partial")
+    _killed(b)
+    c = claim_output(out, "x", {"a": 3}, overwrite=True)
+    # the killed replacement's partial output goes; the first run stays aside, as it was
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [MARKER]
+    assert sorted(p.name for p in (out / ASIDE).iterdir()) == [MARKER, "old.json"]
+    (out / "c.json").write_text("c")
+    if ends == "failed":
+        assert mark_active("failed") == []
+        assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [MARKER, "old.json"]
+        assert (out / "old.json").read_text() == "old" and same_run(out, "x", {"a": 1}) == "complete"
+    else:
+        finish(c)
+        assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [MARKER, "c.json"]
+        assert same_run(out, "x", {"a": 3}) == "complete" and not (out / ASIDE).exists()
