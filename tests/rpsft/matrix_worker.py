@@ -31,6 +31,8 @@ METHODS = {
     "l2": dict(method="l2", anchor_lambda=5.0),
     "rpsft": dict(method="rpsft", anchor_lambda=20.0, anchor_rank=4),
     "rpsft_subspace": dict(method="rpsft", anchor_lambda=20.0, anchor_rank=4, anchor_kind="subspace"),
+    # the remainder L2 stores W_0; under FSDP2 the residual of the rest is cut to each shard's rows
+    "rpsft_rest": dict(method="rpsft", anchor_lambda=20.0, anchor_rank=4, anchor_lambda_rest=0.5),
 }
 MAX_STEPS, SAVE_STEPS, PER_DEVICE, ACCUM, N_ROWS = 4, 2, 2, 2, 32
 

@@ -1,12 +1,12 @@
 """Every method under every launcher, 2 processes on CPU (torchrun, gloo): DDP, DeepSpeed ZeRO-2 / ZeRO-3, FSDP2.
 
 One 2-process launch per launcher (`matrix_worker.py`, cached for the module) trains sft, dft, iw_sft, l2, rpsft
-(block) and rpsft (subspace kind) through `anchorft.rpsft.train.train`, each with a checkpoint at step 2 of 4, ends
-with the final `save_model` (as `anchorft train` does), and resumes each from its step-2 checkpoint. Each
-(method, launcher) cell checks: the engine is the launcher's (DeepSpeedEngine, DTensor parameters, DDP); the final
-weights are a `save_pretrained` folder that loads into a fresh model with every weight; the resumed run reaches
-the same weights (max abs difference <= 1e-6); the weights equal a one-process run with the same global batch
-(max |difference| / max |weight| <= 1e-3 per matrix).
+(block), rpsft (subspace kind) and rpsft with the remainder L2 through `anchorft.rpsft.train.train`, each with a
+checkpoint at step 2 of 4, ends with the final `save_model` (as `anchorft train` does), and resumes each from its
+step-2 checkpoint. Each (method, launcher) cell checks: the engine is the launcher's (DeepSpeedEngine, DTensor
+parameters, DDP); the final weights are a `save_pretrained` folder that loads into a fresh model with every weight;
+the resumed run reaches the same weights (max abs difference <= 1e-6); the weights equal a one-process run with the
+same global batch (max |difference| / max |weight| <= 1e-3 per matrix).
 
 Slow (4 launches, each process imports torch / transformers / TRL / DeepSpeed): `make test-dist`, or
 `pytest -m '' -k distributed`. The DeepSpeed cells need `deepspeed` (the dev extras; DS_BUILD_OPS=0 is enough).
