@@ -131,6 +131,14 @@ def base_args(out: str, **kw):
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def perturb(model, scale: float = 0.05, seed: int = 1) -> None:
+    """Move every weight by scale x N(0, 1), from a seeded generator (a fine-tune's drift, in place)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=g))
+
+
 class _TestTools:
     """Shared functions for the tests (a fixture, since tests/*/conftest.py cannot be imported by name)."""
 
@@ -140,6 +148,7 @@ class _TestTools:
     tiny_model = staticmethod(tiny_model)
     pc_dataset = staticmethod(pc_dataset)
     base_args = staticmethod(base_args)
+    perturb = staticmethod(perturb)
 
 
 @pytest.fixture(scope="session")

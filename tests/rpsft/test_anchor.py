@@ -9,13 +9,6 @@ import torch
 from anchorft.rpsft.anchor import SubspaceAnchor, select_parameters
 
 
-def perturb(model, scale=0.05, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(scale * torch.randn(p.shape, generator=g))
-
-
 def numpy_penalty(w0s: dict, model, k: int) -> float:
     params = dict(model.named_parameters())
     total = 0.0
@@ -39,7 +32,7 @@ def test_penalty_matches_explicit_svd(kind, k, rp):
     w0s = {n: p.detach().double().numpy().copy() for n, p in model.named_parameters() if n in names}
     anchor = SubspaceAnchor.from_model(model, rank=k)
     assert float(anchor.penalty(model)) == 0.0  # zero at init (exact SVD: S_ref = U^T W_0 V)
-    perturb(model)
+    rp.perturb(model)
     got = float(anchor.penalty(model))
     want = numpy_penalty(w0s, model, k)
     assert want > 0
@@ -50,7 +43,7 @@ def test_penalty_matches_explicit_svd(kind, k, rp):
 def test_closed_form_grad_equals_autograd(rp):
     model = rp.tiny_model("llama", 64)
     anchor = SubspaceAnchor.from_model(model, rank=5)
-    perturb(model)
+    rp.perturb(model)
     model.zero_grad()
     anchor.penalty(model).backward()
     auto = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
@@ -71,7 +64,7 @@ def test_invariant_to_updates_outside_the_subspace(rp):
     model = rp.tiny_model("llama", 64)
     k = 4
     anchor = SubspaceAnchor.from_model(model, rank=k)
-    perturb(model)
+    rp.perturb(model)
     before = float(anchor.penalty(model))
     g = torch.Generator().manual_seed(3)
     params = dict(model.named_parameters())
@@ -99,7 +92,7 @@ def test_full_rank_equals_l2(rp):
     w0 = {n: p.detach().clone() for n, p in model.named_parameters()}
     anchor = SubspaceAnchor.from_model(model, rank=10**6)
     assert all(e.fallback for e in anchor.entries)
-    perturb(model)
+    rp.perturb(model)
     l2 = sum(float((p.detach() - w0[n]).pow(2).sum()) for n, p in model.named_parameters() if p.dim() == 2)
     assert float(anchor.penalty(model)) == pytest.approx(l2, rel=1e-6)
 
@@ -112,7 +105,7 @@ def test_drift_max_is_the_largest_relative_drift(k, rp):
     names = [n for n, _ in select_parameters(model)]
     w0s = {n: p.detach().double().numpy().copy() for n, p in model.named_parameters() if n in names}
     anchor = SubspaceAnchor.from_model(model, rank=k)
-    perturb(model)
+    rp.perturb(model)
     params = dict(model.named_parameters())
     rel = []
     for name, w0 in w0s.items():
@@ -172,7 +165,7 @@ def test_save_load_roundtrip_and_mismatches(tmp_path, rp):
     anchor.save(tmp_path / "a")
     loaded = SubspaceAnchor.load(tmp_path / "a", model=model)
     assert loaded.fingerprint == anchor.fingerprint and len(loaded.entries) == len(anchor.entries)
-    perturb(model)
+    rp.perturb(model)
     assert float(loaded.penalty(model)) == pytest.approx(float(anchor.penalty(model)), rel=1e-7)
     for a, b in zip(anchor.entries, loaded.entries):
         for k, t in a.tensors().items():
@@ -195,7 +188,7 @@ def test_check_model_checks_the_fingerprint_by_default(rp):
     model = rp.tiny_model("llama", 64)
     anchor = SubspaceAnchor.from_model(model, rank=4)
     anchor.check_model(model)
-    perturb(model)
+    rp.perturb(model)
     with pytest.raises(ValueError, match=r"^anchor: fingerprint mismatch: the model's weights are not the pretrained"):
         anchor.check_model(model)
     anchor.check_model(model, check_fingerprint=False)
@@ -230,7 +223,7 @@ def test_bf16_weights_penalty_in_fp32(rp):
     anchor = SubspaceAnchor.from_model(model, rank=4)
     pen = anchor.penalty(model)
     assert pen.dtype == torch.float32 and float(pen) == 0.0
-    perturb(model, scale=0.1)
+    rp.perturb(model, scale=0.1)
     fp32 = {n: p.detach().float() for n, p in model.named_parameters()}
     model.zero_grad()
     out = anchor.add_penalty_grad_(model, 1.0)  # bf16 grads: computed in fp32, added in bf16

@@ -13,24 +13,17 @@ from anchorft.rpsft import anchor_plan as plan
 from anchorft.rpsft.anchor import SubspaceAnchor, select_parameters
 
 
-def perturb(model, scale=0.05, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(scale * torch.randn(p.shape, generator=g))
-
-
 @pytest.fixture
 def model(rp):
     return rp.tiny_model("llama", 64)
 
 
-def test_energy_one_is_the_full_rank_fallback_and_zero_anchors_nothing(model):
+def test_energy_one_is_the_full_rank_fallback_and_zero_anchors_nothing(rp, model):
     full = SubspaceAnchor.from_model(model, rank="energy:1.0")
     l2 = SubspaceAnchor.from_model(model, rank=10**9)
     assert [(e.name, e.rank, e.fallback) for e in full.entries] == [(e.name, e.rank, e.fallback) for e in l2.entries]
     assert all(e.fallback for e in full.entries)
-    perturb(model)
+    rp.perturb(model)
     assert float(full.penalty(model)) == pytest.approx(float(l2.penalty(model)), rel=1e-12)
     none = SubspaceAnchor.from_model(model, rank="energy:0")
     assert none.entries == [] and set(none.ranks.values()) == {0}
@@ -48,7 +41,7 @@ def test_energy_rule_ranks_match_numpy(model):
     assert len({e.rank for e in anchor.entries}) > 1  # per-matrix, not uniform
 
 
-def test_map_overrides_the_global_rank_and_lambda(model):
+def test_map_overrides_the_global_rank_and_lambda(rp, model):
     anchor = SubspaceAnchor.from_model(
         model,
         rank=4,
@@ -66,7 +59,7 @@ def test_map_overrides_the_global_rank_and_lambda(model):
         if "v_proj" in name:
             assert by[name].weight == pytest.approx(1.5)  # lambda 3 over the global 2
     # the weight scales that matrix's term and gradient
-    perturb(model)
+    rp.perturb(model)
     plain = SubspaceAnchor.from_model(model, rank=4)  # built from other weights: only the ratio matters here
     terms = anchor.penalty_terms(model)
     v_idx = [i for i, e in enumerate(anchor.entries) if "v_proj" in e.name]
@@ -225,12 +218,12 @@ def test_rank_one_costs_what_the_anchor_stores(model):
 # ---------------------------------------------------------------- remainder L2 and subspace kind
 @pytest.mark.parametrize("kind", ["block", "subspace"])
 @pytest.mark.parametrize("rest", [0.0, 0.3])
-def test_kind_and_rest_penalty_and_closed_form_grad(model, kind, rest):
+def test_kind_and_rest_penalty_and_closed_form_grad(rp, model, kind, rest):
     params = dict(model.named_parameters())
     w0 = {n: p.detach().clone().double() for n, p in params.items()}
     anchor = SubspaceAnchor.from_model(model, rank=3, kind=kind, lambda_rest=rest, base_lambda=1.0)
     assert float(anchor.penalty(model)) == pytest.approx(0.0, abs=1e-8)
-    perturb(model)
+    rp.perturb(model)
     # independent: explicit projectors from numpy's SVD of W_0
     want = 0.0
     for e in anchor.entries:
@@ -267,7 +260,7 @@ def test_subspace_kind_has_the_same_memory(model):
 
 
 # ---------------------------------------------------------------- persistence
-def test_resolved_ranks_saved_and_reloaded(model, tmp_path):
+def test_resolved_ranks_saved_and_reloaded(rp, model, tmp_path):
     anchor = SubspaceAnchor.from_model(
         model, rank="energy:0.7", rank_map={"q_proj": {"lambda": 2.0}, "lm_head": 0}, kind="subspace", lambda_rest=0.2
     )
@@ -278,7 +271,7 @@ def test_resolved_ranks_saved_and_reloaded(model, tmp_path):
     assert [(e.name, e.rank, e.weight, e.rest) for e in back.entries] == [
         (e.name, e.rank, e.weight, e.rest) for e in anchor.entries
     ]
-    perturb(model)
+    rp.perturb(model)
     assert float(back.penalty(model)) == pytest.approx(float(anchor.penalty(model)), rel=1e-12)
 
 
@@ -297,14 +290,14 @@ def test_fisher_rule_from_a_given_product(model):
         assert anchor.ranks[n] == want, n
 
 
-def test_drift_max_after_penalty_terms_is_unweighted_by_the_map_lambda(model):
+def test_drift_max_after_penalty_terms_is_unweighted_by_the_map_lambda(rp, model):
     """drift_max = max_l ||U^T (W - W_0) V||_F / ||U^T W_0 V||_F (numpy SVD) whatever weight a map's lambda gives
     the terms: `summarize(penalty_terms(...))` reads the unweighted R_l, not the weighted terms."""
     names = [n for n, _ in select_parameters(model)]
     w0s = {n: p.detach().double().numpy().copy() for n, p in model.named_parameters() if n in names}
     anchor = SubspaceAnchor.from_model(model, rank=4, rank_map={r".": {"lambda": 8.0}}, base_lambda=2.0)
     assert {e.weight for e in anchor.entries} == {4.0}
-    perturb(model)
+    rp.perturb(model)
     params = dict(model.named_parameters())
     rel, raw = [], 0.0
     for name, w0 in w0s.items():
