@@ -104,9 +104,8 @@ def rotation_residuals(
     if w0 is not None:
         d = w - w0.to(u.dtype)
         a, b = u.mT @ d, d @ v
-        return a, b, a @ v
-    a = u.mT @ w - s_ref @ v.mT
-    b = w @ v - u @ s_ref
+    else:
+        a, b = u.mT @ w - s_ref @ v.mT, w @ v - u @ s_ref
     return a, b, a @ v
 
 

@@ -95,16 +95,12 @@ def parse_rank_rule(rule: str, field: str = "anchor_rank_rule") -> RankRule:
 
 
 def _rank_value(value, where: str) -> int | RankRule:
-    if isinstance(value, bool):
-        raise UsageError(f"{where}: rank must be an integer >= 0 or 'energy:F' / 'fisher:F', got {value!r}")
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
         if value < 0:
             raise UsageError(f"{where}: rank must be >= 0, got {value}")
         return value
     if isinstance(value, str):
-        if value.strip().isdigit():
-            return int(value)
-        return parse_rank_rule(value, where)
+        return int(value) if value.strip().isdigit() else parse_rank_rule(value, where)
     raise UsageError(f"{where}: rank must be an integer >= 0 or 'energy:F' / 'fisher:F', got {value!r}")
 
 
@@ -235,8 +231,8 @@ def select_parameters(
             wanted = set(targets)
             chosen = []
             for n, p, _ in candidates:
-                mod = n[: -len(".weight")] if n.endswith(".weight") else n
-                if n in wanted or mod in wanted or mod.rsplit(".", 1)[-1] in wanted:
+                mod = n.removesuffix(".weight")
+                if wanted & {n, mod, mod.rsplit(".", 1)[-1]}:
                     chosen.append((n, p))
         else:
             raise ValueError(f"anchor_targets must be 'all-linear', a regex or a list of names, got {targets!r}")
@@ -443,8 +439,8 @@ def plan_anchor(
     bpn = torch.empty((), dtype=dtype).element_size()
     rest = lambda_rest > 0
     fixed = {n: e.rank for n, e in mapped.items() if e.rank is not None}
+    free = [n for n in names if n not in fixed]
     if memory is not None:
-        free = [n for n in names if n not in fixed]
         need = min_block_bytes([shapes[n] for n in free] or list(shapes.values()), bpn, rest)
         if memory < need:
             raise UsageError(
@@ -471,14 +467,10 @@ def plan_anchor(
     needs_curve = [n for n in names if isinstance(specs[n], RankRule) or (memory is not None and n not in fixed)]
     for n in needs_curve:
         w0 = full_matrix(params[n]).to(compute_dtype)
-        spec = specs[n] if isinstance(specs[n], RankRule) else None
-        kind_n = spec.kind if spec is not None else objective
-        if kind_n == "fisher":
+        if (specs[n].kind if isinstance(specs[n], RankRule) else objective) == "fisher":
             u, _, vh = torch.linalg.svd(w0, full_matrices=False)
             fg = fisher[n].to(w0.device, compute_dtype)
-            total = float(fg.pow(2).sum())
-            cum = cumulative_block_energy(fg, u, vh.mT)
-            curves[n] = {"fisher": cum, "fisher_total": total}
+            curves[n] = {"fisher": cumulative_block_energy(fg, u, vh.mT), "fisher_total": float(fg.pow(2).sum())}
         else:
             curves[n] = {"s": torch.linalg.svdvals(w0)}
     ranks: dict[str, int] = {}
@@ -493,7 +485,6 @@ def plan_anchor(
             ranks[n] = _fisher_rank(curves[n]["fisher"], curves[n]["fisher_total"], spec.fraction, k_max)
     budget_info: dict = {}
     if memory is not None:
-        free = [n for n in names if n not in fixed]
         used = sum(anchor_numbers(*shapes[n], ranks[n], rest) for n in fixed) * bpn
         if used > memory:
             raise ValueError(f"anchor memory {memory:,} bytes: the map's fixed ranks alone take {used:,} bytes")
@@ -563,7 +554,7 @@ def build_kwargs(obj, lam: float, full_rank: bool = False) -> dict:
     """Keyword arguments of `SubspaceAnchor.from_model` from the anchor_* attributes of `obj` and the global
     lambda `lam`. `full_rank` (the l2 method): every matrix at full rank; rank rules and the budget are off."""
     rule = getattr(obj, "anchor_rank_rule", None) or None
-    kw = dict(
+    return dict(
         rank=2**62 if full_rank else (rule or obj.anchor_rank),
         targets=obj.anchor_targets,
         include_embeddings=obj.anchor_include_embeddings,
@@ -574,4 +565,3 @@ def build_kwargs(obj, lam: float, full_rank: bool = False) -> dict:
         kind="block" if full_rank else getattr(obj, "anchor_kind", "block"),
         base_lambda=float(lam),
     )
-    return kw

@@ -111,9 +111,7 @@ def save_anchor(path: str | os.PathLike, entries: Sequence[AnchorEntry], meta: d
 
 def anchor_exists(path: str | os.PathLike) -> bool:
     """True when `path` holds both files of a saved anchor."""
-    return os.path.isfile(os.path.join(path, "anchor.json")) and os.path.isfile(
-        os.path.join(path, "anchor.safetensors")
-    )
+    return all(os.path.isfile(os.path.join(path, f)) for f in ("anchor.json", "anchor.safetensors"))
 
 
 def load_anchor(path: str | os.PathLike) -> tuple[list[AnchorEntry], dict]:

@@ -22,14 +22,9 @@ __all__ += ["estimated_methods", "state_bytes", "rl_memory_estimate", "format_me
 
 def model_matrices(cfg: dict, include_embeddings: bool = True) -> list[tuple[str, int, int, int]]:
     """(kind, m, n, count) of the 2-D weights of a Llama / Qwen2-style decoder config."""
+    keys = ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size", "num_attention_heads")
     try:
-        h, layers, inter, vocab = (
-            cfg["hidden_size"],
-            cfg["num_hidden_layers"],
-            cfg["intermediate_size"],
-            cfg["vocab_size"],
-        )
-        heads = cfg["num_attention_heads"]
+        h, layers, inter, vocab, heads = (cfg[k] for k in keys)
     except KeyError as e:
         raise ValueError(f"model config lacks {e.args[0]!r} (expected a Llama / Qwen2-style config.json)") from None
     kv = cfg.get("num_key_value_heads") or heads

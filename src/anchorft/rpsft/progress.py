@@ -90,9 +90,6 @@ def use_readable_progress(trainer) -> None:
     handler = getattr(trainer, "callback_handler", None)  # None: a trainer built without Trainer.__init__
     if handler is None:
         return
-    found = False
-    for cb in (ProgressCallback, PrinterCallback):
-        if handler.pop_callback(cb) is not None:
-            found = True
-    if found:
+    popped = [handler.pop_callback(cb) for cb in (ProgressCallback, PrinterCallback)]  # both, whichever is there
+    if any(cb is not None for cb in popped):
         trainer.add_callback(ReadableProgress())

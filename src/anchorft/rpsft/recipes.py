@@ -35,16 +35,12 @@ META_KEYS = ("_model_config_",)
 
 def known_fields() -> dict[str, str]:
     """Every key `anchorft train --config` accepts (its ScriptArguments and RPSFTConfig), with its help text."""
-    fields = {}
-    for dc in _train_dataclasses():
-        fields.update({f.name: f.metadata.get("help", "") for f in dataclasses.fields(dc) if f.init})
-    return fields
-
-
-def _train_dataclasses() -> tuple[type, type]:
     from anchorft.rpsft.config import RPSFTConfig, ScriptArguments
 
-    return ScriptArguments, RPSFTConfig
+    fields = {}
+    for dc in (ScriptArguments, RPSFTConfig):
+        fields.update({f.name: f.metadata.get("help", "") for f in dataclasses.fields(dc) if f.init})
+    return fields
 
 
 def load_recipe(path: str | os.PathLike, validate: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -239,22 +240,7 @@ def example_rows(n: int, seed: int = 0) -> list[dict[str, Any]]:
 
 def _matrix_branches(model, rank: int) -> dict[str, bool]:
     """{generic parameter name: True if k >= min(m, n) (L2 fallback)} for the anchored matrices."""
-    import re
-
-    out = {}
-    for name, p in model.named_parameters():
-        if p.dim() == 2:
-            out[re.sub(r"\.\d+\.", ".*.", name)] = rank >= min(p.shape)
-    return out
-
-
-def _real_branches(model_config, rank: int) -> dict[str, bool]:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        real = AutoModelForCausalLM.from_config(model_config)
-    return _matrix_branches(real, rank)
+    return {re.sub(r"\.\d+\.", ".*.", n): rank >= min(p.shape) for n, p in model.named_parameters() if p.dim() == 2}
 
 
 def dry_run(
@@ -270,7 +256,8 @@ def dry_run(
     (also written to `output_dir/dry_run.json`, beside the trained stand-in and its tokenizer). Raises ValueError
     on a bad recipe, model config or dataset."""
     import datasets
-    from transformers import AutoConfig, HfArgumentParser
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, HfArgumentParser
 
     from anchorft.data.openr1 import select_verified
     from anchorft.eval.answers import math_equal
@@ -345,7 +332,9 @@ def dry_run(
     t_args.update(changed)
     (rpsft_args,) = HfArgumentParser(RPSFTConfig).parse_dict(t_args)
     real_cfg_obj = AutoConfig.for_model(family, **{k: v for k, v in real.items() if k != "model_type"})
-    branches_real = _real_branches(real_cfg_obj, real_rank)
+    with torch.device("meta"):  # the real model's shapes, no weights
+        real_model = AutoModelForCausalLM.from_config(real_cfg_obj)
+    branches_real = _matrix_branches(real_model, real_rank)
     branches_stand = _matrix_branches(model, rpsft_args.anchor_rank)
     from anchorft.rpsft.train import train
 
