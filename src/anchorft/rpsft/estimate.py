@@ -99,16 +99,14 @@ def format_estimate(res: dict, name: str = "") -> str:
         branch = "L2 (W0)" if r["fallback"] else "SVD"
         lines.append(f"  {r['matrix']:<13}{shape:>16}{r['count']:>7}  {branch:<9}{r['numbers']:>16,}")
     gb = res["bytes"] / 1e9
-    lines.append(f"  bases memory: {res['numbers']:,} numbers = {gb:.2f} GB at {res['bytes_per_number']} bytes/number")
-    lines.append(
+    lines += [
+        f"  bases memory: {res['numbers']:,} numbers = {gb:.2f} GB at {res['bytes_per_number']} bytes/number",
         f"  penalty + gradient: {res['penalty_flops']:.3e} FLOPs per application, "
-        f"{res['penalty_flops_per_step']:.3e} per step (anchor_every={res['anchor_every']})"
-    )
-    lines.append(
+        f"{res['penalty_flops_per_step']:.3e} per step (anchor_every={res['anchor_every']})",
         f"  training step: {res['train_step_flops']:.3e} FLOPs (6 N T, N = {res['matmul_params']:,} matmul params, "
-        f"T = {res['tokens_per_step']:,} tokens/step, + attention at seq_len {res['seq_len']})"
-    )
-    lines.append(f"  penalty / step = {100 * res['ratio']:.3f} %")
+        f"T = {res['tokens_per_step']:,} tokens/step, + attention at seq_len {res['seq_len']})",
+        f"  penalty / step = {100 * res['ratio']:.3f} %",
+    ]
     return "\n".join(lines)
 
 
