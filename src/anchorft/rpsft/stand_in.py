@@ -1,17 +1,10 @@
-"""Stand-in models of the RPSFT paper's recipes, and the dry run of a recipe on one.
+"""Stand-in models of the RPSFT paper's recipes, and the dry run of a recipe on one (`anchorft train --dry-run`,
+whose command-line side is in `anchorft.commands.train`); docs/recipes.md, section 5, lists what a stand-in keeps
+of the real config.json (2 layers, 2 key/value heads at the real GQA ratio, head_dim 8, ...) and what the dry run
+changes of the recipe (model and data, output_dir, max_steps, logging_steps, the anchor rank, the CPU overrides).
 
-Stand-ins. `stand_in_config` scales a real config.json down to a tiny model of the same family and
-matrix names: 2 layers, 2 key/value heads with the real query/key-value head ratio (GQA), head_dim 8,
-the real intermediate/hidden ratio, the real tie_word_embeddings, rope settings and norms, and the vocabulary
-of a byte-level BPE tokenizer trained here with the family's chat-template tokens. The anchor rank scales
-with the width (k * hidden_standin / hidden_real, e.g. 768 -> 12 for Llama-3.1-8B) so that every matrix
-takes the same branch as at full size: SVD block, or the ||W - W0||^2 fallback when k >= min(m, n).
-
-Dry run. `dry_run(config)` runs a recipe end to end for `steps` optimiser steps on the stand-in, on a few
-rows of OpenR1-Math-schema data passed through `anchorft.data.openr1` (the paper's conversational format),
-with every setting of the recipe except: the model and dataset (stand-ins), output_dir, max_steps, the
-scaled anchor rank, and the CPU-safety overrides that RPSFTConfig applies itself without a GPU. The
-command-line side (`anchorft train --dry-run`) is in `anchorft.commands.train`.
+The anchor rank scales with the width (k * hidden_standin / hidden_real, e.g. 768 -> 12 for Llama-3.1-8B) so that
+every matrix takes the same branch as at full size: SVD block, or the ||W - W0||^2 fallback when k >= min(m, n).
 """
 
 from __future__ import annotations
@@ -116,7 +109,7 @@ def find_model_config(name: str | None) -> str | None:
 
 
 def stand_in_config(real: dict[str, Any], vocab_size: int, layers: int = 2, kv_heads: int = 2, head_dim: int = 8):
-    """A tiny config of the real model's family: see the module docstring for the scaling rules.
+    """A tiny config of the real model's family (the scaling rules: docs/recipes.md, section 5).
 
     Returns (transformers config, width scale hidden_standin / hidden_real)."""
     from transformers import AutoConfig

@@ -1,23 +1,14 @@
 """`RPSFTTrainer`: TRL's SFTTrainer running every method of the methods table (`anchorft.rpsft.methods`):
 the RPSFT anchor and the DFT / IW-SFT / L2 baselines, and any registered method.
 
-Once per optimiser step. transformers' loop runs `training_step` for each micro-batch and, after the
-last one (`accelerator.sync_gradients` is True; under DDP the backward of that micro-batch has just
-all-reduced the gradients), clips and steps. In the default `anchor_mode="grad"` this trainer adds
-`lambda * every * dR/dW` (closed form) to `.grad` right after that last backward: after the
-all-reduce, so each rank adds the same term once (not world-size times) and before clipping, as a loss
-term would be. Gradient accumulation never multiplies it. With `anchor_every = n` it is applied on
-steps 0, n, 2n, ... with scale n. In `anchor_mode="autograd"` (DeepSpeed, where gradients live in the
-engine) the penalty enters the loss of the step's last micro-batch instead, in a form that leaves
-the logged loss unchanged; under ZeRO-3 each matrix is gathered (read-only) for its term and its
-gradient flows back to the partitioned parameter through DeepSpeed's own reduce-scatter (docs/rpsft.md,
-"DeepSpeed").
-
-The anchor is built when training begins (`on_train_begin`), after `accelerator.prepare` has placed,
-cast, wrapped or sharded the model: its SVDs run in fp32 on the device that holds each weight, from
-the weights the optimiser will move (under DeepSpeed bf16 those are the engine's bf16 weights), so the
-penalty is exactly 0 at step 0 and bases and weights never sit on different devices. On resume the
-anchor is read from the checkpoint and fingerprint-checked against the starting weights instead.
+Once per optimiser step (docs/rpsft.md, "Design: the penalty counts once per optimiser step", and "DeepSpeed"): in
+the default `anchor_mode="grad"`, `lambda * every * dR/dW` (closed form) goes into `.grad` right after the step's
+last backward: after DDP's all-reduce (each rank adds the same term once) and before clipping, as a loss term
+would be; gradient accumulation never multiplies it. In `anchor_mode="autograd"` (DeepSpeed, whose engine holds
+the gradients) the penalty enters the loss of the step's last micro-batch instead, leaving the logged loss
+unchanged. The anchor is built when training begins (`on_train_begin`), after `accelerator.prepare`, from the
+weights the optimiser will move (under DeepSpeed bf16 the engine's bf16 weights), on each weight's device, so the
+penalty is exactly 0 at step 0; on resume it is read from the checkpoint and fingerprint-checked instead.
 """
 
 from __future__ import annotations
