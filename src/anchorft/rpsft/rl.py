@@ -150,10 +150,9 @@ def build_rl_anchor(model, s: DAPOConfig):
 
 
 def _anchored(base):
-    """`base` (TRL's GRPOTrainer) adding lambda * dR/dW once per optimiser step, as `RPSFTTrainer` does for SFT: in
-    closed form to `.grad` after the step's last micro-batch's backward and before clipping; under DeepSpeed (whose
-    engine keeps the gradients and steps inside that backward) as a loss term of the step's last micro-batch, whose
-    value is 0 and whose gradient is lambda * dR/dW (ZeRO-3: one matrix gathered at a time)."""
+    """`base` (TRL's GRPOTrainer) adding lambda * dR/dW once per optimiser step, as `RPSFTTrainer` does for SFT
+    (`anchorft.rpsft.trainer`): in closed form to `.grad` after the step's last backward; under DeepSpeed (whose
+    engine steps inside that backward) as a loss term of value 0 in the step's last micro-batch."""
 
     class AnchoredGRPOTrainer(base):
         def __init__(self, *args, anchor, anchor_lambda: float, **kwargs):
