@@ -23,9 +23,7 @@ _NAMES = {"learning_rate": "lr", "anchor/penalty": "penalty", "anchor/drift_max"
 
 
 def _num(v: float) -> str:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return str(v)
-    if isinstance(v, int) or v == 0 or not math.isfinite(v):
+    if not isinstance(v, float) or v == 0 or not math.isfinite(v):  # ints, bools and non-numbers as they are
         return str(v)
     return f"{v:.3g}" if 1e-3 <= abs(v) < 1e4 else f"{v:.2e}"
 

@@ -284,13 +284,7 @@ def dry_run(
     if args.get("effective_batch_size") is not None:  # as RPSFTConfig derives it; an unreachable batch stops here
         from anchorft.rpsft.config import accumulation_for
 
-        derived = accumulation_for(args["effective_batch_size"], pd_bs, world)
-        if accum not in (1, derived):
-            raise ValueError(
-                f"gradient_accumulation_steps {accum} contradicts effective_batch_size {args['effective_batch_size']} "
-                f"(needs {derived}); set only one of them"
-            )
-        accum = derived
+        accum = accumulation_for(args["effective_batch_size"], pd_bs, world, accum)
     n_rows = steps * pd_bs * accum * world  # enough for `steps` under DDP too
     data_src = dataset or args.get("dataset")
     checked_dataset = None
