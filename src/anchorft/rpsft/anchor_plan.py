@@ -1,22 +1,11 @@
 """Which matrices the anchor covers and at what rank: rank rules, the name map, layer selection, a memory budget.
 
 Everything here is decided from names, shapes and (for the rules and the budget) singular values or Fisher
-curves, before any basis is computed; every bad input is a one-line ValueError raised before any SVD.
-
-- Rank rules (`parse_rank_rule`): "energy:F", per matrix the smallest k whose top-k squared singular values hold
-  fraction F of ||W_0||_F^2 (`anchorft.subspace.energy_rank`; energy:1 is min(m, n), the full-rank fallback;
-  energy:0 anchors nothing); "fisher:F", per matrix the smallest k whose top-k block holds fraction F of the
-  Fisher-projected gradient energy ||U_k^T (F_ood G) V_k||_F^2 / ||F_ood G||_F^2 (F_ood G from
-  `anchorft.rpsft.calibration.fisher_gradient_product`).
-- The map (`parse_anchor_map`): {name regex: rank | rule | {rank: .., lambda: ..}}; the first matching entry
-  overrides the global rank (and lambda) of a matrix; a regex that matches no anchored matrix is an error.
-- Layers (`select_layers`): "0-1,3" (decoder layer indices; matrices outside the decoder layers, such as
-  embeddings, are left out) or a regular expression searched in the names; composes with `anchor_targets`.
-- Budget (`allocate_ranks`): ranks that maximise the protected energy under a byte budget, by the greedy on the
-  upper concave hull of each matrix's (bytes, energy) points (Sinha and Zoltners 1979, for the multiple-choice
-  knapsack): never over budget; its gap to the optimum is bounded by the value of one hull segment.
-
-Bad input is an `anchorft.errors.UsageError` (a ValueError): one line, exit code 2 in the commands.
+curves, before any basis is computed; every bad input is a one-line `anchorft.errors.UsageError` (a ValueError;
+exit code 2 in the commands) raised before any SVD. The options, the rules "energy:F" and "fisher:F" (their
+definitions: `anchorft.subspace.energy_rank`, `_fisher_rank`), the map, the layers and the budget's algorithm
+(the greedy on the upper concave hull for the multiple-choice knapsack, Sinha and Zoltners 1979, never over
+budget; `allocate_ranks`) are described in docs/anchoring.md.
 """
 
 from __future__ import annotations
