@@ -115,9 +115,7 @@ def drop_long_prompts(rows: Sequence[dict], tokenizer, max_length: int | None) -
 def _plot_rewards(steps: Sequence[int], rewards: Sequence[float], path: Path) -> None:
     from anchorft.io import pyplot
 
-    plt = pyplot()
-
-    fig, ax = plt.subplots(figsize=(5, 3.2))
+    fig, ax = pyplot().subplots(figsize=(5, 3.2))
     ax.plot(steps, rewards, marker=".")
     ax.set_xlabel("step")
     ax.set_ylabel("mean reward")
@@ -211,14 +209,13 @@ def run_rl(
     for i, row in enumerate(train_data):
         if "prompt" not in row or "answer" not in row:
             raise ValueError(f"train_data[{i}] needs 'prompt' and 'answer'")
-    cuda = torch.cuda.is_available()
     if isinstance(model, (str, Path)):
         model_dir = Path(model)
         if not (model_dir / "config.json").is_file():
             raise ValueError(f"model {model_dir}: no config.json there")
         tokenizer = tokenizer or load_tokenizer(model_dir)
         # fp32 master weights (bf16 autocast compute through bf16=True): lr 1e-6 updates round away in bf16
-        dtype = torch.bfloat16 if cuda and args.master_dtype == "bf16" else torch.float32
+        dtype = torch.bfloat16 if torch.cuda.is_available() and args.master_dtype == "bf16" else torch.float32
         model = load_causal_lm(model_dir, dtype)
     elif tokenizer is None:
         raise ValueError("pass the tokenizer with a loaded model")

@@ -109,10 +109,8 @@ def _write_run_artifacts(trainer: RPSFTTrainer, out: str, final_drift: dict | No
         return
     from anchorft.io import pyplot
 
-    plt = pyplot()
-
     keys = [k for k in ("loss", "anchor/penalty", "anchor/drift_max") if k in steps[-1]]
-    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3), squeeze=False)
+    fig, axes = pyplot().subplots(1, len(keys), figsize=(4 * len(keys), 3), squeeze=False)
     for ax, k in zip(axes[0], keys):
         scale, ylabel = _TRAINING_AXES[k]
         ax.plot([h["step"] for h in steps if k in h], [scale * h[k] for h in steps if k in h])
