@@ -68,7 +68,7 @@ MUTANTS ?= \
 	'anchorft.rpsft.anchor.x?SubspaceAnchor?penalty_terms*' 'anchorft.rpsft.anchor.x?SubspaceAnchor?_summary*' \
 	'anchorft.rpsft.anchor.x?SubspaceAnchor?check_model*' 'anchorft.rpsft.anchor.x?SubspaceAnchor?_terms*' \
 	'anchorft.rpsft.anchor.x?SubspaceAnchor?_add_penalty_grad*' 'anchorft.rpsft.anchor.x?SubspaceAnchor?_drift*' \
-	'anchorft.rpsft.trainer.x?RPSFTTrainer?_anchor_due*' 'anchorft.rpsft.trainer.x?RPSFTTrainer?training_step*' \
+	'anchorft.rpsft.trainer.x?RPSFTTrainer?_anchor_due*' 'anchorft.rpsft.trainer.x?AnchorSteps?training_step*' \
 	'anchorft.rpsft.trainer.x?RPSFTTrainer?_anchor_scale_value*' \
 	'anchorft.w2s.fused.x?ReducedStepper?step*' 'anchorft.w2s.fused.x?ReducedStepper?losses*' \
 	'anchorft.w2s.fused.x?ReducedStepper?weights*' 'anchorft.w2s.fused.x?ReducedStepper?reset*' \
@@ -80,7 +80,7 @@ MUTANTS ?= \
 # the slower rest (each runs tiny training)
 MUTANTS_MORE = \
 	'anchorft.rpsft.anchor.x?SubspaceAnchor?_blocks*' 'anchorft.rpsft.anchor_store.x_weights_fingerprint*' \
-	'anchorft.rpsft.trainer.x?RPSFTTrainer?compute_loss*'
+	'anchorft.rpsft.trainer.x?RPSFTTrainer?compute_loss*' 'anchorft.rpsft.trainer.x?AnchorSteps?_add_anchor_term*'
 
 mutants: $(DEV)
 	rm -rf mutants

@@ -89,8 +89,7 @@ def block_residual(w: torch.Tensor, u: torch.Tensor, v: torch.Tensor, s_ref: tor
 
 def subspace_penalty_grad(w: torch.Tensor, u: torch.Tensor, v: torch.Tensor, s_ref: torch.Tensor) -> torch.Tensor:
     """dR/dW = 2 U_0 (U_0^T W V_0 - S_ref) V_0^T (..., m, n), in closed form: no autograd graph."""
-    d = block_residual(w, u, v, s_ref)
-    return 2.0 * (u @ d @ v.mT)
+    return 2.0 * (u @ block_residual(w, u, v, s_ref) @ v.mT)
 
 
 def rotation_residuals(
@@ -104,9 +103,8 @@ def rotation_residuals(
     if w0 is not None:
         d = w - w0.to(u.dtype)
         a, b = u.mT @ d, d @ v
-        return a, b, a @ v
-    a = u.mT @ w - s_ref @ v.mT
-    b = w @ v - u @ s_ref
+    else:
+        a, b = u.mT @ w - s_ref @ v.mT, w @ v - u @ s_ref
     return a, b, a @ v
 
 

@@ -65,3 +65,32 @@ def test_rl_anchor_options_checked_like_train():
     ]:
         with pytest.raises(ValueError, match=match):
             DAPOConfig(**bad)
+
+
+def test_rl_anchor_as_a_loss_term_moves_the_weights_as_the_closed_form(tiny_model_dir, tmp_path, monkeypatch):
+    """The loss-term form (DeepSpeed's, forced here on CPU): applied once per optimiser step, and the same trained
+    weights as the closed-form gradient."""
+    import torch
+
+    import anchorft.rpsft.rl as rl
+
+    made = rl._anchored
+
+    def as_loss_term(base):
+        class LossTerm(made(base)):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                self._anchor_mode = "autograd"
+
+        return LossTerm
+
+    def settings():
+        return _settings(anchor_method="rpsft", anchor_rank=3, anchor_lambda=50.0)
+
+    grad = run_rl(str(tiny_model_dir), PROMPTS, tmp_path / "grad", settings(), reward_fn=_varied)
+    monkeypatch.setattr(rl, "_anchored", as_loss_term)
+    loss = run_rl(str(tiny_model_dir), PROMPTS, tmp_path / "loss", settings(), reward_fn=_varied)
+    assert loss["anchor"]["applications"] == grad["anchor"]["applications"] == loss["optimizer_steps"] == 2
+    assert loss["anchor"]["penalty"] > 0
+    for (name, p), (_, q) in zip(grad["model"].named_parameters(), loss["model"].named_parameters()):
+        torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-6, msg=name)

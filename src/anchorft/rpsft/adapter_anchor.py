@@ -75,10 +75,6 @@ def adapter_delta(mod: nn.Module) -> torch.Tensor:
     return torch.stack(terms).sum(0) if len(terms) > 1 else terms[0]
 
 
-def _base_weight(mod: nn.Module) -> torch.Tensor:
-    return mod.get_base_layer().weight
-
-
 class AdapterAnchor:
     """RPSFT's penalty (block or subspace kind) on the adapters' effective updates; see the module docstring."""
 
@@ -97,7 +93,7 @@ class AdapterAnchor:
         """Top-`rank` bases (exact SVD, fp32) of every adapted module's frozen base weight, stored in `dtype`."""
         entries = []
         for name, mod in adapter_modules(model):
-            w0 = _base_weight(mod).detach().float()
+            w0 = mod.get_base_layer().weight.detach().float()
             m, n = w0.shape
             if rank >= min(m, n):
                 entries.append(AdapterEntry(name, (m, n), min(m, n), None, None, float(w0.norm())))

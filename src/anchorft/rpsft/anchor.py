@@ -106,18 +106,15 @@ class SubspaceAnchor:
             model, rank, targets, include_embeddings, dtype, rank_map=rank_map, layers=layers, memory=memory,
             lambda_rest=lambda_rest, kind=kind, base_lambda=base_lambda, fisher=fisher, svd=svd,
         )  # fmt: skip
-        named, ranks, mapped, rule = planned.named, planned.ranks, planned.mapped, planned.rule
-        entries_map, budget_info = planned.map_entries, planned.budget
-        rest = lambda_rest > 0
-        compute_dtype = torch.float64 if dtype == torch.float64 else torch.float32
-        entries = []
-        iterator = named
-        if progress:
-            from tqdm.auto import tqdm
+        from tqdm.auto import tqdm
 
-            iterator = tqdm(named, desc="anchor SVD", unit="matrix")
+        named, ranks, mapped, rule = planned.named, planned.ranks, planned.mapped, planned.rule
+        compute_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+        svd_kwargs = dict(svd=svd, oversample=oversample, n_iter=n_iter, generator=generator)
+        rest_l = lambda_rest / base_lambda if lambda_rest > 0 else 0.0
+        entries = []
         all_named = dict(unwrap(model).named_parameters(remove_duplicate=False))
-        for name, p in iterator:
+        for name, p in tqdm(named, desc="anchor SVD", unit="matrix", disable=not progress):
             k = ranks[name]
             if k == 0:
                 continue
@@ -125,8 +122,6 @@ class SubspaceAnchor:
             weight = 1.0 if lam is None else lam / base_lambda
             aliases = tuple(nm for nm, q in all_named.items() if q is p and nm != name)
             w0 = full_matrix(p).to(compute_dtype)
-            svd_kwargs = dict(svd=svd, oversample=oversample, n_iter=n_iter, generator=generator)
-            rest_l = lambda_rest / base_lambda if rest else 0.0
             entries.append(
                 AnchorEntry.from_weight(name, w0, k, dtype, aliases=aliases, weight=weight, rest=rest_l, **svd_kwargs)
             )
@@ -145,15 +140,15 @@ class SubspaceAnchor:
             "svd_residual_max": max((e.svd_residual for e in entries), default=0.0),
             "kind": kind,
             "layers": layers,
-            "rank_map": to_json(entries_map) if entries_map else None,
+            "rank_map": to_json(planned.map_entries) if planned.map_entries else None,
             "memory": memory,
             "lambda_rest": lambda_rest,
             "base_lambda": base_lambda,
             "ranks": ranks,
         }
         if memory is not None:
-            meta["memory_used"] = int(budget_info.get("cost", 0))
-            meta["memory_gap_bound"] = budget_info.get("gap_bound", 0.0)
+            meta["memory_used"] = int(planned.budget.get("cost", 0))
+            meta["memory_gap_bound"] = planned.budget.get("gap_bound", 0.0)
         anchor = cls(entries, meta)
         anchor._sharded_s_ref(dict(named))
         return anchor
@@ -463,7 +458,6 @@ class SubspaceAnchor:
         numel = sum(e.numel for e in self.entries)
         return (
             f"SubspaceAnchor(rank={self.meta.get('rank')}, kind={self.kind}, matrices={len(self.entries)}, "
-            f"fallback={nf}, "
-            f"numbers={numel:,}, svd={self.meta.get('svd')}, "
+            f"fallback={nf}, numbers={numel:,}, svd={self.meta.get('svd')}, "
             f"svd_residual_max={self.meta.get('svd_residual_max', 0.0):.2e})"
         )

@@ -1,22 +1,11 @@
 """Which matrices the anchor covers and at what rank: rank rules, the name map, layer selection, a memory budget.
 
 Everything here is decided from names, shapes and (for the rules and the budget) singular values or Fisher
-curves, before any basis is computed; every bad input is a one-line ValueError raised before any SVD.
-
-- Rank rules (`parse_rank_rule`): "energy:F", per matrix the smallest k whose top-k squared singular values hold
-  fraction F of ||W_0||_F^2 (`anchorft.subspace.energy_rank`; energy:1 is min(m, n), the full-rank fallback;
-  energy:0 anchors nothing); "fisher:F", per matrix the smallest k whose top-k block holds fraction F of the
-  Fisher-projected gradient energy ||U_k^T (F_ood G) V_k||_F^2 / ||F_ood G||_F^2 (F_ood G from
-  `anchorft.rpsft.calibration.fisher_gradient_product`).
-- The map (`parse_anchor_map`): {name regex: rank | rule | {rank: .., lambda: ..}}; the first matching entry
-  overrides the global rank (and lambda) of a matrix; a regex that matches no anchored matrix is an error.
-- Layers (`select_layers`): "0-1,3" (decoder layer indices; matrices outside the decoder layers, such as
-  embeddings, are left out) or a regular expression searched in the names; composes with `anchor_targets`.
-- Budget (`allocate_ranks`): ranks that maximise the protected energy under a byte budget, by the greedy on the
-  upper concave hull of each matrix's (bytes, energy) points (Sinha and Zoltners 1979, for the multiple-choice
-  knapsack): never over budget; its gap to the optimum is bounded by the value of one hull segment.
-
-Bad input is an `anchorft.errors.UsageError` (a ValueError): one line, exit code 2 in the commands.
+curves, before any basis is computed; every bad input is a one-line `anchorft.errors.UsageError` (a ValueError;
+exit code 2 in the commands) raised before any SVD. The options, the rules "energy:F" and "fisher:F" (their
+definitions: `anchorft.subspace.energy_rank`, `_fisher_rank`), the map, the layers and the budget's algorithm
+(the greedy on the upper concave hull for the multiple-choice knapsack, Sinha and Zoltners 1979, never over
+budget; `allocate_ranks`) are described in docs/anchoring.md.
 """
 
 from __future__ import annotations
@@ -95,16 +84,12 @@ def parse_rank_rule(rule: str, field: str = "anchor_rank_rule") -> RankRule:
 
 
 def _rank_value(value, where: str) -> int | RankRule:
-    if isinstance(value, bool):
-        raise UsageError(f"{where}: rank must be an integer >= 0 or 'energy:F' / 'fisher:F', got {value!r}")
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
         if value < 0:
             raise UsageError(f"{where}: rank must be >= 0, got {value}")
         return value
     if isinstance(value, str):
-        if value.strip().isdigit():
-            return int(value)
-        return parse_rank_rule(value, where)
+        return int(value) if value.strip().isdigit() else parse_rank_rule(value, where)
     raise UsageError(f"{where}: rank must be an integer >= 0 or 'energy:F' / 'fisher:F', got {value!r}")
 
 
@@ -235,8 +220,8 @@ def select_parameters(
             wanted = set(targets)
             chosen = []
             for n, p, _ in candidates:
-                mod = n[: -len(".weight")] if n.endswith(".weight") else n
-                if n in wanted or mod in wanted or mod.rsplit(".", 1)[-1] in wanted:
+                mod = n.removesuffix(".weight")
+                if wanted & {n, mod, mod.rsplit(".", 1)[-1]}:
                     chosen.append((n, p))
         else:
             raise ValueError(f"anchor_targets must be 'all-linear', a regex or a list of names, got {targets!r}")
@@ -443,8 +428,8 @@ def plan_anchor(
     bpn = torch.empty((), dtype=dtype).element_size()
     rest = lambda_rest > 0
     fixed = {n: e.rank for n, e in mapped.items() if e.rank is not None}
+    free = [n for n in names if n not in fixed]
     if memory is not None:
-        free = [n for n in names if n not in fixed]
         need = min_block_bytes([shapes[n] for n in free] or list(shapes.values()), bpn, rest)
         if memory < need:
             raise UsageError(
@@ -471,14 +456,10 @@ def plan_anchor(
     needs_curve = [n for n in names if isinstance(specs[n], RankRule) or (memory is not None and n not in fixed)]
     for n in needs_curve:
         w0 = full_matrix(params[n]).to(compute_dtype)
-        spec = specs[n] if isinstance(specs[n], RankRule) else None
-        kind_n = spec.kind if spec is not None else objective
-        if kind_n == "fisher":
+        if (specs[n].kind if isinstance(specs[n], RankRule) else objective) == "fisher":
             u, _, vh = torch.linalg.svd(w0, full_matrices=False)
             fg = fisher[n].to(w0.device, compute_dtype)
-            total = float(fg.pow(2).sum())
-            cum = cumulative_block_energy(fg, u, vh.mT)
-            curves[n] = {"fisher": cum, "fisher_total": total}
+            curves[n] = {"fisher": cumulative_block_energy(fg, u, vh.mT), "fisher_total": float(fg.pow(2).sum())}
         else:
             curves[n] = {"s": torch.linalg.svdvals(w0)}
     ranks: dict[str, int] = {}
@@ -493,7 +474,6 @@ def plan_anchor(
             ranks[n] = _fisher_rank(curves[n]["fisher"], curves[n]["fisher_total"], spec.fraction, k_max)
     budget_info: dict = {}
     if memory is not None:
-        free = [n for n in names if n not in fixed]
         used = sum(anchor_numbers(*shapes[n], ranks[n], rest) for n in fixed) * bpn
         if used > memory:
             raise ValueError(f"anchor memory {memory:,} bytes: the map's fixed ranks alone take {used:,} bytes")
@@ -563,7 +543,7 @@ def build_kwargs(obj, lam: float, full_rank: bool = False) -> dict:
     """Keyword arguments of `SubspaceAnchor.from_model` from the anchor_* attributes of `obj` and the global
     lambda `lam`. `full_rank` (the l2 method): every matrix at full rank; rank rules and the budget are off."""
     rule = getattr(obj, "anchor_rank_rule", None) or None
-    kw = dict(
+    return dict(
         rank=2**62 if full_rank else (rule or obj.anchor_rank),
         targets=obj.anchor_targets,
         include_embeddings=obj.anchor_include_embeddings,
@@ -574,4 +554,3 @@ def build_kwargs(obj, lam: float, full_rank: bool = False) -> dict:
         kind="block" if full_rank else getattr(obj, "anchor_kind", "block"),
         base_lambda=float(lam),
     )
-    return kw

@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from anchorft.io import atomic_path, write_text
+from anchorft.rpsft.anchor_plan import anchor_numbers
 from anchorft.rpsft.sharding import full_matrix
 from anchorft.subspace import reference_block, top_k_bases
 
@@ -49,10 +50,7 @@ class AnchorEntry:
     @property
     def numel(self) -> int:
         """Numbers stored for this matrix: (m + n) k + k^2 (SVD branch; + m n with W_0 for `rest`) or m n."""
-        m, n = self.shape
-        if self.fallback:
-            return m * n
-        return (m + n) * self.rank + self.rank**2 + (m * n if self.w0 is not None else 0)
+        return anchor_numbers(*self.shape, self.rank, rest=self.w0 is not None)  # a fallback's rank is min(m, n)
 
     @classmethod
     def from_weight(cls, name: str, w0: torch.Tensor, k: int, dtype: torch.dtype, *, aliases: tuple[str, ...] = (),
@@ -111,9 +109,7 @@ def save_anchor(path: str | os.PathLike, entries: Sequence[AnchorEntry], meta: d
 
 def anchor_exists(path: str | os.PathLike) -> bool:
     """True when `path` holds both files of a saved anchor."""
-    return os.path.isfile(os.path.join(path, "anchor.json")) and os.path.isfile(
-        os.path.join(path, "anchor.safetensors")
-    )
+    return all(os.path.isfile(os.path.join(path, f)) for f in ("anchor.json", "anchor.safetensors"))
 
 
 def load_anchor(path: str | os.PathLike) -> tuple[list[AnchorEntry], dict]:

@@ -145,15 +145,12 @@ class RPSFTConfig(AnchorOptions, SFTConfig):
     def __post_init__(self):
         self._validate_rpsft_fields()
         if self.effective_batch_size is not None:
-            world = int(os.environ.get("WORLD_SIZE", "1"))
-            accum = accumulation_for(self.effective_batch_size, self.per_device_train_batch_size, world)
-            if self.gradient_accumulation_steps not in (1, accum):
-                raise ValueError(
-                    f"gradient_accumulation_steps {self.gradient_accumulation_steps} contradicts effective_batch_size "
-                    f"{self.effective_batch_size} ({self.per_device_train_batch_size} per device x {world} "
-                    f"process(es) needs {accum}); set only one of them (--effective_batch_size null to drop it)"
-                )
-            self.gradient_accumulation_steps = accum
+            self.gradient_accumulation_steps = accumulation_for(
+                self.effective_batch_size,
+                self.per_device_train_batch_size,
+                int(os.environ.get("WORLD_SIZE", "1")),
+                self.gradient_accumulation_steps,
+            )
         spec = get_method(self.method)
         if spec.loss_type != "nll":
             self.loss_type = spec.loss_type
@@ -216,8 +213,9 @@ class RPSFTConfig(AnchorOptions, SFTConfig):
         return getattr(torch, self.anchor_dtype)
 
 
-def accumulation_for(effective_batch: int, per_device: int, processes: int) -> int:
-    """Gradient-accumulation steps that give `effective_batch` sequences a step; ValueError (one line) if none do."""
+def accumulation_for(effective_batch: int, per_device: int, processes: int, given: int = 1) -> int:
+    """Gradient-accumulation steps that give `effective_batch` sequences a step; ValueError (one line) if none do,
+    or if `given` (gradient_accumulation_steps as set, 1: not set) is another count."""
     if isinstance(effective_batch, bool) or not isinstance(effective_batch, int) or effective_batch < 1:
         raise ValueError(f"effective_batch_size must be an integer >= 1, got {effective_batch!r}")
     per_step = per_device * processes
@@ -227,4 +225,11 @@ def accumulation_for(effective_batch: int, per_device: int, processes: int) -> i
             f"{processes} process(es) ({per_device} x {processes} = {per_step} does not divide {effective_batch}); "
             "change --per_device_train_batch_size, the number of GPUs, or --effective_batch_size"
         )
-    return effective_batch // per_step
+    accum = effective_batch // per_step
+    if given not in (1, accum):
+        raise ValueError(
+            f"gradient_accumulation_steps {given} contradicts effective_batch_size {effective_batch} ({per_device} "
+            f"per device x {processes} process(es) needs {accum}); set only one of them (--effective_batch_size "
+            "null to drop it)"
+        )
+    return accum

@@ -30,8 +30,7 @@ def load_sft_dataset(
             raise ValueError(f"{field}: unsupported file type {ext!r} ({path}); use .jsonl, .json or .parquet")
         return datasets.load_dataset(_FILE_BUILDERS[ext], data_files=path, split="train")
     if os.path.isdir(path) and os.path.isfile(os.path.join(path, "dataset_info.json")):
-        ds = datasets.load_from_disk(path)
-        return load_sft_dataset(ds, split, field)
+        return load_sft_dataset(datasets.load_from_disk(path), split, field)
     if ext in _FILE_BUILDERS or path.startswith(("/", "./", "../", "~")) or path.count("/") > 1:
         raise ValueError(f"{field}: {path!r} not found (expected a local file / folder or a hub name)")
     return datasets.load_dataset(path, split=split)

@@ -22,14 +22,9 @@ __all__ += ["estimated_methods", "state_bytes", "rl_memory_estimate", "format_me
 
 def model_matrices(cfg: dict, include_embeddings: bool = True) -> list[tuple[str, int, int, int]]:
     """(kind, m, n, count) of the 2-D weights of a Llama / Qwen2-style decoder config."""
+    keys = ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size", "num_attention_heads")
     try:
-        h, layers, inter, vocab = (
-            cfg["hidden_size"],
-            cfg["num_hidden_layers"],
-            cfg["intermediate_size"],
-            cfg["vocab_size"],
-        )
-        heads = cfg["num_attention_heads"]
+        h, layers, inter, vocab, heads = (cfg[k] for k in keys)
     except KeyError as e:
         raise ValueError(f"model config lacks {e.args[0]!r} (expected a Llama / Qwen2-style config.json)") from None
     kv = cfg.get("num_key_value_heads") or heads
@@ -104,16 +99,14 @@ def format_estimate(res: dict, name: str = "") -> str:
         branch = "L2 (W0)" if r["fallback"] else "SVD"
         lines.append(f"  {r['matrix']:<13}{shape:>16}{r['count']:>7}  {branch:<9}{r['numbers']:>16,}")
     gb = res["bytes"] / 1e9
-    lines.append(f"  bases memory: {res['numbers']:,} numbers = {gb:.2f} GB at {res['bytes_per_number']} bytes/number")
-    lines.append(
+    lines += [
+        f"  bases memory: {res['numbers']:,} numbers = {gb:.2f} GB at {res['bytes_per_number']} bytes/number",
         f"  penalty + gradient: {res['penalty_flops']:.3e} FLOPs per application, "
-        f"{res['penalty_flops_per_step']:.3e} per step (anchor_every={res['anchor_every']})"
-    )
-    lines.append(
+        f"{res['penalty_flops_per_step']:.3e} per step (anchor_every={res['anchor_every']})",
         f"  training step: {res['train_step_flops']:.3e} FLOPs (6 N T, N = {res['matmul_params']:,} matmul params, "
-        f"T = {res['tokens_per_step']:,} tokens/step, + attention at seq_len {res['seq_len']})"
-    )
-    lines.append(f"  penalty / step = {100 * res['ratio']:.3f} %")
+        f"T = {res['tokens_per_step']:,} tokens/step, + attention at seq_len {res['seq_len']})",
+        f"  penalty / step = {100 * res['ratio']:.3f} %",
+    ]
     return "\n".join(lines)
 
 

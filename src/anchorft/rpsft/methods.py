@@ -1,14 +1,10 @@
 """The fine-tuning methods, in one table: what each one is, and everything that switches on it reads it.
 
-`RPSFTConfig` (checks, TRL loss type), `RPSFTTrainer` (anchor rank, reference model, custom loss),
-`anchorft.rpsft.train`, the recipe checks, the testbed comparison (run checks, trainer arguments,
-sweeps) and its report (colours), the RL anchor (`DAPOConfig.anchor_method`: "none" or an anchored row,
-`RL_ANCHOR_METHODS`) and the memory estimate all look a method up here; none compares method names itself.
-
-Adding a method: write its loss (a pure function in `losses.py`) or its penalty, add one `Method` row
-(or call `register` from your own code), and add its configs (docs/architecture.md, "How to add").
-`tests/rpsft/test_methods.py` defines a method in the test module, registers it and trains with it;
-`tests/rpsft/test_method_from_table.py` checks that a registered row is a method of every part above.
+The config, the trainer, `train`, the recipe checks, the testbed comparison and its report, the RL anchor
+(`RL_ANCHOR_METHODS`: "none" and the anchored rows) and the memory estimate all look a method up here; none compares
+method names itself. Adding a method: docs/architecture.md, "How to add". `tests/rpsft/test_methods.py` defines a
+method in the test module, registers it and trains with it; `tests/rpsft/test_method_from_table.py` checks that a
+registered row is a method of every part above.
 
 A method is one of:
 - a TRL loss: `loss_type` is passed to TRL's SFTConfig ("nll" for SFT, "dft" for DFT);

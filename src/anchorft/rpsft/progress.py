@@ -23,9 +23,7 @@ _NAMES = {"learning_rate": "lr", "anchor/penalty": "penalty", "anchor/drift_max"
 
 
 def _num(v: float) -> str:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return str(v)
-    if isinstance(v, int) or v == 0 or not math.isfinite(v):
+    if not isinstance(v, float) or v == 0 or not math.isfinite(v):  # ints, bools and non-numbers as they are
         return str(v)
     return f"{v:.3g}" if 1e-3 <= abs(v) < 1e4 else f"{v:.2e}"
 
@@ -90,9 +88,6 @@ def use_readable_progress(trainer) -> None:
     handler = getattr(trainer, "callback_handler", None)  # None: a trainer built without Trainer.__init__
     if handler is None:
         return
-    found = False
-    for cb in (ProgressCallback, PrinterCallback):
-        if handler.pop_callback(cb) is not None:
-            found = True
-    if found:
+    popped = [handler.pop_callback(cb) for cb in (ProgressCallback, PrinterCallback)]  # both, whichever is there
+    if any(cb is not None for cb in popped):
         trainer.add_callback(ReadableProgress())

@@ -1,12 +1,9 @@
 """The RPSFT paper's recipes (Jin et al., arXiv:2605.10973): config composition.
 
-A recipe is a YAML file for `anchorft train --config` that may name parent files with
-`preset: [a.yaml, b.yaml]` (paths relative to the file; `anchorft.dataclass_yaml.resolve_presets`, the rule every
-config follows). Parents are merged in order, then the file itself (a later value wins; mappings merge key by key).
-`configs/rpsft/` holds one `_base/base.yaml` (the paper's settings), `_base/models/<model>.yaml` (model, epochs,
-real config.json), `_base/methods/<method>.yaml` (method overrides) and a three-line leaf `<model>/<method>.yaml`
-per model and method. Keys starting with `_` are recipe metadata, kept from the trainer: `_model_config_` (the
-real model's config.json, relative to the file that sets it; used by the dry run and the estimate).
+A recipe is a YAML file for `anchorft train --config` that may name parent files with `preset:` (merged by
+`anchorft.dataclass_yaml.resolve_presets`, the rule every config follows; the layout of `configs/rpsft/`:
+docs/recipes.md, section 2). Keys starting with `_` are recipe metadata, kept from the trainer: `_model_config_`
+(the real model's config.json, relative to the file that sets it; used by the dry run and the estimate).
 `parse_with_config(parser, argv, load)` is the one TrlParser entry of `anchorft train` and `anchorft rl`: the
 `--config` file's mapping becomes the parser's defaults, so flags win, without a flattened copy on disk;
 `write_flat_config(leaf, out)` writes the flat file that plain TRL scripts can read.
@@ -35,16 +32,12 @@ META_KEYS = ("_model_config_",)
 
 def known_fields() -> dict[str, str]:
     """Every key `anchorft train --config` accepts (its ScriptArguments and RPSFTConfig), with its help text."""
-    fields = {}
-    for dc in _train_dataclasses():
-        fields.update({f.name: f.metadata.get("help", "") for f in dataclasses.fields(dc) if f.init})
-    return fields
-
-
-def _train_dataclasses() -> tuple[type, type]:
     from anchorft.rpsft.config import RPSFTConfig, ScriptArguments
 
-    return ScriptArguments, RPSFTConfig
+    fields = {}
+    for dc in (ScriptArguments, RPSFTConfig):
+        fields.update({f.name: f.metadata.get("help", "") for f in dataclasses.fields(dc) if f.init})
+    return fields
 
 
 def load_recipe(path: str | os.PathLike, validate: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -93,28 +93,22 @@ def release_segments(messages: Sequence[dict[str, str]], family: str, tokenizer=
             f"{[m['role'] for m in messages]}"
         )
     out: list[tuple[str, bool]] = []
+    nl = LITERAL_NL if family == "qwen" else "\n"  # the markers' newline: two characters (Qwen) or a real one
     for idx in range(0, len(msgs), 2):
         user, assistant = msgs[idx], msgs[idx + 1]
-        if family == "qwen":
-            nl = LITERAL_NL
-            prompt = (
-                f"{HEADER_START}{user['role']}{HEADER_END}{nl}{nl}{user['content']}{EOT}{nl}"
-                f"{HEADER_START}{assistant['role']}{HEADER_END}{nl}{nl}"
-            )
-            if idx == 0 and system is not None:
-                prompt = f"{HEADER_START}system{HEADER_END}{nl}{nl}{system['content']}{EOT}{nl}" + prompt
-        elif idx == 0:
+        if family == "llama" and idx == 0:
             if tokenizer is None or getattr(tokenizer, "chat_template", None) is None:
                 raise ValueError("chat_format release (llama): the tokenizer needs its chat template")
             first = ([system] if system is not None else []) + [user]
             prompt = tokenizer.apply_chat_template(first, tokenize=False, add_generation_prompt=True)
         else:
             prompt = (
-                f"{HEADER_START}{user['role']}{HEADER_END}\n\n{user['content']}{EOT}\n"
-                f"{HEADER_START}{assistant['role']}{HEADER_END}\n\n"
+                f"{HEADER_START}{user['role']}{HEADER_END}{nl}{nl}{user['content']}{EOT}{nl}"
+                f"{HEADER_START}{assistant['role']}{HEADER_END}{nl}{nl}"
             )
-        response = f"{assistant['content']}{EOT}{LITERAL_NL if family == 'qwen' else chr(10)}"
-        out += [(prompt, False), (response, True)]
+            if idx == 0 and system is not None:  # Qwen's first prompt (Llama's is its template's)
+                prompt = f"{HEADER_START}system{HEADER_END}{nl}{nl}{system['content']}{EOT}{nl}" + prompt
+        out += [(prompt, False), (f"{assistant['content']}{EOT}{nl}", True)]
     return out
 
 

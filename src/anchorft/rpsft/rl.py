@@ -115,9 +115,7 @@ def drop_long_prompts(rows: Sequence[dict], tokenizer, max_length: int | None) -
 def _plot_rewards(steps: Sequence[int], rewards: Sequence[float], path: Path) -> None:
     from anchorft.io import pyplot
 
-    plt = pyplot()
-
-    fig, ax = plt.subplots(figsize=(5, 3.2))
+    fig, ax = pyplot().subplots(figsize=(5, 3.2))
     ax.plot(steps, rewards, marker=".")
     ax.set_xlabel("step")
     ax.set_ylabel("mean reward")
@@ -150,50 +148,30 @@ def build_rl_anchor(model, s: DAPOConfig):
 
 
 def _anchored(base):
-    """`base` (TRL's GRPOTrainer) adding lambda * dR/dW once per optimiser step, as `RPSFTTrainer` does for SFT: in
-    closed form to `.grad` after the step's last micro-batch's backward and before clipping; under DeepSpeed (whose
-    engine keeps the gradients and steps inside that backward) as a loss term of the step's last micro-batch, whose
-    value is 0 and whose gradient is lambda * dR/dW (ZeRO-3: one matrix gathered at a time)."""
+    """`base` (TRL's GRPOTrainer) adding lambda * dR/dW once per optimiser step with `RPSFTTrainer`'s step
+    (`anchorft.rpsft.trainer.AnchorSteps`): in closed form to `.grad` after the step's last backward; under DeepSpeed
+    (whose engine steps inside that backward) as a loss term of value 0 in the step's last micro-batch."""
+    from anchorft.rpsft.trainer import AnchorSteps
 
-    class AnchoredGRPOTrainer(base):
+    class AnchoredGRPOTrainer(AnchorSteps, base):
         def __init__(self, *args, anchor, anchor_lambda: float, **kwargs):
             super().__init__(*args, **kwargs)
-            self.anchor, self.anchor_lambda = anchor, float(anchor_lambda)
+            self.anchor = self._active_anchor = anchor
+            self.anchor_lambda = self._anchor_scale = float(anchor_lambda)
             self.anchor_applications = 0
             self._anchor_last = None
-            self.anchor_mode = "autograd" if self.is_deepspeed_enabled else "grad"
+            self._anchor_mode = "autograd" if self.is_deepspeed_enabled else "grad"
 
-        def _anchor_due(self) -> bool:
+        def _anchor_due(self) -> bool:  # called once a micro-batch, in the mode's place: True means applied
             due = self.anchor_lambda > 0 and self.model.training and self.accelerator.gradient_state.sync_gradients
             if due and self.anchor_applications == 0:
                 self.anchor.to(model=self.model)
+            self.anchor_applications += due
             return due
-
-        def training_step(self, model, inputs, num_items_in_batch=None):
-            loss = super().training_step(model, inputs, num_items_in_batch)
-            if self.anchor_mode == "grad" and self._anchor_due():
-                self._anchor_last = self.anchor.add_penalty_grad_(self.model, self.anchor_lambda)
-                self.anchor_applications += 1
-            return loss
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-            if self.anchor_mode == "autograd" and self._anchor_due():
-                terms = self.anchor.penalty_terms(self.model)
-                pen = terms.sum()
-                coef = self.anchor_lambda
-                if not self.loss_is_scaled_for_ga:  # Trainer.training_step divides the loss by the accumulation
-                    coef *= self.current_gradient_accumulation_steps
-                loss = loss + coef * (pen - pen.detach()).to(loss.dtype)
-                self._anchor_last = self.anchor.summarize(terms)
-                self.anchor_applications += 1
-            return loss
-
-        def log(self, logs, start_time=None):
-            if self._anchor_last is not None and "loss" in logs:
-                logs["anchor/penalty"] = self._anchor_last["penalty"]
-                logs["anchor/drift_max"] = self._anchor_last["drift_max"]
-            super().log(logs, start_time)
+            return self._add_anchor_term(loss, num_items_in_batch)
 
     return AnchoredGRPOTrainer
 
@@ -231,14 +209,13 @@ def run_rl(
     for i, row in enumerate(train_data):
         if "prompt" not in row or "answer" not in row:
             raise ValueError(f"train_data[{i}] needs 'prompt' and 'answer'")
-    cuda = torch.cuda.is_available()
     if isinstance(model, (str, Path)):
         model_dir = Path(model)
         if not (model_dir / "config.json").is_file():
             raise ValueError(f"model {model_dir}: no config.json there")
         tokenizer = tokenizer or load_tokenizer(model_dir)
         # fp32 master weights (bf16 autocast compute through bf16=True): lr 1e-6 updates round away in bf16
-        dtype = torch.bfloat16 if cuda and args.master_dtype == "bf16" else torch.float32
+        dtype = torch.bfloat16 if torch.cuda.is_available() and args.master_dtype == "bf16" else torch.float32
         model = load_causal_lm(model_dir, dtype)
     elif tokenizer is None:
         raise ValueError("pass the tokenizer with a loaded model")

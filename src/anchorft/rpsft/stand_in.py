@@ -1,17 +1,10 @@
-"""Stand-in models of the RPSFT paper's recipes, and the dry run of a recipe on one.
+"""Stand-in models of the RPSFT paper's recipes, and the dry run of a recipe on one (`anchorft train --dry-run`,
+whose command-line side is in `anchorft.commands.train`); docs/recipes.md, section 5, lists what a stand-in keeps
+of the real config.json (2 layers, 2 key/value heads at the real GQA ratio, head_dim 8, ...) and what the dry run
+changes of the recipe (model and data, output_dir, max_steps, logging_steps, the anchor rank, the CPU overrides).
 
-Stand-ins. `stand_in_config` scales a real config.json down to a tiny model of the same family and
-matrix names: 2 layers, 2 key/value heads with the real query/key-value head ratio (GQA), head_dim 8,
-the real intermediate/hidden ratio, the real tie_word_embeddings, rope settings and norms, and the vocabulary
-of a byte-level BPE tokenizer trained here with the family's chat-template tokens. The anchor rank scales
-with the width (k * hidden_standin / hidden_real, e.g. 768 -> 12 for Llama-3.1-8B) so that every matrix
-takes the same branch as at full size: SVD block, or the ||W - W0||^2 fallback when k >= min(m, n).
-
-Dry run. `dry_run(config)` runs a recipe end to end for `steps` optimiser steps on the stand-in, on a few
-rows of OpenR1-Math-schema data passed through `anchorft.data.openr1` (the paper's conversational format),
-with every setting of the recipe except: the model and dataset (stand-ins), output_dir, max_steps, the
-scaled anchor rank, and the CPU-safety overrides that RPSFTConfig applies itself without a GPU. The
-command-line side (`anchorft train --dry-run`) is in `anchorft.commands.train`.
+The anchor rank scales with the width (k * hidden_standin / hidden_real, e.g. 768 -> 12 for Llama-3.1-8B) so that
+every matrix takes the same branch as at full size: SVD block, or the ||W - W0||^2 fallback when k >= min(m, n).
 """
 
 from __future__ import annotations
@@ -19,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -115,7 +109,7 @@ def find_model_config(name: str | None) -> str | None:
 
 
 def stand_in_config(real: dict[str, Any], vocab_size: int, layers: int = 2, kv_heads: int = 2, head_dim: int = 8):
-    """A tiny config of the real model's family: see the module docstring for the scaling rules.
+    """A tiny config of the real model's family (the scaling rules: docs/recipes.md, section 5).
 
     Returns (transformers config, width scale hidden_standin / hidden_real)."""
     from transformers import AutoConfig
@@ -239,22 +233,7 @@ def example_rows(n: int, seed: int = 0) -> list[dict[str, Any]]:
 
 def _matrix_branches(model, rank: int) -> dict[str, bool]:
     """{generic parameter name: True if k >= min(m, n) (L2 fallback)} for the anchored matrices."""
-    import re
-
-    out = {}
-    for name, p in model.named_parameters():
-        if p.dim() == 2:
-            out[re.sub(r"\.\d+\.", ".*.", name)] = rank >= min(p.shape)
-    return out
-
-
-def _real_branches(model_config, rank: int) -> dict[str, bool]:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        real = AutoModelForCausalLM.from_config(model_config)
-    return _matrix_branches(real, rank)
+    return {re.sub(r"\.\d+\.", ".*.", n): rank >= min(p.shape) for n, p in model.named_parameters() if p.dim() == 2}
 
 
 def dry_run(
@@ -270,7 +249,8 @@ def dry_run(
     (also written to `output_dir/dry_run.json`, beside the trained stand-in and its tokenizer). Raises ValueError
     on a bad recipe, model config or dataset."""
     import datasets
-    from transformers import AutoConfig, HfArgumentParser
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, HfArgumentParser
 
     from anchorft.data.openr1 import select_verified
     from anchorft.eval.answers import math_equal
@@ -304,13 +284,7 @@ def dry_run(
     if args.get("effective_batch_size") is not None:  # as RPSFTConfig derives it; an unreachable batch stops here
         from anchorft.rpsft.config import accumulation_for
 
-        derived = accumulation_for(args["effective_batch_size"], pd_bs, world)
-        if accum not in (1, derived):
-            raise ValueError(
-                f"gradient_accumulation_steps {accum} contradicts effective_batch_size {args['effective_batch_size']} "
-                f"(needs {derived}); set only one of them"
-            )
-        accum = derived
+        accum = accumulation_for(args["effective_batch_size"], pd_bs, world, accum)
     n_rows = steps * pd_bs * accum * world  # enough for `steps` under DDP too
     data_src = dataset or args.get("dataset")
     checked_dataset = None
@@ -345,7 +319,9 @@ def dry_run(
     t_args.update(changed)
     (rpsft_args,) = HfArgumentParser(RPSFTConfig).parse_dict(t_args)
     real_cfg_obj = AutoConfig.for_model(family, **{k: v for k, v in real.items() if k != "model_type"})
-    branches_real = _real_branches(real_cfg_obj, real_rank)
+    with torch.device("meta"):  # the real model's shapes, no weights
+        real_model = AutoModelForCausalLM.from_config(real_cfg_obj)
+    branches_real = _matrix_branches(real_model, real_rank)
     branches_stand = _matrix_branches(model, rpsft_args.anchor_rank)
     from anchorft.rpsft.train import train
 

@@ -109,10 +109,8 @@ def _write_run_artifacts(trainer: RPSFTTrainer, out: str, final_drift: dict | No
         return
     from anchorft.io import pyplot
 
-    plt = pyplot()
-
     keys = [k for k in ("loss", "anchor/penalty", "anchor/drift_max") if k in steps[-1]]
-    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3), squeeze=False)
+    fig, axes = pyplot().subplots(1, len(keys), figsize=(4 * len(keys), 3), squeeze=False)
     for ax, k in zip(axes[0], keys):
         scale, ylabel = _TRAINING_AXES[k]
         ax.plot([h["step"] for h in steps if k in h], [scale * h[k] for h in steps if k in h])
@@ -169,9 +167,7 @@ def train(
     validate_sft_dataset(train_ds, None, field="train_dataset")
     if eval_ds is not None:
         validate_sft_dataset(eval_ds, None, field="eval_dataset")
-    if isinstance(model, (str, os.PathLike)):
-        check_model_folder(model)
-    model_obj = load_model(model, args)
+    model_obj = load_model(model, args)  # a local folder without weights is refused before anything is loaded
     if tokenizer is None:
         src = model if isinstance(model, (str, os.PathLike)) else getattr(model_obj, "name_or_path", None)
         if not src:
@@ -219,9 +215,7 @@ def train(
     trainer.train(resume_from_checkpoint=resume)
     # on every rank: under FSDP2 the drift is a collective (one all-reduce of the k x k blocks), under ZeRO-3 a
     # gather per matrix
-    final_drift = trainer._anchor.drift(trainer.model) if trainer._anchor is not None else None
-    if trainer.adapter_anchor is not None:
-        final_drift = trainer.adapter_anchor.drift(trainer.model)
+    final_drift = trainer._active_anchor.drift(trainer.model) if trainer._active_anchor is not None else None
     if args.method_spec.peft is not None:
         # a PEFT method: the adapters merged into the weights, so that what is saved (`save_model`) and evaluated is
         # a plain model of the base's architecture; checkpoints keep the adapters, for resuming

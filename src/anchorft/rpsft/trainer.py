@@ -1,23 +1,14 @@
 """`RPSFTTrainer`: TRL's SFTTrainer running every method of the methods table (`anchorft.rpsft.methods`):
 the RPSFT anchor and the DFT / IW-SFT / L2 baselines, and any registered method.
 
-Once per optimiser step. transformers' loop runs `training_step` for each micro-batch and, after the
-last one (`accelerator.sync_gradients` is True; under DDP the backward of that micro-batch has just
-all-reduced the gradients), clips and steps. In the default `anchor_mode="grad"` this trainer adds
-`lambda * every * dR/dW` (closed form) to `.grad` right after that last backward: after the
-all-reduce, so each rank adds the same term once (not world-size times) and before clipping, as a loss
-term would be. Gradient accumulation never multiplies it. With `anchor_every = n` it is applied on
-steps 0, n, 2n, ... with scale n. In `anchor_mode="autograd"` (DeepSpeed, where gradients live in the
-engine) the penalty enters the loss of the step's last micro-batch instead, in a form that leaves
-the logged loss unchanged; under ZeRO-3 each matrix is gathered (read-only) for its term and its
-gradient flows back to the partitioned parameter through DeepSpeed's own reduce-scatter (docs/rpsft.md,
-"DeepSpeed").
-
-The anchor is built when training begins (`on_train_begin`), after `accelerator.prepare` has placed,
-cast, wrapped or sharded the model: its SVDs run in fp32 on the device that holds each weight, from
-the weights the optimiser will move (under DeepSpeed bf16 those are the engine's bf16 weights), so the
-penalty is exactly 0 at step 0 and bases and weights never sit on different devices. On resume the
-anchor is read from the checkpoint and fingerprint-checked against the starting weights instead.
+Once per optimiser step (docs/rpsft.md, "Design: the penalty counts once per optimiser step", and "DeepSpeed"): in
+the default `anchor_mode="grad"`, `lambda * every * dR/dW` (closed form) goes into `.grad` right after the step's
+last backward: after DDP's all-reduce (each rank adds the same term once) and before clipping, as a loss term
+would be; gradient accumulation never multiplies it. In `anchor_mode="autograd"` (DeepSpeed, whose engine holds
+the gradients) the penalty enters the loss of the step's last micro-batch instead, leaving the logged loss
+unchanged. The anchor is built when training begins (`on_train_begin`), after `accelerator.prepare`, from the
+weights the optimiser will move (under DeepSpeed bf16 the engine's bf16 weights), on each weight's device, so the
+penalty is exactly 0 at step 0; on resume it is read from the checkpoint and fingerprint-checked instead.
 """
 
 from __future__ import annotations
@@ -47,13 +38,53 @@ from anchorft.rpsft.data import load_sft_dataset
 from anchorft.rpsft.progress import use_readable_progress
 from anchorft.rpsft.sharding import is_zero3
 
-__all__ = ["RPSFTTrainer", "ANCHOR_DIR", "frozen_copy", "prepare_reference", "save_full_model"]
+__all__ = ["RPSFTTrainer", "AnchorSteps", "ANCHOR_DIR", "frozen_copy", "prepare_reference", "save_full_model"]
 
 logger = logging.getLogger(__name__)
 ANCHOR_DIR = "anchor"
 
 
-class RPSFTTrainer(SFTTrainer):
+class AnchorSteps:
+    """The anchor's part of a training step (see the module docstring), mixed in before a TRL trainer: `RPSFTTrainer`
+    and the RL stage's GRPO trainer (`anchorft.rpsft.rl`). The trainer provides `_active_anchor`, `_anchor_scale`
+    (lambda; times anchor_every for SFT), `_anchor_mode` ("grad" or "autograd") and `_anchor_due()` (True on a
+    step's last micro-batch when the anchor applies), and sets `_anchor_last` to None; the anchor's last
+    {"penalty", "drift_max"} is added to each training log as `anchor/penalty` and `anchor/drift_max`."""
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self._anchor_mode == "grad" and self._anchor_due():
+            # after the step's last backward (gradients all-reduced), before clipping and optimizer.step()
+            self._anchor_last = self._active_anchor.add_penalty_grad_(self.model, self._anchor_scale)
+        return loss
+
+    def _add_anchor_term(self, loss: torch.Tensor, num_items_in_batch) -> torch.Tensor:
+        """`loss` plus, in "autograd" mode when the anchor is due, coef * (R - R.detach()) (coef: `_anchor_scale`,
+        times the accumulation steps when Trainer divides the loss by them)."""
+        if self._anchor_mode == "autograd" and self._anchor_due():
+            terms = self._active_anchor.penalty_terms(self.model)
+            pen = terms.sum()
+            coef = self._anchor_scale
+            scaled = self.loss_is_scaled_for_ga
+            if scaled is None:
+                scaled = (self.model_accepts_loss_kwargs and num_items_in_batch is not None) or (
+                    self.compute_loss_func is not None
+                )
+            if not scaled:  # Trainer.training_step divides the loss by the accumulation steps
+                coef *= self.current_gradient_accumulation_steps
+            # gradient coef * dR/dW, value unchanged (the logged loss stays the data loss, as in "grad" mode)
+            loss = loss + coef * (pen - pen.detach()).to(loss.dtype)
+            self._anchor_last = self._active_anchor.summarize(terms)
+        return loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if self._anchor_last is not None and self.model.training and "loss" in logs:
+            logs["anchor/penalty"] = self._anchor_last["penalty"]
+            logs["anchor/drift_max"] = self._anchor_last["drift_max"]
+        super().log(logs, start_time)
+
+
+class RPSFTTrainer(AnchorSteps, SFTTrainer):
     """SFTTrainer applying `args.method`: any row of the methods table (sft, dft, iw_sft, l2, rpsft, or one
     registered with `anchorft.rpsft.methods.register`), not only RPSFT. What it does per method is read from
     the table: TRL's loss type, a custom loss, a reference model, the anchor and its rank.
@@ -239,14 +270,7 @@ class RPSFTTrainer(SFTTrainer):
             return
         super().save_model(output_dir, _internal_call)
 
-    # ------------------------------------------------------------------ loss and step
-    def training_step(self, model, inputs, num_items_in_batch=None):
-        loss = super().training_step(model, inputs, num_items_in_batch)
-        if self._anchor_mode == "grad" and self._anchor_due():
-            # after the step's last backward (gradients all-reduced), before clipping and optimizer.step()
-            self._anchor_last = self._active_anchor.add_penalty_grad_(self.model, self._anchor_scale)
-        return loss
-
+    # ------------------------------------------------------------------ loss (the step: `AnchorSteps`)
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if self.args.method_spec.loss is not None and self.model.training:
             loss = self._method_loss(model, inputs, num_items_in_batch)
@@ -254,20 +278,7 @@ class RPSFTTrainer(SFTTrainer):
         else:
             res = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             loss, outputs = res if return_outputs else (res, None)
-        if self._anchor_mode == "autograd" and self._anchor_due():
-            terms = self._active_anchor.penalty_terms(self.model)
-            pen = terms.sum()
-            coef = self._anchor_scale
-            scaled = self.loss_is_scaled_for_ga
-            if scaled is None:
-                scaled = (self.model_accepts_loss_kwargs and num_items_in_batch is not None) or (
-                    self.compute_loss_func is not None
-                )
-            if not scaled:  # Trainer.training_step divides the loss by the accumulation steps
-                coef *= self.current_gradient_accumulation_steps
-            # gradient coef * dR/dW, value unchanged (the logged loss stays the data loss, as in "grad" mode)
-            loss = loss + coef * (pen - pen.detach()).to(loss.dtype)
-            self._anchor_last = self._active_anchor.summarize(terms)
+        loss = self._add_anchor_term(loss, num_items_in_batch)
         return (loss, outputs) if return_outputs else loss
 
     def _method_loss(self, model, inputs, num_items_in_batch):
@@ -289,12 +300,6 @@ class RPSFTTrainer(SFTTrainer):
         for name, value in logs.items():
             self._metrics["train"][name].append(self.accelerator.gather_for_metrics(value).mean().item())
         return loss
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if self._anchor_last is not None and self.model.training and "loss" in logs:
-            logs["anchor/penalty"] = self._anchor_last["penalty"]
-            logs["anchor/drift_max"] = self._anchor_last["drift_max"]
-        super().log(logs, start_time)
 
 
 class _AnchorAfterPrepare(TrainerCallback):
