@@ -114,14 +114,10 @@ def _scalar(name: str, typ: Any, value: Any, what: str) -> Any:
         if typ is bool:
             return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
         if typ is int:
-            if isinstance(value, str):
-                f = float(value)
-                if f != int(f):
-                    raise ValueError
-                return int(f)
-            if isinstance(value, float) and value != int(value):
+            number = float(value) if isinstance(value, str) else value
+            if isinstance(number, float) and number != int(number):
                 raise ValueError
-            return int(value)
+            return int(number)
         if typ is float:
             return float(value)
         if typ is str:
@@ -197,9 +193,8 @@ def update(obj: Any, values: Mapping[str, Any] | list[str], what: str = "config"
         if key not in fields:
             raise unknown_key_error(key, sorted(fields), what)
         current = getattr(obj, key)
-        hint = hints[key]
         if dataclasses.is_dataclass(current) and isinstance(value, Mapping):
             changes[key] = update(current, value, f"{what} {key}")
         else:
-            changes[key] = coerce(hint, value, key, what)
+            changes[key] = coerce(hints[key], value, key, what)
     return dataclasses.replace(obj, **changes)

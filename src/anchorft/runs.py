@@ -90,9 +90,7 @@ def check_output_dir(out: str | os.PathLike, flag: str = "--out") -> Path:
     if out.exists() and not out.is_dir():
         raise UsageError(f"{flag}: {out} exists and is a file, not a folder")
     probe = out
-    while not probe.exists():
-        if probe.parent == probe:
-            break
+    while not probe.exists() and probe.parent != probe:
         probe = probe.parent
     if not probe.is_dir():
         raise UsageError(f"{flag}: {out} cannot be created ({probe} is a file)")
@@ -235,9 +233,7 @@ def claim_output(
 
 
 def _refuse_unmarked(out: Path, flag: str, overwrite: bool) -> None:
-    why = "choose an empty or new folder"
-    if overwrite:
-        why = "--overwrite only replaces folders written by anchorft"
+    why = "--overwrite only replaces folders written by anchorft" if overwrite else "choose an empty or new folder"
     raise UsageError(f"{flag}: {out} is not empty and holds no anchorft run marker ({MARKER}); {why}")
 
 

@@ -16,7 +16,7 @@ import re
 import sys
 from pathlib import Path
 
-from anchorft.commands.flags import both_spellings, parse_named
+from anchorft.commands.flags import both_spellings, field_values, parse_named
 from anchorft.errors import report
 
 
@@ -117,30 +117,9 @@ def main(argv: list[str]) -> int:
                 args.fisher_ood_data = testbed_ood_fisher_file(
                     Path(args.out) / "testbed_prompts", seed=args.seed, compare_dir=args.compare
                 )
-        cfg = AnalysisConfig(
-            base=base,
-            tuned=tuned,
-            out=args.out,
-            rank=args.rank,
-            prompts=prompts,
-            fisher_data=args.fisher_data,
-            fisher_ood_data=args.fisher_ood_data,
-            fisher_ranks=args.fisher_ranks,
-            fisher_samples=args.fisher_samples,
-            fisher_random=args.fisher_random,
-            drift_prompts=args.drift_prompts,
-            batch_size=args.batch_size,
-            max_length=args.max_length,
-            svd=args.svd,
-            svd_dtype=args.svd_dtype,
-            exclude=args.exclude,
-            seed=args.seed,
-            compare=args.compare,
-            streaming=not args.in_memory,
-            device=args.device,
-            plots=not args.no_plots,
-        )
-        res = run_analysis(cfg)
+        # every flag named as a field of the config; the models and prompts as resolved here
+        cfg = field_values(args, AnalysisConfig, base=base, tuned=tuned, prompts=prompts)
+        res = run_analysis(AnalysisConfig(**cfg, streaming=not args.in_memory, plots=not args.no_plots))
     except (ValueError, CheckpointError) as e:
         return report("anchorft analyze", e)
     finish(claim)

@@ -20,6 +20,7 @@ __all__ = [
     "add_field_flags",
     "add_sampling_flags",
     "both_spellings",
+    "field_values",
     "normalize_train_argv",
     "parse_named",
     "pass_k",
@@ -163,8 +164,6 @@ def both_spellings(parser) -> None:
     """Let every `--snake_case` option of `parser` (and of its subcommands) also be given as `--kebab-case`,
     and the reverse, and `--out` as `--output_dir` / `--output-dir` (and the reverse): one flag style across
     commands, whichever a user types."""
-    import argparse
-
     for action in list(parser._actions):
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
@@ -211,6 +210,12 @@ def add_field_flags(
         else:
             kw.update(type=typ, default=default, choices=f.metadata.get("choices"))
         p.add_argument(*flags, **kw)
+
+
+def field_values(args: argparse.Namespace, cls: type, **override) -> dict:
+    """The parsed flags named as fields of the dataclass `cls` (`add_field_flags`' or a command's own), `override`
+    on top: the keyword arguments of `cls`."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)} | override
 
 
 def add_sampling_flags(
