@@ -103,20 +103,15 @@ def main(argv: list[str]) -> int:
         tuned = {n: resolve_model_folder(d, f"--tuned {n}") for n, d in tuned.items()}
         prompts = list(args.prompts)
         if args.testbed:
-            from anchorft.analysis.testbed import testbed_prompt_files
+            from anchorft.analysis.testbed import testbed_ood_fisher_file, testbed_prompt_files
 
-            tb_sets, tb_fisher = testbed_prompt_files(
-                Path(args.out) / "testbed_prompts", seed=args.seed, compare_dir=args.compare
-            )
+            folder = Path(args.out) / "testbed_prompts"
+            tb_sets, tb_fisher = testbed_prompt_files(folder, seed=args.seed, compare_dir=args.compare)
             prompts += tb_sets
             if args.fisher_data is None:
                 args.fisher_data = tb_fisher
             if args.fisher_ood_data is None:
-                from anchorft.analysis.testbed import testbed_ood_fisher_file
-
-                args.fisher_ood_data = testbed_ood_fisher_file(
-                    Path(args.out) / "testbed_prompts", seed=args.seed, compare_dir=args.compare
-                )
+                args.fisher_ood_data = testbed_ood_fisher_file(folder, seed=args.seed, compare_dir=args.compare)
         # every flag named as a field of the config; the models and prompts as resolved here
         cfg = field_values(args, AnalysisConfig, base=base, tuned=tuned, prompts=prompts)
         res = run_analysis(AnalysisConfig(**cfg, streaming=not args.in_memory, plots=not args.no_plots))

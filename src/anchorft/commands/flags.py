@@ -67,13 +67,13 @@ COMMON_TRL = (
 )
 
 
-def normalize_train_argv(argv: list[str]) -> list[str]:
-    """Rewrite the aliases in ALIASES (also in `--flag=value` form) to the names TrlParser knows."""
+def normalize_train_argv(argv: list[str], aliases: dict[str, str] = ALIASES) -> list[str]:
+    """Rewrite `aliases` (`anchorft train`'s: ALIASES), also in `--flag=value` form, to the names TrlParser knows."""
     out = []
     for a in argv:
         name, eq, value = a.partition("=")
-        if name in ALIASES:
-            a = ALIASES[name] + eq + value
+        if name in aliases:
+            a = aliases[name] + eq + value
         out.append(a)
     return out
 

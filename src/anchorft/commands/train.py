@@ -119,8 +119,6 @@ def _estimate(argv: list[str]) -> int:
 
 def _estimate_resolved(a) -> int:
     """Per-matrix ranks of the rules / map / budget / layers, resolved on the weights of a model folder."""
-    import os
-
     from anchorft.rpsft.anchor_plan import describe, parse_rank_rule
     from anchorft.rpsft.train import WEIGHT_FILES
 
@@ -208,7 +206,6 @@ def _existing(out: str, names: tuple[str, ...]) -> str:
 
 def _check_recipe_data(config: str, overrides: dict) -> None:
     """The dataset the recipe (or an override) names exists: a local file is read, a hub name left to training."""
-    from anchorft.errors import UsageError
     from anchorft.rpsft.data import check_sft_source
     from anchorft.rpsft.recipes import load_recipe
 

@@ -21,13 +21,8 @@ def _run(args: argparse.Namespace) -> int:
     from anchorft.w2s.config import load_config
     from anchorft.w2s.experiments import run_experiment
 
-    overrides = list(args.overrides)
-    if args.n_seeds is not None:
-        overrides.append(f"n_seeds={args.n_seeds}")
-    if args.steps is not None:
-        overrides.append(f"steps={args.steps}")
-    if args.device is not None:
-        overrides.append(f"device={args.device}")
+    flags = {"n_seeds": args.n_seeds, "steps": args.steps, "device": args.device}
+    overrides = [*args.overrides, *(f"{k}={v}" for k, v in flags.items() if v is not None)]
     try:
         config = load_config(args.preset, overrides)
     except ValueError as e:
