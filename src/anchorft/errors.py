@@ -112,10 +112,8 @@ def _type_ok(value: Any, tp: Any) -> bool:
         tp = origin
     if not isinstance(tp, type):
         return True  # a form this check does not know: left to the config's own validation
-    if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+    if tp in (int, float):  # an int is a float too; a bool is neither
+        return isinstance(value, (int, tp)) and not isinstance(value, bool)
     if tp in (list, tuple):
         return isinstance(value, (list, tuple))
     return isinstance(value, tp)

@@ -71,19 +71,16 @@ def _estimate(argv: list[str]) -> int:
             a.model_config = a.model_config or [mc]
         if not a.model_config:
             raise UsageError("--estimate needs --model_config PATH or --config RECIPE")
-    except ValueError as e:
-        return report("anchorft train --estimate", e)
-    a.anchor_rank = a.anchor_rank or int(recipe.get("anchor_rank", AnchorOptions.anchor_rank))
-    a.seq_len = a.seq_len or int(recipe.get("max_length") or 4096)
-    a.per_device = a.per_device or int(recipe.get("per_device_train_batch_size", 2))
-    dtype_bytes = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
-    a.bytes_per_number = a.bytes_per_number or dtype_bytes.get(recipe.get("anchor_dtype", "float32"), 4)
-    if a.anchor_rank_rule or a.anchor_memory or a.anchor_map or a.anchor_layers:
-        return _estimate_resolved(a)
-    bf16 = bool(recipe.get("bf16", a.stage in ("zero2", "zero3")))
-    init = (recipe.get("model_init_kwargs") or {}).get("dtype", "float32")
-    weight_bytes = dtype_bytes.get(init, 4)
-    try:
+        a.anchor_rank = a.anchor_rank or int(recipe.get("anchor_rank", AnchorOptions.anchor_rank))
+        a.seq_len = a.seq_len or int(recipe.get("max_length") or 4096)
+        a.per_device = a.per_device or int(recipe.get("per_device_train_batch_size", 2))
+        dtype_bytes = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
+        a.bytes_per_number = a.bytes_per_number or dtype_bytes.get(recipe.get("anchor_dtype", "float32"), 4)
+        if a.anchor_rank_rule or a.anchor_memory or a.anchor_map or a.anchor_layers:
+            return _estimate_resolved(a)
+        bf16 = bool(recipe.get("bf16", a.stage in ("zero2", "zero3")))
+        init = (recipe.get("model_init_kwargs") or {}).get("dtype", "float32")
+        weight_bytes = dtype_bytes.get(init, 4)
         for path in a.model_config:
             cfg = read_model_config(path)
             res = estimate(
@@ -112,59 +109,57 @@ def _estimate(argv: list[str]) -> int:
                      f"k = {a.anchor_rank}, formulas{mark}):")  # fmt: skip
             print(format_method_memory(rows, title))
             print()
-    except ValueError as e:
+    except ValueError as e:  # a bad recipe, config.json, rule, map or model folder
         return report("anchorft train --estimate", e)
     return 0
 
 
 def _estimate_resolved(a) -> int:
-    """Per-matrix ranks of the rules / map / budget / layers, resolved on the weights of a model folder."""
+    """Per-matrix ranks of the rules / map / budget / layers, resolved on the weights of a model folder (its
+    errors are reported by `_estimate`)."""
     from anchorft.rpsft.anchor_plan import describe, parse_rank_rule
     from anchorft.rpsft.train import WEIGHT_FILES
 
-    try:
-        if a.anchor_rank_rule:
-            rule = parse_rank_rule(a.anchor_rank_rule)
-            if rule.kind == "fisher":
-                raise UsageError(
-                    "fisher rules need F_ood G from calibration data (anchorft.rpsft.calibration."
-                    "fisher_gradient_product); --estimate resolves energy rules, maps, layers and budgets"
-                )
-        for path in a.model_config:
-            names = set(os.listdir(path)) if os.path.isdir(path) else set()
-            if not names & set(WEIGHT_FILES) and not any(n.endswith(".safetensors") for n in names):
-                raise UsageError(
-                    f"{path}: rank rules, maps, layers and budgets are resolved on the weights: pass a model folder "
-                    "that holds them (a config.json alone gives only the uniform-rank estimate)"
-                )
-            import torch
-
-            from anchorft.eval.loading import load_causal_lm
-            from anchorft.rpsft.anchor import SubspaceAnchor
-            from anchorft.rpsft.anchor_plan import anchor_numbers
-
-            model = load_causal_lm(path)
-            bpn = a.bytes_per_number
-            dtype = {4: torch.float32, 2: torch.bfloat16, 8: torch.float64}.get(bpn, torch.float32)
-            planned = SubspaceAnchor.plan(
-                model,
-                a.anchor_rank_rule or a.anchor_rank,
-                include_embeddings=not a.no_embeddings,
-                dtype=dtype,
-                rank_map=a.anchor_map,
-                layers=a.anchor_layers,
-                memory=a.anchor_memory,
-                lambda_rest=a.anchor_lambda_rest,
+    if a.anchor_rank_rule:
+        rule = parse_rank_rule(a.anchor_rank_rule)
+        if rule.kind == "fisher":
+            raise UsageError(
+                "fisher rules need F_ood G from calibration data (anchorft.rpsft.calibration."
+                "fisher_gradient_product); --estimate resolves energy rules, maps, layers and budgets"
             )
-            ranks, shapes = planned.ranks, planned.shapes
-            rest = a.anchor_lambda_rest > 0
-            numbers = sum(anchor_numbers(*shapes[n], k, rest) for n, k in ranks.items())
-            print(f"anchor ranks for {path} (rank {a.anchor_rank_rule or a.anchor_rank}, map {a.anchor_map}, "
-                  f"layers {a.anchor_layers}, memory {a.anchor_memory}):")  # fmt: skip
-            print(describe(ranks, shapes))
-            print(f"  stored: {numbers:,} numbers = {numbers * bpn:,} bytes at {bpn} bytes/number")
-    except ValueError as e:
-        return report("anchorft train --estimate", e)
+    for path in a.model_config:
+        names = set(os.listdir(path)) if os.path.isdir(path) else set()
+        if not names & set(WEIGHT_FILES) and not any(n.endswith(".safetensors") for n in names):
+            raise UsageError(
+                f"{path}: rank rules, maps, layers and budgets are resolved on the weights: pass a model folder "
+                "that holds them (a config.json alone gives only the uniform-rank estimate)"
+            )
+        import torch
+
+        from anchorft.eval.loading import load_causal_lm
+        from anchorft.rpsft.anchor import SubspaceAnchor
+        from anchorft.rpsft.anchor_plan import anchor_numbers
+
+        model = load_causal_lm(path)
+        bpn = a.bytes_per_number
+        dtype = {4: torch.float32, 2: torch.bfloat16, 8: torch.float64}.get(bpn, torch.float32)
+        planned = SubspaceAnchor.plan(
+            model,
+            a.anchor_rank_rule or a.anchor_rank,
+            include_embeddings=not a.no_embeddings,
+            dtype=dtype,
+            rank_map=a.anchor_map,
+            layers=a.anchor_layers,
+            memory=a.anchor_memory,
+            lambda_rest=a.anchor_lambda_rest,
+        )
+        ranks, shapes = planned.ranks, planned.shapes
+        rest = a.anchor_lambda_rest > 0
+        numbers = sum(anchor_numbers(*shapes[n], k, rest) for n, k in ranks.items())
+        print(f"anchor ranks for {path} (rank {a.anchor_rank_rule or a.anchor_rank}, map {a.anchor_map}, "
+              f"layers {a.anchor_layers}, memory {a.anchor_memory}):")  # fmt: skip
+        print(describe(ranks, shapes))
+        print(f"  stored: {numbers:,} numbers = {numbers * bpn:,} bytes at {bpn} bytes/number")
     return 0
 
 
