@@ -189,16 +189,6 @@ def _fisher_calibration(args, script, tok):
 _NOT_HASHED = (*NOT_HASHED, "resume_from_checkpoint")  # a resumed run is the same run
 
 
-def _run_config(script, args) -> dict:
-    """What defines the run (its marker's hash): script arguments and training fields, output-only ones aside."""
-    fields = {k: v for k, v in args.to_dict().items() if k not in _NOT_HASHED}
-    return {"script": dataclasses.asdict(script), "args": fields}
-
-
-def _existing(out: str, names: tuple[str, ...]) -> str:
-    return ", ".join(n for n in names if os.path.exists(os.path.join(out, n)))
-
-
 def _check_recipe_data(config: str, overrides: dict) -> None:
     """The dataset the recipe (or an override) names exists: a local file is read, a hub name left to training."""
     from anchorft.rpsft.data import check_sft_source
@@ -353,7 +343,8 @@ def main(argv: list[str]) -> int:
 
         if claim is not None:
             finish(claim)
-        files = _existing(args.output_dir, ("model.safetensors", "rpsft_config.json", "metrics.json", "training.png"))
+        names = ("model.safetensors", "rpsft_config.json", "metrics.json", "training.png")
+        files = ", ".join(n for n in names if os.path.exists(os.path.join(args.output_dir, n)))
         print(f"done: {trainer.state.global_step} steps; {files} in {args.output_dir}")
     return 0
 
@@ -364,7 +355,9 @@ def _claim(script, args, overwrite: bool):
     from anchorft.rpsft.checkpoints import last_complete_checkpoint
     from anchorft.runs import check_output_dir, claim_output, config_hash, same_run
 
-    config = _run_config(script, args)
+    # what defines the run (its marker's hash): script arguments and training fields, output-only ones aside
+    fields = {k: v for k, v in args.to_dict().items() if k not in _NOT_HASHED}
+    config = {"script": dataclasses.asdict(script), "args": fields}
     check_output_dir(args.output_dir, "--output_dir")
     status = None if overwrite else same_run(args.output_dir, "train", config)  # the same on every process
     claim = None
