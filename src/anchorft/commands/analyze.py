@@ -51,9 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-length", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu", help="device for SVDs, forward and backward passes (e.g. cuda)")
-    p.add_argument(
-        "--threads", type=int, default=None, help="torch CPU threads (1 is much faster on a shared, busy machine)"
-    )
+    p.add_argument("--threads", type=int, help="torch CPU threads (1 is much faster on a shared, busy machine)")
     p.add_argument("--in-memory", action="store_true", help="load whole models instead of streaming (same numbers)")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")

@@ -86,13 +86,7 @@ def _parser() -> argparse.ArgumentParser:
         "with --include gpqa (its authors ask that its items not be redistributed in plain text).",
     )
     b.add_argument("--out", default=None, help=f"output folder (default: {benchmarks_dir()})")
-    b.add_argument(
-        "--from",
-        dest="source",
-        default=None,
-        metavar="DIR",
-        help="copy a folder on disk (evaluation/data/ or a clone)",
-    )
+    b.add_argument("--from", dest="source", metavar="DIR", help="copy a folder on disk (evaluation/data/ or a clone)")
     b.add_argument("--include", nargs="+", default=[], choices=sorted(OPTIONAL), help="optional sets, by name")
     b.add_argument("--overwrite", action="store_true", help="replace files whose SHA-256 differs")
     both_spellings(p)

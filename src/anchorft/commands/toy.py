@@ -18,9 +18,7 @@ def _parser() -> argparse.ArgumentParser:
     pre.add_argument("--out", required=True, help="output directory (model, tokenizer, metrics.json)")
     pre.add_argument("--preset", default="default", help="smoke | default | a YAML file (its pretrain: section)")
     pre.add_argument("--steps", type=int, default=None, help="override the number of pretraining steps")
-    pre.add_argument(
-        "--seed", type=int, default=None, help="override the pretraining seed (corpus draws, tokenizer, init)"
-    )
+    pre.add_argument("--seed", type=int, help="override the pretraining seed (corpus draws, tokenizer, init)")
     pre.add_argument("--no-cache", action="store_true", help="pretrain again even when cached")
     pre.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
     cmp_ = sub.add_parser("compare", help="fine-tune base with every method, evaluate, write the report")
