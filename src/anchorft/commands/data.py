@@ -162,14 +162,5 @@ def _prepare(args: argparse.Namespace) -> dict:
         return prepare_release_set(args.out, source=args.source, limit=args.limit, fmt=args.fmt, split=args.split)
     from anchorft.data.openr1 import prepare_openr1_math
 
-    return prepare_openr1_math(
-        args.out,
-        source=args.source,
-        size=args.size,
-        seed=args.seed,
-        limit=args.limit,
-        fmt=args.fmt,
-        subset=args.subset,
-        split=args.split,
-        progress=not args.no_progress,
-    )
+    same = {k: vars(args)[k] for k in ("source", "size", "seed", "limit", "fmt", "subset", "split")}
+    return prepare_openr1_math(args.out, progress=not args.no_progress, **same)
