@@ -107,7 +107,7 @@ def main(argv: list[str]) -> int:
 
     torch.set_num_threads(args.threads)
     if args.cmd == "report":
-        from anchorft.toy.report import parse_picks, write_report, write_tradeoff_plot
+        from anchorft.toy.report import parse_picks, write_front, write_report, write_tradeoff_plot
         from anchorft.toy.results import RESULTS_FILE, load_results, merge_results, save_results
 
         picks = parse_picks(args.pick)  # before anything is read
@@ -133,8 +133,6 @@ def main(argv: list[str]) -> int:
         write_report(merged, out / "report.md")
         write_tradeoff_plot(merged, out / "tradeoff.png", args.front)
         if args.front:
-            from anchorft.toy.report import write_front
-
             write_front(merged, args.front, out / "front.md", picks)
         finish(claim)
         print(f"report: {out / 'report.md'}  ({len(merged['methods'])} runs from {len(parts)} comparisons)")
@@ -156,7 +154,7 @@ def main(argv: list[str]) -> int:
 
     cfg = load_config(args.preset)
     if args.cmd == "pretrain":
-        from anchorft.toy.pretrain import pretrain, pretrained_model
+        from anchorft.toy.pretrain import cache_root, cached_model, pretrain, pretrained_model
 
         overrides = {k: v for k, v in (("steps", args.steps), ("seed", args.seed)) if v is not None}
         pre = dataclasses.replace(cfg.pretrain, **overrides)
@@ -166,8 +164,6 @@ def main(argv: list[str]) -> int:
         if claim.complete:
             print(reused(claim))
             return 0
-        from anchorft.toy.pretrain import cache_root, cached_model
-
         if args.no_cache:
             print(f"toy pretrain: pretraining {pre.steps} steps into {out}", flush=True)
             metrics = pretrain(pre, out)
