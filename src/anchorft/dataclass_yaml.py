@@ -136,8 +136,7 @@ def coerce(hint: Any, value: Any, name: str = "value", what: str = "config") -> 
             return None
         return coerce(args[0], value, name, what) if len(args) == 1 else value
     if origin in (list, tuple):
-        args = typing.get_args(hint)
-        inner = args[0] if args else Any
+        inner = (typing.get_args(hint) or (Any,))[0]
         if isinstance(value, str):
             parsed = yaml.safe_load(value) if value.strip().startswith("[") else value.split(",")
             value = parsed if isinstance(parsed, list) else [parsed]
