@@ -108,14 +108,11 @@ def short_or_all_help(argv: list[str], short: Callable[[], str]) -> list[str] | 
     return [*argv, "--help"] if help_all else argv
 
 
-def _first_line(text: str) -> str:
-    return " ".join(text.split())[:100]
-
-
 def field_help(f: dataclasses.Field, default: bool = True, alias: str = "") -> str:
     """One field of a short help: `--name` (its alias, its default) and the first 100 characters of its help."""
     value = f" (default {f.default!r})" if default else ""
-    return f"  --{f.name}{alias}{value}\n      {_first_line(f.metadata.get('help', ''))}"
+    text = " ".join(f.metadata.get("help", "").split())[:100]
+    return f"  --{f.name}{alias}{value}\n      {text}"
 
 
 def trl_sections(title: str, config: type, trl_config: type, order: Callable, common: tuple[str, ...]) -> list[str]:
