@@ -117,7 +117,7 @@ def _estimate(argv: list[str]) -> int:
 def _estimate_resolved(a) -> int:
     """Per-matrix ranks of the rules / map / budget / layers, resolved on the weights of a model folder (its
     errors are reported by `_estimate`)."""
-    from anchorft.rpsft.anchor_plan import describe, parse_rank_rule
+    from anchorft.rpsft.anchor_plan import anchor_numbers, describe, parse_rank_rule
     from anchorft.rpsft.train import WEIGHT_FILES
 
     if a.anchor_rank_rule:
@@ -138,7 +138,6 @@ def _estimate_resolved(a) -> int:
 
         from anchorft.eval.loading import load_causal_lm
         from anchorft.rpsft.anchor import SubspaceAnchor
-        from anchorft.rpsft.anchor_plan import anchor_numbers
 
         model = load_causal_lm(path)
         bpn = a.bytes_per_number
@@ -297,8 +296,8 @@ def main(argv: list[str]) -> int:
         return 2
     from anchorft.preflight import check_model_source
     from anchorft.rpsft.data import check_sft_source
-    from anchorft.rpsft.train import check_launch, check_model_folder
-    from anchorft.runs import check_output_dir
+    from anchorft.rpsft.train import check_launch, check_model_folder, train
+    from anchorft.runs import check_output_dir, finish
 
     try:  # everything the user named is checked before a model is loaded
         check_launch(args, args.anchored, f"--method {args.method}")
@@ -319,7 +318,6 @@ def main(argv: list[str]) -> int:
         print(f"anchorft train: {args.output_dir} already holds this finished run (same config); --overwrite to redo")
         return 0
     from anchorft.eval.loading import load_tokenizer
-    from anchorft.rpsft.train import train
 
     tok = None
     if script.tokenizer_name_or_path:
@@ -339,8 +337,6 @@ def main(argv: list[str]) -> int:
         return report("anchorft train", e)
     trainer.save_model(args.output_dir)  # on every rank: Trainer saves from the main process (gathers under FSDP)
     if trainer.is_world_process_zero():
-        from anchorft.runs import finish
-
         if claim is not None:
             finish(claim)
         names = ("model.safetensors", "rpsft_config.json", "metrics.json", "training.png")
