@@ -89,11 +89,9 @@ def _score(argv: list[str]) -> int:
             file=sys.stderr,
         )
     if args.records:
-        from pathlib import Path
-
         from anchorft.io import write_jsonl
 
-        write_jsonl(Path(args.records), records)
+        write_jsonl(args.records, records)
     print(json.dumps(metrics))
     return 0
 

@@ -156,7 +156,5 @@ def main(argv: list[str]) -> int:
         finish(claim)
     except (ValueError, FileNotFoundError) as e:
         return report("anchorft rl", e)
-    print(
-        json.dumps({"reward_first": metrics["reward_first"], "reward_last": metrics["reward_last"], "out": script.out})
-    )
+    print(json.dumps({k: metrics[k] for k in ("reward_first", "reward_last")} | {"out": script.out}))
     return 0
