@@ -36,8 +36,7 @@ def one_line(exc: BaseException) -> str:
         text = f"{exc.filename}: {exc.strerror}"
     if isinstance(exc, KeyError):
         text = f"missing key {exc.args[0]!r}" if exc.args else "missing key"
-    parts = [p.strip() for p in text.splitlines() if p.strip()]
-    return "; ".join(parts)
+    return "; ".join(p.strip() for p in text.splitlines() if p.strip())
 
 
 def debug_enabled(argv: list[str] | None = None) -> bool:
