@@ -114,14 +114,10 @@ def _scalar(name: str, typ: Any, value: Any, what: str) -> Any:
         if typ is bool:
             return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
         if typ is int:
-            if isinstance(value, str):
-                f = float(value)
-                if f != int(f):
-                    raise ValueError
-                return int(f)
-            if isinstance(value, float) and value != int(value):
+            number = float(value) if isinstance(value, str) else value
+            if isinstance(number, float) and number != int(number):
                 raise ValueError
-            return int(value)
+            return int(number)
         if typ is float:
             return float(value)
         if typ is str:
@@ -140,8 +136,7 @@ def coerce(hint: Any, value: Any, name: str = "value", what: str = "config") -> 
             return None
         return coerce(args[0], value, name, what) if len(args) == 1 else value
     if origin in (list, tuple):
-        args = typing.get_args(hint)
-        inner = args[0] if args else Any
+        inner = (typing.get_args(hint) or (Any,))[0]
         if isinstance(value, str):
             parsed = yaml.safe_load(value) if value.strip().startswith("[") else value.split(",")
             value = parsed if isinstance(parsed, list) else [parsed]
@@ -197,9 +192,8 @@ def update(obj: Any, values: Mapping[str, Any] | list[str], what: str = "config"
         if key not in fields:
             raise unknown_key_error(key, sorted(fields), what)
         current = getattr(obj, key)
-        hint = hints[key]
         if dataclasses.is_dataclass(current) and isinstance(value, Mapping):
             changes[key] = update(current, value, f"{what} {key}")
         else:
-            changes[key] = coerce(hint, value, key, what)
+            changes[key] = coerce(hints[key], value, key, what)
     return dataclasses.replace(obj, **changes)

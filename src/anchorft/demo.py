@@ -56,9 +56,7 @@ def _announce_toy(preset: str) -> None:
     if preset == "default":
         msg += ", about 8 min on 2 CPU cores"
         if cached_model(cfg.pretrain) is None:
-            msg += (
-                "; first the testbed model is pretrained (about 5 min, once: cached under " + str(cache_root()) + ")"
-            )
+            msg += f"; first the testbed model is pretrained (about 5 min, once: cached under {cache_root()})"
     print(msg, flush=True)
 
 

@@ -14,8 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["UsageError", "one_line", "debug_enabled", "read_yaml", "check_jsonl", "check_keys", "check_types"]
-__all__ += ["check_mapping_types"]
+__all__ = ["UsageError", "one_line", "debug_enabled", "read_yaml", "check_jsonl", "check_keys", "check_mapping_types"]
 __all__ += ["EXIT_USAGE", "EXIT_INTERRUPTED", "EXIT_TERMINATED"]
 
 EXIT_USAGE = 2
@@ -37,8 +36,7 @@ def one_line(exc: BaseException) -> str:
         text = f"{exc.filename}: {exc.strerror}"
     if isinstance(exc, KeyError):
         text = f"missing key {exc.args[0]!r}" if exc.args else "missing key"
-    parts = [p.strip() for p in text.splitlines() if p.strip()]
-    return "; ".join(parts)
+    return "; ".join(p.strip() for p in text.splitlines() if p.strip())
 
 
 def debug_enabled(argv: list[str] | None = None) -> bool:
@@ -113,31 +111,11 @@ def _type_ok(value: Any, tp: Any) -> bool:
         tp = origin
     if not isinstance(tp, type):
         return True  # a form this check does not know: left to the config's own validation
-    if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+    if tp in (int, float):  # an int is a float too; a bool is neither
+        return isinstance(value, (int, tp)) and not isinstance(value, bool)
     if tp in (list, tuple):
         return isinstance(value, (list, tuple))
     return isinstance(value, tp)
-
-
-def check_types(obj: Any, where: str = "config") -> None:
-    """Each field of the dataclass `obj` holds a value of its annotated type (int where int, ...), else a
-    UsageError naming `where`.field, the value and the type expected. Nested dataclasses are checked too."""
-    import dataclasses
-    import typing
-
-    hints = typing.get_type_hints(type(obj))
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            check_types(value, f"{where}.{f.name}")
-            continue
-        tp = hints.get(f.name, Any)
-        if not _type_ok(value, tp):
-            name = getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
-            raise UsageError(f"{where}.{f.name}: expected {name}, got {value!r} ({type(value).__name__})")
 
 
 def check_keys(value: Any, cls: type, where: str) -> dict:

@@ -80,11 +80,9 @@ def iter_jsonl(
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such JSONL file: {path}")
-    index = 0
     with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
+        numbered = ((lineno, line) for lineno, line in enumerate(fh, start=1) if line.strip())
+        for index, (lineno, line) in enumerate(numbered):
             try:
                 obj = json.loads(line)
                 if not isinstance(obj, dict):
@@ -95,10 +93,8 @@ def iter_jsonl(
                     raise ValueError(msg + "; pass --skip-bad to skip such lines") from None
                 if bad is not None:
                     bad.append(f"line {lineno}: {e}")
-                index += 1
                 continue
             yield index, lineno, obj
-            index += 1
 
 
 def pyplot():

@@ -13,13 +13,9 @@ from pathlib import Path
 __all__ = ["configs_dir"]
 
 
-def _root() -> Path:
-    packaged = resources.files("anchorft") / "configs"
-    if packaged.is_dir() and isinstance(packaged, Path):
-        return packaged
-    return Path(__file__).resolve().parents[2] / "configs"  # src/anchorft/resources.py -> the checkout's configs/
-
-
 def configs_dir(*parts: str) -> Path:
     """The folder configs/<parts...> shipped with anchorft (it may not exist when nothing ships there)."""
-    return _root().joinpath(*parts)
+    root = resources.files("anchorft") / "configs"
+    if not (root.is_dir() and isinstance(root, Path)):
+        root = Path(__file__).resolve().parents[2] / "configs"  # src/anchorft/resources.py -> the checkout's configs/
+    return root.joinpath(*parts)

@@ -3,23 +3,13 @@
 Every command that writes a folder calls `claim_output(out, command, config)` before it loads a model
 or reads data. The folder must not be a file and must be writable; `out/anchorft-run.json` (the run
 marker) records the command, a hash of its resolved config and the run's status ("running",
-"complete", "interrupted", "failed"):
-
-- no folder, or an empty one (or one holding only a marker): a new run;
-- a marker with the same config hash: the same run again. `RunClaim.resume` is True and the command
-  picks up where it stopped (the testbed comparison keeps its finished fine-tunes, `train` resumes
-  from its last complete checkpoint); `RunClaim.complete` says the run had finished;
-- a marker with another hash, or a non-empty folder without a marker: a `UsageError`, unless
-  `overwrite` (a folder without a marker never is replaced).
-
-Nothing is lost on the way:
-- the folder is locked (`fcntl.flock` on OUT/.anchorft-lock, by the process that claims it: rank 0 of a
-  distributed run) for as long as the run is active; a second launch into it is refused, naming the PID and host
-  of the live run;
-- a stopped run's marker lists the entries it wrote (`files`); other entries (a user's own files) are refused
-  by `--overwrite`, named, and never counted as the run's;
-- `--overwrite` moves the old run aside (OUT/.anchorft-replaced) and deletes it only when the new run finishes;
-  a new run that fails or is interrupted is removed and the old one put back.
+"complete", "interrupted", "failed"). The same command and hash again is the same run: `RunClaim.resume` is
+True and the command picks up where it stopped; `RunClaim.complete` says the run had finished. Another hash,
+or a non-empty folder without a marker, is a `UsageError` unless `overwrite` (a folder without a marker never
+is replaced). docs/runs.md ("Output folders and run markers") has every case, and how nothing is lost on the
+way: the folder's lock (OUT/.anchorft-lock, held by the claiming process while the run is active), the entries a
+stopped run's marker lists as its own (`files`), the old run that `--overwrite` keeps aside (OUT/.anchorft-replaced)
+until the new one finishes and puts back if it does not.
 
 `finish(claim)` marks the run complete; `anchorft.cli.main` marks every claimed run "interrupted" on
 Ctrl-C or SIGTERM and "failed" on an error, so partial outputs are never mistaken for results.
@@ -90,9 +80,7 @@ def check_output_dir(out: str | os.PathLike, flag: str = "--out") -> Path:
     if out.exists() and not out.is_dir():
         raise UsageError(f"{flag}: {out} exists and is a file, not a folder")
     probe = out
-    while not probe.exists():
-        if probe.parent == probe:
-            break
+    while not probe.exists() and probe.parent != probe:
         probe = probe.parent
     if not probe.is_dir():
         raise UsageError(f"{flag}: {out} cannot be created ({probe} is a file)")
@@ -235,9 +223,7 @@ def claim_output(
 
 
 def _refuse_unmarked(out: Path, flag: str, overwrite: bool) -> None:
-    why = "choose an empty or new folder"
-    if overwrite:
-        why = "--overwrite only replaces folders written by anchorft"
+    why = "--overwrite only replaces folders written by anchorft" if overwrite else "choose an empty or new folder"
     raise UsageError(f"{flag}: {out} is not empty and holds no anchorft run marker ({MARKER}); {why}")
 
 

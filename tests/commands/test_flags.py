@@ -44,6 +44,32 @@ def test_both_spellings(module, builder, argv, dest, value):
 def test_train_aliases():
     argv = normalize_train_argv(["--out", "o", "--dataset_name", "d.jsonl", "--dataset-name=e", "--out=p"])
     assert argv == ["--output_dir", "o", "--dataset", "d.jsonl", "--dataset=e", "--output_dir=p"]
+    rl = {"--output_dir": "--out", "--output-dir": "--out"}  # `anchorft rl`'s: its output flag is --out
+    assert normalize_train_argv(["--output-dir=o", "--out", "p", "--dataset_name", "d"], rl) == [
+        "--out=o",
+        "--out",
+        "p",
+        "--dataset_name",
+        "d",
+    ]
+
+
+def test_field_values_are_the_flags_named_as_fields():
+    """A command hands its parsed flags to a config by field name: other flags stay out, `override` wins."""
+    import argparse
+    import dataclasses
+
+    from anchorft.commands.flags import field_values
+
+    @dataclasses.dataclass
+    class Config:
+        a: int = 0
+        b: str = "x"
+        c: bool = False  # no flag of this name
+
+    args = argparse.Namespace(a=3, b="y", out="o")
+    assert field_values(args, Config) == {"a": 3, "b": "y"}
+    assert field_values(args, Config, b="z", c=True) == {"a": 3, "b": "z", "c": True}
 
 
 def test_parse_named_pairs_in_order_and_errors():

@@ -16,7 +16,7 @@ import re
 import sys
 from pathlib import Path
 
-from anchorft.commands.flags import both_spellings, parse_named
+from anchorft.commands.flags import both_spellings, field_values, parse_named
 from anchorft.errors import report
 
 
@@ -51,9 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-length", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu", help="device for SVDs, forward and backward passes (e.g. cuda)")
-    p.add_argument(
-        "--threads", type=int, default=None, help="torch CPU threads (1 is much faster on a shared, busy machine)"
-    )
+    p.add_argument("--threads", type=int, help="torch CPU threads (1 is much faster on a shared, busy machine)")
     p.add_argument("--in-memory", action="store_true", help="load whole models instead of streaming (same numbers)")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
@@ -103,44 +101,18 @@ def main(argv: list[str]) -> int:
         tuned = {n: resolve_model_folder(d, f"--tuned {n}") for n, d in tuned.items()}
         prompts = list(args.prompts)
         if args.testbed:
-            from anchorft.analysis.testbed import testbed_prompt_files
+            from anchorft.analysis.testbed import testbed_ood_fisher_file, testbed_prompt_files
 
-            tb_sets, tb_fisher = testbed_prompt_files(
-                Path(args.out) / "testbed_prompts", seed=args.seed, compare_dir=args.compare
-            )
+            folder = Path(args.out) / "testbed_prompts"
+            tb_sets, tb_fisher = testbed_prompt_files(folder, seed=args.seed, compare_dir=args.compare)
             prompts += tb_sets
             if args.fisher_data is None:
                 args.fisher_data = tb_fisher
             if args.fisher_ood_data is None:
-                from anchorft.analysis.testbed import testbed_ood_fisher_file
-
-                args.fisher_ood_data = testbed_ood_fisher_file(
-                    Path(args.out) / "testbed_prompts", seed=args.seed, compare_dir=args.compare
-                )
-        cfg = AnalysisConfig(
-            base=base,
-            tuned=tuned,
-            out=args.out,
-            rank=args.rank,
-            prompts=prompts,
-            fisher_data=args.fisher_data,
-            fisher_ood_data=args.fisher_ood_data,
-            fisher_ranks=args.fisher_ranks,
-            fisher_samples=args.fisher_samples,
-            fisher_random=args.fisher_random,
-            drift_prompts=args.drift_prompts,
-            batch_size=args.batch_size,
-            max_length=args.max_length,
-            svd=args.svd,
-            svd_dtype=args.svd_dtype,
-            exclude=args.exclude,
-            seed=args.seed,
-            compare=args.compare,
-            streaming=not args.in_memory,
-            device=args.device,
-            plots=not args.no_plots,
-        )
-        res = run_analysis(cfg)
+                args.fisher_ood_data = testbed_ood_fisher_file(folder, seed=args.seed, compare_dir=args.compare)
+        # every flag named as a field of the config; the models and prompts as resolved here
+        cfg = field_values(args, AnalysisConfig, base=base, tuned=tuned, prompts=prompts)
+        res = run_analysis(AnalysisConfig(**cfg, streaming=not args.in_memory, plots=not args.no_plots))
     except (ValueError, CheckpointError) as e:
         return report("anchorft analyze", e)
     finish(claim)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from anchorft.commands.flags import both_spellings
 from anchorft.errors import UsageError, report
@@ -85,13 +86,7 @@ def _parser() -> argparse.ArgumentParser:
         "with --include gpqa (its authors ask that its items not be redistributed in plain text).",
     )
     b.add_argument("--out", default=None, help=f"output folder (default: {benchmarks_dir()})")
-    b.add_argument(
-        "--from",
-        dest="source",
-        default=None,
-        metavar="DIR",
-        help="copy a folder on disk (evaluation/data/ or a clone)",
-    )
+    b.add_argument("--from", dest="source", metavar="DIR", help="copy a folder on disk (evaluation/data/ or a clone)")
     b.add_argument("--include", nargs="+", default=[], choices=sorted(OPTIONAL), help="optional sets, by name")
     b.add_argument("--overwrite", action="store_true", help="replace files whose SHA-256 differs")
     both_spellings(p)
@@ -102,7 +97,7 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.dataset == "benchmarks":
         return _benchmarks(args)
-    from anchorft.preflight import check_input_file
+    from anchorft.preflight import check_hub_dataset, check_input_file, looks_like_path
     from anchorft.runs import claim_output, fail, finish, reused
 
     if args.dataset == "openr1-math" and args.source is None:
@@ -110,10 +105,6 @@ def main(argv: list[str]) -> int:
         from anchorft.data.release import RELEASE_HUB_NAME
 
         args.source = RELEASE_HUB_NAME if args.sampler == "release" else HUB_NAME
-    from pathlib import Path
-
-    from anchorft.preflight import check_hub_dataset, looks_like_path
-
     try:
         if args.source.lower().endswith(".jsonl"):
             check_input_file(args.source, "--source")
@@ -154,17 +145,9 @@ def _benchmarks(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError, OSError) as err:
         return report("anchorft data benchmarks", err)
     print(f"{len(files)} files in {out}, each SHA-256 equal to the release's")
-    if args.out and not _is_default(out):
+    if args.out and Path(out).resolve() != benchmarks_dir().resolve():
         print(f"point `anchorft eval suite` at them with --bench-dir {out} or ANCHORFT_BENCHMARKS={out}")
     return 0
-
-
-def _is_default(out: str) -> bool:
-    from pathlib import Path
-
-    from anchorft.eval.benchmarks import benchmarks_dir
-
-    return Path(out).resolve() == benchmarks_dir().resolve()
 
 
 def _prepare(args: argparse.Namespace) -> dict:
@@ -179,14 +162,5 @@ def _prepare(args: argparse.Namespace) -> dict:
         return prepare_release_set(args.out, source=args.source, limit=args.limit, fmt=args.fmt, split=args.split)
     from anchorft.data.openr1 import prepare_openr1_math
 
-    return prepare_openr1_math(
-        args.out,
-        source=args.source,
-        size=args.size,
-        seed=args.seed,
-        limit=args.limit,
-        fmt=args.fmt,
-        subset=args.subset,
-        split=args.split,
-        progress=not args.no_progress,
-    )
+    same = {k: vars(args)[k] for k in ("source", "size", "seed", "limit", "fmt", "subset", "split")}
+    return prepare_openr1_math(args.out, progress=not args.no_progress, **same)

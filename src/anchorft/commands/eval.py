@@ -19,6 +19,10 @@ import sys
 from anchorft.commands.flags import add_sampling_flags, both_spellings, pass_k
 from anchorft.errors import report
 
+# the flags that run_eval and run_lm_eval take as keyword arguments of the same names
+_RUN_EVAL_FLAGS = ("n", "temperature", "top_p", "max_new_tokens", "batch_size", "limit", "seed", "greedy", "backend")
+_LM_EVAL_FLAGS = ("include_path", "limit", "batch_size", "num_fewshot", "apply_chat_template", "seed")
+
 
 def _score_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -85,11 +89,9 @@ def _score(argv: list[str]) -> int:
             file=sys.stderr,
         )
     if args.records:
-        from pathlib import Path
-
         from anchorft.io import write_jsonl
 
-        write_jsonl(Path(args.records), records)
+        write_jsonl(args.records, records)
     print(json.dumps(metrics))
     return 0
 
@@ -122,41 +124,17 @@ def main(argv: list[str]) -> int:
         if args.lm_eval:
             from anchorft.eval.lm_eval_bridge import run_lm_eval
 
-            out = run_lm_eval(
-                args.model,
-                args.lm_eval.split(","),
-                args.out,
-                include_path=args.include_path,
-                limit=args.limit,
-                batch_size=args.batch_size,
-                num_fewshot=args.num_fewshot,
-                apply_chat_template=args.apply_chat_template,
-                seed=args.seed,
-            )
+            kw = {k: vars(args)[k] for k in _LM_EVAL_FLAGS}
+            out = run_lm_eval(args.model, args.lm_eval.split(","), args.out, **kw)
             finish(claim)
             print(json.dumps(out["results"], default=str))
             return 0
         from anchorft.eval.answers import MathChecker
         from anchorft.eval.runner import run_eval
 
+        kw = {k: vars(args)[k] for k in _RUN_EVAL_FLAGS} | {"k": pass_k(args), "skip_bad": args.skip_bad}
         with MathChecker(timeout_s=args.timeout) as checker:
-            metrics = run_eval(
-                args.model,
-                args.bench,
-                args.out,
-                n=args.n,
-                k=pass_k(args),
-                temperature=args.temperature,
-                top_p=args.top_p,
-                max_new_tokens=args.max_new_tokens,
-                batch_size=args.batch_size,
-                limit=args.limit,
-                seed=args.seed,
-                greedy=args.greedy,
-                backend=args.backend,
-                skip_bad=args.skip_bad,
-                checker=checker,
-            )
+            metrics = run_eval(args.model, args.bench, args.out, checker=checker, **kw)
     except (ValueError, FileNotFoundError, ImportError) as e:
         return report("anchorft eval", e)
     finish(claim)

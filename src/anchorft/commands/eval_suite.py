@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from anchorft.commands.flags import add_sampling_flags, both_spellings, parse_named, pass_k
+from anchorft.commands.flags import add_sampling_flags, both_spellings, field_values, parse_named, pass_k
 from anchorft.errors import UsageError, report
 
 PRESETS = ("paper",)
@@ -71,14 +71,10 @@ def main(argv: list[str]) -> int:
     try:
         if args.preset not in PRESETS:
             raise UsageError(f"--preset: unknown preset {args.preset!r}; choose from {list(PRESETS)}")
-        settings = SuiteSettings(
-            n=args.n, k=pass_k(args), temperature=args.temperature, top_p=args.top_p,
-            max_new_tokens=args.max_new_tokens, rl_checkpoint=args.rl_checkpoint, prompt=args.prompt,
-            seed=args.seed, limit=args.limit, chunk=args.chunk, batch_size=args.batch_size,
-            max_batch_tokens=args.max_batch_tokens, calibrate=args.calibrate, skip_bad=args.skip_bad,
-            extra={"vllm": {"tensor_parallel_size": args.tp, "data_parallel_size": args.dp,
-                            "enable_prefix_caching": args.prefix_caching}},
-        )  # fmt: skip
+        vllm = dict(
+            tensor_parallel_size=args.tp, data_parallel_size=args.dp, enable_prefix_caching=args.prefix_caching
+        )
+        settings = SuiteSettings(**field_values(args, SuiteSettings, k=pass_k(args), extra={"vllm": vllm}))
         settings.validate()
         if args.limit is not None and args.limit < 1:
             raise ValueError(f"--limit must be >= 1, got {args.limit}")

@@ -20,6 +20,7 @@ __all__ = [
     "add_field_flags",
     "add_sampling_flags",
     "both_spellings",
+    "field_values",
     "normalize_train_argv",
     "parse_named",
     "pass_k",
@@ -66,13 +67,13 @@ COMMON_TRL = (
 )
 
 
-def normalize_train_argv(argv: list[str]) -> list[str]:
-    """Rewrite the aliases in ALIASES (also in `--flag=value` form) to the names TrlParser knows."""
+def normalize_train_argv(argv: list[str], aliases: dict[str, str] = ALIASES) -> list[str]:
+    """Rewrite `aliases` (`anchorft train`'s: ALIASES), also in `--flag=value` form, to the names TrlParser knows."""
     out = []
     for a in argv:
         name, eq, value = a.partition("=")
-        if name in ALIASES:
-            a = ALIASES[name] + eq + value
+        if name in aliases:
+            a = aliases[name] + eq + value
         out.append(a)
     return out
 
@@ -107,14 +108,11 @@ def short_or_all_help(argv: list[str], short: Callable[[], str]) -> list[str] | 
     return [*argv, "--help"] if help_all else argv
 
 
-def _first_line(text: str) -> str:
-    return " ".join(text.split())[:100]
-
-
 def field_help(f: dataclasses.Field, default: bool = True, alias: str = "") -> str:
     """One field of a short help: `--name` (its alias, its default) and the first 100 characters of its help."""
     value = f" (default {f.default!r})" if default else ""
-    return f"  --{f.name}{alias}{value}\n      {_first_line(f.metadata.get('help', ''))}"
+    text = " ".join(f.metadata.get("help", "").split())[:100]
+    return f"  --{f.name}{alias}{value}\n      {text}"
 
 
 def trl_sections(title: str, config: type, trl_config: type, order: Callable, common: tuple[str, ...]) -> list[str]:
@@ -163,8 +161,6 @@ def both_spellings(parser) -> None:
     """Let every `--snake_case` option of `parser` (and of its subcommands) also be given as `--kebab-case`,
     and the reverse, and `--out` as `--output_dir` / `--output-dir` (and the reverse): one flag style across
     commands, whichever a user types."""
-    import argparse
-
     for action in list(parser._actions):
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
@@ -211,6 +207,12 @@ def add_field_flags(
         else:
             kw.update(type=typ, default=default, choices=f.metadata.get("choices"))
         p.add_argument(*flags, **kw)
+
+
+def field_values(args: argparse.Namespace, cls: type, **override) -> dict:
+    """The parsed flags named as fields of the dataclass `cls` (`add_field_flags`' or a command's own), `override`
+    on top: the keyword arguments of `cls`."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)} | override
 
 
 def add_sampling_flags(

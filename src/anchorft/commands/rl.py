@@ -15,7 +15,7 @@ import json
 import os
 from dataclasses import dataclass, field, fields
 
-from anchorft.commands.flags import NOT_HASHED, field_help, short_or_all_help, trl_sections
+from anchorft.commands.flags import NOT_HASHED, field_help, normalize_train_argv, short_or_all_help, trl_sections
 from anchorft.errors import report
 
 
@@ -75,9 +75,7 @@ def parse(argv: list[str]):
     checked (one-line errors naming the file), then set as the parser's defaults."""
     from anchorft.rpsft.recipes import parse_with_config
 
-    argv = [_OUT_ALIASES.get(a.partition("=")[0], a.partition("=")[0]) + a.partition("=")[1] + a.partition("=")[2]
-            for a in argv]  # fmt: skip
-    return parse_with_config(_parser(), argv, _load_config)
+    return parse_with_config(_parser(), normalize_train_argv(argv, _OUT_ALIASES), _load_config)
 
 
 def _load_config(path: str) -> dict:
@@ -158,8 +156,5 @@ def main(argv: list[str]) -> int:
         finish(claim)
     except (ValueError, FileNotFoundError) as e:
         return report("anchorft rl", e)
-    metrics.pop("model", None)
-    print(
-        json.dumps({"reward_first": metrics["reward_first"], "reward_last": metrics["reward_last"], "out": script.out})
-    )
+    print(json.dumps({k: metrics[k] for k in ("reward_first", "reward_last")} | {"out": script.out}))
     return 0

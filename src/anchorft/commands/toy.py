@@ -18,9 +18,7 @@ def _parser() -> argparse.ArgumentParser:
     pre.add_argument("--out", required=True, help="output directory (model, tokenizer, metrics.json)")
     pre.add_argument("--preset", default="default", help="smoke | default | a YAML file (its pretrain: section)")
     pre.add_argument("--steps", type=int, default=None, help="override the number of pretraining steps")
-    pre.add_argument(
-        "--seed", type=int, default=None, help="override the pretraining seed (corpus draws, tokenizer, init)"
-    )
+    pre.add_argument("--seed", type=int, help="override the pretraining seed (corpus draws, tokenizer, init)")
     pre.add_argument("--no-cache", action="store_true", help="pretrain again even when cached")
     pre.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
     cmp_ = sub.add_parser("compare", help="fine-tune base with every method, evaluate, write the report")
@@ -109,7 +107,7 @@ def main(argv: list[str]) -> int:
 
     torch.set_num_threads(args.threads)
     if args.cmd == "report":
-        from anchorft.toy.report import parse_picks, write_report, write_tradeoff_plot
+        from anchorft.toy.report import parse_picks, write_front, write_report, write_tradeoff_plot
         from anchorft.toy.results import RESULTS_FILE, load_results, merge_results, save_results
 
         picks = parse_picks(args.pick)  # before anything is read
@@ -135,8 +133,6 @@ def main(argv: list[str]) -> int:
         write_report(merged, out / "report.md")
         write_tradeoff_plot(merged, out / "tradeoff.png", args.front)
         if args.front:
-            from anchorft.toy.report import write_front
-
             write_front(merged, args.front, out / "front.md", picks)
         finish(claim)
         print(f"report: {out / 'report.md'}  ({len(merged['methods'])} runs from {len(parts)} comparisons)")
@@ -158,7 +154,7 @@ def main(argv: list[str]) -> int:
 
     cfg = load_config(args.preset)
     if args.cmd == "pretrain":
-        from anchorft.toy.pretrain import pretrain, pretrained_model
+        from anchorft.toy.pretrain import cache_root, cached_model, pretrain, pretrained_model
 
         overrides = {k: v for k, v in (("steps", args.steps), ("seed", args.seed)) if v is not None}
         pre = dataclasses.replace(cfg.pretrain, **overrides)
@@ -168,8 +164,6 @@ def main(argv: list[str]) -> int:
         if claim.complete:
             print(reused(claim))
             return 0
-        from anchorft.toy.pretrain import cache_root, cached_model
-
         if args.no_cache:
             print(f"toy pretrain: pretraining {pre.steps} steps into {out}", flush=True)
             metrics = pretrain(pre, out)

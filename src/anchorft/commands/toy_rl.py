@@ -8,10 +8,9 @@ spell `--learning_rate` and `--prompt_skills`).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from pathlib import Path
 
-from anchorft.commands.flags import add_field_flags, both_spellings
+from anchorft.commands.flags import add_field_flags, both_spellings, field_values
 from anchorft.toy.rl_stage import RLStageSettings
 
 
@@ -44,7 +43,7 @@ def main_rl(argv: list[str]) -> int:
     torch.set_num_threads(args.threads)
     from anchorft.toy.rl_stage import run_rl_stage
 
-    settings = RLStageSettings(**{f.name: getattr(args, f.name) for f in dataclasses.fields(RLStageSettings)})
+    settings = RLStageSettings(**field_values(args, RLStageSettings))
     settings.prompt_skills = tuple(settings.prompt_skills)
     settings.validate()
     from anchorft.runs import claim_output, existing_files, finish, reused

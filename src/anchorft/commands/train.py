@@ -71,19 +71,16 @@ def _estimate(argv: list[str]) -> int:
             a.model_config = a.model_config or [mc]
         if not a.model_config:
             raise UsageError("--estimate needs --model_config PATH or --config RECIPE")
-    except ValueError as e:
-        return report("anchorft train --estimate", e)
-    a.anchor_rank = a.anchor_rank or int(recipe.get("anchor_rank", AnchorOptions.anchor_rank))
-    a.seq_len = a.seq_len or int(recipe.get("max_length") or 4096)
-    a.per_device = a.per_device or int(recipe.get("per_device_train_batch_size", 2))
-    dtype_bytes = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
-    a.bytes_per_number = a.bytes_per_number or dtype_bytes.get(recipe.get("anchor_dtype", "float32"), 4)
-    if a.anchor_rank_rule or a.anchor_memory or a.anchor_map or a.anchor_layers:
-        return _estimate_resolved(a)
-    bf16 = bool(recipe.get("bf16", a.stage in ("zero2", "zero3")))
-    init = (recipe.get("model_init_kwargs") or {}).get("dtype", "float32")
-    weight_bytes = dtype_bytes.get(init, 4)
-    try:
+        a.anchor_rank = a.anchor_rank or int(recipe.get("anchor_rank", AnchorOptions.anchor_rank))
+        a.seq_len = a.seq_len or int(recipe.get("max_length") or 4096)
+        a.per_device = a.per_device or int(recipe.get("per_device_train_batch_size", 2))
+        dtype_bytes = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
+        a.bytes_per_number = a.bytes_per_number or dtype_bytes.get(recipe.get("anchor_dtype", "float32"), 4)
+        if a.anchor_rank_rule or a.anchor_memory or a.anchor_map or a.anchor_layers:
+            return _estimate_resolved(a)
+        bf16 = bool(recipe.get("bf16", a.stage in ("zero2", "zero3")))
+        init = (recipe.get("model_init_kwargs") or {}).get("dtype", "float32")
+        weight_bytes = dtype_bytes.get(init, 4)
         for path in a.model_config:
             cfg = read_model_config(path)
             res = estimate(
@@ -112,61 +109,56 @@ def _estimate(argv: list[str]) -> int:
                      f"k = {a.anchor_rank}, formulas{mark}):")  # fmt: skip
             print(format_method_memory(rows, title))
             print()
-    except ValueError as e:
+    except ValueError as e:  # a bad recipe, config.json, rule, map or model folder
         return report("anchorft train --estimate", e)
     return 0
 
 
 def _estimate_resolved(a) -> int:
-    """Per-matrix ranks of the rules / map / budget / layers, resolved on the weights of a model folder."""
-    import os
-
-    from anchorft.rpsft.anchor_plan import describe, parse_rank_rule
+    """Per-matrix ranks of the rules / map / budget / layers, resolved on the weights of a model folder (its
+    errors are reported by `_estimate`)."""
+    from anchorft.rpsft.anchor_plan import anchor_numbers, describe, parse_rank_rule
     from anchorft.rpsft.train import WEIGHT_FILES
 
-    try:
-        if a.anchor_rank_rule:
-            rule = parse_rank_rule(a.anchor_rank_rule)
-            if rule.kind == "fisher":
-                raise UsageError(
-                    "fisher rules need F_ood G from calibration data (anchorft.rpsft.calibration."
-                    "fisher_gradient_product); --estimate resolves energy rules, maps, layers and budgets"
-                )
-        for path in a.model_config:
-            names = set(os.listdir(path)) if os.path.isdir(path) else set()
-            if not names & set(WEIGHT_FILES) and not any(n.endswith(".safetensors") for n in names):
-                raise UsageError(
-                    f"{path}: rank rules, maps, layers and budgets are resolved on the weights: pass a model folder "
-                    "that holds them (a config.json alone gives only the uniform-rank estimate)"
-                )
-            import torch
-
-            from anchorft.eval.loading import load_causal_lm
-            from anchorft.rpsft.anchor import SubspaceAnchor
-            from anchorft.rpsft.anchor_plan import anchor_numbers
-
-            model = load_causal_lm(path)
-            bpn = a.bytes_per_number
-            dtype = {4: torch.float32, 2: torch.bfloat16, 8: torch.float64}.get(bpn, torch.float32)
-            planned = SubspaceAnchor.plan(
-                model,
-                a.anchor_rank_rule or a.anchor_rank,
-                include_embeddings=not a.no_embeddings,
-                dtype=dtype,
-                rank_map=a.anchor_map,
-                layers=a.anchor_layers,
-                memory=a.anchor_memory,
-                lambda_rest=a.anchor_lambda_rest,
+    if a.anchor_rank_rule:
+        rule = parse_rank_rule(a.anchor_rank_rule)
+        if rule.kind == "fisher":
+            raise UsageError(
+                "fisher rules need F_ood G from calibration data (anchorft.rpsft.calibration."
+                "fisher_gradient_product); --estimate resolves energy rules, maps, layers and budgets"
             )
-            ranks, shapes = planned.ranks, planned.shapes
-            rest = a.anchor_lambda_rest > 0
-            numbers = sum(anchor_numbers(*shapes[n], k, rest) for n, k in ranks.items())
-            print(f"anchor ranks for {path} (rank {a.anchor_rank_rule or a.anchor_rank}, map {a.anchor_map}, "
-                  f"layers {a.anchor_layers}, memory {a.anchor_memory}):")  # fmt: skip
-            print(describe(ranks, shapes))
-            print(f"  stored: {numbers:,} numbers = {numbers * bpn:,} bytes at {bpn} bytes/number")
-    except ValueError as e:
-        return report("anchorft train --estimate", e)
+    for path in a.model_config:
+        names = set(os.listdir(path)) if os.path.isdir(path) else set()
+        if not names & set(WEIGHT_FILES) and not any(n.endswith(".safetensors") for n in names):
+            raise UsageError(
+                f"{path}: rank rules, maps, layers and budgets are resolved on the weights: pass a model folder "
+                "that holds them (a config.json alone gives only the uniform-rank estimate)"
+            )
+        import torch
+
+        from anchorft.eval.loading import load_causal_lm
+        from anchorft.rpsft.anchor import SubspaceAnchor
+
+        model = load_causal_lm(path)
+        bpn = a.bytes_per_number
+        dtype = {4: torch.float32, 2: torch.bfloat16, 8: torch.float64}.get(bpn, torch.float32)
+        planned = SubspaceAnchor.plan(
+            model,
+            a.anchor_rank_rule or a.anchor_rank,
+            include_embeddings=not a.no_embeddings,
+            dtype=dtype,
+            rank_map=a.anchor_map,
+            layers=a.anchor_layers,
+            memory=a.anchor_memory,
+            lambda_rest=a.anchor_lambda_rest,
+        )
+        ranks, shapes = planned.ranks, planned.shapes
+        rest = a.anchor_lambda_rest > 0
+        numbers = sum(anchor_numbers(*shapes[n], k, rest) for n, k in ranks.items())
+        print(f"anchor ranks for {path} (rank {a.anchor_rank_rule or a.anchor_rank}, map {a.anchor_map}, "
+              f"layers {a.anchor_layers}, memory {a.anchor_memory}):")  # fmt: skip
+        print(describe(ranks, shapes))
+        print(f"  stored: {numbers:,} numbers = {numbers * bpn:,} bytes at {bpn} bytes/number")
     return 0
 
 
@@ -196,19 +188,8 @@ def _fisher_calibration(args, script, tok):
 _NOT_HASHED = (*NOT_HASHED, "resume_from_checkpoint")  # a resumed run is the same run
 
 
-def _run_config(script, args) -> dict:
-    """What defines the run (its marker's hash): script arguments and training fields, output-only ones aside."""
-    fields = {k: v for k, v in args.to_dict().items() if k not in _NOT_HASHED}
-    return {"script": dataclasses.asdict(script), "args": fields}
-
-
-def _existing(out: str, names: tuple[str, ...]) -> str:
-    return ", ".join(n for n in names if os.path.exists(os.path.join(out, n)))
-
-
 def _check_recipe_data(config: str, overrides: dict) -> None:
     """The dataset the recipe (or an override) names exists: a local file is read, a hub name left to training."""
-    from anchorft.errors import UsageError
     from anchorft.rpsft.data import check_sft_source
     from anchorft.rpsft.recipes import load_recipe
 
@@ -315,8 +296,8 @@ def main(argv: list[str]) -> int:
         return 2
     from anchorft.preflight import check_model_source
     from anchorft.rpsft.data import check_sft_source
-    from anchorft.rpsft.train import check_launch, check_model_folder
-    from anchorft.runs import check_output_dir
+    from anchorft.rpsft.train import check_launch, check_model_folder, train
+    from anchorft.runs import check_output_dir, finish
 
     try:  # everything the user named is checked before a model is loaded
         check_launch(args, args.anchored, f"--method {args.method}")
@@ -337,7 +318,6 @@ def main(argv: list[str]) -> int:
         print(f"anchorft train: {args.output_dir} already holds this finished run (same config); --overwrite to redo")
         return 0
     from anchorft.eval.loading import load_tokenizer
-    from anchorft.rpsft.train import train
 
     tok = None
     if script.tokenizer_name_or_path:
@@ -357,11 +337,10 @@ def main(argv: list[str]) -> int:
         return report("anchorft train", e)
     trainer.save_model(args.output_dir)  # on every rank: Trainer saves from the main process (gathers under FSDP)
     if trainer.is_world_process_zero():
-        from anchorft.runs import finish
-
         if claim is not None:
             finish(claim)
-        files = _existing(args.output_dir, ("model.safetensors", "rpsft_config.json", "metrics.json", "training.png"))
+        names = ("model.safetensors", "rpsft_config.json", "metrics.json", "training.png")
+        files = ", ".join(n for n in names if os.path.exists(os.path.join(args.output_dir, n)))
         print(f"done: {trainer.state.global_step} steps; {files} in {args.output_dir}")
     return 0
 
@@ -372,7 +351,9 @@ def _claim(script, args, overwrite: bool):
     from anchorft.rpsft.checkpoints import last_complete_checkpoint
     from anchorft.runs import check_output_dir, claim_output, config_hash, same_run
 
-    config = _run_config(script, args)
+    # what defines the run (its marker's hash): script arguments and training fields, output-only ones aside
+    fields = {k: v for k, v in args.to_dict().items() if k not in _NOT_HASHED}
+    config = {"script": dataclasses.asdict(script), "args": fields}
     check_output_dir(args.output_dir, "--output_dir")
     status = None if overwrite else same_run(args.output_dir, "train", config)  # the same on every process
     claim = None

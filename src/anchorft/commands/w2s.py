@@ -21,13 +21,8 @@ def _run(args: argparse.Namespace) -> int:
     from anchorft.w2s.config import load_config
     from anchorft.w2s.experiments import run_experiment
 
-    overrides = list(args.overrides)
-    if args.n_seeds is not None:
-        overrides.append(f"n_seeds={args.n_seeds}")
-    if args.steps is not None:
-        overrides.append(f"steps={args.steps}")
-    if args.device is not None:
-        overrides.append(f"device={args.device}")
+    flags = {"n_seeds": args.n_seeds, "steps": args.steps, "device": args.device}
+    overrides = [*args.overrides, *(f"{k}={v}" for k, v in flags.items() if v is not None)]
     try:
         config = load_config(args.preset, overrides)
     except ValueError as e:
@@ -94,8 +89,7 @@ def _theory_text(r: dict) -> str:
     ]
     for k, v in r["predicted_sample_complexity"].items():
         lines.append(f"predicted samples {k:>4}: {v['formula']:<20} = {v['value']:.3g} (up to constants and logs)")
-    lab = r.get("labels")
-    if lab:
+    if lab := r.get("labels"):
         m = lab["measured"]
         lines.append(f"label coefficients c_n = E[y He_n(z)]/n!, n = 0..{len(m['c']) - 1}:")
         lines.append("  idealised " + " ".join(f"{c:+.4f}" for c in lab["idealised"]["c"]))
@@ -106,8 +100,7 @@ def _theory_text(r: dict) -> str:
             f"norm {m['weak_norm']}, bound {m['weak_bound']}, centring {m['label_center']}; lowest degree above "
             f"3 se: {m['lowest_significant_degree']}"
         )
-    star = r.get("rho_star_detail")
-    if star:
+    if star := r.get("rho_star_detail"):
         if star["rho_star"] is not None:
             lines.append(
                 f"non-target turn boundary (population drift, {star['activation']}, {star['loss']} loss): "
