@@ -34,8 +34,7 @@ import torch
 from anchorft.io import write_json
 from anchorft.w2s.config import W2SConfig, apply_overrides, config_hash
 from anchorft.w2s.dynamics import train
-from anchorft.w2s.experiments import prepare_weak, run_experiment, summarise
-from anchorft.w2s.labels import label_report
+from anchorft.w2s.experiments import prepare_weak, run_experiment, run_modes, summarise
 from anchorft.w2s.problem import build_problem
 from anchorft.w2s.risk import risk_report
 from anchorft.w2s.stats import crossing, digest, mean_std, median_censored
@@ -44,6 +43,7 @@ __all__ = ["MECH_KINDS", "FACTORS", "validate_mech_spec", "expand", "point_overr
 __all__ += ["rows", "table"]
 
 MECH_KINDS = ("ablation", "race", "weak-quality")
+CURVES = ("samples", "target_alignment_seeds", "nontarget_alignment_seeds", "nontarget_target_alignment_seeds")
 FACTORS = {  # factor name -> (config key, allowed values); "variant" maps to the spec's `variants`
     "transform": ("transform", ("identity", "zexp")),
     "variant": (None, None),
@@ -202,17 +202,14 @@ def race_times(mode_metrics: dict, learn: float, turn: float, keep: float) -> di
     tgt = np.asarray(mode_metrics["target_alignment_seeds"], dtype=float)  # (logs, S)
     own = np.asarray(mode_metrics["nontarget_alignment_seeds"], dtype=float)
     tur = np.asarray(mode_metrics["nontarget_target_alignment_seeds"], dtype=float)
-    out: dict[str, list] = {"learn": [], "forget": [], "turn": [], "lose": []}
-    for i in range(tgt.shape[1]):
-        t_learn = crossing(x, list(tgt[:, i]), learn)
-        t_turn = crossing(x, list(tur[:, i]), turn)
-        t_lose = crossing(x, list(own[:, i]), keep, above=False)
-        fs = [t for t in (t_turn, t_lose) if t is not None]
-        out["learn"].append(t_learn)
-        out["turn"].append(t_turn)
-        out["lose"].append(t_lose)
-        out["forget"].append(min(fs) if fs else None)
-    return out
+    turns = [crossing(x, list(c), turn) for c in tur.T]
+    loses = [crossing(x, list(c), keep, above=False) for c in own.T]
+    return {
+        "learn": [crossing(x, list(c), learn) for c in tgt.T],
+        "forget": [min((t for t in ts if t is not None), default=None) for ts in zip(turns, loses)],
+        "turn": turns,
+        "lose": loses,
+    }
 
 
 def _evaluate(spec: dict, pt: dict, config: W2SConfig, cache: Path, shared: dict) -> dict:
@@ -249,9 +246,8 @@ def _evaluate(spec: dict, pt: dict, config: W2SConfig, cache: Path, shared: dict
             "labels_hermite": lab["hermite"],
             "labels_hermite_se": lab["hermite_se"],
             "bias": e.get("bias"),
-            "curves": {k: e[k] for k in ("samples", *(f"{n}_alignment_seeds" for n in ("target", "nontarget")))},
+            "curves": {k: e[k] for k in CURVES},
         }
-        rec[mode]["curves"]["nontarget_target_alignment_seeds"] = e["nontarget_target_alignment_seeds"]
     rec["risks"] = m.get("risks")
     if "ceiling_long" in m:
         rec["ceiling_long"] = {
@@ -278,18 +274,9 @@ def _weak_quality_point(spec: dict, config: W2SConfig, shared: dict) -> dict:
     and PGR against it (`risks_long_ceiling`), on the same test inputs."""
     problem = build_problem(config)
     prepare_weak(config, problem)
-    m: dict[str, Any] = {"diverged": None}
-    weights = {}
-    for mode in config.modes:
-        res = train(config, problem, mode, progress=False)
-        m[mode] = summarise(res, 0.0)
-        center = res.extra.get("label_center")
-        center_t = None if center is None else torch.tensor(center, dtype=problem.w0.dtype, device=problem.w0.device)
-        m[mode]["labels"] = label_report(config, problem, mode, center_t)
-        weights[mode] = res.weights
-        if res.diverged_at is not None:
-            m["diverged"] = {"mode": mode, "step": res.diverged_at}
-            return m
+    m, weights = run_modes(config, problem, progress=False)
+    if m["diverged"] is not None:
+        return m
     m["risks"] = risk_report(config, problem, weights)
     long = _long_ceiling(spec, config, shared)
     m["ceiling_long"] = summarise(long, 0.0)
@@ -305,9 +292,7 @@ def _race_until_learnt(spec: dict, pt: dict, config: W2SConfig, path: Path) -> d
     prepare_weak(config, problem)
     with torch.no_grad():
         res = train(config, problem, pt["mode"], progress=False, hit_threshold=learn)
-    log = res.log
-    curves = {k: log[k] for k in ("samples", "target_alignment_seeds", "nontarget_alignment_seeds")}
-    curves["nontarget_target_alignment_seeds"] = log["nontarget_target_alignment_seeds"]
+    curves = {k: res.log[k] for k in CURVES}
     rec: dict[str, Any] = {"point": pt, "config_hash": config_hash(config), "s": config.s, "d": config.d}
     rec["diverged"] = None if res.diverged_at is None else {"mode": pt["mode"], "step": res.diverged_at}
     rec[pt["mode"]] = {"curves": curves, "steps_run": res.extra.get("steps_run"), "stopped_at_learn": True}

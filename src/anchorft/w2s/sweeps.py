@@ -39,7 +39,7 @@ from anchorft.provenance import write_metrics
 from anchorft.w2s import mechanisms as mech
 from anchorft.w2s.config import PRESET_DIR, W2SConfig, apply_overrides, config_hash, load_config
 from anchorft.w2s.dynamics import train, train_weak
-from anchorft.w2s.experiments import prepare_weak, run_experiment
+from anchorft.w2s.experiments import SUMMARY_KEYS, prepare_weak, run_experiment
 from anchorft.w2s.hermite import information_exponent
 from anchorft.w2s.problem import build_problem
 from anchorft.w2s.stats import crossing, digest, fit_loglog, loglog_slope, median_censored
@@ -215,12 +215,10 @@ def evaluate_point(
             rec["modes"] = {}
             for mode in config.modes:
                 e = m[mode]
-                groups = {g: {"init": v["mean"][0], "final": v["mean"][-1]} for g, v in e["groups"].items()}
                 rec["modes"][mode] = {
                     **{k: e[k] for k in ("init", "final", "final_per_seed")},
-                    "groups": groups,
-                    **{k: e[k] for k in ("samples", "target_alignment", "nontarget_alignment")},
-                    **{k: e[k] for k in ("nontarget_target_alignment", "diverged_at")},
+                    "groups": {g: {"init": v["mean"][0], "final": v["mean"][-1]} for g, v in e["groups"].items()},
+                    **{k: e[k] for k in ("samples", *SUMMARY_KEYS, "diverged_at")},
                 }
     rec["cached"] = False
     if path is not None:
@@ -292,16 +290,9 @@ def _scaling_series(spec: dict, config: W2SConfig, series: str, cache_dir: Path 
     key = ETA_KEYS[series]
     grid = spec.get("eta_grid")
     eta0 = float(getattr(config, key))
-    if grid is None:
-        ks = [0]
-        factor, max_widen = 2.0, 0
-    else:
-        factor, width, max_widen = (
-            float(grid.get("factor", 2.0)),
-            int(grid.get("width", 1)),
-            int(grid.get("max_widen", 2)),
-        )
-        ks = list(range(-width, width + 1))
+    g = {"width": 0, "max_widen": 0} if grid is None else grid  # no grid: the config's step size alone
+    factor, width, max_widen = float(g.get("factor", 2.0)), int(g.get("width", 1)), int(g.get("max_widen", 2))
+    ks = list(range(-width, width + 1))
     runs: dict[int, dict] = {}
     widened = {"low": 0, "high": 0}
     while True:
@@ -313,9 +304,7 @@ def _scaling_series(spec: dict, config: W2SConfig, series: str, cache_dir: Path 
         grow = set()
         if grid is not None:
             for thr, k in best.items():
-                if _rank(runs[k]["samples"][str(thr)])[0] == math.inf and all(
-                    v is None for v in runs[k]["samples"][str(thr)]
-                ):
+                if all(v is None for v in runs[k]["samples"][str(thr)]):
                     continue  # nothing reached this threshold at any eta: no direction to widen
                 if k == min(ks) and widened["low"] < max_widen:
                     grow.add("low")
