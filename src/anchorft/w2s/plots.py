@@ -64,9 +64,9 @@ def _num(v: float | None) -> str:
 
 
 def _scaling_thresholds(result: dict) -> list[str]:
-    spec = result["spec"]
-    thr = spec.get("thresholds", spec.get("threshold"))
-    return [str(float(t)) for t in (thr if isinstance(thr, list) else [thr])]
+    from anchorft.w2s.sweeps import thresholds_of  # sweeps imports this module (through experiments)
+
+    return [str(float(t)) for t in thresholds_of(result["spec"])]
 
 
 def _plot_scaling(result: dict, ax: plt.Axes, thr: str | None = None) -> None:
@@ -158,12 +158,10 @@ def _plot_rpsft(result: dict, axes) -> None:
             label = TITLES.get(mode, mode)
             if mode == "sft_anchor":
                 label += f", weight {pt['params'].get('anchor_weight')}"
-            color = f"C{k}"
-            k += 1
             x = np.maximum(np.asarray(e["samples"], dtype=float), 1.0)
-            axes[0].plot(x, e["target_alignment"], color=color, label=label)
-            axes[1].plot(x, e["nontarget_alignment"], color=color, label=label)
-            axes[2].plot(x, e["nontarget_target_alignment"], color=color, label=label)
+            for ax, (key, _, _) in zip(axes, CURVES):
+                ax.plot(x, e[key], color=f"C{k}", label=label)
+            k += 1
     for ax, t in zip(
         axes, ("target |cos(w, theta_1)|", "non-target |cos(w, theta_2)|", "non-target |cos(w, theta_1)|")
     ):
