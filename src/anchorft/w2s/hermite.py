@@ -152,9 +152,7 @@ def get_transform(name: str, clip: float | None = None) -> Callable[[np.ndarray]
     if name not in TRANSFORMS:
         raise ValueError(f"unknown transform {name!r}: choose from {sorted(TRANSFORMS)}")
     t = TRANSFORMS[name]
-    if clip is None:
-        return t
-    return lambda y: t(np.clip(y, -clip, clip))
+    return t if clip is None else lambda y: t(np.clip(y, -clip, clip))
 
 
 def hermite_coefficients(

@@ -34,7 +34,7 @@ import torch
 from anchorft.io import write_json
 from anchorft.w2s.config import W2SConfig, apply_overrides, config_hash
 from anchorft.w2s.dynamics import train
-from anchorft.w2s.experiments import prepare_weak, run_experiment, run_modes, summarise
+from anchorft.w2s.experiments import SUMMARY_KEYS, prepare_weak, run_experiment, run_modes, summarise
 from anchorft.w2s.problem import build_problem
 from anchorft.w2s.risk import risk_report
 from anchorft.w2s.stats import crossing, digest, mean_std, median_censored
@@ -307,16 +307,11 @@ def _ablation_row(rec: dict, config: W2SConfig | None = None) -> dict:
     e = rec["w2s"]
     fps = e["final_per_seed"]
     row = dict(rec["point"])
-    for key, name in (
-        ("target_alignment", "target"),
-        ("nontarget_alignment", "nontarget"),
-        ("nontarget_target_alignment", "nontarget_to_theta1"),
-    ):
+    for key, name in zip(SUMMARY_KEYS, ("target", "nontarget", "nontarget_to_theta1")):
         st = mean_std(fps[key])
         row[name], row[f"{name}_std"] = st["mean"], st["std"]
     row["nontarget_to_theta1_init"] = e["init"]["nontarget_target_alignment"]
-    row["labels_mean"], row["labels_c2"], row["labels_c2_se"] = e["labels_mean"], e["labels_c2"], e["labels_c2_se"]
-    row["labels_c4"] = e["labels_c4"]
+    row.update({k: e[k] for k in ("labels_mean", "labels_c2", "labels_c2_se", "labels_c4")})
     row["diverged"] = rec["diverged"] is not None
     row["turn"] = row["nontarget_to_theta1"] - row["nontarget_to_theta1_init"]
     if config is not None and e.get("labels_hermite") is not None:
