@@ -1,23 +1,18 @@
-"""Mechanism sweeps of the weak-to-strong simulator (docs/w2s.md, "Mechanisms"): which ingredient does what.
+"""Mechanism sweeps of the weak-to-strong simulator (docs/w2s.md, "Sweeps"): which ingredient does what.
 
-- ablation: the full product of `factors` (transform, label variant = clip or bounded weak output, centring,
-  trained output bias of the strong model, weak-model norm inside V_kappa, loss) on a base config; each row carries
-  its factors, the final target / non-target / non-target-to-theta_kappa alignments (mean and sample std over seeds,
-  ddof=1), and the labels' mean and measured c2 (c_n = E[y He_n(z)] / n!) with its standard error.
-- race (Theorem 2): for each mode (sft, w2s), loss, overlap x = rho sqrt(s), chi_2 = N_1 pi_2 / (N_2 pi_1) and step
-  size on the mode's grid: per seed, the samples until the target neurons learn (mean |cos(w, theta_1)| >= learn)
-  and until the non-target neurons forget (mean |cos(w, theta_1)| >= turn, or mean |cos(w, theta_2)| < keep),
-  read off the log-spaced curves by linear interpolation; each cell reports the step size with the fastest
-  median learning (a post-hoc choice) and who finished first. Optional: `sizes` ([d, s] pairs, one diagram each),
-  `mode_steps` (a budget per mode), `stop_at_learn` (stop a run once every seed has learnt: the race is decided).
-- weak-quality: the weak model's alignment swept (or the weak model trained); raw test risks of the weak model,
-  W2S and the ceiling, W2S's gain over its teacher (paired on the same inputs) and whether it exceeds three standard
-  errors, and the PGR where its denominator exceeds three standard errors; with `ceiling_steps`, also against a
-  ceiling trained for that longer budget (trained once per sweep run: it does not see the weak model).
+- ablation: the full product of `factors` on a base config (docs/w2s.md, "Mechanism ablation"); each row carries
+  its factors, the final alignments (mean and sample std over seeds, ddof=1), and the labels' mean and measured c2
+  (c_n = E[y He_n(z)] / n!) with its standard error;
+- race (Theorem 2; docs/w2s.md, "Theorem 2's race"): per seed, the samples until the target neurons learn and until
+  the non-target neurons forget (turn to theta_1, or lose theta_2), read off the log-spaced curves by linear
+  interpolation (`race_times`); each cell reports the step size with the fastest median learning (a post-hoc choice)
+  and who finished first;
+- weak-quality: the weak model's alignment swept (or the weak model trained); test risks, W2S's gain over its teacher
+  and the PGR (`risk.risk_report`; docs/w2s.md, "The gain in the field's terms"), with `ceiling_steps` also against
+  a ceiling trained for that longer budget (once per sweep run: it does not see the weak model).
 
-Spec files: configs/w2s/sweep-<kind>.yaml (first line: the command), run by the one engine of
-`anchorft.w2s.sweeps`: DIR/results.json (rows), DIR/table.md and DIR/<kind>.png; finished points are cached in
-DIR/cache/ by the hash of their config.
+Spec files: configs/w2s/sweep-<kind>.yaml (first line: the command; their keys: docs/w2s.md, "Sweeps"), run by the
+one engine of `anchorft.w2s.sweeps`.
 """
 
 from __future__ import annotations

@@ -64,9 +64,9 @@ def _num(v: float | None) -> str:
 
 
 def _scaling_thresholds(result: dict) -> list[str]:
-    from anchorft.w2s.sweeps import thresholds_of  # sweeps imports this module (through experiments)
-
-    return [str(float(t)) for t in thresholds_of(result["spec"])]
+    spec = result["spec"]
+    thr = spec.get("thresholds", spec.get("threshold"))
+    return [str(float(t)) for t in (thr if isinstance(thr, list) else [thr])]
 
 
 def _plot_scaling(result: dict, ax: plt.Axes, thr: str | None = None) -> None:
@@ -81,9 +81,11 @@ def _plot_scaling(result: dict, ax: plt.Axes, thr: str | None = None) -> None:
             fit = by_thr[series][thr]
         color = colors.get(series, "C4")
         xs = np.array([pt["x"] for pt in result["points"]], dtype=float)
+        meds = []  # the median over seeds per point (None: censored)
         for x, pt in zip(xs, result["points"]):
             e = pt["series"][series]
             e = {**e, **e.get("best", {}).get(thr, {})}
+            meds.append(e["median_samples"])
             vals = [v for v in e["samples_per_seed"] if v is not None]
             if e["censored"]:
                 ax.scatter([x], [e["budget_samples"]], marker="^", color=color, facecolors="none", s=50)
@@ -100,12 +102,8 @@ def _plot_scaling(result: dict, ax: plt.Axes, thr: str | None = None) -> None:
                 label=f"{series}: slope {fit['slope']:.2f} [{_num(fit['ci'][0])}, {_num(fit['ci'][1])}]",
             )
             th = result["theories"][series]["slope"]
-            ok = [
-                pt["series"][series].get("best", {}).get(thr, pt["series"][series])["median_samples"]
-                for pt in result["points"]
-            ]
-            x0 = [x for x, m in zip(xs, ok) if m is not None]
-            y0 = [m for m in ok if m is not None]
+            x0 = [x for x, m in zip(xs, meds) if m is not None]
+            y0 = [m for m in meds if m is not None]
             if x0:  # theory line through the geometric mean of the measured points
                 lx, ly = np.mean(np.log(x0)), np.mean(np.log(y0))
                 ax.plot(

@@ -1,19 +1,13 @@
-"""Sweeps of the weak-to-strong simulator: one engine for every kind (docs/w2s.md "Sweeps", "Mechanisms").
+"""Sweeps of the weak-to-strong simulator: one engine for every kind (docs/w2s.md "Sweeps").
 
-A sweep is a YAML file configs/w2s/sweep-<kind>.yaml: `preset:` (the W2S preset of its points: a name, a path or
-a list), `config:` (its overrides for every point), the points (or what they are built from), the measurement,
-and a `quick` variant (`preset:` replaces, `config:` and `factors:` merge key by key, other keys replace). Each
-kind is a `SweepKind` of `KINDS`. Kinds:
+A sweep is a YAML file configs/w2s/sweep-<kind>.yaml: `preset:`, `config:` (its overrides for every point), the
+points (or what they are built from), the measurement, and a `quick` variant (how it merges: docs/w2s.md "Sweeps").
+Each kind is a `SweepKind` of `KINDS`:
 
-- s-scaling / d-scaling: samples until the target alignment reaches `threshold` (per seed; the point's value is
-  the median over seeds), for each `series` (a mode, or "weak" for the weak model trained from scratch); a
-  log-log slope with a bootstrap interval over seeds; points whose median hit the budget are censored: they are
-  reported (value = the budget, a lower bound) and left out of the fit, never dropped;
-- chi, overlap, rpsft: full runs (`run_experiment`), summarised per point. The overlap sweep may give a 2-D
-  `grid` instead of `points` (rows of overrides with their own s, columns rho sqrt(s)): a phase diagram whose
-  `phase` summary holds, per mode and s, the rho sqrt(s) where the non-target group starts to turn to theta_1
-  (and to lose theta_2), and the log-log slope of that boundary against s (0: it collapses in units of s^{-1/2},
-  Theorem 2's threshold; 0.5: it sits at a fixed rho). These kinds write DIR/sweep.json;
+- s-scaling / d-scaling / d-scaling-w2s: samples until the target alignment reaches `threshold`, per seed, for
+  each `series` (a mode, or "weak"), fitted in log-log with the censored seeds kept (`_scaling_summary`);
+- chi, overlap, rpsft: full runs (`run_experiment`) summarised per point; an overlap `grid` over several s gives a
+  phase diagram (`expand_grid`, `phase_boundary`). These kinds and the scaling ones write DIR/sweep.json;
 - ablation, race, weak-quality (`anchorft.w2s.mechanisms`): DIR/results.json (rows, points) and DIR/table.md.
 
 Every kind writes DIR/<kind>.png. Every point is cached in DIR/cache/<hash>.json, keyed by the hash of its
