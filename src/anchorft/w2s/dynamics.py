@@ -39,8 +39,17 @@ from anchorft.w2s.labels import label_mean, transform_labels, weak_output
 from anchorft.w2s.problem import Problem
 from anchorft.w2s.sampling import generative_dense, generative_reduced, isotropic, make_generators
 
-__all__ = ["RunResult", "train", "log_steps", "step_scale", "schedule_factor", "dense_step", "reduced_step"]
-__all__ += ["renormalise_reduced", "train_weak"]
+__all__ = [
+    "RunResult",
+    "train",
+    "log_steps",
+    "step_scale",
+    "schedule_factor",
+    "dense_step",
+    "reduced_step",
+    "renormalise_reduced",
+    "train_weak",
+]
 
 # SFT and SFT+anchor see the same inputs; the ceiling (W2S inputs, true labels) sees W2S's
 STREAMS = {"w2s": 1, "sft": 2, "sft_anchor": 2, "weak": 3, "ceiling": 1}

@@ -28,8 +28,18 @@ import torch
 from numpy.polynomial import hermite_e as H
 from numpy.polynomial import polynomial as P
 
-__all__ = ["Activation", "get_activation", "get_transform", "TRANSFORMS", "hermite_normalised", "hermite_coefficients"]
-__all__ += ["measured_coefficients", "information_exponent", "generative_exponent", "transformed_information_exponent"]
+__all__ = [
+    "Activation",
+    "get_activation",
+    "hermite_normalised",
+    "hermite_coefficients",
+    "measured_coefficients",
+    "information_exponent",
+    "generative_exponent",
+    "transformed_information_exponent",
+    "get_transform",
+    "TRANSFORMS",
+]
 
 _HE_TERM = re.compile(r"^he(\d+)$")
 

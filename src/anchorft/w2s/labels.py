@@ -28,8 +28,19 @@ from anchorft.w2s.hermite import get_activation, measured_coefficients
 from anchorft.w2s.problem import Problem
 from anchorft.w2s.sampling import generative_dense, generative_reduced, isotropic, make_generators
 
-__all__ = ["CENTER_STREAM", "REPORT_STREAM", "weak_output", "transform_labels", "w2s_labels", "unit_weak_in_subspace"]
-__all__ += ["generative_inputs", "draw_inputs", "in_coords", "label_mean", "label_report"]
+__all__ = [
+    "CENTER_STREAM",
+    "REPORT_STREAM",
+    "weak_output",
+    "transform_labels",
+    "w2s_labels",
+    "unit_weak_in_subspace",
+    "generative_inputs",
+    "draw_inputs",
+    "in_coords",
+    "label_mean",
+    "label_report",
+]
 
 CENTER_STREAM = 11  # random streams of make_generators, apart from the training streams (1-3)
 REPORT_STREAM = 12

@@ -51,8 +51,17 @@ from anchorft.w2s.labels import label_mean, w2s_labels
 from anchorft.w2s.problem import Problem
 from anchorft.w2s.sampling import make_generators
 
-__all__ = ["LabelModel", "gaussian_derivative_table", "pair_expectation", "label_model", "initial_state"]
-__all__ += ["solve_order_parameters", "predict", "crossing_time", "check_supported"]
+__all__ = [
+    "LabelModel",
+    "gaussian_derivative_table",
+    "pair_expectation",
+    "label_model",
+    "initial_state",
+    "solve_order_parameters",
+    "predict",
+    "crossing_time",
+    "check_supported",
+]
 
 
 @dataclass
