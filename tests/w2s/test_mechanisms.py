@@ -12,7 +12,7 @@ import yaml
 from anchorft.commands.w2s import main
 from anchorft.w2s.config import PRESET_DIR, W2SConfig
 from anchorft.w2s.experiments import prepare_weak, run_experiment
-from anchorft.w2s.labels import label_mean, label_report, unit_weak_in_subspace, weak_output
+from anchorft.w2s.labels import draw_inputs, label_mean, label_report, unit_weak_in_subspace, weak_output
 from anchorft.w2s.mechanisms import expand, race_times, validate_mech_spec
 from anchorft.w2s.problem import build_problem
 from anchorft.w2s.risk import pgr, risk_report
@@ -90,6 +90,17 @@ def test_pgr_is_zero_for_the_weak_model_and_one_at_the_ceiling():
     assert pgr(0.8, 0.5, 0.2) == pytest.approx(0.5)
     with pytest.raises(ZeroDivisionError):
         pgr(0.3, 0.1, 0.3)
+
+
+def test_draw_inputs_gives_isotropic_inputs_or_the_generative_coordinates(tiny):
+    problem = build_problem(tiny)
+    b0 = problem.bases[:, 0]
+    x, basis = draw_inputs(tiny, problem, False, 4000, 5)
+    assert basis is None and x.shape == (2, 4000, 48)
+    rest = x - (x @ b0) @ b0.mT  # the part orthogonal to V_kappa: variance 1 in each of its d - s directions
+    assert (rest.square().sum(-1).mean() / 40).item() == pytest.approx(1.0, rel=0.05)
+    z, basis = draw_inputs(tiny, problem, True, 4000, 5)  # lambda_kappa = 1: the coordinates z of x = B z
+    assert z.shape == (2, 4000, 8) and torch.equal(basis, b0)
 
 
 def test_risk_report_pgr_end_points():

@@ -130,6 +130,23 @@ def test_eta_grid_picks_the_best_eta_and_widens_at_the_edge(tmp_path, monkeypatc
     assert rec["best"]["0.5"]["edge"] == "high" and rec["best"]["0.5"]["eta"] == pytest.approx(2.4)
 
 
+def test_eta_grid_widens_past_a_partly_censored_edge_but_not_where_no_seed_reached(tmp_path, monkeypatch):
+    p = _tiny_spec(tmp_path, thresholds=[0.5], eta_grid={"factor": 2, "width": 1, "max_widen": 1})
+    spec = load_sweep("s-scaling", path=p)
+    spec["base"]["eta_w2s"] = 0.3
+    for reached, widened in ((True, [0.15, 0.3, 0.6, 1.2]), (False, [0.15, 0.3, 0.6])):
+        asked = []
+
+        def hits(config, series, thresholds, cache_dir, progress, reached=reached, asked=asked):
+            asked.append(config.eta_w2s)  # seed 0 never reaches; seed 1 (if it does) the sooner the larger eta
+            return {"samples": {"0.5": [None, 1000.0 / config.eta_w2s if reached else None]}, "budget_samples": 10**6}
+
+        monkeypatch.setattr(sweeps, "_hits", hits)
+        rec = evaluate_point(spec, spec["points"][0], None)["series"]["w2s"]["best"]["0.5"]
+        assert sorted(asked) == pytest.approx(widened)
+        assert rec["censored"] and rec["edge"] == ("high" if reached else None)
+
+
 def test_bad_sweep_input(tmp_path, capsys):
     with pytest.raises(ValueError, match="unknown sweep kind"):
         load_sweep("nope")

@@ -11,7 +11,6 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -103,8 +102,9 @@ class W2SConfig:
             bad("s", f"the {self.n_tasks} subspaces of dimension s need n_tasks*s <= d={self.d}")
         if not (0.0 <= self.rho < 1.0):
             bad("rho", "must be in [0, 1)")
-        if not (0.0 <= self.lambda_kappa <= 1.0):
-            bad("lambda_kappa", "must be in [0, 1]")
+        for name in ("lambda_kappa", "pretrained_alignment", "weak_alignment", "anneal_start"):
+            if not (0.0 <= getattr(self, name) <= 1.0):
+                bad(name, "must be in [0, 1]")
         for name in ("pi", "group_sizes"):
             if len(getattr(self, name)) != self.n_tasks:
                 bad(name, f"needs one entry per task (n_tasks={self.n_tasks})")
@@ -124,11 +124,6 @@ class W2SConfig:
             bad("weak_stop", "must be in [0, 1) (0: train for weak_steps)")
         if self.anchor_weight < 0:
             bad("anchor_weight", "must be >= 0")
-        for name in ("pretrained_alignment", "weak_alignment"):
-            if not (0.0 <= getattr(self, name) <= 1.0):
-                bad(name, "must be in [0, 1]")
-        if not (0.0 <= self.anneal_start <= 1.0):
-            bad("anneal_start", "must be in [0, 1]")
         if not (0.0 < self.anneal_final <= 1.0):
             bad("anneal_final", "must be in (0, 1]")
         for name in ("activation", "weak_activation", "link"):
@@ -183,9 +178,7 @@ def load_config(preset: str | list | None = None, overrides: dict[str, Any] | li
 
 def save_config(config: W2SConfig, path: str | os.PathLike, header: str | None = None) -> None:
     """Write the resolved config as YAML, atomically (tmp file then os.replace)."""
-    path = Path(path)
-    text = (f"# {header}\n" if header else "") + yaml.safe_dump(config.to_dict(), sort_keys=False)
-    write_text(path, text)
+    write_text(path, (f"# {header}\n" if header else "") + yaml.safe_dump(config.to_dict(), sort_keys=False))
 
 
 def config_hash(config: W2SConfig, exclude: tuple[str, ...] = ()) -> str:

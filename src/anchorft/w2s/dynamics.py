@@ -182,22 +182,13 @@ class _Logger:
         self.groups = groups.cpu()
         self.n_tasks = n_tasks
         self.batch = batch
-        self.log: dict = {
-            "steps": [],
-            "samples": [],
-            "loss": [],
-            "eta": [],
-            "target_alignment": [],
-            "nontarget_alignment": [],
-            "nontarget_target_alignment": [],
-            "target_alignment_seeds": [],
-            "nontarget_alignment_seeds": [],
-            "nontarget_target_alignment_seeds": [],
-            "groups": {},
+        curves = [f"{k}_alignment{sfx}" for sfx in ("", "_seeds") for k in ("target", "nontarget", "nontarget_target")]
+        self.log: dict = {k: [] for k in ("steps", "samples", "loss", "eta", *curves)}
+        self.log["groups"] = {
+            f"group{g}_theta{k}": {"mean": [], **{f"q{int(q * 100)}": [] for q in QUANTILES}}
+            for g in range(n_tasks)
+            for k in range(n_tasks)
         }
-        for g in range(n_tasks):
-            for k in range(n_tasks):
-                self.log["groups"][f"group{g}_theta{k}"] = {"mean": [], **{f"q{int(q * 100)}": [] for q in QUANTILES}}
 
     def record(self, t: int, align: torch.Tensor, loss: float | None, eta: float) -> None:
         al = align.detach().abs().double().cpu().numpy()  # (S, N, K); the summaries in NumPy (cheaper per call)
@@ -316,8 +307,7 @@ def train(
         def alignment() -> torch.Tensor:
             return stepper.weights() @ thetas.mT
 
-        def weights() -> torch.Tensor:
-            return stepper.weights()
+        weights = stepper.weights
 
     center = label_mean(config, problem) if mode == "w2s" and config.label_center == "mean" else None
     label_sum = torch.zeros(n_seeds, dtype=torch.float64)  # mean of the labels trained on, per seed (reported)
@@ -354,7 +344,6 @@ def train(
             ys = labels(zs.reshape(n_seeds, n * batch, config.s), weak_b).view(n_seeds, n, batch).transpose(0, 1)
             ys = stepper.prepare_labels(ys)
             grams = (zs @ zs.mT).transpose(0, 1)
-            per_step = list(zip(noise.unbind(0), grams.unbind(0), ys.unbind(0)))  # views made once per chunk
         else:
             if mode in ("w2s", "ceiling"):
                 noise = generative_dense(gens, b0, config.lambda_kappa, n, batch)
@@ -362,7 +351,7 @@ def train(
                 noise = isotropic(gens, n, batch, config.d, dtype, dev)
             ys = labels(noise, problem.weak_u)  # labels do not depend on W: whole chunk at once
             grams = noise @ noise.mT  # (n, S, b, b) Gram matrices of the batches, for the fused renormalisation
-            per_step = list(zip(noise.unbind(0), grams.unbind(0), ys.unbind(0)))
+        per_step = list(zip(noise.unbind(0), grams.unbind(0), ys.unbind(0)))  # views made once per chunk
         flushed = 0  # steps of this chunk whose losses are stored in `losses`
         for i in range(n):
             eta = base * schedule_factor(config, t, steps)
@@ -433,12 +422,8 @@ def train_weak(
     m, batch = config.weak_neurons, config.batch_size
     subspace = config.weak_space == "subspace"
     dim = config.s if subspace else config.d
-    inits = []
-    for s in problem.seeds:
-        rng = np.random.default_rng([s, 1])
-        u = rng.standard_normal((m, dim))
-        inits.append(u / np.linalg.norm(u, axis=-1, keepdims=True))
-    u = torch.from_numpy(np.stack(inits)).to(device=dev, dtype=dtype)
+    u = np.stack([np.random.default_rng([s, 1]).standard_normal((m, dim)) for s in problem.seeds])
+    u = torch.from_numpy(u / np.linalg.norm(u, axis=-1, keepdims=True)).to(device=dev, dtype=dtype)
     act, link = get_activation(config.weak_activation), get_activation(config.link)
     a = torch.full((m,), 1.0 / m, dtype=dtype, device=dev)
     basis = problem.bases[:, 0]  # (S, d, s)

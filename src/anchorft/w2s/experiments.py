@@ -18,7 +18,7 @@ from anchorft.w2s.plots import plot_alignment
 from anchorft.w2s.problem import Problem, build_problem
 from anchorft.w2s.risk import risk_report
 
-__all__ = ["run_experiment", "summarise", "prepare_weak", "ode_metrics"]
+__all__ = ["run_experiment", "run_modes", "summarise", "prepare_weak", "ode_metrics"]
 
 SUMMARY_KEYS = ("target_alignment", "nontarget_alignment", "nontarget_target_alignment")
 
@@ -46,6 +46,26 @@ def prepare_weak(config: W2SConfig, problem: Problem, progress: bool = False) ->
     if config.weak_norm == "unit":
         problem.weak_u = unit_weak_in_subspace(problem.weak_u, problem.thetas[:, 0], problem.bases[:, 0])
     return info
+
+
+def run_modes(config: W2SConfig, problem: Problem, progress: bool = True) -> tuple[dict, dict[str, torch.Tensor]]:
+    """Train every mode of `config` on `problem` (in order; a mode that diverges is the last): the metrics.json
+    entries of the modes (with their `labels`) and `diverged` (None, or the mode and the step), and the final first
+    layers by mode."""
+    metrics: dict[str, Any] = {"diverged": None}
+    weights = {}
+    for mode in config.modes:
+        t1 = time.perf_counter()
+        res = train(config, problem, mode, progress=progress)
+        metrics[mode] = summarise(res, time.perf_counter() - t1)
+        center = res.extra.get("label_center")
+        center_t = None if center is None else torch.tensor(center, dtype=problem.w0.dtype, device=problem.w0.device)
+        metrics[mode]["labels"] = label_report(config, problem, mode, center_t)
+        weights[mode] = res.weights
+        if res.diverged_at is not None:
+            metrics["diverged"] = {"mode": mode, "step": res.diverged_at}
+            break
+    return metrics, weights
 
 
 def run_experiment(
@@ -88,21 +108,9 @@ def run_experiment(
     info = prepare_weak(config, problem, progress=progress)
     if info is not None:
         metrics["weak"] = info
-    weights = {}
     with torch.no_grad():
-        for mode in config.modes:
-            t1 = time.perf_counter()
-            res = train(config, problem, mode, progress=progress)
-            metrics[mode] = summarise(res, time.perf_counter() - t1)
-            center = res.extra.get("label_center")
-            center_t = (
-                None if center is None else torch.tensor(center, dtype=problem.w0.dtype, device=problem.w0.device)
-            )
-            metrics[mode]["labels"] = label_report(config, problem, mode, center_t)
-            weights[mode] = res.weights
-            if res.diverged_at is not None:
-                metrics["diverged"] = {"mode": mode, "step": res.diverged_at}
-                break
+        modes, weights = run_modes(config, problem, progress)
+        metrics.update(modes)
         if metrics["diverged"] is None:
             metrics["risks"] = risk_report(config, problem, weights)
     if ode:
@@ -133,12 +141,8 @@ def ode_metrics(config: W2SConfig, problem, metrics: dict, threshold: float = 0.
         t1 = time.perf_counter()
         pred = predict(config, problem, mode, metrics[mode]["steps"], threshold=threshold)
         steps = metrics[mode]["steps"]
-        per_seed = list(zip(*metrics[mode]["target_alignment_seeds"]))  # (S, T)
-        measured = []
-        for curve in per_seed:
-            hit = crossing_time(steps, curve, threshold)
-            measured.append(None if hit is None else hit * config.batch_size)
-        pred["escape_samples_measured"] = measured
+        hits = [crossing_time(steps, curve, threshold) for curve in zip(*metrics[mode]["target_alignment_seeds"])]
+        pred["escape_samples_measured"] = [None if hit is None else hit * config.batch_size for hit in hits]
         pred["wall_s"] = time.perf_counter() - t1
         out[mode] = pred
     return out

@@ -60,24 +60,18 @@ class ReducedStepper:
         if loss not in ("squared", "correlation"):
             raise ValueError(f"loss must be 'squared' or 'correlation', got {loss!r}")
         n_seeds, n, _ = c.shape
-        # optional trainable output bias b (S,), squared loss: residual f + b - y, b <- b - bias_eta mean_b residual
+        dt, dev = c.dtype, c.device
         self.bias, self.bias_eta = bias, bias_eta
         if bias is not None:
-            self.fb = torch.zeros(chunk, n_seeds, dtype=c.dtype, device=c.device)  # b before each step of the chunk
-        dt, dev = c.dtype, c.device
+            self.fb = torch.zeros(chunk, n_seeds, dtype=dt, device=dev)  # b before each step of the chunk
         self.loss, self.act, self.a, self.b = loss, act, a, batch
         self.c = c.clone()
         self.r = r.clone()
         self.sigma = torch.ones(n_seeds, 1, n, dtype=dt, device=dev)
-        self.u = torch.empty(n_seeds, batch, n, dtype=dt, device=dev)
-        self.h = torch.empty_like(self.u)
-        self.gg = torch.empty_like(self.u)
+        self.u, self.h, self.gg = (torch.empty(n_seeds, batch, n, dtype=dt, device=dev) for _ in range(3))
         self.f = torch.empty(chunk, n_seeds, batch, dtype=dt, device=dev)
         self.res = torch.empty(n_seeds, batch, dtype=dt, device=dev)
-        self.rr = torch.empty(n_seeds, n, dtype=dt, device=dev)
-        self.qq = torch.empty_like(self.rr)
-        self.t1 = torch.empty_like(self.rr)
-        self.inv = torch.empty_like(self.rr)
+        self.rr, self.qq, self.t1, self.inv = (torch.empty(n_seeds, n, dtype=dt, device=dev) for _ in range(4))
         self.one = torch.ones((), dtype=dt, device=dev)
         # views made once (a view costs about as much as a small op)
         self.c_t, self.h_t, self.sig = self.c.mT, self.h.mT, self.sigma.squeeze(1)
@@ -164,8 +158,7 @@ class ReducedStepper:
 
     def weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Current (c (S, N, s), r (S, N)) of w_j = r_j p_j + B c_j, as new tensors (the caller may modify them)."""
-        sig = self.sigma.squeeze(1)
-        return self.c * sig.unsqueeze(-1), self.r * sig
+        return self.c * self.sig.unsqueeze(-1), self.r * self.sig
 
     def reset(self, c: torch.Tensor, r: torch.Tensor) -> None:
         """Set the state to (c, r) with unit scale."""

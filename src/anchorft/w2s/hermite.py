@@ -46,9 +46,7 @@ _HE_TERM = re.compile(r"^he(\d+)$")
 
 def hermite_normalised(j: int, z: np.ndarray) -> np.ndarray:
     """h_j(z) = He_j(z) / sqrt(j!), the orthonormal probabilists' Hermite polynomial."""
-    c = np.zeros(j + 1)
-    c[j] = 1.0
-    return H.hermeval(z, c) / math.sqrt(math.factorial(j))
+    return H.hermeval(z, [0.0] * j + [1.0]) / math.sqrt(math.factorial(j))
 
 
 @dataclass(frozen=True)
@@ -164,9 +162,7 @@ def get_transform(name: str, clip: float | None = None) -> Callable[[np.ndarray]
     if name not in TRANSFORMS:
         raise ValueError(f"unknown transform {name!r}: choose from {sorted(TRANSFORMS)}")
     t = TRANSFORMS[name]
-    if clip is None:
-        return t
-    return lambda y: t(np.clip(y, -clip, clip))
+    return t if clip is None else lambda y: t(np.clip(y, -clip, clip))
 
 
 def hermite_coefficients(
@@ -219,10 +215,8 @@ def measured_coefficients(
         raise ValueError("need at least 2 samples for a standard error")
     c, se = np.empty(n_max + 1), np.empty(n_max + 1)
     for n in range(n_max + 1):
-        e = np.zeros(n + 1)
-        e[n] = 1.0
         scale = math.sqrt(math.factorial(n)) if normalised else math.factorial(n)
-        v = y * H.hermeval(z, e) / scale
+        v = y * H.hermeval(z, [0.0] * n + [1.0]) / scale
         if weights is None:
             c[n], se[n] = v.mean(), v.std(ddof=1) / math.sqrt(v.size)
         else:

@@ -29,8 +29,6 @@ from anchorft.w2s.problem import Problem
 from anchorft.w2s.sampling import generative_dense, generative_reduced, isotropic, make_generators
 
 __all__ = [
-    "LABEL_CENTERS",
-    "WEAK_NORMS",
     "CENTER_STREAM",
     "REPORT_STREAM",
     "weak_output",
@@ -38,13 +36,12 @@ __all__ = [
     "w2s_labels",
     "unit_weak_in_subspace",
     "generative_inputs",
+    "draw_inputs",
     "in_coords",
     "label_mean",
     "label_report",
 ]
 
-LABEL_CENTERS = ("none", "mean")
-WEAK_NORMS = ("planted", "unit")
 CENTER_STREAM = 11  # random streams of make_generators, apart from the training streams (1-3)
 REPORT_STREAM = 12
 N_HERMITE = 6
@@ -94,6 +91,16 @@ def generative_inputs(
     return generative_dense(gens, b0, config.lambda_kappa, 1, n)[0], None
 
 
+def draw_inputs(
+    config: W2SConfig, problem: Problem, generative: bool, n: int, stream: int
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """n inputs per seed from random stream `stream`: `generative_inputs`, or isotropic (x, None), x (S, n, d)."""
+    if generative:
+        return generative_inputs(config, problem, n, stream)
+    gens = make_generators(problem.seeds, stream, problem.w0.device)
+    return isotropic(gens, 1, n, config.d, problem.w0.dtype, problem.w0.device)[0], None
+
+
 def in_coords(first_layer: torch.Tensor, basis: torch.Tensor | None) -> torch.Tensor:
     """A first layer (S, M, d) in the coordinates of `generative_inputs` (W B when the inputs are x = B z)."""
     return first_layer if basis is None else first_layer @ basis
@@ -115,10 +122,9 @@ def label_mean(config: W2SConfig, problem: Problem) -> torch.Tensor:
     (independent of the training inputs); drawn in blocks of 8192."""
     total = torch.zeros(problem.n_seeds, dtype=torch.float64, device=problem.w0.device)
     done, block = 0, 8192
-    gens_stream = CENTER_STREAM
     while done < config.center_samples:
         n = min(block, config.center_samples - done)
-        x, basis = generative_inputs(config, problem, n, gens_stream * 1000 + done // block)
+        x, basis = generative_inputs(config, problem, n, CENTER_STREAM * 1000 + done // block)
         total += _raw_w2s_labels(config, problem, x, basis).double().sum(-1)
         done += n
     return (total / config.center_samples).to(problem.w0.dtype)
@@ -128,11 +134,7 @@ def _mode_samples(
     config: W2SConfig, problem: Problem, mode: str, n: int, center: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(z, y) per seed (S, n): z = theta_kappa^T x and the labels the mode trains on."""
-    if mode in ("w2s", "ceiling"):
-        x, basis = generative_inputs(config, problem, n, REPORT_STREAM)
-    else:
-        gens = make_generators(problem.seeds, REPORT_STREAM, problem.w0.device)
-        x, basis = isotropic(gens, 1, n, config.d, problem.w0.dtype, problem.w0.device)[0], None
+    x, basis = draw_inputs(config, problem, mode in ("w2s", "ceiling"), n, REPORT_STREAM)
     z = (x @ in_coords(problem.thetas[:, :1], basis).mT).squeeze(-1)  # theta_kappa^T x
     if mode == "w2s":
         y = _raw_w2s_labels(config, problem, x, basis)

@@ -227,9 +227,7 @@ class _RHS:
         a, d = self.a, self.deg
         m = M[:, 0]  # overlaps with theta_kappa (reference 0): Cov(lambda_j, nu)
         qd = np.clip(np.diag(Q), 0.0, None)
-        t_s = gaussian_derivative_table(self.sig, d, qd)
-        t_ds = gaussian_derivative_table(self.dsig, d, qd)
-        t_dds = gaussian_derivative_table(self.ddsig, d, qd)
+        t_s, t_ds, t_dds = (gaussian_derivative_table(p, d, qd) for p in (self.sig, self.dsig, self.ddsig))
         # E[g'(nu) S(lambda_j)] = sum_n gd_n S~_n(Q_jj) m_j^n, E[g(nu) S(lambda_j)] likewise with g
         D = pair_expectation(self.gd[: d + 1, None], t_ds, m[None, :])[0] if len(self.gd) else np.zeros(self.n)
         E = pair_expectation(self.g[: d + 1, None], t_dds, m[None, :])[0]

@@ -1,23 +1,18 @@
-"""Mechanism sweeps of the weak-to-strong simulator (docs/w2s.md, "Mechanisms"): which ingredient does what.
+"""Mechanism sweeps of the weak-to-strong simulator (docs/w2s.md, "Sweeps"): which ingredient does what.
 
-- ablation: the full product of `factors` (transform, label variant = clip or bounded weak output, centring,
-  trained output bias of the strong model, weak-model norm inside V_kappa, loss) on a base config; each row carries
-  its factors, the final target / non-target / non-target-to-theta_kappa alignments (mean and sample std over seeds,
-  ddof=1), and the labels' mean and measured c2 (c_n = E[y He_n(z)] / n!) with its standard error.
-- race (Theorem 2): for each mode (sft, w2s), loss, overlap x = rho sqrt(s), chi_2 = N_1 pi_2 / (N_2 pi_1) and step
-  size on the mode's grid: per seed, the samples until the target neurons learn (mean |cos(w, theta_1)| >= learn)
-  and until the non-target neurons forget (mean |cos(w, theta_1)| >= turn, or mean |cos(w, theta_2)| < keep),
-  read off the log-spaced curves by linear interpolation; each cell reports the step size with the fastest
-  median learning (a post-hoc choice) and who finished first. Optional: `sizes` ([d, s] pairs, one diagram each),
-  `mode_steps` (a budget per mode), `stop_at_learn` (stop a run once every seed has learnt: the race is decided).
-- weak-quality: the weak model's alignment swept (or the weak model trained); raw test risks of the weak model,
-  W2S and the ceiling, W2S's gain over its teacher (paired on the same inputs) and whether it exceeds three standard
-  errors, and the PGR where its denominator exceeds three standard errors; with `ceiling_steps`, also against a
-  ceiling trained for that longer budget (trained once per sweep run: it does not see the weak model).
+- ablation: the full product of `factors` on a base config (docs/w2s.md, "Mechanism ablation"); each row carries
+  its factors, the final alignments (mean and sample std over seeds, ddof=1), and the labels' mean and measured c2
+  (c_n = E[y He_n(z)] / n!) with its standard error;
+- race (Theorem 2; docs/w2s.md, "Theorem 2's race"): per seed, the samples until the target neurons learn and until
+  the non-target neurons forget (turn to theta_1, or lose theta_2), read off the log-spaced curves by linear
+  interpolation (`race_times`); each cell reports the step size with the fastest median learning (a post-hoc choice)
+  and who finished first;
+- weak-quality: the weak model's alignment swept (or the weak model trained); test risks, W2S's gain over its teacher
+  and the PGR (`risk.risk_report`; docs/w2s.md, "The gain in the field's terms"), with `ceiling_steps` also against
+  a ceiling trained for that longer budget (once per sweep run: it does not see the weak model).
 
-Spec files: configs/w2s/sweep-<kind>.yaml (first line: the command), run by the one engine of
-`anchorft.w2s.sweeps`: DIR/results.json (rows), DIR/table.md and DIR/<kind>.png; finished points are cached in
-DIR/cache/ by the hash of their config.
+Spec files: configs/w2s/sweep-<kind>.yaml (first line: the command; their keys: docs/w2s.md, "Sweeps"), run by the
+one engine of `anchorft.w2s.sweeps`.
 """
 
 from __future__ import annotations
@@ -34,8 +29,7 @@ import torch
 from anchorft.io import write_json
 from anchorft.w2s.config import W2SConfig, apply_overrides, config_hash
 from anchorft.w2s.dynamics import train
-from anchorft.w2s.experiments import prepare_weak, run_experiment, summarise
-from anchorft.w2s.labels import label_report
+from anchorft.w2s.experiments import SUMMARY_KEYS, prepare_weak, run_experiment, run_modes, summarise
 from anchorft.w2s.problem import build_problem
 from anchorft.w2s.risk import risk_report
 from anchorft.w2s.stats import crossing, digest, mean_std, median_censored
@@ -44,6 +38,7 @@ __all__ = ["MECH_KINDS", "FACTORS", "validate_mech_spec", "expand", "point_overr
 __all__ += ["rows", "table"]
 
 MECH_KINDS = ("ablation", "race", "weak-quality")
+CURVES = ("samples", "target_alignment_seeds", "nontarget_alignment_seeds", "nontarget_target_alignment_seeds")
 FACTORS = {  # factor name -> (config key, allowed values); "variant" maps to the spec's `variants`
     "transform": ("transform", ("identity", "zexp")),
     "variant": (None, None),
@@ -202,17 +197,14 @@ def race_times(mode_metrics: dict, learn: float, turn: float, keep: float) -> di
     tgt = np.asarray(mode_metrics["target_alignment_seeds"], dtype=float)  # (logs, S)
     own = np.asarray(mode_metrics["nontarget_alignment_seeds"], dtype=float)
     tur = np.asarray(mode_metrics["nontarget_target_alignment_seeds"], dtype=float)
-    out: dict[str, list] = {"learn": [], "forget": [], "turn": [], "lose": []}
-    for i in range(tgt.shape[1]):
-        t_learn = crossing(x, list(tgt[:, i]), learn)
-        t_turn = crossing(x, list(tur[:, i]), turn)
-        t_lose = crossing(x, list(own[:, i]), keep, above=False)
-        fs = [t for t in (t_turn, t_lose) if t is not None]
-        out["learn"].append(t_learn)
-        out["turn"].append(t_turn)
-        out["lose"].append(t_lose)
-        out["forget"].append(min(fs) if fs else None)
-    return out
+    turns = [crossing(x, list(c), turn) for c in tur.T]
+    loses = [crossing(x, list(c), keep, above=False) for c in own.T]
+    return {
+        "learn": [crossing(x, list(c), learn) for c in tgt.T],
+        "forget": [min((t for t in ts if t is not None), default=None) for ts in zip(turns, loses)],
+        "turn": turns,
+        "lose": loses,
+    }
 
 
 def _evaluate(spec: dict, pt: dict, config: W2SConfig, cache: Path, shared: dict) -> dict:
@@ -249,9 +241,8 @@ def _evaluate(spec: dict, pt: dict, config: W2SConfig, cache: Path, shared: dict
             "labels_hermite": lab["hermite"],
             "labels_hermite_se": lab["hermite_se"],
             "bias": e.get("bias"),
-            "curves": {k: e[k] for k in ("samples", *(f"{n}_alignment_seeds" for n in ("target", "nontarget")))},
+            "curves": {k: e[k] for k in CURVES},
         }
-        rec[mode]["curves"]["nontarget_target_alignment_seeds"] = e["nontarget_target_alignment_seeds"]
     rec["risks"] = m.get("risks")
     if "ceiling_long" in m:
         rec["ceiling_long"] = {
@@ -278,18 +269,9 @@ def _weak_quality_point(spec: dict, config: W2SConfig, shared: dict) -> dict:
     and PGR against it (`risks_long_ceiling`), on the same test inputs."""
     problem = build_problem(config)
     prepare_weak(config, problem)
-    m: dict[str, Any] = {"diverged": None}
-    weights = {}
-    for mode in config.modes:
-        res = train(config, problem, mode, progress=False)
-        m[mode] = summarise(res, 0.0)
-        center = res.extra.get("label_center")
-        center_t = None if center is None else torch.tensor(center, dtype=problem.w0.dtype, device=problem.w0.device)
-        m[mode]["labels"] = label_report(config, problem, mode, center_t)
-        weights[mode] = res.weights
-        if res.diverged_at is not None:
-            m["diverged"] = {"mode": mode, "step": res.diverged_at}
-            return m
+    m, weights = run_modes(config, problem, progress=False)
+    if m["diverged"] is not None:
+        return m
     m["risks"] = risk_report(config, problem, weights)
     long = _long_ceiling(spec, config, shared)
     m["ceiling_long"] = summarise(long, 0.0)
@@ -305,9 +287,7 @@ def _race_until_learnt(spec: dict, pt: dict, config: W2SConfig, path: Path) -> d
     prepare_weak(config, problem)
     with torch.no_grad():
         res = train(config, problem, pt["mode"], progress=False, hit_threshold=learn)
-    log = res.log
-    curves = {k: log[k] for k in ("samples", "target_alignment_seeds", "nontarget_alignment_seeds")}
-    curves["nontarget_target_alignment_seeds"] = log["nontarget_target_alignment_seeds"]
+    curves = {k: res.log[k] for k in CURVES}
     rec: dict[str, Any] = {"point": pt, "config_hash": config_hash(config), "s": config.s, "d": config.d}
     rec["diverged"] = None if res.diverged_at is None else {"mode": pt["mode"], "step": res.diverged_at}
     rec[pt["mode"]] = {"curves": curves, "steps_run": res.extra.get("steps_run"), "stopped_at_learn": True}
@@ -322,16 +302,11 @@ def _ablation_row(rec: dict, config: W2SConfig | None = None) -> dict:
     e = rec["w2s"]
     fps = e["final_per_seed"]
     row = dict(rec["point"])
-    for key, name in (
-        ("target_alignment", "target"),
-        ("nontarget_alignment", "nontarget"),
-        ("nontarget_target_alignment", "nontarget_to_theta1"),
-    ):
+    for key, name in zip(SUMMARY_KEYS, ("target", "nontarget", "nontarget_to_theta1")):
         st = mean_std(fps[key])
         row[name], row[f"{name}_std"] = st["mean"], st["std"]
     row["nontarget_to_theta1_init"] = e["init"]["nontarget_target_alignment"]
-    row["labels_mean"], row["labels_c2"], row["labels_c2_se"] = e["labels_mean"], e["labels_c2"], e["labels_c2_se"]
-    row["labels_c4"] = e["labels_c4"]
+    row.update({k: e[k] for k in ("labels_mean", "labels_c2", "labels_c2_se", "labels_c4")})
     row["diverged"] = rec["diverged"] is not None
     row["turn"] = row["nontarget_to_theta1"] - row["nontarget_to_theta1_init"]
     if config is not None and e.get("labels_hermite") is not None:

@@ -81,9 +81,11 @@ def _plot_scaling(result: dict, ax: plt.Axes, thr: str | None = None) -> None:
             fit = by_thr[series][thr]
         color = colors.get(series, "C4")
         xs = np.array([pt["x"] for pt in result["points"]], dtype=float)
+        meds = []  # the median over seeds per point (None: censored)
         for x, pt in zip(xs, result["points"]):
             e = pt["series"][series]
             e = {**e, **e.get("best", {}).get(thr, {})}
+            meds.append(e["median_samples"])
             vals = [v for v in e["samples_per_seed"] if v is not None]
             if e["censored"]:
                 ax.scatter([x], [e["budget_samples"]], marker="^", color=color, facecolors="none", s=50)
@@ -100,12 +102,8 @@ def _plot_scaling(result: dict, ax: plt.Axes, thr: str | None = None) -> None:
                 label=f"{series}: slope {fit['slope']:.2f} [{_num(fit['ci'][0])}, {_num(fit['ci'][1])}]",
             )
             th = result["theories"][series]["slope"]
-            ok = [
-                pt["series"][series].get("best", {}).get(thr, pt["series"][series])["median_samples"]
-                for pt in result["points"]
-            ]
-            x0 = [x for x, m in zip(xs, ok) if m is not None]
-            y0 = [m for m in ok if m is not None]
+            x0 = [x for x, m in zip(xs, meds) if m is not None]
+            y0 = [m for m in meds if m is not None]
             if x0:  # theory line through the geometric mean of the measured points
                 lx, ly = np.mean(np.log(x0)), np.mean(np.log(y0))
                 ax.plot(
@@ -158,12 +156,10 @@ def _plot_rpsft(result: dict, axes) -> None:
             label = TITLES.get(mode, mode)
             if mode == "sft_anchor":
                 label += f", weight {pt['params'].get('anchor_weight')}"
-            color = f"C{k}"
-            k += 1
             x = np.maximum(np.asarray(e["samples"], dtype=float), 1.0)
-            axes[0].plot(x, e["target_alignment"], color=color, label=label)
-            axes[1].plot(x, e["nontarget_alignment"], color=color, label=label)
-            axes[2].plot(x, e["nontarget_target_alignment"], color=color, label=label)
+            for ax, (key, _, _) in zip(axes, CURVES):
+                ax.plot(x, e[key], color=f"C{k}", label=label)
+            k += 1
     for ax, t in zip(
         axes, ("target |cos(w, theta_1)|", "non-target |cos(w, theta_2)|", "non-target |cos(w, theta_1)|")
     ):

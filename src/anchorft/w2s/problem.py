@@ -63,16 +63,13 @@ def _one_seed(config: W2SConfig, seed: int) -> dict[str, np.ndarray]:
         th = config.rho * theta0 + np.sqrt(1.0 - config.rho**2) * u
         thetas.append(th)
         bases.append(np.concatenate([th[:, None], q[:, k * s + 1 : (k + 1) * s]], axis=1))
-    ws = []
-    for k in range(K):
+    ws = [_unit(rng.standard_normal((config.group_sizes[0], s))) @ b0.T]
+    for k in range(1, K):
         n = config.group_sizes[k]
-        if k == 0:
-            ws.append(_unit(rng.standard_normal((n, s))) @ b0.T)
-        else:
-            rest = bases[k][:, 1:]  # orthonormal, orthogonal to theta_k
-            v = _unit(rng.standard_normal((n, s - 1))) @ rest.T if s > 1 else np.zeros((n, d))
-            al = config.pretrained_alignment
-            ws.append(al * thetas[k][None, :] + np.sqrt(1.0 - al**2) * v)
+        rest = bases[k][:, 1:]  # orthonormal, orthogonal to theta_k
+        v = _unit(rng.standard_normal((n, s - 1))) @ rest.T if s > 1 else np.zeros((n, d))
+        al = config.pretrained_alignment
+        ws.append(al * thetas[k][None, :] + np.sqrt(1.0 - al**2) * v)
     xi = rng.standard_normal((config.weak_neurons, d))
     xi = _unit(xi - np.outer(xi @ theta0, theta0))
     b = config.weak_alignment

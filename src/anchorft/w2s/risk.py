@@ -26,9 +26,8 @@ import torch
 
 from anchorft.w2s.config import W2SConfig
 from anchorft.w2s.hermite import get_activation
-from anchorft.w2s.labels import generative_inputs, in_coords, weak_output
+from anchorft.w2s.labels import draw_inputs, in_coords, weak_output
 from anchorft.w2s.problem import Problem
-from anchorft.w2s.sampling import isotropic, make_generators
 
 __all__ = ["pgr", "readout_errors", "risk_report", "RISK_STREAMS"]
 
@@ -55,8 +54,8 @@ def readout_errors(g_fit: np.ndarray, t_fit: np.ndarray, g_test: np.ndarray, t_t
 def _outputs(
     config: W2SConfig, problem: Problem, xb: tuple[torch.Tensor, torch.Tensor | None], weights: dict[str, torch.Tensor]
 ) -> dict:
-    """Predictor outputs (S, n) on inputs (x, basis) (see labels.generative_inputs): the weak model and each strong
-    model's kappa group (own activation, and through the link); "_target" = r*_kappa."""
+    """Predictor outputs (S, n), float64 NumPy, on inputs (x, basis) (see labels.generative_inputs): the weak model and
+    each strong model's kappa group (own activation, and through the link); "_target" = r*_kappa."""
     x, basis = xb
     act = get_activation(config.activation)
     sel = problem.groups == 0
@@ -69,15 +68,7 @@ def _outputs(
         out[f"{mode}@link"] = link.value(u) @ a
     z = (x @ in_coords(problem.thetas[:, :1], basis).mT).squeeze(-1)
     out["_target"] = config.pi[0] * link.value(z)
-    return out
-
-
-def _draw(config: W2SConfig, problem: Problem, dist: str, stream: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    n = config.risk_samples
-    if dist == "generative":
-        return generative_inputs(config, problem, n, stream)
-    gens = make_generators(problem.seeds, stream, problem.w0.device)
-    return isotropic(gens, 1, n, config.d, problem.w0.dtype, problem.w0.device)[0], None
+    return {k: v.double().cpu().numpy() for k, v in out.items()}
 
 
 def _paired(e1: np.ndarray, e2: np.ndarray) -> tuple[float, float]:
@@ -101,23 +92,20 @@ def risk_report(config: W2SConfig, problem: Problem, weights: dict[str, torch.Te
         "n_samples_per_seed": config.risk_samples,
     }
     for dist in ("isotropic", "generative"):
-        fit = _outputs(config, problem, _draw(config, problem, dist, RISK_STREAMS["fit"]), weights)
-        test = _outputs(config, problem, _draw(config, problem, dist, RISK_STREAMS["test"]), weights)
+        n = config.risk_samples
+        fit, test = (
+            _outputs(config, problem, draw_inputs(config, problem, dist == "generative", n, RISK_STREAMS[p]), weights)
+            for p in ("fit", "test")
+        )
         errs = {}
         for name in ("weak", *weights, *(f"{m}@link" for m in weights)):
             errs[name] = np.stack(
                 [
-                    readout_errors(
-                        fit[name][i].double().cpu().numpy(),
-                        fit["_target"][i].double().cpu().numpy(),
-                        test[name][i].double().cpu().numpy(),
-                        test["_target"][i].double().cpu().numpy(),
-                    )
-                    for i in range(problem.n_seeds)
+                    readout_errors(f, fit["_target"][i], t, test["_target"][i])
+                    for i, (f, t) in enumerate(zip(fit[name], test[name]))
                 ]
             )  # (S, n)
         entry: dict = {"risk": {}, "risk_se": {}, "risk_per_seed": {}, "pgr": {}}
-        n = config.risk_samples
         for name, e in errs.items():
             per_seed = e.mean(1)
             entry["risk"][name] = float(per_seed.mean())

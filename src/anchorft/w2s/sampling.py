@@ -19,12 +19,7 @@ __all__ = ["make_generators", "gaussian_chunk", "isotropic", "generative_dense",
 
 def make_generators(seeds: list[int], stream: int, device: torch.device) -> list[torch.Generator]:
     """One generator per seed; `stream` separates independent uses (W2S, SFT, weak training) of one seed."""
-    gens = []
-    for s in seeds:
-        g = torch.Generator(device=device)
-        g.manual_seed(int(s) * 1_000_003 + 7919 * int(stream))
-        gens.append(g)
-    return gens
+    return [torch.Generator(device=device).manual_seed(int(s) * 1_000_003 + 7919 * int(stream)) for s in seeds]
 
 
 def gaussian_chunk(

@@ -1,19 +1,13 @@
-"""Sweeps of the weak-to-strong simulator: one engine for every kind (docs/w2s.md "Sweeps", "Mechanisms").
+"""Sweeps of the weak-to-strong simulator: one engine for every kind (docs/w2s.md "Sweeps").
 
-A sweep is a YAML file configs/w2s/sweep-<kind>.yaml: `preset:` (the W2S preset of its points: a name, a path or
-a list), `config:` (its overrides for every point), the points (or what they are built from), the measurement,
-and a `quick` variant (`preset:` replaces, `config:` and `factors:` merge key by key, other keys replace). Each
-kind is a `SweepKind` of `KINDS`. Kinds:
+A sweep is a YAML file configs/w2s/sweep-<kind>.yaml: `preset:`, `config:` (its overrides for every point), the
+points (or what they are built from), the measurement, and a `quick` variant (how it merges: docs/w2s.md "Sweeps").
+Each kind is a `SweepKind` of `KINDS`:
 
-- s-scaling / d-scaling: samples until the target alignment reaches `threshold` (per seed; the point's value is
-  the median over seeds), for each `series` (a mode, or "weak" for the weak model trained from scratch); a
-  log-log slope with a bootstrap interval over seeds; points whose median hit the budget are censored: they are
-  reported (value = the budget, a lower bound) and left out of the fit, never dropped;
-- chi, overlap, rpsft: full runs (`run_experiment`), summarised per point. The overlap sweep may give a 2-D
-  `grid` instead of `points` (rows of overrides with their own s, columns rho sqrt(s)): a phase diagram whose
-  `phase` summary holds, per mode and s, the rho sqrt(s) where the non-target group starts to turn to theta_1
-  (and to lose theta_2), and the log-log slope of that boundary against s (0: it collapses in units of s^{-1/2},
-  Theorem 2's threshold; 0.5: it sits at a fixed rho). These kinds write DIR/sweep.json;
+- s-scaling / d-scaling / d-scaling-w2s: samples until the target alignment reaches `threshold`, per seed, for
+  each `series` (a mode, or "weak"), fitted in log-log with the censored seeds kept (`_scaling_summary`);
+- chi, overlap, rpsft: full runs (`run_experiment`) summarised per point; an overlap `grid` over several s gives a
+  phase diagram (`expand_grid`, `phase_boundary`). These kinds and the scaling ones write DIR/sweep.json;
 - ablation, race, weak-quality (`anchorft.w2s.mechanisms`): DIR/results.json (rows, points) and DIR/table.md.
 
 Every kind writes DIR/<kind>.png. Every point is cached in DIR/cache/<hash>.json, keyed by the hash of its
@@ -39,7 +33,7 @@ from anchorft.provenance import write_metrics
 from anchorft.w2s import mechanisms as mech
 from anchorft.w2s.config import PRESET_DIR, W2SConfig, apply_overrides, config_hash, load_config
 from anchorft.w2s.dynamics import train, train_weak
-from anchorft.w2s.experiments import prepare_weak, run_experiment
+from anchorft.w2s.experiments import SUMMARY_KEYS, prepare_weak, run_experiment
 from anchorft.w2s.hermite import information_exponent
 from anchorft.w2s.problem import build_problem
 from anchorft.w2s.stats import crossing, digest, fit_loglog, loglog_slope, median_censored
@@ -215,12 +209,10 @@ def evaluate_point(
             rec["modes"] = {}
             for mode in config.modes:
                 e = m[mode]
-                groups = {g: {"init": v["mean"][0], "final": v["mean"][-1]} for g, v in e["groups"].items()}
                 rec["modes"][mode] = {
                     **{k: e[k] for k in ("init", "final", "final_per_seed")},
-                    "groups": groups,
-                    **{k: e[k] for k in ("samples", "target_alignment", "nontarget_alignment")},
-                    **{k: e[k] for k in ("nontarget_target_alignment", "diverged_at")},
+                    "groups": {g: {"init": v["mean"][0], "final": v["mean"][-1]} for g, v in e["groups"].items()},
+                    **{k: e[k] for k in ("samples", *SUMMARY_KEYS, "diverged_at")},
                 }
     rec["cached"] = False
     if path is not None:
@@ -292,16 +284,9 @@ def _scaling_series(spec: dict, config: W2SConfig, series: str, cache_dir: Path 
     key = ETA_KEYS[series]
     grid = spec.get("eta_grid")
     eta0 = float(getattr(config, key))
-    if grid is None:
-        ks = [0]
-        factor, max_widen = 2.0, 0
-    else:
-        factor, width, max_widen = (
-            float(grid.get("factor", 2.0)),
-            int(grid.get("width", 1)),
-            int(grid.get("max_widen", 2)),
-        )
-        ks = list(range(-width, width + 1))
+    g = {"width": 0, "max_widen": 0} if grid is None else grid  # no grid: the config's step size alone
+    factor, width, max_widen = float(g.get("factor", 2.0)), int(g.get("width", 1)), int(g.get("max_widen", 2))
+    ks = list(range(-width, width + 1))
     runs: dict[int, dict] = {}
     widened = {"low": 0, "high": 0}
     while True:
@@ -313,9 +298,7 @@ def _scaling_series(spec: dict, config: W2SConfig, series: str, cache_dir: Path 
         grow = set()
         if grid is not None:
             for thr, k in best.items():
-                if _rank(runs[k]["samples"][str(thr)])[0] == math.inf and all(
-                    v is None for v in runs[k]["samples"][str(thr)]
-                ):
+                if all(v is None for v in runs[k]["samples"][str(thr)]):
                     continue  # nothing reached this threshold at any eta: no direction to widen
                 if k == min(ks) and widened["low"] < max_widen:
                     grow.add("low")
