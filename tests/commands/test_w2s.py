@@ -96,6 +96,15 @@ def test_run_ode_writes_predicted_escape_beside_measured(tmp_path):
     assert "--ode" in (out / "config.yaml").read_text().splitlines()[0]
 
 
+def test_run_ode_skips_the_modes_the_theory_does_not_cover(tmp_path):
+    out = tmp_path / "ode_ceiling"
+    assert main(["run", "--ode", *_tiny_args(out)[1:], "modes=w2s,ceiling,sft_anchor"]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert "skipped" not in m["ode"]["w2s"] and m["ode"]["w2s"]["steps"] == m["w2s"]["steps"]
+    for mode in ("ceiling", "sft_anchor"):
+        assert "steps" in m[mode] and "mean-field theory covers" in m["ode"][mode]["skipped"]
+
+
 def test_run_ode_rejects_non_polynomial_activation_before_work(tmp_path, capsys):
     out = tmp_path / "bad"
     assert main(["run", "--ode", *_tiny_args(out)[1:], "activation=tanh"]) == 2

@@ -135,7 +135,7 @@ def ode_metrics(config: W2SConfig, problem, metrics: dict, threshold: float = 0.
     for mode in config.modes:
         if mode not in metrics:
             continue
-        if mode == "sft_anchor" or (mode == "w2s" and config.lambda_kappa != 1.0):
+        if mode not in ("w2s", "sft") or (mode == "w2s" and config.lambda_kappa != 1.0):
             out[mode] = {"skipped": "the mean-field theory covers W2S at lambda_kappa = 1 and SFT"}
             continue
         t1 = time.perf_counter()
