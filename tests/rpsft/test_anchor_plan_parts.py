@@ -429,6 +429,22 @@ def test_plan_mixed_rules_against_numpy(model):
     assert str(info.value).endswith(f"missing for {names[:4]}")
 
 
+def test_plan_asks_f_ood_g_only_of_the_matrices_a_fisher_rule_ranks(model):
+    g = torch.Generator().manual_seed(6)
+    params = dict(model.named_parameters())
+    q = [n for n in params if "q_proj" in n]
+    only_q = {n: torch.randn(params[n].shape, generator=g) for n in q}
+    p = plan.plan_anchor(model, "energy:0.6", rank_map={"q_proj": "fisher:0.5"}, fisher=only_q)
+    w = _weights(model)
+    assert all(p.ranks[n] == _energy_rank(w[n], 0.6) for n in p.ranks if n not in q)
+    with pytest.raises(UsageError) as info:  # a q_proj matrix left out
+        plan.plan_anchor(model, "energy:0.6", rank_map={"q_proj": "fisher:0.5"}, fisher=dict(list(only_q.items())[1:]))
+    assert str(info.value).endswith(f"missing for {q[:1]}")
+    # a Fisher budget whose map fixes every matrix ranks none by its objective
+    p = plan.plan_anchor(model, "fisher:0.5", rank_map={".": 2}, memory=10**9)
+    assert set(p.ranks.values()) == {2}
+
+
 def test_plan_of_a_bfloat16_model_computes_in_float32(model):
     model = model.to(torch.bfloat16)
     p = plan.plan_anchor(model, "energy:0.9")

@@ -438,25 +438,23 @@ def plan_anchor(
             )
     specs = {n: fixed.get(n, rule) for n in names}
     objective = rule.kind if isinstance(rule, RankRule) else "energy"
-    uses_fisher = any(isinstance(r, RankRule) and r.kind == "fisher" for r in specs.values()) or (
-        memory is not None and objective == "fisher"
-    )
-    if uses_fisher:
-        missing = [n for n in names if fisher is None or n not in fisher]
-        if missing:
-            raise UsageError(
-                f"anchor: fisher rules need F_ood G per matrix (fisher=, from "
-                f"anchorft.rpsft.calibration.fisher_gradient_product); missing for {missing[:4]}"
-            )
+    # a matrix's curve: its rule's, or (the budget's free matrices) the budget objective's
+    needs_curve = [n for n in names if isinstance(specs[n], RankRule) or (memory is not None and n not in fixed)]
+    kind = {n: specs[n].kind if isinstance(specs[n], RankRule) else objective for n in needs_curve}
+    missing = [n for n in needs_curve if kind[n] == "fisher" and (fisher is None or n not in fisher)]
+    if missing:
+        raise UsageError(
+            f"anchor: fisher rules need F_ood G per matrix (fisher=, from "
+            f"anchorft.rpsft.calibration.fisher_gradient_product); missing for {missing[:4]}"
+        )
     compute_dtype = torch.float64 if dtype == torch.float64 else torch.float32
 
     # ---- resolve the per-matrix ranks (spectra and Fisher curves where a rule or the budget needs them)
     params = dict(named)
     curves: dict[str, dict] = {}
-    needs_curve = [n for n in names if isinstance(specs[n], RankRule) or (memory is not None and n not in fixed)]
     for n in needs_curve:
         w0 = full_matrix(params[n]).to(compute_dtype)
-        if (specs[n].kind if isinstance(specs[n], RankRule) else objective) == "fisher":
+        if kind[n] == "fisher":
             u, _, vh = torch.linalg.svd(w0, full_matrices=False)
             fg = fisher[n].to(w0.device, compute_dtype)
             curves[n] = {"fisher": cumulative_block_energy(fg, u, vh.mT), "fisher_total": float(fg.pow(2).sum())}
