@@ -280,6 +280,21 @@ def test_a_claim_interrupted_under_the_lock_releases_it_and_removes_the_folder_i
     assert _lockable(tmp_path / runs.LOCK) and str(tmp_path.resolve()) not in runs._LOCKS
 
 
+def test_a_folder_that_can_no_longer_be_written_is_not_reported_marked(tmp_path, monkeypatch):
+    import anchorft.runs as runs
+
+    out = tmp_path / "o"
+    claim_output(out, "x", {"a": 1})
+    (out / "part.json").write_text("{}")
+
+    def read_only(*args):  # e.g. the disk filled or the file system was remounted read-only mid-run
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(runs, "_write_marker", read_only)
+    assert mark_active("interrupted") == []  # no folder named as marked: its marker could not be written
+    assert not runs._ACTIVE and _lockable(out / runs.LOCK)  # and the run is let go, its lock released
+
+
 def _killed(claim):
     """What a killed process leaves behind: its files and marker; the kernel releases its lock."""
     from anchorft import runs
