@@ -50,14 +50,9 @@ def ifeval_available() -> tuple[bool, str]:
 def _quiet() -> Iterator[None]:
     """lm-eval tries `nltk.download("punkt_tab")` at import and prints its failure without network."""
     import io
-    import sys
 
-    with contextlib.redirect_stdout(io.StringIO()):
-        err, sys.stderr = sys.stderr, io.StringIO()
-        try:
-            yield
-        finally:
-            sys.stderr = err
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        yield
 
 
 @functools.lru_cache(maxsize=1)
