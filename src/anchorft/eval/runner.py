@@ -23,7 +23,7 @@ from anchorft.eval.backend import Backend
 from anchorft.eval.benchmarks import Bench, load_bench, score_bench, summarize
 from anchorft.eval.protocol import SuiteSettings, bench_names, format_prompts, resolve_benches, token_prompts
 from anchorft.eval.report import plot_metrics, write_table
-from anchorft.io import write_json, write_jsonl, write_text
+from anchorft.io import write_json, write_jsonl
 from anchorft.provenance import write_metrics
 
 __all__ = ["resolve_backend", "open_backend", "run_pair", "run_suite", "run_eval"]
@@ -112,7 +112,7 @@ def run_pair(
     gen_file = sub / "generations.jsonl"
     done = _read_generations(gen_file, s.n, s.greedy)
     if gen_file.is_file():  # drop a torn or partial last line before appending
-        write_text(gen_file, "".join(json.dumps(r) + "\n" for r in done.values()))
+        write_jsonl(gen_file, done.values())
     todo = [it for it in bench.items if it.index not in done]
     if done:
         log(f"  {label}: resuming, {len(done)} of {len(bench.items)} items saved")
