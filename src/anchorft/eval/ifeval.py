@@ -10,11 +10,9 @@ an instruction.
 
 Two lm-eval checks need nltk's Punkt sentence model: `length_constraints:number_sentences` (through
 `instructions_util.count_sentences`, which asks for the pickled `punkt` model) and
-`change_case:capital_word_frequency` (through `nltk.word_tokenize`, which asks for `punkt_tab`).
-`punkt_sentence_tokenizer` uses nltk's installed `punkt_tab` English model when there is one, and
-otherwise a Punkt model trained here, offline, with nltk's `PunktTrainer` on a short English text plus
-a list of common abbreviations. Both checks then run with it. Sentence
-counts from the model built here can differ from the official model's on rare abbreviations.
+`change_case:capital_word_frequency` (through `nltk.word_tokenize`, which asks for `punkt_tab`). Both run
+with `punkt_sentence_tokenizer`: nltk's installed `punkt_tab` English model, else a Punkt model trained
+here offline, whose sentence counts can differ from the official model's on rare abbreviations.
 """
 
 from __future__ import annotations

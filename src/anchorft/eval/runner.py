@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -72,8 +73,6 @@ def _read_generations(path: Path, n: int, greedy: bool) -> dict[int, dict]:
 
 
 def _append_lines(path: Path, rows: Sequence[dict]) -> None:
-    import os
-
     with path.open("a", encoding="utf-8") as fh:
         fh.write("".join(json.dumps(r) + "\n" for r in rows))
         fh.flush()

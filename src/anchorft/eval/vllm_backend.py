@@ -59,18 +59,9 @@ def build_requests(
     template already holds BOS), the release's sampling settings, a seed per prompt."""
     if len(token_ids) != len(keys):
         raise ValueError("one key per prompt")
+    kw = dict(n=n, temperature=temperature, top_p=top_p if temperature > 0 else 1.0, max_tokens=max_new_tokens)
     return [
-        (
-            {"prompt_token_ids": list(ids)},
-            dict(
-                n=n,
-                temperature=temperature,
-                top_p=top_p if temperature > 0 else 1.0,
-                max_tokens=max_new_tokens,
-                seed=row_seed(seed, key, 0),
-            ),
-        )
-        for ids, key in zip(token_ids, keys)
+        ({"prompt_token_ids": list(ids)}, {**kw, "seed": row_seed(seed, key, 0)}) for ids, key in zip(token_ids, keys)
     ]
 
 
