@@ -27,7 +27,7 @@ import numpy as np
 from tqdm import tqdm
 
 from anchorft.eval.answers import last_boxed
-from anchorft.io import save_figure, write_json, write_text
+from anchorft.io import pyplot, save_figure, write_json, write_text
 from anchorft.provenance import write_metrics
 
 __all__ = [
@@ -201,21 +201,6 @@ def select_verified(
     return out, stats
 
 
-def _plot_lengths(rows: list[dict[str, Any]], path: Path, title: str) -> None:
-    from anchorft.io import pyplot
-
-    plt = pyplot()
-
-    lengths = [len((r["completion"] if "completion" in r else r["messages"][-1:])[0]["content"]) for r in rows]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.hist(lengths, bins=min(50, max(5, len(lengths) // 4)))
-    ax.set_xlabel("trace length (characters)")
-    ax.set_ylabel("examples")
-    ax.set_title(title)
-    fig.tight_layout()
-    save_figure(fig, path, dpi=100)
-
-
 def write_training_set(
     out_dir: str | os.PathLike, rows: list[dict[str, Any]], config: dict, metrics: dict, title: str
 ) -> dict[str, Any]:
@@ -228,7 +213,14 @@ def write_training_set(
     write_json(out / "config.json", {**config, "system_prompt": SYSTEM_PROMPT}, indent=2)
     metrics = {**metrics, "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
     write_metrics(out / "metrics.json", metrics, indent=2)
-    _plot_lengths(rows, out / "lengths.png", title)
+    lengths = [len((r["completion"] if "completion" in r else r["messages"][-1:])[0]["content"]) for r in rows]
+    fig, ax = pyplot().subplots(figsize=(6, 3.5))
+    ax.hist(lengths, bins=min(50, max(5, len(lengths) // 4)))
+    ax.set_xlabel("trace length (characters)")
+    ax.set_ylabel("examples")
+    ax.set_title(title)
+    fig.tight_layout()
+    save_figure(fig, out / "lengths.png", dpi=100)
     return metrics
 
 
