@@ -205,10 +205,8 @@ def generate_sorted(
     toks = decode(model, tokenizer, [encoded[i] for i, _ in rows], batches, lambda logits, live: sample_rows(
         logits, temperature, top_p, [gens[r] for r in live]), max_new_tokens=max_new_tokens, shrink=True,
         progress=progress)  # fmt: skip
-    out: list[list[str]] = [[""] * n for _ in prompts]
-    for (i, j), t in zip(rows, toks):
-        out[i][j] = tokenizer.decode(t, skip_special_tokens=True)
-    return out
+    texts = [tokenizer.decode(t, skip_special_tokens=True) for t in toks]  # rows are prompt-major
+    return [texts[i * n : (i + 1) * n] for i in range(len(prompts))]
 
 
 class HFBackend:
