@@ -85,16 +85,6 @@ def _with_punkt() -> Iterator[None]:
         iu._get_sentence_tokenizer, nt._get_punkt_tokenizer = saved
 
 
-def _clean_kwargs(instructions: Sequence[dict]) -> tuple[list[str], list[dict]]:
-    ids, kwargs = [], []
-    for inst in instructions:
-        if not isinstance(inst, dict) or not isinstance(inst.get("instruction_id"), str):
-            raise ValueError("each instruction must be {'instruction_id': str, 'kwargs': {...}}")
-        ids.append(inst["instruction_id"])
-        kwargs.append({k: v for k, v in (inst.get("kwargs") or {}).items() if v is not None})
-    return ids, kwargs
-
-
 def ifeval_follows(response: str, instructions: Sequence[dict], prompt: str) -> tuple[bool, list[bool]]:
     """(all followed, per-instruction result) under lm-eval's loose IFEval test. `prompt` is the user
     message (the `combination:repeat_prompt` check and instructions that read the prompt use it)."""
@@ -104,7 +94,10 @@ def ifeval_follows(response: str, instructions: Sequence[dict], prompt: str) -> 
     with _quiet():
         from lm_eval.tasks.ifeval.instructions_registry import INSTRUCTION_DICT
         from lm_eval.tasks.ifeval.utils import InputExample, test_instruction_following_loose
-    ids, kwargs = _clean_kwargs(instructions)
+    if not all(isinstance(inst, dict) and isinstance(inst.get("instruction_id"), str) for inst in instructions):
+        raise ValueError("each instruction must be {'instruction_id': str, 'kwargs': {...}}")
+    ids = [inst["instruction_id"] for inst in instructions]
+    kwargs = [{k: v for k, v in (inst.get("kwargs") or {}).items() if v is not None} for inst in instructions]
     unknown = [i for i in ids if i not in INSTRUCTION_DICT]
     if unknown:
         raise ValueError(f"unknown IFEval instruction_id(s) {unknown}")
