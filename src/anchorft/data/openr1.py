@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from anchorft.eval.answers import last_boxed
+from anchorft.eval.answers import MathChecker, last_boxed, math_equal
 from anchorft.io import pyplot, save_figure, write_json, write_text
 from anchorft.provenance import write_metrics
 
@@ -57,8 +57,6 @@ def answer_verifies(trace: str, answer: str, check: Callable[[str, str], bool] |
     `check(gold, boxed) -> bool` defaults to `math_equal` (no timeout); `prepare_openr1_math` passes a
     `MathChecker` with a per-check timeout. Returns None when the trace has no `\\boxed{}`.
     """
-    from anchorft.eval.answers import math_equal
-
     pred = last_boxed(trace)
     if not pred:
         return None
@@ -241,8 +239,6 @@ def prepare_openr1_math(
     _check_size_format(size, fmt)  # before the source loads
     ds = load_source(source, subset=subset, split=split, limit=limit)
     check_columns(ds.column_names, source)
-    from anchorft.eval.answers import MathChecker
-
     with MathChecker(timeout_s=timeout_s) as checker:
         rows, stats = select_verified(ds, size=size, seed=seed, fmt=fmt, progress=progress, check=checker.check)
     if not rows:

@@ -20,10 +20,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from anchorft.eval.answers import default_checker
 from anchorft.eval.backend import Backend
 from anchorft.eval.benchmarks import Bench, load_bench, score_bench, summarize
+from anchorft.eval.loading import load_eval_tokenizer
 from anchorft.eval.protocol import SuiteSettings, bench_names, format_prompts, resolve_benches, token_prompts
-from anchorft.eval.report import plot_metrics, write_table
+from anchorft.eval.report import main_table, plot_metrics, write_table
 from anchorft.io import write_json, write_jsonl
 from anchorft.provenance import write_metrics
 
@@ -187,9 +189,6 @@ def _run(
 ) -> dict[str, dict[str, dict]]:
     """{model: {benchmark: metrics}}: inputs all checked before a model loads, then every pair in turn. `single`:
     `anchorft eval` (one model, given as --model; prompts that do not fit the model's context are refused)."""
-    from anchorft.eval.answers import default_checker
-    from anchorft.eval.loading import load_eval_tokenizer
-
     loaded = [load_bench(p, skip_bad=s.skip_bad, limit=s.limit, name=nm) for nm, _, p in specs]
     if any(b.items[0].kind == "ifeval" for b in loaded):
         from anchorft.eval.ifeval import ifeval_available
@@ -250,8 +249,6 @@ def run_suite(
     """Every (model, benchmark) pair, then the main table (`out/table.{json,md,png}`).
 
     `backend_factory(model_dir, tokenizer, settings)` replaces the generation backend (tests)."""
-    from anchorft.eval.report import main_table
-
     s = settings or SuiteSettings()
     s.validate()
     specs = resolve_benches(bench_dir, benches)
