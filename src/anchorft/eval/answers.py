@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import itertools
 import json
+import logging
 import os
 import queue
 import re
@@ -171,8 +173,6 @@ def extract_choice(response: str, choices: dict[str, str]) -> str | None:
 
 
 def _quiet_math_verify() -> None:
-    import logging
-
     for name in ("math_verify", "math_verify.parser", "math_verify.grader", "latex2sympy2_extended"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
@@ -227,8 +227,6 @@ def math_equal(gold: str, answer: str) -> bool:
 
 
 def _load_fn(spec: str):
-    import importlib
-
     module, _, name = spec.partition(":")
     return getattr(importlib.import_module(module), name)
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from anchorft.eval.answers import MathChecker, default_checker, grade, parse_choices
+from anchorft.eval.ifeval import ifeval_follows
 from anchorft.eval.metrics import mean_pass_at_k
 from anchorft.eval.pipeline import prompt_metrics
 from anchorft.io import iter_jsonl
@@ -154,8 +155,6 @@ def _grade_item(it: BenchItem, response: str, checker: MathChecker) -> tuple[str
     """(answer, correct): IFEval items by lm-eval's loose checkers (answer: the response itself, or None
     when empty), the others by `grade`; a list of golds counts any of them."""
     if it.kind == "ifeval":
-        from anchorft.eval.ifeval import ifeval_follows
-
         user = "\n".join(m["content"] for m in it.messages if m["role"] == "user")
         return (response if response.strip() else None), ifeval_follows(response, it.instructions, user)[0]
     answer, ok = grade(it.gold, response, it.choices, checker)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 from collections.abc import Iterator, Sequence
 
 __all__ = ["ifeval_available", "punkt_sentence_tokenizer", "ifeval_follows"]
@@ -47,8 +48,6 @@ def ifeval_available() -> tuple[bool, str]:
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
     """lm-eval tries `nltk.download("punkt_tab")` at import and prints its failure without network."""
-    import io
-
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         yield
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from anchorft.io import save_figure, write_text
+import numpy as np
+
+from anchorft.io import pyplot, save_figure, write_text
 from anchorft.provenance import write_metrics
 
 __all__ = ["main_table", "table_markdown", "plot_table", "write_table", "plot_metrics"]
@@ -58,10 +60,6 @@ def table_markdown(table: dict) -> str:
 
 def _bars(path: Path, names: list, series: dict, figsize, rotation: int, ylabel: str, ylim=None, **legend) -> None:
     """A grouped bar chart saved to `path`: one group per name, one bar per series (in the legend)."""
-    import numpy as np
-
-    from anchorft.io import pyplot
-
     x = np.arange(len(names))
     width = 0.8 / len(series)
     fig, ax = pyplot().subplots(figsize=figsize)

@@ -23,6 +23,8 @@ from pathlib import Path
 from anchorft.eval.answers import default_checker
 from anchorft.eval.backend import Backend
 from anchorft.eval.benchmarks import Bench, load_bench, score_bench, summarize
+from anchorft.eval.context import check_prompt_lengths, context_length
+from anchorft.eval.ifeval import ifeval_available
 from anchorft.eval.loading import load_eval_tokenizer
 from anchorft.eval.protocol import SuiteSettings, bench_names, format_prompts, resolve_benches, token_prompts
 from anchorft.eval.report import main_table, plot_metrics, write_table
@@ -191,8 +193,6 @@ def _run(
     `anchorft eval` (one model, given as --model; prompts that do not fit the model's context are refused)."""
     loaded = [load_bench(p, skip_bad=s.skip_bad, limit=s.limit, name=nm) for nm, _, p in specs]
     if any(b.items[0].kind == "ifeval" for b in loaded):
-        from anchorft.eval.ifeval import ifeval_available
-
         ok, why = ifeval_available()
         if not ok:
             raise ValueError(why)
@@ -204,8 +204,6 @@ def _run(
             who = f"--model {path}" if single else f"--models {name}={path}"
             raise ValueError(f"{who}: the tokenizer has no chat_template")
         if single:
-            from anchorft.eval.context import check_prompt_lengths, context_length
-
             texts = [format_prompts(tok, b.items, s.prompt) for b in loaded]
             check_prompt_lengths(tok, texts, [b.name for b in loaded], context_length(path), s.new_tokens)
         tokenizers[name] = tok

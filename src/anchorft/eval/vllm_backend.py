@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import multiprocessing as mp
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -146,8 +147,6 @@ class VLLMBackend:
             raise ValueError(f"data parallel {dp} x tensor parallel {tp} needs {dp * tp} GPUs, the node has {n_gpus}")
         self.dp = dp
         self.conns, self.workers = [], []
-        import multiprocessing as mp
-
         for rank in range(dp):
             if engine_factory is not None:
                 parent, child = mp.Pipe()
