@@ -27,6 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from anchorft.eval.backend import row_seed
+from anchorft.eval.loading import load_causal_lm
 
 __all__ = ["decode", "sample_next", "sample_rows", "length_sorted_batches", "generate", "generate_sorted", "HFBackend"]
 
@@ -214,8 +215,6 @@ class HFBackend:
     fp32 on CPU); batch limits from the settings (`batch_size`, `max_batch_tokens`)."""
 
     def __init__(self, model_dir: Path, tokenizer, settings) -> None:
-        from anchorft.eval.loading import load_causal_lm
-
         device = "cuda" if torch.cuda.is_available() else "cpu"
         dtype = torch.bfloat16 if device == "cuda" else torch.float32
         self.model = load_causal_lm(model_dir, dtype).to(device)
