@@ -285,7 +285,8 @@ class MathChecker:
         self._cache: dict[tuple[str, str], bool] = {}
 
     def _start(self) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         proc = subprocess.Popen(
             [sys.executable, "-m", "anchorft.eval.answers", "--worker", self.check_fn],
             stdin=subprocess.PIPE,
