@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from anchorft.commands.data import main as data_main
-from anchorft.data.openr1 import SYSTEM_PROMPT, candidate_traces, last_boxed, prepare_openr1_math
+from anchorft.data.openr1 import SYSTEM_PROMPT, candidate_traces, last_boxed, prepare_openr1_math, select_verified
 
 PAPER_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
 
@@ -186,6 +186,30 @@ def test_bad_arguments(source: Path, tmp_path: Path) -> None:
         prepare_openr1_math(tmp_path / "s", source=str(tmp_path / "nope.jsonl"), size=1, progress=False)
     with pytest.raises(ValueError, match="format"):
         prepare_openr1_math(tmp_path / "s", source=str(source), size=1, fmt="alpaca", progress=False)
+
+
+def test_arguments_checked_before_the_source_loads(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nope.jsonl")
+    with pytest.raises(ValueError, match="size must be >= 1"):
+        prepare_openr1_math(tmp_path / "s", source=missing, size=0, progress=False)
+    with pytest.raises(ValueError, match="format must be one of"):
+        prepare_openr1_math(tmp_path / "s", source=missing, size=1, fmt="alpaca", progress=False)
+
+
+def test_drop_reasons_and_trace_origin() -> None:
+    """A row is dropped as unboxed only when none of its traces has a box; a kept row counts where its trace came
+    from (the assistant turn of `messages`, or `generations`)."""
+    rows = [
+        _row("mixed", "p1", "4", ["The answer is 4.", "So \\boxed{5}."]),  # one unboxed, one wrong: wrong
+        _row("nobox", "p2", "4", ["four", "4 again"]),
+        _row("msg", "p3", "4", ["So \\boxed{4}."]),
+        _row("gen", "p4", "4", ["So \\boxed{5}.", "So \\boxed{4}."]),
+    ]
+    out, stats = select_verified(rows, size=10, seed=0, check=lambda gold, pred: gold == pred)
+    assert sorted(r["uuid"] for r in out) == ["gen", "msg"]
+    assert (stats.dropped_no_boxed, stats.dropped_wrong_answer) == (1, 1)
+    assert (stats.trace_from_messages, stats.trace_from_generations) == (1, 1)
+    assert {r["uuid"]: r["completion"][0]["content"] for r in out}["gen"] == "So \\boxed{4}."
 
 
 def test_output_feeds_the_rl_stage(source: Path, tmp_path: Path) -> None:

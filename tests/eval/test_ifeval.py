@@ -119,3 +119,9 @@ def test_all_instructions_must_hold_and_null_kwargs_are_dropped():
 def test_unknown_instruction_id_is_an_error():
     with pytest.raises(ValueError, match="unknown IFEval"):
         check_instruction("x", "not:an_instruction")
+
+
+def test_an_instruction_without_a_string_id_is_an_error():
+    for bad in ({"kwargs": {}}, {"instruction_id": 3, "kwargs": {}}, "punctuation:no_comma"):
+        with pytest.raises(ValueError, match="each instruction must be"):
+            ifeval_follows("x", [{"instruction_id": "punctuation:no_comma", "kwargs": {}}, bad], "")

@@ -68,15 +68,6 @@ def sha256(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def _wanted(include: Iterable[str]) -> dict[str, tuple[int, str]]:
-    files = dict(FILES)
-    for name in include:
-        if name not in OPTIONAL:
-            raise ValueError(f"--include {name!r}: not one of {sorted(OPTIONAL)}")
-        files.update(OPTIONAL[name])
-    return files
-
-
 def _source_root(source: Path) -> Path:
     """The folder holding id/ and ood/: SOURCE itself, or SOURCE/evaluation/data (a clone of the release)."""
     if not source.is_dir():
@@ -116,7 +107,11 @@ def fetch_benchmarks(
     right SHA-256 is kept; one with another is refused unless `overwrite`. Returns {path: sha256} of every file.
     """
     out = Path(out)
-    files = _wanted(include)
+    files = dict(FILES)
+    for name in include:
+        if name not in OPTIONAL:
+            raise ValueError(f"--include {name!r}: not one of {sorted(OPTIONAL)}")
+        files.update(OPTIONAL[name])
     root = _source_root(Path(source)) if source is not None else None
     done: dict[str, str] = {}
     for i, (rel, (size, digest)) in enumerate(sorted(files.items()), 1):

@@ -17,13 +17,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+from anchorft.data.openr1 import SYSTEM_PROMPT, load_source
 from anchorft.io import write_json, write_text
 from anchorft.provenance import write_metrics
 
 __all__ = ["HUB_NAME", "SYSTEM_PROMPT", "problem_text", "dapo_row", "prepare_dapo_math"]
 
 HUB_NAME = "wh-zhu/dapo"
-SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
 # DAPO-Math-17k's wrapper around each problem (the first and last sentences of its user message)
 _HEAD = re.compile(r"^\s*Solve the following math problem step by step\..*?the answer to the problem\.\s*", re.S)
 _TAIL = re.compile(r"\s*Remember to put your answer on its own line after \"Answer:\"\.?\s*$")
@@ -82,8 +82,6 @@ def prepare_dapo_math(
     dedupe: bool = True,
 ) -> dict:
     """Write out_dir/{train.jsonl, config.json, metrics.json}; returns the metrics."""
-    from anchorft.data.openr1 import load_source
-
     if prompt_style not in ("boxed", "original"):
         raise ValueError(f"prompt_style must be 'boxed' or 'original', got {prompt_style!r}")
     ds = load_source(source, subset=None, split=split, limit=limit)

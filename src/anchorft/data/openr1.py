@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
-from anchorft.eval.answers import last_boxed
-from anchorft.io import save_figure, write_json, write_text
+from anchorft.eval.answers import MathChecker, last_boxed, math_equal
+from anchorft.io import pyplot, save_figure, write_json, write_text
 from anchorft.provenance import write_metrics
 
 __all__ = [
@@ -56,8 +57,6 @@ def answer_verifies(trace: str, answer: str, check: Callable[[str, str], bool] |
     `check(gold, boxed) -> bool` defaults to `math_equal` (no timeout); `prepare_openr1_math` passes a
     `MathChecker` with a per-check timeout. Returns None when the trace has no `\\boxed{}`.
     """
-    from anchorft.eval.answers import math_equal
-
     pred = last_boxed(trace)
     if not pred:
         return None
@@ -132,6 +131,13 @@ def load_source(source: str = HUB_NAME, subset: str = "default", split: str = "t
     return ds
 
 
+def _check_size_format(size: int, fmt: str) -> None:
+    if size < 1:
+        raise ValueError(f"size must be >= 1, got {size}")
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
+
+
 @dataclass
 class PrepStats:
     rows_available: int = 0
@@ -155,18 +161,11 @@ def select_verified(
 ) -> tuple[list[dict[str, Any]], PrepStats]:
     """Visit rows in the order `np.random.default_rng(seed).permutation(len(ds))`; keep the first verified trace
     of each row until `size` rows are kept. Returns the examples (in visiting order) and the counts."""
-    if size < 1:
-        raise ValueError(f"size must be >= 1, got {size}")
-    if fmt not in FORMATS:
-        raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
+    _check_size_format(size, fmt)
     stats = PrepStats(rows_available=len(ds), requested=size)
     order = np.random.default_rng(seed).permutation(len(ds))
     out: list[dict[str, Any]] = []
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=size, desc="verified traces", unit="ex")
+    bar = tqdm(total=size, desc="verified traces", unit="ex", disable=not progress)
     for idx in order:
         if len(out) >= size:
             break
@@ -177,49 +176,27 @@ def select_verified(
             stats.dropped_no_trace += 1
             continue
         verdicts = []
-        chosen = None
-        for t_idx, trace in enumerate(traces):
-            verdict = answer_verifies(trace, str(row["answer"]), check)
-            verdicts.append(verdict)
-            if verdict:
-                chosen = (t_idx, trace)
+        for trace in traces:
+            verdicts.append(answer_verifies(trace, str(row["answer"]), check))
+            if verdicts[-1]:
                 break
-        if chosen is None:
+        else:
             if all(v is None for v in verdicts):  # no trace has a \boxed{}
                 stats.dropped_no_boxed += 1
             else:  # wrong, or a gold answer that math-verify cannot parse
                 stats.dropped_wrong_answer += 1
             continue
         n_msg = sum(1 for m in row.get("messages") or [] if isinstance(m, dict) and m.get("role") == "assistant")
-        if chosen[0] < n_msg:
+        if len(verdicts) <= n_msg:  # the trace used (the last one tried) is from `messages`
             stats.trace_from_messages += 1
         else:
             stats.trace_from_generations += 1
-        example = to_conversation(row["problem"], chosen[1], fmt)
-        example["answer"] = str(row["answer"])
-        example["uuid"] = str(row.get("uuid") or f"row-{int(idx)}")
-        out.append(example)
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
+        example = to_conversation(row["problem"], trace, fmt)
+        out.append({**example, "answer": str(row["answer"]), "uuid": str(row.get("uuid") or f"row-{int(idx)}")})
+        bar.update(1)
+    bar.close()
     stats.kept = len(out)
     return out, stats
-
-
-def _plot_lengths(rows: list[dict[str, Any]], path: Path, title: str) -> None:
-    from anchorft.io import pyplot
-
-    plt = pyplot()
-
-    lengths = [len((r["completion"] if "completion" in r else r["messages"][-1:])[0]["content"]) for r in rows]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.hist(lengths, bins=min(50, max(5, len(lengths) // 4)))
-    ax.set_xlabel("trace length (characters)")
-    ax.set_ylabel("examples")
-    ax.set_title(title)
-    fig.tight_layout()
-    save_figure(fig, path, dpi=100)
 
 
 def write_training_set(
@@ -234,7 +211,14 @@ def write_training_set(
     write_json(out / "config.json", {**config, "system_prompt": SYSTEM_PROMPT}, indent=2)
     metrics = {**metrics, "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()}
     write_metrics(out / "metrics.json", metrics, indent=2)
-    _plot_lengths(rows, out / "lengths.png", title)
+    lengths = [len((r["completion"] if "completion" in r else r["messages"][-1:])[0]["content"]) for r in rows]
+    fig, ax = pyplot().subplots(figsize=(6, 3.5))
+    ax.hist(lengths, bins=min(50, max(5, len(lengths) // 4)))
+    ax.set_xlabel("trace length (characters)")
+    ax.set_ylabel("examples")
+    ax.set_title(title)
+    fig.tight_layout()
+    save_figure(fig, out / "lengths.png", dpi=100)
     return metrics
 
 
@@ -252,21 +236,14 @@ def prepare_openr1_math(
 ) -> dict[str, Any]:
     """Write `out_dir/train.jsonl` (the paper's conversational format), `config.json`, `metrics.json` and
     `lengths.png`. `load_dataset(out_dir)` or `anchorft train --dataset_name out_dir` reads it back."""
-    if size < 1:
-        raise ValueError(f"size must be >= 1, got {size}")
-    if fmt not in FORMATS:
-        raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
+    _check_size_format(size, fmt)  # before the source loads
     ds = load_source(source, subset=subset, split=split, limit=limit)
     check_columns(ds.column_names, source)
-    from anchorft.eval.answers import MathChecker
-
     with MathChecker(timeout_s=timeout_s) as checker:
         rows, stats = select_verified(ds, size=size, seed=seed, fmt=fmt, progress=progress, check=checker.check)
     if not rows:
         raise ValueError(f"no trace of the {stats.rows_examined} rows examined in {source} verifies against 'answer'")
     config = {"source": source, "subset": subset, "split": split, "size": size, "seed": seed, "limit": limit}
     config["format"] = fmt
-    metrics = asdict(stats)
-    metrics["short_by"] = max(0, size - stats.kept)
-    metrics["verify_timeouts"] = checker.n_timeouts
+    metrics = {**asdict(stats), "short_by": max(0, size - stats.kept), "verify_timeouts": checker.n_timeouts}
     return write_training_set(out_dir, rows, config, metrics, f"OpenR1-Math subset: {len(rows)} verified traces")

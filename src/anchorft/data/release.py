@@ -1,12 +1,8 @@
 """The RPSFT release's fine-tuning set: `wh-zhu/train_openr1_4k`, converted as the release converts it.
 
-The paper's public release trains on the hub set `wh-zhu/train_openr1_4k` after its conversion script
-(`scripts/data/prepare_openr1_sft_json.py`). That set holds OpenR1-Math traces in the verl/PSFT layout:
-`prompt` (a chat: the user turn holds the problem), `target` (a one-message list: the assistant's trace),
-`data_source`, `ability`, `reward_model` ({"style", "ground_truth"}) and `extra_info` (this layout is read off
-the release's script, which takes the question from `prompt` and the trace from `target`).
-
-The conversion, reimplemented here from the script's behaviour:
+The release's conversion script (`scripts/data/prepare_openr1_sft_json.py`), reimplemented from its behaviour;
+docs/recipes.md (section 1) gives the set's verl/PSFT layout (`prompt`, `target`, `data_source`, `ability`,
+`reward_model`, `extra_info`, read off the script) and the rules:
 
 - question: the first non-empty of the columns `prompt`, `question`, `problem`, `input`; a message list gives
   its last user turn (role or "from" of "user" / "human"; the last message if there is none);
@@ -16,13 +12,10 @@ The conversion, reimplemented here from the script's behaviour:
 - both are stripped; a row with an empty question or trace is skipped (counted); every other row is kept,
   in the source's order, with no sampling and no answer check.
 
-The release's training code then adds the system prompt "Please reason step by step, and put your final
-answer within \\boxed{}." (`use_cot True`) and trains on the assistant turn only; here the system prompt is
-written into each example, in TRL's conversational prompt/completion form. The same conversations, but not the
-same tokens by default: `anchorft train` renders them with each model's own chat template, while the release
-writes its own text (for Qwen the Llama-3 header strings with a literal backslash-n; for Llama the template
-plus a newline, with every `<|eot_id|>` masked out of attention). `--chat_format release` trains on the
-release's tokens (`anchorft.rpsft.release_format`; docs/recipes.md).
+The release adds the system prompt "Please reason step by step, and put your final answer within \\boxed{}."
+at training time (`use_cot True`) and trains on the assistant turn only; here the system prompt is written into each
+example, in TRL's conversational prompt/completion form, rendered with each model's own chat template unless
+`--chat_format release` (the release's own tokens: `anchorft.rpsft.release_format`, docs/recipes.md).
 
 A source in OpenR1-Math-220k's own layout (`problem`, `answer`, `generations`/`messages`, no `target`) is
 refused: the release's order would train on its short `answer` column instead of a trace. Use the

@@ -16,6 +16,11 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
+import importlib
+import itertools
+import json
+import logging
 import os
 import queue
 import re
@@ -102,13 +107,11 @@ def parse_choices(question: str) -> dict[str, str]:
             starts.append((i, m.group(1), m.group(2)))
     out: dict[str, str] = {}
     for j, (i, label, head) in enumerate(starts):
-        end = starts[j + 1][0] if j + 1 < len(starts) else len(lines)
-        body = []
-        for line in lines[i + 1 : end]:
-            if j + 1 == len(starts) and not line.strip():
-                break
-            body.append(line.strip())
-        out[label] = "\n".join([head] + body).strip()
+        last = j + 1 == len(starts)
+        body = lines[i + 1 : len(lines) if last else starts[j + 1][0]]
+        if last:  # the last option ends at its first blank line
+            body = itertools.takewhile(str.strip, body)
+        out[label] = "\n".join([head] + [line.strip() for line in body]).strip()
     return out
 
 
@@ -170,8 +173,6 @@ def extract_choice(response: str, choices: dict[str, str]) -> str | None:
 
 
 def _quiet_math_verify() -> None:
-    import logging
-
     for name in ("math_verify", "math_verify.parser", "math_verify.grader", "latex2sympy2_extended"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
@@ -226,17 +227,12 @@ def math_equal(gold: str, answer: str) -> bool:
 
 
 def _load_fn(spec: str):
-    import importlib
-
     module, _, name = spec.partition(":")
     return getattr(importlib.import_module(module), name)
 
 
 def _worker_loop(check_fn_spec: str) -> None:
     """Child process: read JSON [gold, answer] lines on stdin, write JSON true/false lines on stdout."""
-    import json
-    import sys
-
     out = sys.stdout
     sys.stdout = sys.stderr  # nothing but the protocol goes to the real stdout
     _quiet_math_verify()
@@ -322,16 +318,12 @@ class MathChecker:
             self._proc.kill()
             self._proc.wait(timeout=10)
             for stream in (self._proc.stdin, self._proc.stdout):
-                try:
+                with contextlib.suppress(OSError):
                     stream.close()
-                except OSError:
-                    pass
         self._proc = self._lines = None
 
     def check(self, gold: str, answer: str | None) -> bool:
         """True when `answer` is math-verify-equivalent to `gold`; False on mismatch, error or timeout."""
-        import json
-
         if answer is None or not str(answer).strip():
             return False
         key = (str(gold).strip(), str(answer).strip())

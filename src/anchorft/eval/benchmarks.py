@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from anchorft.eval.answers import MathChecker, default_checker, grade, parse_choices
+from anchorft.eval.ifeval import ifeval_follows
 from anchorft.eval.metrics import mean_pass_at_k
 from anchorft.eval.pipeline import prompt_metrics
 from anchorft.io import iter_jsonl
@@ -154,8 +155,6 @@ def _grade_item(it: BenchItem, response: str, checker: MathChecker) -> tuple[str
     """(answer, correct): IFEval items by lm-eval's loose checkers (answer: the response itself, or None
     when empty), the others by `grade`; a list of golds counts any of them."""
     if it.kind == "ifeval":
-        from anchorft.eval.ifeval import ifeval_follows
-
         user = "\n".join(m["content"] for m in it.messages if m["role"] == "user")
         return (response if response.strip() else None), ifeval_follows(response, it.instructions, user)[0]
     answer, ok = grade(it.gold, response, it.choices, checker)
@@ -166,35 +165,14 @@ def _grade_item(it: BenchItem, response: str, checker: MathChecker) -> tuple[str
     return answer, ok
 
 
-def _record(
-    it: BenchItem,
-    responses: Sequence[str],
-    graded: Sequence[tuple[str | None, bool]],
-    greedy: str | None = None,
-    greedy_graded: tuple[str | None, bool] | None = None,
-) -> dict:
-    """One item's record: its responses with their answers and correctness (and the greedy one's)."""
-    rec = {
-        "index": it.index,
-        "kind": it.kind,
-        "gold": it.gold,
-        "responses": list(responses),
-        "answers": [a for a, _ in graded],
-        "correct": [c for _, c in graded],
-        "n_correct": sum(c for _, c in graded),
-    }
-    if greedy_graded is not None:
-        rec.update(greedy=greedy, greedy_answer=greedy_graded[0], greedy_correct=greedy_graded[1])
-    return rec
-
-
 def score_bench(
     bench: Bench,
     responses: dict[int, Sequence[str]],
     greedy: dict[int, str] | None = None,
     checker: MathChecker | None = None,
 ) -> list[dict]:
-    """Grade each item's responses; one record per item present in `responses` (by item index)."""
+    """Grade each item's responses; one record per item present in `responses` (by item index): its responses
+    with their answers and correctness (and the greedy one's)."""
     by_index = {it.index: it for it in bench.items}
     unknown = sorted(set(responses) - set(by_index))
     if unknown:
@@ -204,8 +182,19 @@ def score_bench(
     for idx in sorted(responses):
         it = by_index[idx]
         graded = [_grade_item(it, r, checker) for r in responses[idx]]
-        g = greedy[idx] if greedy is not None and idx in greedy else None
-        records.append(_record(it, responses[idx], graded, g, None if g is None else _grade_item(it, g, checker)))
+        rec = {
+            "index": it.index,
+            "kind": it.kind,
+            "gold": it.gold,
+            "responses": list(responses[idx]),
+            "answers": [a for a, _ in graded],
+            "correct": [c for _, c in graded],
+            "n_correct": sum(c for _, c in graded),
+        }
+        if greedy is not None and idx in greedy:
+            answer, ok = _grade_item(it, greedy[idx], checker)
+            rec.update(greedy=greedy[idx], greedy_answer=answer, greedy_correct=ok)
+        records.append(rec)
     return records
 
 

@@ -27,6 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from anchorft.eval.backend import row_seed
+from anchorft.eval.loading import load_causal_lm
 
 __all__ = ["decode", "sample_next", "sample_rows", "length_sorted_batches", "generate", "generate_sorted", "HFBackend"]
 
@@ -205,10 +206,8 @@ def generate_sorted(
     toks = decode(model, tokenizer, [encoded[i] for i, _ in rows], batches, lambda logits, live: sample_rows(
         logits, temperature, top_p, [gens[r] for r in live]), max_new_tokens=max_new_tokens, shrink=True,
         progress=progress)  # fmt: skip
-    out: list[list[str]] = [[""] * n for _ in prompts]
-    for (i, j), t in zip(rows, toks):
-        out[i][j] = tokenizer.decode(t, skip_special_tokens=True)
-    return out
+    texts = [tokenizer.decode(t, skip_special_tokens=True) for t in toks]  # rows are prompt-major
+    return [texts[i * n : (i + 1) * n] for i in range(len(prompts))]
 
 
 class HFBackend:
@@ -216,8 +215,6 @@ class HFBackend:
     fp32 on CPU); batch limits from the settings (`batch_size`, `max_batch_tokens`)."""
 
     def __init__(self, model_dir: Path, tokenizer, settings) -> None:
-        from anchorft.eval.loading import load_causal_lm
-
         device = "cuda" if torch.cuda.is_available() else "cpu"
         dtype = torch.bfloat16 if device == "cuda" else torch.float32
         self.model = load_causal_lm(model_dir, dtype).to(device)

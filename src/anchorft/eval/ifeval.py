@@ -10,17 +10,16 @@ an instruction.
 
 Two lm-eval checks need nltk's Punkt sentence model: `length_constraints:number_sentences` (through
 `instructions_util.count_sentences`, which asks for the pickled `punkt` model) and
-`change_case:capital_word_frequency` (through `nltk.word_tokenize`, which asks for `punkt_tab`).
-`punkt_sentence_tokenizer` uses nltk's installed `punkt_tab` English model when there is one, and
-otherwise a Punkt model trained here, offline, with nltk's `PunktTrainer` on a short English text plus
-a list of common abbreviations. Both checks then run with it. Sentence
-counts from the model built here can differ from the official model's on rare abbreviations.
+`change_case:capital_word_frequency` (through `nltk.word_tokenize`, which asks for `punkt_tab`). Both run
+with `punkt_sentence_tokenizer`: nltk's installed `punkt_tab` English model, else a Punkt model trained
+here offline, whose sentence counts can differ from the official model's on rare abbreviations.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import io
 from collections.abc import Iterator, Sequence
 
 __all__ = ["ifeval_available", "punkt_sentence_tokenizer", "ifeval_follows"]
@@ -49,15 +48,8 @@ def ifeval_available() -> tuple[bool, str]:
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
     """lm-eval tries `nltk.download("punkt_tab")` at import and prints its failure without network."""
-    import io
-    import sys
-
-    with contextlib.redirect_stdout(io.StringIO()):
-        err, sys.stderr = sys.stderr, io.StringIO()
-        try:
-            yield
-        finally:
-            sys.stderr = err
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        yield
 
 
 @functools.lru_cache(maxsize=1)
@@ -92,16 +84,6 @@ def _with_punkt() -> Iterator[None]:
         iu._get_sentence_tokenizer, nt._get_punkt_tokenizer = saved
 
 
-def _clean_kwargs(instructions: Sequence[dict]) -> tuple[list[str], list[dict]]:
-    ids, kwargs = [], []
-    for inst in instructions:
-        if not isinstance(inst, dict) or not isinstance(inst.get("instruction_id"), str):
-            raise ValueError("each instruction must be {'instruction_id': str, 'kwargs': {...}}")
-        ids.append(inst["instruction_id"])
-        kwargs.append({k: v for k, v in (inst.get("kwargs") or {}).items() if v is not None})
-    return ids, kwargs
-
-
 def ifeval_follows(response: str, instructions: Sequence[dict], prompt: str) -> tuple[bool, list[bool]]:
     """(all followed, per-instruction result) under lm-eval's loose IFEval test. `prompt` is the user
     message (the `combination:repeat_prompt` check and instructions that read the prompt use it)."""
@@ -111,7 +93,10 @@ def ifeval_follows(response: str, instructions: Sequence[dict], prompt: str) -> 
     with _quiet():
         from lm_eval.tasks.ifeval.instructions_registry import INSTRUCTION_DICT
         from lm_eval.tasks.ifeval.utils import InputExample, test_instruction_following_loose
-    ids, kwargs = _clean_kwargs(instructions)
+    if not all(isinstance(inst, dict) and isinstance(inst.get("instruction_id"), str) for inst in instructions):
+        raise ValueError("each instruction must be {'instruction_id': str, 'kwargs': {...}}")
+    ids = [inst["instruction_id"] for inst in instructions]
+    kwargs = [{k: v for k, v in (inst.get("kwargs") or {}).items() if v is not None} for inst in instructions]
     unknown = [i for i in ids if i not in INSTRUCTION_DICT]
     if unknown:
         raise ValueError(f"unknown IFEval instruction_id(s) {unknown}")

@@ -10,6 +10,7 @@ network only custom tasks whose data are local files (e.g. `dataset_path: json`,
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,8 +21,6 @@ __all__ = ["lm_eval_available", "resolve_tasks", "run_lm_eval"]
 
 
 def lm_eval_available() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("lm_eval") is not None
 
 

@@ -122,11 +122,8 @@ def resolve_benches(bench_dir: str | Path, names: Sequence[str] | None = None) -
             f"--bench-dir {root}: no such folder (`anchorft data benchmarks --out {root}` fetches the files)"
         )
     if names is None:
-        out = []
-        for nm in PAPER_ID:
-            out.append((nm, "id", root / "id" / f"{nm}.jsonl"))
         ood = list(PAPER_OOD) + sorted(p.stem for p in (root / "ood").glob("*_test.jsonl"))
-        out += [(nm, "ood", root / "ood" / f"{nm}.jsonl") for nm in ood]
+        out = [(nm, dom, root / dom / f"{nm}.jsonl") for dom, nms in (("id", PAPER_ID), ("ood", ood)) for nm in nms]
         missing = [str(p) for _, _, p in out if not p.is_file()]
         if missing:
             raise ValueError(

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from anchorft.io import save_figure, write_text
+import numpy as np
+
+from anchorft.io import pyplot, save_figure, write_text
 from anchorft.provenance import write_metrics
 
 __all__ = ["main_table", "table_markdown", "plot_table", "write_table", "plot_metrics"]
@@ -56,29 +58,32 @@ def table_markdown(table: dict) -> str:
     return "\n".join(lines)
 
 
-def plot_table(table: dict, path: Path) -> None:
-    """The suite's figure: Avg@k per benchmark and the ID and OOD means, one bar per model."""
-    import numpy as np
-
-    from anchorft.io import pyplot
-
-    plt = pyplot()
-    doms = table["domains"]
-    benches = [b for b in doms if doms[b] == "id"] + [b for b in doms if doms[b] == "ood"] + ["ID mean", "OOD mean"]
-    models = list(table["models"])
-    x = np.arange(len(benches))
-    width = 0.8 / len(models)
-    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(benches) + 2), 3.8))
-    for j, m in enumerate(models):
-        row = table["models"][m]
-        vals = [row["benches"].get(b, {}).get("avg@k") for b in benches[:-2]]
-        vals += [row["id_mean_avg@k"], row["ood_mean_avg@k"]]
-        ax.bar(x + j * width, [0.0 if v is None else 100 * v for v in vals], width, label=m)
-    ax.set_xticks(x + width * (len(models) - 1) / 2, benches, rotation=35, ha="right")
-    ax.set_ylabel(f"Avg@{table['k']} (%)")
-    ax.legend(fontsize=8)
+def _bars(path: Path, names: list, series: dict, figsize, rotation: int, ylabel: str, ylim=None, **legend) -> None:
+    """A grouped bar chart saved to `path`: one group per name, one bar per series (in the legend)."""
+    x = np.arange(len(names))
+    width = 0.8 / len(series)
+    fig, ax = pyplot().subplots(figsize=figsize)
+    for j, (label, vals) in enumerate(series.items()):
+        ax.bar(x + j * width, vals, width, label=label)
+    ax.set_xticks(x + width * (len(series) - 1) / 2, names, rotation=rotation, ha="right")
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    ax.set_ylabel(ylabel)
+    ax.legend(**legend)
     fig.tight_layout()
     save_figure(fig, path, dpi=100)
+
+
+def plot_table(table: dict, path: Path) -> None:
+    """The suite's figure: Avg@k per benchmark and the ID and OOD means, one bar per model."""
+    doms = table["domains"]
+    benches = [b for b in doms if doms[b] == "id"] + [b for b in doms if doms[b] == "ood"] + ["ID mean", "OOD mean"]
+    series = {}
+    for m, row in table["models"].items():
+        vals = [row["benches"].get(b, {}).get("avg@k") for b in benches[:-2]]
+        vals += [row["id_mean_avg@k"], row["ood_mean_avg@k"]]
+        series[m] = [0.0 if v is None else 100 * v for v in vals]
+    _bars(path, benches, series, (max(6, 0.7 * len(benches) + 2), 3.8), 35, f"Avg@{table['k']} (%)", fontsize=8)
 
 
 def write_table(table: dict, out: Path) -> None:
@@ -90,22 +95,7 @@ def write_table(table: dict, out: Path) -> None:
 
 def plot_metrics(all_metrics: dict[str, dict], path: Path) -> None:
     """`anchorft eval`'s figure: Avg@k, Pass@k and greedy accuracy per benchmark."""
-    import numpy as np
-
-    from anchorft.io import pyplot
-
-    plt = pyplot()
-
     names = list(all_metrics)
     keys = [key for key in ("avg@k", "pass@k", "greedy_acc") if any(key in m for m in all_metrics.values())]
-    x = np.arange(len(names))
-    width = 0.8 / len(keys)
-    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(names) + 2), 3.5))
-    for j, key in enumerate(keys):
-        ax.bar(x + j * width, [all_metrics[n].get(key, 0.0) for n in names], width, label=key)
-    ax.set_xticks(x + width * (len(keys) - 1) / 2, names, rotation=30, ha="right")
-    ax.set_ylim(0, 1)
-    ax.set_ylabel("accuracy")
-    ax.legend()
-    fig.tight_layout()
-    save_figure(fig, path, dpi=100)
+    series = {key: [all_metrics[n].get(key, 0.0) for n in names] for key in keys}
+    _bars(path, names, series, (max(5, 1.2 * len(names) + 2), 3.5), 30, "accuracy", ylim=(0, 1))

@@ -13,17 +13,22 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from anchorft.eval.answers import default_checker
 from anchorft.eval.backend import Backend
 from anchorft.eval.benchmarks import Bench, load_bench, score_bench, summarize
+from anchorft.eval.context import check_prompt_lengths, context_length
+from anchorft.eval.ifeval import ifeval_available
+from anchorft.eval.loading import load_eval_tokenizer
 from anchorft.eval.protocol import SuiteSettings, bench_names, format_prompts, resolve_benches, token_prompts
-from anchorft.eval.report import plot_metrics, write_table
-from anchorft.io import write_json, write_jsonl, write_text
+from anchorft.eval.report import main_table, plot_metrics, write_table
+from anchorft.io import write_json, write_jsonl
 from anchorft.provenance import write_metrics
 
 __all__ = ["resolve_backend", "open_backend", "run_pair", "run_suite", "run_eval"]
@@ -72,8 +77,6 @@ def _read_generations(path: Path, n: int, greedy: bool) -> dict[int, dict]:
 
 
 def _append_lines(path: Path, rows: Sequence[dict]) -> None:
-    import os
-
     with path.open("a", encoding="utf-8") as fh:
         fh.write("".join(json.dumps(r) + "\n" for r in rows))
         fh.flush()
@@ -112,7 +115,7 @@ def run_pair(
     gen_file = sub / "generations.jsonl"
     done = _read_generations(gen_file, s.n, s.greedy)
     if gen_file.is_file():  # drop a torn or partial last line before appending
-        write_text(gen_file, "".join(json.dumps(r) + "\n" for r in done.values()))
+        write_jsonl(gen_file, done.values())
     todo = [it for it in bench.items if it.index not in done]
     if done:
         log(f"  {label}: resuming, {len(done)} of {len(bench.items)} items saved")
@@ -188,13 +191,8 @@ def _run(
 ) -> dict[str, dict[str, dict]]:
     """{model: {benchmark: metrics}}: inputs all checked before a model loads, then every pair in turn. `single`:
     `anchorft eval` (one model, given as --model; prompts that do not fit the model's context are refused)."""
-    from anchorft.eval.answers import default_checker
-    from anchorft.eval.loading import load_eval_tokenizer
-
     loaded = [load_bench(p, skip_bad=s.skip_bad, limit=s.limit, name=nm) for nm, _, p in specs]
     if any(b.items[0].kind == "ifeval" for b in loaded):
-        from anchorft.eval.ifeval import ifeval_available
-
         ok, why = ifeval_available()
         if not ok:
             raise ValueError(why)
@@ -206,8 +204,6 @@ def _run(
             who = f"--model {path}" if single else f"--models {name}={path}"
             raise ValueError(f"{who}: the tokenizer has no chat_template")
         if single:
-            from anchorft.eval.context import check_prompt_lengths, context_length
-
             texts = [format_prompts(tok, b.items, s.prompt) for b in loaded]
             check_prompt_lengths(tok, texts, [b.name for b in loaded], context_length(path), s.new_tokens)
         tokenizers[name] = tok
@@ -251,8 +247,6 @@ def run_suite(
     """Every (model, benchmark) pair, then the main table (`out/table.{json,md,png}`).
 
     `backend_factory(model_dir, tokenizer, settings)` replaces the generation backend (tests)."""
-    from anchorft.eval.report import main_table
-
     s = settings or SuiteSettings()
     s.validate()
     specs = resolve_benches(bench_dir, benches)

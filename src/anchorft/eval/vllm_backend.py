@@ -12,7 +12,9 @@ CUDA_VISIBLE_DEVICES) and one `vllm.LLM` with prefix caching on; prompts are dea
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import multiprocessing as mp
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -58,18 +60,9 @@ def build_requests(
     template already holds BOS), the release's sampling settings, a seed per prompt."""
     if len(token_ids) != len(keys):
         raise ValueError("one key per prompt")
+    kw = dict(n=n, temperature=temperature, top_p=top_p if temperature > 0 else 1.0, max_tokens=max_new_tokens)
     return [
-        (
-            {"prompt_token_ids": list(ids)},
-            dict(
-                n=n,
-                temperature=temperature,
-                top_p=top_p if temperature > 0 else 1.0,
-                max_tokens=max_new_tokens,
-                seed=row_seed(seed, key, 0),
-            ),
-        )
-        for ids, key in zip(token_ids, keys)
+        ({"prompt_token_ids": list(ids)}, {**kw, "seed": row_seed(seed, key, 0)}) for ids, key in zip(token_ids, keys)
     ]
 
 
@@ -114,18 +107,10 @@ def _serve(conn, make_engine: Callable[[], object], sampling_cls) -> None:
 def _vllm_engine(model_dir: str, options: dict, seed: int):  # pragma: no cover - needs vLLM and a GPU
     from vllm import LLM
 
-    kw = dict(
-        model=model_dir,
-        tensor_parallel_size=options["tensor_parallel_size"],
-        enable_prefix_caching=options["enable_prefix_caching"],
-        gpu_memory_utilization=options["gpu_memory_utilization"],
-        dtype=options["dtype"],
-        seed=seed,
-        trust_remote_code=False,
-    )
+    keys = ["tensor_parallel_size", "enable_prefix_caching", "gpu_memory_utilization", "dtype"]
     if options["max_model_len"]:
-        kw["max_model_len"] = options["max_model_len"]
-    return LLM(**kw)
+        keys.append("max_model_len")
+    return LLM(model=model_dir, seed=seed, trust_remote_code=False, **{k: options[k] for k in keys})
 
 
 def _process_main(conn, gpus: str, model_dir: str, options: dict, seed: int) -> None:  # pragma: no cover
@@ -162,8 +147,6 @@ class VLLMBackend:
             raise ValueError(f"data parallel {dp} x tensor parallel {tp} needs {dp * tp} GPUs, the node has {n_gpus}")
         self.dp = dp
         self.conns, self.workers = [], []
-        import multiprocessing as mp
-
         for rank in range(dp):
             if engine_factory is not None:
                 parent, child = mp.Pipe()
@@ -184,19 +167,10 @@ class VLLMBackend:
                 raise RuntimeError("a vLLM worker failed to start")
 
     def generate(
-        self,
-        token_ids: Sequence[Sequence[int]],
-        keys: Sequence[int],
-        *,
-        n: int,
-        temperature: float,
-        top_p: float,
-        max_new_tokens: int,
-        seed: int,
+        self, token_ids: Sequence[Sequence[int]], keys: Sequence[int], *, n: int, **sampling
     ) -> list[list[str]]:
-        reqs = build_requests(
-            token_ids, keys, n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed
-        )
+        """`backend.Backend.generate`: `sampling` is temperature, top_p, max_new_tokens and seed."""
+        reqs = build_requests(token_ids, keys, n=n, **sampling)
         parts = shard(len(reqs), self.dp)
         for conn, part in zip(self.conns, parts):
             conn.send(([reqs[i] for i in part], n))
@@ -211,10 +185,8 @@ class VLLMBackend:
 
     def close(self) -> None:
         for c in self.conns:
-            try:
+            with contextlib.suppress(BrokenPipeError, OSError):
                 c.send(None)
-            except (BrokenPipeError, OSError):
-                pass
         for w in self.workers:
             w.join(timeout=60)
         self.conns, self.workers = [], []
