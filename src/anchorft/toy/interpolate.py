@@ -72,8 +72,7 @@ def run_interpolate(
     from tqdm.auto import tqdm
 
     from anchorft.eval.loading import load_causal_lm, load_tokenizer
-    from anchorft.toy.compare_config import comparison_eval_sets, comparison_val_sets, load_config
-    from anchorft.toy.evaluate import evaluate_greedy, evaluate_toy
+    from anchorft.toy.compare_config import comparison_eval_sets, comparison_val_sets, evaluate_comparison, load_config
     from anchorft.toy.report import write_report, write_tradeoff_plot
 
     src = Path(compare_dir)
@@ -102,10 +101,7 @@ def run_interpolate(
         ft = load_causal_lm(path).state_dict()
         for alpha in alphas:
             model.load_state_dict(interpolate_weights(w0, ft, alpha))
-            gen = torch.Generator().manual_seed(cfg.eval_seed)
-            metrics = evaluate_toy(model, tok, eval_sets, cfg.eval, gen, id_skill=cfg.id_skill)
-            if val_sets:
-                metrics["val"] = evaluate_greedy(model, tok, val_sets, cfg.eval, id_skill=cfg.id_skill)
+            metrics = evaluate_comparison(model, tok, cfg, eval_sets, val_sets)
             metrics.update(seed=seed, train_seconds=0.0)
             per.setdefault(wise_name(run, alpha), []).append(metrics)
             bar.update()
