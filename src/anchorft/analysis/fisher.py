@@ -57,6 +57,20 @@ def random_orthonormal(m: int, k: int, generator: torch.Generator, dtype: torch.
     return q * torch.sign(torch.diagonal(r)).unsqueeze(0)
 
 
+def _entry(shape, energy: float, block: list[float], rblocks: list[list[float]], ks: list[int]) -> dict:
+    """One matrix's result: the top-k block's energy `block[i]` and each random block's `rblocks[r][i]` at k = ks[i],
+    as shares of the total `energy` (the random ones averaged), beside k^2 / (m n)."""
+    m, n = shape
+    t = max(energy, 1e-300)
+    return {
+        "shape": [m, n],
+        "grad_energy": energy,
+        "share": {k: block[i] / t for i, k in enumerate(ks)},
+        "random_share": {k: sum(rb[i] for rb in rblocks) / (t * max(len(rblocks), 1)) for i, k in enumerate(ks)},
+        "expected_random": {k: expected_random_share(m, n, k) for k in ks},
+    }
+
+
 def _frames(params, names, kmax, n_random, gen, svd, dtype) -> dict:
     from anchorft.analysis.rotation import bases
 
@@ -67,13 +81,8 @@ def _frames(params, names, kmax, n_random, gen, svd, dtype) -> dict:
         if kmax > min(m, n):
             raise ValueError(f"Fisher rank k={kmax} exceeds min(m, n)={min(m, n)} of {name} ({m} x {n})")
         u, _, v = bases(w, kmax, svd, dtype, gen)
-        rand = [
-            (
-                random_orthonormal(m, kmax, gen, dtype).to(w.device),
-                random_orthonormal(n, kmax, gen, dtype).to(w.device),
-            )
-            for _ in range(n_random)
-        ]
+        # U then V of each random block, from the one generator
+        rand = [tuple(random_orthonormal(d, kmax, gen, dtype).to(w.device) for d in (m, n)) for _ in range(n_random)]
         frames[name] = (u, v, rand)
     return frames
 
@@ -126,17 +135,10 @@ def fisher_projected_overlap(
     fg = fisher_gradient_product(model, id_batches, ood_batches, names, dtype, progress)
     out = {}
     for name in names:
-        m, n = params[name].shape
         u, v, rand = frames[name]
         t = max(fg[name].pow(2).sum().item(), 1e-300)
         rb = [_nested(fg[name], ur, vr, ks) for ur, vr in rand]
-        out[name] = {
-            "shape": [m, n],
-            "grad_energy": t,
-            "share": {k: e / t for k, e in zip(ks, _nested(fg[name], u, v, ks))},
-            "random_share": {k: sum(r[i] for r in rb) / (t * max(n_random, 1)) for i, k in enumerate(ks)},
-            "expected_random": {k: expected_random_share(m, n, k) for k in ks},
-        }
+        out[name] = _entry(params[name].shape, t, _nested(fg[name], u, v, ks), rb, ks)
     return out
 
 
@@ -178,15 +180,4 @@ def fisher_overlap(
                     rblock[name][r][i] += e
     model.zero_grad(set_to_none=True)
     model.train(was_training)
-    out = {}
-    for name in names:
-        m, n = params[name].shape
-        t = max(total[name], 1e-300)
-        out[name] = {
-            "shape": [m, n],
-            "grad_energy": total[name],
-            "share": {k: block[name][i] / t for i, k in enumerate(ks)},
-            "random_share": {k: sum(rb[i] for rb in rblock[name]) / (t * max(n_random, 1)) for i, k in enumerate(ks)},
-            "expected_random": {k: expected_random_share(m, n, k) for k in ks},
-        }
-    return out
+    return {name: _entry(params[name].shape, total[name], block[name], rblock[name], ks) for name in names}

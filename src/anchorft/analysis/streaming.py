@@ -39,19 +39,9 @@ __all__ = [
     "ARCH_FIELDS",
 ]
 
-_TYPES = {
-    "q_proj": "q",
-    "k_proj": "k",
-    "v_proj": "v",
-    "o_proj": "o",
-    "gate_proj": "gate",
-    "up_proj": "up",
-    "down_proj": "down",
-    "embed_tokens": "embed",
-    "wte": "embed",
-    "lm_head": "lm_head",
-}
 TYPE_ORDER = ["q", "k", "v", "o", "gate", "up", "down", "embed", "lm_head"]
+# module name -> type: q_proj -> q, ..., down_proj -> down; the embeddings (Llama's and GPT-2's) and the head
+_TYPES = {f"{t}_proj": t for t in TYPE_ORDER[:7]} | {"embed_tokens": "embed", "wte": "embed", "lm_head": "lm_head"}
 # Fields of config.json that define the architecture; a difference here is reported by name.
 ARCH_FIELDS = (
     "model_type",
@@ -168,17 +158,12 @@ class InMemoryWeights:
 
 def open_checkpoint(path: str | os.PathLike, role: str = "checkpoint") -> tuple[dict, SafetensorsWeights]:
     """config.json and a streaming weight source of a checkpoint directory (clear error if missing)."""
-    cfg = read_config(path, role)
-    return cfg, SafetensorsWeights(path, role)
+    return read_config(path, role), SafetensorsWeights(path, role)
 
 
 def analysed_matrices(source: WeightSource) -> list[str]:
     """Every 2-D weight, as the anchor selects them (vision, cross-attention, multi-modal projector ones left out)."""
-    out = []
-    for name in source.names():
-        if len(source.shape(name)) != 2 or _EXCLUDED.search(name):
-            continue
-        out.append(name)
+    out = [name for name in source.names() if len(source.shape(name)) == 2 and not _EXCLUDED.search(name)]
     return sorted(out, key=_sort_key)
 
 

@@ -29,8 +29,7 @@ def _pct(x: float) -> str:
 
 
 def _delta(x: float, base: float) -> str:
-    d = 100 * (x - base)
-    return f"{d:+.1f}"
+    return f"{100 * (x - base):+.1f}"
 
 
 def acceptance(results: dict) -> dict | None:
@@ -105,9 +104,7 @@ def write_tradeoff_plot(results: dict, path: str | Path, front_runs: list[str] |
 
     labels: dict[tuple[int, int], list[tuple[str, float, float]]] = {}
     for name, m in results["methods"].items():
-        seeds = m["per_seed"]
-        gains = np.array([100 * (s["id_greedy"] - base["id_greedy"]) for s in seeds])
-        keep = np.array([s["ood_mean"] / max(base["ood_mean"], 1e-9) for s in seeds])
+        keep, gains = _point(m, base)
         c = METHODS[m["method"]].colour if m["method"] in METHODS else "k"
         xerr, yerr = sample_std(keep), sample_std(gains)
         ax.errorbar(keep.mean(), gains.mean(), xerr=xerr, yerr=yerr, fmt="o", color=c, capsize=3)
