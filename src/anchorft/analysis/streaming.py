@@ -196,7 +196,6 @@ def check_compatible(base_cfg: dict, base: WeightSource, other_cfg: dict, other:
             raise CheckpointError(
                 f"{role} weight {name!r} has shape {tuple(other.shape(name))}, base has {tuple(base.shape(name))}"
             )
-    extra = set(analysed_matrices(other)) - set(mats)
-    if extra:
+    if extra := set(analysed_matrices(other)) - set(mats):
         raise CheckpointError(f"{role} has weights that base lacks, e.g. {sorted(extra)[0]!r}")
     return mats

@@ -191,8 +191,7 @@ def resolve_comparison(
     (and so checked, as each fine-tune checks them) before anything runs: a bad value is a ValueError at once."""
     cfg = load_config(preset_or_config)
     if methods:
-        bad = [m for m in methods if m not in METHODS and m not in {r.name for r in cfg.runs}]
-        if bad:
+        if bad := [m for m in methods if m not in METHODS and m not in {r.name for r in cfg.runs}]:
             raise ValueError(f"methods: unknown {bad}; choose from {tuple(METHODS)} or run names")
         cfg.runs = [r for r in cfg.runs if r.method in methods or r.name in methods]
     cfg.runs = expand_sweeps(cfg.runs, list(sweep or []))

@@ -76,14 +76,8 @@ def evaluate_skills(
 
 def greedy_accuracy(model, tokenizer, items: list[sk.Item], batch_size: int, max_new_tokens: int = 16) -> float:
     """Greedy accuracy on testbed items, each graded by its skill's exact checker."""
-    res = evaluate_prompts(
-        model,
-        tokenizer,
-        [it.prompt for it in items],
-        _skill_checker(items),
-        max_new_tokens=max_new_tokens,
-        batch_size=batch_size,
-    )
+    prompts, check = [it.prompt for it in items], _skill_checker(items)
+    res = evaluate_prompts(model, tokenizer, prompts, check, max_new_tokens=max_new_tokens, batch_size=batch_size)
     return res["greedy"]
 
 

@@ -77,8 +77,7 @@ def run_interpolate(
 
     src = Path(compare_dir)
     results = load_results(src).to_dict()
-    missing = [r for r in runs if r not in results["methods"]]
-    if missing:
+    if missing := [r for r in runs if r not in results["methods"]]:
         raise ValueError(f"--runs: {missing} not in {src} (have {sorted(results['methods'])})")
     cfg = load_config(_saved_config(src))
     seeds = [int(s) for s in results["settings"]["seeds"]]

@@ -91,8 +91,7 @@ class PretrainConfig:
             raise ValueError(f"loss_on: must be 'answer' or 'all', got {self.loss_on!r}")
         if self.lr <= 0:
             raise ValueError(f"lr: must be > 0, got {self.lr}")
-        unknown = set(self.mix) - set(sk.SKILLS) - {"kb_fact"}
-        if unknown:
+        if unknown := set(self.mix) - set(sk.SKILLS) - {"kb_fact"}:
             raise ValueError(f"mix: unknown skills {sorted(unknown)}")
         if not self.mix or min(self.mix.values()) < 0 or sum(self.mix.values()) <= 0:
             raise ValueError("mix: weights must be >= 0 with a positive sum")

@@ -64,10 +64,7 @@ def write_report(results: dict, path: str | Path) -> None:
     for name, m in methods.items():
         sett = ", ".join(f"{a}={b}" for a, b in m["settings"].items() if a != "method")
         sett = f"{sett or m['method']}, {len(m['per_seed'])} seed(s)"
-        cells = []
-        for c, _ in COLS:
-            sd = m.get("std", {}).get(c, 0.0)
-            cells.append(f"{_pct(m[c])} +- {_pct(sd)} ({_delta(m[c], base[c])})")
+        cells = [f"{_pct(m[c])} +- {_pct(m.get('std', {}).get(c, 0.0))} ({_delta(m[c], base[c])})" for c, _ in COLS]
         cells += [f"{_pct(m['ood'][s])} ({_delta(m['ood'][s], base['ood'][s])})" for s in skills]
         cells.append(f"{m['train_seconds']:.0f}")
         lines.append(f"| {name} | {sett} | " + " | ".join(cells) + " |")
@@ -178,8 +175,7 @@ def front_table(results: dict, front_runs: list[str], split: str = "test") -> li
     through the front's slope), `se_joint` (with the run's own gain SE and retention SE x slope) and
     `above_2se_joint`. `split` "val": all of it on the validation items instead of the reported ones."""
     base = results["base"]
-    missing = [r for r in front_runs if r not in results["methods"]]
-    if missing:
+    if missing := [r for r in front_runs if r not in results["methods"]]:
         raise ValueError(f"front: runs {missing} not in the results (have {sorted(results['methods'])})")
 
     def se_of(v: np.ndarray) -> float | None:

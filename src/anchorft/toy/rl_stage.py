@@ -79,8 +79,7 @@ class RLStageSettings(AnchorOptions):
         if self.skill_eval_items < 0:
             raise ValueError(f"skill_eval_items: must be >= 0, got {self.skill_eval_items}")
         self.rl_settings()  # DAPOConfig checks the rest (steps, G, lr, temperature, the anchor options) when built
-        bad = [s for s in self.prompt_skills if s not in MATH_SKILLS]
-        if bad:
+        if bad := [s for s in self.prompt_skills if s not in MATH_SKILLS]:
             raise ValueError(f"prompt_skills: {bad} are not ID math skills {MATH_SKILLS}")
 
     def rl_settings(self):

@@ -220,9 +220,8 @@ def _gen_math_easy(rng):
 
 def _gen_math_hard(rng):
     u = rng.random()
-    if u < 0.5:
-        a, b = (int(x) for x in rng.integers(100, 1000, size=2))
-        return f"{a}+{b}", f"{a}+{b}=?", f"\\boxed{{{a + b}}}"
+    if u < 0.5:  # a 3-digit sum
+        return _gen_math_add3(rng)
     who, obj = NAMES[int(rng.integers(0, len(NAMES)))], OBJECTS[int(rng.integers(0, len(OBJECTS)))]
     a, b = (int(x) for x in rng.integers(10, 100, size=2))
     if u < 0.75:
