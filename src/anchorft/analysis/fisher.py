@@ -71,9 +71,14 @@ def _entry(shape, energy: float, block: list[float], rblocks: list[list[float]],
     }
 
 
-def _frames(params, names, kmax, n_random, gen, svd, dtype) -> dict:
+def _frames(model, names, ks, n_random, generator, svd, dtype) -> tuple[dict, list[int], dict]:
+    """(the parameters `names` of `model`, sorted distinct ks, {name: (U_0, V_0, [(U, V) random])}): the top-k_max
+    bases of each matrix and `n_random` random frames, drawn from `generator` (default: seed 0)."""
     from anchorft.analysis.rotation import bases
 
+    params = named_parameters(model, names)
+    ks = sorted(set(ks))
+    kmax, gen = ks[-1], generator if generator is not None else torch.Generator().manual_seed(0)
     frames = {}
     for name in names:
         w = params[name].detach()
@@ -84,7 +89,7 @@ def _frames(params, names, kmax, n_random, gen, svd, dtype) -> dict:
         # U then V of each random block, from the one generator
         rand = [tuple(random_orthonormal(d, kmax, gen, dtype).to(w.device) for d in (m, n)) for _ in range(n_random)]
         frames[name] = (u, v, rand)
-    return frames
+    return params, ks, frames
 
 
 def fisher_product_from_files(
@@ -126,12 +131,9 @@ def fisher_projected_overlap(
     pass (`fisher_gradient_product`: the sum above, one example at a time). Returns {name: {"shape", "grad_energy"
     (||F_ood G||_F^2), "share": {k: ..}, "random_share": {k: ..}, "expected_random": {k: ..}}}.
     """
-    params = named_parameters(model, names)
     if not id_batches or not ood_batches:
         raise ValueError("fisher_projected_overlap needs in-domain and out-of-domain batches")
-    ks = sorted(set(ks))
-    gen = generator if generator is not None else torch.Generator().manual_seed(0)
-    frames = _frames(params, names, ks[-1], n_random, gen, svd, dtype)
+    params, ks, frames = _frames(model, names, ks, n_random, generator, svd, dtype)
     fg = fisher_gradient_product(model, id_batches, ood_batches, names, dtype, progress)
     out = {}
     for name in names:
@@ -160,10 +162,7 @@ def fisher_overlap(
     """
     from tqdm.auto import tqdm
 
-    params = named_parameters(model, names)
-    ks = sorted(set(ks))
-    gen = generator if generator is not None else torch.Generator().manual_seed(0)
-    frames = _frames(params, names, ks[-1], n_random, gen, svd, dtype)
+    params, ks, frames = _frames(model, names, ks, n_random, generator, svd, dtype)
     total = dict.fromkeys(names, 0.0)
     block = {nm: [0.0] * len(ks) for nm in names}
     rblock = {nm: [[0.0] * len(ks) for _ in range(n_random)] for nm in names}

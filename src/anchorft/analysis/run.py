@@ -136,12 +136,10 @@ def summarize_rotation(per_matrix: dict[str, dict], k: int) -> dict:
     types = sorted(by_type, key=lambda t: (TYPE_ORDER.index(t) if t in TYPE_ORDER else 99, t))
     type_summary = {t: {s: sum(x[s] for x in by_type[t]) / len(by_type[t]) for s in scalars} for t in types}
     layers = sorted({st["layer"] for st in per_matrix.values() if st["layer"] is not None})
-    rows = [str(li) for li in layers]
-    has_global = any(st["layer"] is None for st in per_matrix.values())
+    if any(st["layer"] is None for st in per_matrix.values()):
+        layers.append(None)  # the embeddings and the head, in a last row
+    rows = ["emb/head" if li is None else str(li) for li in layers]
     grid_vals = [[_mean(cell.get((li, t))) for t in types] for li in layers]
-    if has_global:
-        rows.append("emb/head")
-        grid_vals.append([_mean(cell.get((None, t))) for t in types])
     stats = list(per_matrix.values())
     curves = {
         "sv_rel_dev": [sum(abs(s["sv_ratio"][i] - 1) for s in stats) / len(stats) for i in range(k)],
