@@ -6,13 +6,9 @@ fine-tuned one W_ft, the models
     W(alpha) = W_0 + alpha (W_ft - W_0),     alpha in [0, 1]
 
 trace a whole trade-off front from one fine-tune (alpha = 0 is the base, 1 the fine-tune), on every parameter.
-`run_interpolate` takes the saved models of a finished comparison (any run: sft, l2, the subspace kind, ...),
-evaluates W(alpha) on a grid of alpha on the comparison's own held-out and validation items (the same
-`evaluate_toy` and generator as `toy compare`), and writes a results.json of runs named `RUN-wiseALPHA` (the
-source's method, `settings.wise_from` / `wise_alpha`), which `anchorft toy report --from COMPARISON THIS` merges
-with the comparison (same base and items), so that `--front` / `--pick` choose alpha on the validation items.
-`anchorft.toy.wise_curves.draw_interpolation_curves` adds the curves (base -> alphas -> the fine-tune) to a
-trade-off plot.
+`run_interpolate` scores W(alpha) from the saved models of a finished comparison on its own held-out and
+validation items (`evaluate_comparison`) and writes runs named `RUN-wiseALPHA` (`settings.wise_from` /
+`wise_alpha`) for `anchorft toy report --from`; docs/alternatives.md describes the command and its outputs.
 """
 
 from __future__ import annotations
@@ -60,10 +56,6 @@ def wise_name(run: str, alpha: float) -> str:
     return f"{run}-wise{alpha:g}"
 
 
-def _model_dir(compare_dir: Path, run: str, seed: int, first_seed: int) -> Path:
-    return compare_dir / "models" / (run if seed == first_seed else f"{run}-seed{seed}")
-
-
 def run_interpolate(
     compare_dir: str | Path, runs: list[str], alphas: list[float], out_dir: str | Path, progress: bool = True
 ) -> dict:
@@ -84,7 +76,7 @@ def run_interpolate(
     todo = []
     for run in runs:
         for m in results["methods"][run]["per_seed"]:
-            path = _model_dir(src, run, m["seed"], seeds[0])
+            path = src / "models" / (run if m["seed"] == seeds[0] else f"{run}-seed{m['seed']}")
             if not (path / "config.json").is_file():
                 raise ValueError(f"{path}: no saved model (the comparison keeps every evaluated model in models/)")
             todo.append((run, m["seed"], path))

@@ -106,7 +106,9 @@ def write_tradeoff_plot(results: dict, path: str | Path, front_runs: list[str] |
         xerr, yerr = sample_std(keep), sample_std(gains)
         ax.errorbar(keep.mean(), gains.mean(), xerr=xerr, yerr=yerr, fmt="o", color=c, capsize=3)
         ax.scatter(keep, gains, s=8, color=c, alpha=0.35)
-        labels.setdefault(_label_cell(keep.mean(), gains.mean()), []).append((name, keep.mean(), gains.mean()))
+        # the label's cell: points closer than 0.01 in retention and 1 point of gain share one
+        cell = round(float(keep.mean()) / 0.01), round(float(gains.mean()) / 1.0)
+        labels.setdefault(cell, []).append((name, keep.mean(), gains.mean()))
     for names in labels.values():  # runs at the same place (to the plot's resolution) share one label
         ax.annotate(", ".join(n for n, _, _ in names), names[0][1:], textcoords="offset points", xytext=(4, 4),
                     fontsize=7)  # fmt: skip
@@ -125,11 +127,6 @@ def write_tradeoff_plot(results: dict, path: str | Path, front_runs: list[str] |
     ax.grid(alpha=0.3)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
-
-
-def _label_cell(keep: float, gain: float) -> tuple[int, int]:
-    """The cell of a label: points closer than 0.01 in retention and 1 point of gain share one."""
-    return round(float(keep) / 0.01), round(float(gain) / 1.0)
 
 
 def _point(m: dict, base: dict, split: str = "test") -> tuple[np.ndarray, np.ndarray]:

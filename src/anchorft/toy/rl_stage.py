@@ -1,14 +1,9 @@
 """The RL column of the testbed comparison: DAPO from each fine-tuned model, then the same evaluation.
 
-Runs after `anchorft toy compare --out COMPARE_DIR`. For each chosen run NAME (default: ``sft`` and
-the rpsft runs at the paper's rank, 768/4096 of the hidden size) it starts DAPO
-(`anchorft.rpsft.rl.run_rl`: clip 0.2 / 0.28, token-mean loss, G = 8, no KL) from
-COMPARE_DIR/models/NAME on training-split prompts of the testbed's ID math skills (default: the
-comparison's `id_skill`), reward = math-verify correctness of the last ``\\boxed{}``, then evaluates
-the model before and after RL with `evaluate_toy` on the comparison's own held-out items and
-sampling stream (`eval_seed`, `eval` of COMPARE_DIR/config.yaml). Writes, under COMPARE_DIR/rl/
-(or `out_dir`): results.json, report.md, reward_curve.png and NAME/ (run_rl's config.json,
-metrics.json, reward.png, model/).
+Runs after `anchorft toy compare --out COMPARE_DIR`: DAPO (`anchorft.rpsft.rl.run_rl`) from each chosen
+COMPARE_DIR/models/NAME on training-split prompts of the testbed's ID math skills, each model evaluated before
+and after RL with `evaluate_toy` on the comparison's own held-out items and sampling stream. docs/toy-rl.md
+gives the defaults, the reward and the files written under COMPARE_DIR/rl/.
 
 The question it answers (the paper's claim): does the RPSFT-initialised model end higher
 after RL, in ID and OOD, than the SFT-initialised one?
