@@ -92,18 +92,9 @@ def evaluate_toy(
     """The testbed's metrics: ID (`id_skill`) Avg@k, Pass@k, greedy; OOD greedy per skill and mean."""
     settings.validate()
     items = eval_sets[id_skill]
+    kw = {f: getattr(settings, f) for f in ("n_samples", "k", "temperature", "top_p", "max_new_tokens", "batch_size")}
     res = evaluate_prompts(
-        model,
-        tokenizer,
-        [it.prompt for it in items],
-        _skill_checker(items),
-        n_samples=settings.n_samples,
-        k=settings.k,
-        temperature=settings.temperature,
-        top_p=settings.top_p,
-        max_new_tokens=settings.max_new_tokens,
-        batch_size=settings.batch_size,
-        generator=generator,
+        model, tokenizer, [it.prompt for it in items], _skill_checker(items), **kw, generator=generator
     )
     ood = {
         s: greedy_accuracy(model, tokenizer, eval_sets[s], settings.batch_size, settings.max_new_tokens)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from anchorft.io import save_figure, write_text
+from anchorft.io import pyplot, save_figure, write_text
 from anchorft.toy.results import sample_std
 
 __all__ = [
@@ -90,8 +90,6 @@ def write_report(results: dict, path: str | Path) -> None:
 def write_tradeoff_plot(results: dict, path: str | Path, front_runs: list[str] | None = None) -> None:
     """ID gain (points of greedy accuracy) against OOD retention, one point per run, seed spread as bars; with
     `front_runs`, their front (and the base's), as `front_table` interpolates it, dashed."""
-    from anchorft.io import pyplot
-
     plt = pyplot()
 
     base = results["base"]

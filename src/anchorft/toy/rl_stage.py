@@ -23,7 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from anchorft.eval.answers import last_boxed
-from anchorft.io import save_figure, write_json, write_text
+from anchorft.io import pyplot, save_figure, write_json, write_text
 from anchorft.provenance import with_provenance
 from anchorft.rpsft.anchor_options import AnchorOptions, anchor_option_names
 from anchorft.rpsft.methods import RL_ANCHOR_METHODS
@@ -283,8 +283,6 @@ def write_rl_report(results: dict, path: Path) -> None:
 
 def write_reward_plot(results: dict, path: Path) -> None:
     """Per-step mean correctness of the sampled responses, raw (faint) and a 10-step moving mean."""
-    from anchorft.io import pyplot
-
     plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 3.6))
