@@ -2,7 +2,7 @@
 
 A checkpoint directory holds `config.json` and either `model.safetensors` or a sharded set indexed by
 `model.safetensors.index.json` (the layout `save_pretrained` writes). `SafetensorsWeights` reads the
-headers only (names, shapes, dtypes) when it opens, and `get(name)` reads that one tensor with
+headers only (names, shapes) when it opens, and `get(name)` reads that one tensor with
 `safetensors.safe_open`, so an analysis that asks for one matrix at a time holds one matrix (per
 checkpoint) in memory, not the model. `InMemoryWeights` gives the same interface over tensors already
 loaded (a `state_dict` or a model's parameters); both paths must give identical numbers (tested).
@@ -97,10 +97,9 @@ class SafetensorsWeights:
         self.role = role
         single, index = self.path / "model.safetensors", self.path / "model.safetensors.index.json"
         if index.is_file():
-            weight_map: dict[str, str] = json.loads(index.read_text())["weight_map"]
-            files = sorted(set(weight_map.values()))
+            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
         elif single.is_file():
-            weight_map, files = {}, ["model.safetensors"]
+            files = ["model.safetensors"]
         else:
             raise CheckpointError(
                 f"{role} checkpoint {self.path} has no model.safetensors or model.safetensors.index.json "
@@ -108,26 +107,20 @@ class SafetensorsWeights:
             )
         self._file: dict[str, Path] = {}
         self._shape: dict[str, tuple[int, ...]] = {}
-        self._dtype: dict[str, str] = {}
         for fname in files:
             f_path = self.path / fname
             if not f_path.is_file():
                 raise CheckpointError(f"{role} checkpoint {self.path}: shard {fname} named in the index is missing")
             with safe_open(str(f_path), framework="pt") as f:
                 for key in f.keys():  # noqa: SIM118 (safe_open has no __iter__)
-                    sl = f.get_slice(key)
                     self._file[key] = f_path
-                    self._shape[key] = tuple(sl.get_shape())
-                    self._dtype[key] = sl.get_dtype()
+                    self._shape[key] = tuple(f.get_slice(key).get_shape())
 
     def names(self) -> list[str]:
         return list(self._file)
 
     def shape(self, name: str) -> tuple[int, ...]:
         return self._shape[name]
-
-    def dtype(self, name: str) -> str:
-        return self._dtype[name]
 
     def get(self, name: str) -> torch.Tensor:
         """Reads one tensor (a copy; the file is closed again, so nothing of it stays mapped)."""
