@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 import anchorft
-from anchorft.io import pyplot, save_figure, write_json
+from anchorft.io import write_json
 from anchorft.provenance import with_provenance
 from anchorft.toy import skills as sk
 from anchorft.toy.evaluate import evaluate_skills
@@ -327,6 +327,8 @@ def pretrain(cfg: PretrainConfig, out_dir: str | Path, progress: bool = True) ->
 
 def write_loss_plot(losses: list[float], path: str | Path, title: str = "toy pretrain", window: int = 50) -> None:
     """loss.png: the pretraining loss per step (faint) and its running mean over `window` steps."""
+    from anchorft.io import pyplot, save_figure
+
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.6))
     steps = np.arange(1, len(losses) + 1)

@@ -12,8 +12,9 @@ def draw_interpolation_curves(ax, results: dict) -> None:
     """On a trade-off axis (OOD retention, ID gain in points): for each run with WiSE-FT rows (`settings.wise_from`),
     a dotted line through the base (1, 0), its interpolations by increasing alpha and the run itself when present,
     in the source method's colour. Additive: draws nothing when `results` has no interpolated runs."""
+    import numpy as np
+
     from anchorft.rpsft.methods import METHODS
-    from anchorft.toy.report import _point
 
     base = results["base"]
     curves: dict[str, list[tuple[float, str]]] = {}
@@ -22,9 +23,14 @@ def draw_interpolation_curves(ax, results: dict) -> None:
         if src is not None:
             curves.setdefault(src, []).append((float(m["settings"]["wise_alpha"]), name))
 
+    def point(m):
+        keep = np.mean([s["ood_mean"] / max(base["ood_mean"], 1e-9) for s in m["per_seed"]])
+        gain = np.mean([100 * (s["id_greedy"] - base["id_greedy"]) for s in m["per_seed"]])
+        return float(keep), float(gain)
+
     for src, rows in curves.items():
         names = [n for _, n in sorted(rows)] + ([src] if src in results["methods"] else [])
-        pts = [(1.0, 0.0)] + [tuple(float(v.mean()) for v in _point(results["methods"][n], base)) for n in names]
+        pts = [(1.0, 0.0)] + [point(results["methods"][n]) for n in names]
         method = results["methods"][names[0]]["method"]
         colour = METHODS[method].colour if method in METHODS else "k"
         ax.plot(*zip(*pts), ":", color=colour, lw=1.2, alpha=0.8, label=f"WiSE-FT from {src}")
