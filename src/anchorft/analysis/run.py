@@ -198,9 +198,7 @@ def run_analysis(cfg: AnalysisConfig, progress: bool = True) -> dict:
         raise CheckpointError(f"base checkpoint {cfg.base} has no 2-D weights left to analyse")
     shapes = {n: tuple(base_src.shape(n)) for n in names}
     k = resolve_rank(cfg.rank, shapes)
-    fisher_ks = (
-        sorted({max(1, k // 4), max(1, k // 2), k}) if cfg.fisher_ranks is None else sorted(set(cfg.fisher_ranks))
-    )
+    fisher_ks = sorted({max(1, k // 4), max(1, k // 2), k} if cfg.fisher_ranks is None else set(cfg.fisher_ranks))
     if cfg.fisher_data is not None:
         for fk in fisher_ks:
             resolve_rank(fk, shapes)
