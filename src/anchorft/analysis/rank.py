@@ -46,17 +46,16 @@ def method_rank(name: str, entry: dict, full_rank: int | None) -> int | None:
 
 def rank_sensitivity(results: dict, full_rank: int | None) -> dict:
     """{"points": [{method, k, metrics...}] sorted by k, "references": {method: metrics}, "base": metrics}."""
-
-    def numeric(d: dict) -> dict:
-        return {m: d.get(m) for m in METRICS if isinstance(d.get(m), int | float)}
-
     points, refs = [], {}
     for name, entry in results["methods"].items():
-        metrics = numeric(entry)
+        metrics = {m: entry.get(m) for m in METRICS if isinstance(entry.get(m), int | float)}
         k = method_rank(name, entry, full_rank)
         if k is None:
             refs[name] = metrics
         else:
             points.append({"method": name, "k": k, **metrics})
     points.sort(key=lambda p: (p["k"], p["method"]))
-    return {"full_rank": full_rank, "points": points, "references": refs, "base": numeric(results.get("base", {}))}
+    base = {
+        m: results.get("base", {}).get(m) for m in METRICS if isinstance(results.get("base", {}).get(m), int | float)
+    }
+    return {"full_rank": full_rank, "points": points, "references": refs, "base": base}
