@@ -49,7 +49,7 @@ def harness(tmp_path, monkeypatch):
     """run_compare with the stand-ins above; returns (run(cfg) -> out folder, the per-item log)."""
     import anchorft.eval.pipeline as pipeline
     import anchorft.rpsft.train as train_mod
-    from anchorft.toy import compare
+    from anchorft.toy import compare, compare_config
     from anchorft.toy.pretrain import build_model, build_tokenizer
 
     torch.set_num_threads(1)
@@ -89,9 +89,9 @@ def harness(tmp_path, monkeypatch):
         model._anchorft_tag = Path(args.output_dir).name  # NAME-seedS
         return _Trainer(model)
 
-    real_greedy = compare.evaluate_greedy
+    real_greedy = compare_config.evaluate_greedy
 
-    def evaluate_greedy(*a, **k):  # the validation pass (the only caller of evaluate_greedy in compare)
+    def evaluate_greedy(*a, **k):  # the validation pass (the only caller of evaluate_greedy in a comparison)
         phase["now"] = "val"
         try:
             return real_greedy(*a, **k)
@@ -100,7 +100,7 @@ def harness(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pipeline, "generate", fake_generate)
     monkeypatch.setattr(train_mod, "train", fake_train)
-    monkeypatch.setattr(compare, "evaluate_greedy", evaluate_greedy)
+    monkeypatch.setattr(compare_config, "evaluate_greedy", evaluate_greedy)
 
     def run(cfg, out=None, **kw):
         monkeypatch.setattr(compare, "pretrained_model", lambda pre, progress=True: make_base(cfg))

@@ -57,9 +57,28 @@ def random_orthonormal(m: int, k: int, generator: torch.Generator, dtype: torch.
     return q * torch.sign(torch.diagonal(r)).unsqueeze(0)
 
 
-def _frames(params, names, kmax, n_random, gen, svd, dtype) -> dict:
+def _entry(shape, energy: float, block: list[float], rblocks: list[list[float]], ks: list[int]) -> dict:
+    """One matrix's result: the top-k block's energy `block[i]` and each random block's `rblocks[r][i]` at k = ks[i],
+    as shares of the total `energy` (the random ones averaged), beside k^2 / (m n)."""
+    m, n = shape
+    t = max(energy, 1e-300)
+    return {
+        "shape": [m, n],
+        "grad_energy": energy,
+        "share": {k: block[i] / t for i, k in enumerate(ks)},
+        "random_share": {k: sum(rb[i] for rb in rblocks) / (t * max(len(rblocks), 1)) for i, k in enumerate(ks)},
+        "expected_random": {k: expected_random_share(m, n, k) for k in ks},
+    }
+
+
+def _frames(model, names, ks, n_random, generator, svd, dtype) -> tuple[dict, list[int], dict]:
+    """(the parameters `names` of `model`, sorted distinct ks, {name: (U_0, V_0, [(U, V) random])}): the top-k_max
+    bases of each matrix and `n_random` random frames, drawn from `generator` (default: seed 0)."""
     from anchorft.analysis.rotation import bases
 
+    params = named_parameters(model, names)
+    ks = sorted(set(ks))
+    kmax, gen = ks[-1], generator if generator is not None else torch.Generator().manual_seed(0)
     frames = {}
     for name in names:
         w = params[name].detach()
@@ -67,15 +86,10 @@ def _frames(params, names, kmax, n_random, gen, svd, dtype) -> dict:
         if kmax > min(m, n):
             raise ValueError(f"Fisher rank k={kmax} exceeds min(m, n)={min(m, n)} of {name} ({m} x {n})")
         u, _, v = bases(w, kmax, svd, dtype, gen)
-        rand = [
-            (
-                random_orthonormal(m, kmax, gen, dtype).to(w.device),
-                random_orthonormal(n, kmax, gen, dtype).to(w.device),
-            )
-            for _ in range(n_random)
-        ]
+        # U then V of each random block, from the one generator
+        rand = [tuple(random_orthonormal(d, kmax, gen, dtype).to(w.device) for d in (m, n)) for _ in range(n_random)]
         frames[name] = (u, v, rand)
-    return frames
+    return params, ks, frames
 
 
 def fisher_product_from_files(
@@ -117,26 +131,16 @@ def fisher_projected_overlap(
     pass (`fisher_gradient_product`: the sum above, one example at a time). Returns {name: {"shape", "grad_energy"
     (||F_ood G||_F^2), "share": {k: ..}, "random_share": {k: ..}, "expected_random": {k: ..}}}.
     """
-    params = named_parameters(model, names)
     if not id_batches or not ood_batches:
         raise ValueError("fisher_projected_overlap needs in-domain and out-of-domain batches")
-    ks = sorted(set(ks))
-    gen = generator if generator is not None else torch.Generator().manual_seed(0)
-    frames = _frames(params, names, ks[-1], n_random, gen, svd, dtype)
+    params, ks, frames = _frames(model, names, ks, n_random, generator, svd, dtype)
     fg = fisher_gradient_product(model, id_batches, ood_batches, names, dtype, progress)
     out = {}
     for name in names:
-        m, n = params[name].shape
         u, v, rand = frames[name]
         t = max(fg[name].pow(2).sum().item(), 1e-300)
         rb = [_nested(fg[name], ur, vr, ks) for ur, vr in rand]
-        out[name] = {
-            "shape": [m, n],
-            "grad_energy": t,
-            "share": {k: e / t for k, e in zip(ks, _nested(fg[name], u, v, ks))},
-            "random_share": {k: sum(r[i] for r in rb) / (t * max(n_random, 1)) for i, k in enumerate(ks)},
-            "expected_random": {k: expected_random_share(m, n, k) for k in ks},
-        }
+        out[name] = _entry(params[name].shape, t, _nested(fg[name], u, v, ks), rb, ks)
     return out
 
 
@@ -158,10 +162,7 @@ def fisher_overlap(
     """
     from tqdm.auto import tqdm
 
-    params = named_parameters(model, names)
-    ks = sorted(set(ks))
-    gen = generator if generator is not None else torch.Generator().manual_seed(0)
-    frames = _frames(params, names, ks[-1], n_random, gen, svd, dtype)
+    params, ks, frames = _frames(model, names, ks, n_random, generator, svd, dtype)
     total = dict.fromkeys(names, 0.0)
     block = {nm: [0.0] * len(ks) for nm in names}
     rblock = {nm: [[0.0] * len(ks) for _ in range(n_random)] for nm in names}
@@ -178,15 +179,4 @@ def fisher_overlap(
                     rblock[name][r][i] += e
     model.zero_grad(set_to_none=True)
     model.train(was_training)
-    out = {}
-    for name in names:
-        m, n = params[name].shape
-        t = max(total[name], 1e-300)
-        out[name] = {
-            "shape": [m, n],
-            "grad_energy": total[name],
-            "share": {k: block[name][i] / t for i, k in enumerate(ks)},
-            "random_share": {k: sum(rb[i] for rb in rblock[name]) / (t * max(n_random, 1)) for i, k in enumerate(ks)},
-            "expected_random": {k: expected_random_share(m, n, k) for k in ks},
-        }
-    return out
+    return {name: _entry(params[name].shape, total[name], block[name], rblock[name], ks) for name in names}

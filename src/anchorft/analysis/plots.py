@@ -47,7 +47,7 @@ def rotation_heatmap(grid: dict, model: str, path: str | os.PathLike) -> str:
 def rotation_comparison(by_type: dict[str, dict[str, dict]], path: str | os.PathLike) -> str:
     """by_type[model][type] = {"angle_u_mean_deg", "angle_v_mean_deg", ...}: grouped bars, one group per type."""
     models = list(by_type)
-    types = [t for t in by_type[models[0]]]
+    types = list(by_type[models[0]])
     fig, axes = plt.subplots(2, 1, figsize=(max(7, 0.9 * len(types) + 2), 6.5), sharey=True)
     width = 0.8 / max(len(models), 1)
     for ax, key, side in zip(axes, ("angle_u_mean_deg", "angle_v_mean_deg"), ("left (U)", "right (V)")):
@@ -83,9 +83,8 @@ def drift_plot(per_model: dict[str, dict[str, list[float]]], eval_set: str, path
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     for mname, d in per_model.items():
         layers = np.arange(len(d["rel_l2"]))
-        axes[0].plot(layers, d["rel_l2"], marker=".", label=mname)
-        axes[1].plot(layers, d["cos_dist"], marker=".", label=mname)
-        axes[2].plot(layers, d["prompt_cos_dist"], marker=".", label=mname)
+        for ax, key in zip(axes, ("rel_l2", "cos_dist", "prompt_cos_dist")):
+            ax.plot(layers, d[key], marker=".", label=mname)
     for ax, t in zip(axes, ("||mu - mu0|| / ||mu0||", "1 - cos(mu, mu0)", "mean over prompts of 1 - cos(h, h0)")):
         ax.set_title(t, fontsize=9)
         ax.set_xlabel("layer (0 = embeddings)")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 __all__ = ["PromptItem", "load_prompts", "render", "encode_batch"]
 
@@ -77,16 +78,11 @@ def encode_batch(
         if with_completion and it.completion is not None:
             c_ids = tokenizer(it.completion, add_special_tokens=False)["input_ids"]
         seq = (p_ids + c_ids)[:max_length]
-        lab = ([-100] * len(p_ids) + c_ids)[:max_length] if c_ids else list(seq)
-        ids.append(seq)
-        labels.append(lab)
-    width = max(len(s) for s in ids)
+        ids.append(torch.tensor(seq, dtype=torch.long))
+        labels.append(torch.tensor(([-100] * len(p_ids) + c_ids)[:max_length] if c_ids else seq, dtype=torch.long))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    out_ids = torch.full((len(ids), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(ids), width), dtype=torch.long)
-    out_lab = torch.full((len(ids), width), -100, dtype=torch.long)
-    for i, (s, lab) in enumerate(zip(ids, labels)):
-        out_ids[i, : len(s)] = torch.tensor(s)
-        mask[i, : len(s)] = 1
-        out_lab[i, : len(lab)] = torch.tensor(lab)
-    return {"input_ids": out_ids, "attention_mask": mask, "labels": out_lab}
+    return {
+        "input_ids": pad_sequence(ids, batch_first=True, padding_value=pad),
+        "attention_mask": pad_sequence([torch.ones_like(s) for s in ids], batch_first=True),
+        "labels": pad_sequence(labels, batch_first=True, padding_value=-100),
+    }

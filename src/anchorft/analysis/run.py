@@ -136,12 +136,10 @@ def summarize_rotation(per_matrix: dict[str, dict], k: int) -> dict:
     types = sorted(by_type, key=lambda t: (TYPE_ORDER.index(t) if t in TYPE_ORDER else 99, t))
     type_summary = {t: {s: sum(x[s] for x in by_type[t]) / len(by_type[t]) for s in scalars} for t in types}
     layers = sorted({st["layer"] for st in per_matrix.values() if st["layer"] is not None})
-    rows = [str(li) for li in layers]
-    has_global = any(st["layer"] is None for st in per_matrix.values())
+    if any(st["layer"] is None for st in per_matrix.values()):
+        layers.append(None)  # the embeddings and the head, in a last row
+    rows = ["emb/head" if li is None else str(li) for li in layers]
     grid_vals = [[_mean(cell.get((li, t))) for t in types] for li in layers]
-    if has_global:
-        rows.append("emb/head")
-        grid_vals.append([_mean(cell.get((None, t))) for t in types])
     stats = list(per_matrix.values())
     curves = {
         "sv_rel_dev": [sum(abs(s["sv_ratio"][i] - 1) for s in stats) / len(stats) for i in range(k)],
@@ -160,25 +158,14 @@ def _mean(xs: list[float] | None) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def _load_model(path: str, device: str):
-    from anchorft.eval.loading import load_causal_lm
-
-    model = load_causal_lm(path)
-    return model.to(device)
-
-
-def _load_tokenizer(path: str):
-    from anchorft.eval.loading import load_eval_tokenizer
-
-    return load_eval_tokenizer(path)
-
-
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: kB
 
 
 def run_analysis(cfg: AnalysisConfig, progress: bool = True) -> dict:
     """Validates the inputs, runs the analyses that `cfg` asks for, writes OUT/analysis.json and PNGs."""
+    from anchorft.eval.loading import load_causal_lm, load_eval_tokenizer
+
     t_start = time.perf_counter()
     # ---- validation, before any work -------------------------------------------------------------
     if not cfg.tuned:
@@ -211,9 +198,7 @@ def run_analysis(cfg: AnalysisConfig, progress: bool = True) -> dict:
         raise CheckpointError(f"base checkpoint {cfg.base} has no 2-D weights left to analyse")
     shapes = {n: tuple(base_src.shape(n)) for n in names}
     k = resolve_rank(cfg.rank, shapes)
-    fisher_ks = (
-        sorted({max(1, k // 4), max(1, k // 2), k}) if cfg.fisher_ranks is None else sorted(set(cfg.fisher_ranks))
-    )
+    fisher_ks = sorted({max(1, k // 4), max(1, k // 2), k} if cfg.fisher_ranks is None else set(cfg.fisher_ranks))
     if cfg.fisher_data is not None:
         for fk in fisher_ks:
             resolve_rank(fk, shapes)
@@ -245,13 +230,11 @@ def run_analysis(cfg: AnalysisConfig, progress: bool = True) -> dict:
     figures: list[str] = []
     # ---- rotation ---------------------------------------------------------------------------------
     t0 = time.perf_counter()
-    if cfg.streaming:
-        per = analyze_rotation(base_src, tuned_src, names, k, cfg.svd, dtype, cfg.seed, progress, cfg.device)
-    else:
-        mem_base = InMemoryWeights.from_model(_load_model(cfg.base, "cpu"))
-        mem_tuned = {m: InMemoryWeights.from_model(_load_model(p, "cpu")) for m, p in cfg.tuned.items()}
-        per = analyze_rotation(mem_base, mem_tuned, names, k, cfg.svd, dtype, cfg.seed, progress, cfg.device)
-        del mem_base, mem_tuned
+    if not cfg.streaming:  # the parameters of whole models loaded on the CPU instead (same numbers)
+        base_src = InMemoryWeights.from_model(load_causal_lm(cfg.base))
+        tuned_src = {m: InMemoryWeights.from_model(load_causal_lm(p)) for m, p in cfg.tuned.items()}
+    per = analyze_rotation(base_src, tuned_src, names, k, cfg.svd, dtype, cfg.seed, progress, cfg.device)
+    del base_src, tuned_src
     rot = {}
     for mname, pm in per.items():
         summ = summarize_rotation(pm, k)
@@ -272,8 +255,8 @@ def run_analysis(cfg: AnalysisConfig, progress: bool = True) -> dict:
     # ---- hidden-state drift -----------------------------------------------------------------------
     if eval_sets:
         t0 = time.perf_counter()
-        tok = _load_tokenizer(cfg.base)
-        model = _load_model(cfg.base, cfg.device)
+        tok = load_eval_tokenizer(cfg.base)
+        model = load_causal_lm(cfg.base).to(cfg.device)
         base_h = {
             s: prompt_hidden_means(model, tok, items, cfg.batch_size, cfg.max_length, f"base/{s}")
             for s, items in eval_sets.items()
@@ -281,7 +264,7 @@ def run_analysis(cfg: AnalysisConfig, progress: bool = True) -> dict:
         del model
         drift: dict[str, dict] = {s: {} for s in eval_sets}
         for mname, path in cfg.tuned.items():
-            model = _load_model(path, cfg.device)
+            model = load_causal_lm(path).to(cfg.device)
             for s, items in eval_sets.items():
                 h = prompt_hidden_means(model, tok, items, cfg.batch_size, cfg.max_length, f"{mname}/{s}")
                 drift[s][mname] = drift_metrics(base_h[s], h)
@@ -294,8 +277,8 @@ def run_analysis(cfg: AnalysisConfig, progress: bool = True) -> dict:
     # ---- Fisher overlap ---------------------------------------------------------------------------
     if fisher_items:
         t0 = time.perf_counter()
-        tok = _load_tokenizer(cfg.base)
-        model = _load_model(cfg.base, cfg.device)
+        tok = load_eval_tokenizer(cfg.base)
+        model = load_causal_lm(cfg.base).to(cfg.device)
         batches = [encode_batch(tok, [it], cfg.max_length, with_completion=True) for it in fisher_items]
         gen = torch.Generator().manual_seed(cfg.seed)
         fo = fisher_overlap(model, batches, names, fisher_ks, cfg.fisher_random, gen, cfg.svd, dtype, progress)

@@ -2,7 +2,7 @@
 
 A checkpoint directory holds `config.json` and either `model.safetensors` or a sharded set indexed by
 `model.safetensors.index.json` (the layout `save_pretrained` writes). `SafetensorsWeights` reads the
-headers only (names, shapes, dtypes) when it opens, and `get(name)` reads that one tensor with
+headers only (names, shapes) when it opens, and `get(name)` reads that one tensor with
 `safetensors.safe_open`, so an analysis that asks for one matrix at a time holds one matrix (per
 checkpoint) in memory, not the model. `InMemoryWeights` gives the same interface over tensors already
 loaded (a `state_dict` or a model's parameters); both paths must give identical numbers (tested).
@@ -39,19 +39,9 @@ __all__ = [
     "ARCH_FIELDS",
 ]
 
-_TYPES = {
-    "q_proj": "q",
-    "k_proj": "k",
-    "v_proj": "v",
-    "o_proj": "o",
-    "gate_proj": "gate",
-    "up_proj": "up",
-    "down_proj": "down",
-    "embed_tokens": "embed",
-    "wte": "embed",
-    "lm_head": "lm_head",
-}
 TYPE_ORDER = ["q", "k", "v", "o", "gate", "up", "down", "embed", "lm_head"]
+# module name -> type: q_proj -> q, ..., down_proj -> down; the embeddings (Llama's and GPT-2's) and the head
+_TYPES = {f"{t}_proj": t for t in TYPE_ORDER[:7]} | {"embed_tokens": "embed", "wte": "embed", "lm_head": "lm_head"}
 # Fields of config.json that define the architecture; a difference here is reported by name.
 ARCH_FIELDS = (
     "model_type",
@@ -107,10 +97,9 @@ class SafetensorsWeights:
         self.role = role
         single, index = self.path / "model.safetensors", self.path / "model.safetensors.index.json"
         if index.is_file():
-            weight_map: dict[str, str] = json.loads(index.read_text())["weight_map"]
-            files = sorted(set(weight_map.values()))
+            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
         elif single.is_file():
-            weight_map, files = {}, ["model.safetensors"]
+            files = ["model.safetensors"]
         else:
             raise CheckpointError(
                 f"{role} checkpoint {self.path} has no model.safetensors or model.safetensors.index.json "
@@ -118,26 +107,20 @@ class SafetensorsWeights:
             )
         self._file: dict[str, Path] = {}
         self._shape: dict[str, tuple[int, ...]] = {}
-        self._dtype: dict[str, str] = {}
         for fname in files:
             f_path = self.path / fname
             if not f_path.is_file():
                 raise CheckpointError(f"{role} checkpoint {self.path}: shard {fname} named in the index is missing")
             with safe_open(str(f_path), framework="pt") as f:
                 for key in f.keys():  # noqa: SIM118 (safe_open has no __iter__)
-                    sl = f.get_slice(key)
                     self._file[key] = f_path
-                    self._shape[key] = tuple(sl.get_shape())
-                    self._dtype[key] = sl.get_dtype()
+                    self._shape[key] = tuple(f.get_slice(key).get_shape())
 
     def names(self) -> list[str]:
         return list(self._file)
 
     def shape(self, name: str) -> tuple[int, ...]:
         return self._shape[name]
-
-    def dtype(self, name: str) -> str:
-        return self._dtype[name]
 
     def get(self, name: str) -> torch.Tensor:
         """Reads one tensor (a copy; the file is closed again, so nothing of it stays mapped)."""
@@ -168,17 +151,12 @@ class InMemoryWeights:
 
 def open_checkpoint(path: str | os.PathLike, role: str = "checkpoint") -> tuple[dict, SafetensorsWeights]:
     """config.json and a streaming weight source of a checkpoint directory (clear error if missing)."""
-    cfg = read_config(path, role)
-    return cfg, SafetensorsWeights(path, role)
+    return read_config(path, role), SafetensorsWeights(path, role)
 
 
 def analysed_matrices(source: WeightSource) -> list[str]:
     """Every 2-D weight, as the anchor selects them (vision, cross-attention, multi-modal projector ones left out)."""
-    out = []
-    for name in source.names():
-        if len(source.shape(name)) != 2 or _EXCLUDED.search(name):
-            continue
-        out.append(name)
+    out = [name for name in source.names() if len(source.shape(name)) == 2 and not _EXCLUDED.search(name)]
     return sorted(out, key=_sort_key)
 
 
@@ -211,7 +189,6 @@ def check_compatible(base_cfg: dict, base: WeightSource, other_cfg: dict, other:
             raise CheckpointError(
                 f"{role} weight {name!r} has shape {tuple(other.shape(name))}, base has {tuple(base.shape(name))}"
             )
-    extra = set(analysed_matrices(other)) - set(mats)
-    if extra:
+    if extra := set(analysed_matrices(other)) - set(mats):
         raise CheckpointError(f"{role} has weights that base lacks, e.g. {sorted(extra)[0]!r}")
     return mats

@@ -34,10 +34,10 @@ from anchorft.toy.compare_config import (
     RunSpec,
     comparison_eval_sets,
     comparison_val_sets,
+    evaluate_comparison,
     expand_sweeps,
     load_config,
 )
-from anchorft.toy.evaluate import evaluate_greedy, evaluate_toy
 from anchorft.toy.pretrain import cached_model, pretrained_model
 from anchorft.toy.report import write_report, write_tradeoff_plot
 from anchorft.toy.results import RESULTS_FILE, CompareResults, save_results
@@ -49,11 +49,6 @@ def finetune_dataset(n: int, rng: np.random.Generator, skill: str = "math_hard")
     """The fine-tuning set: `n` prompt/completion pairs of the hard math distribution (train split)."""
     items = sk.sample_items(skill, n, "train", rng)
     return datasets.Dataset.from_list([{"prompt": it.prompt, "completion": it.answer} for it in items])
-
-
-def _needs_fisher(run: RunSpec) -> bool:
-    rule = run.anchor_rank_rule or ""
-    return get_method(run.method).uses_rank and rule.startswith("fisher:")
 
 
 def calibration_fisher(cfg: CompareConfig, run: RunSpec, model, tokenizer) -> dict[str, torch.Tensor]:
@@ -147,29 +142,32 @@ def _finetune_and_evaluate(cfg: CompareConfig, run: RunSpec, seed: int, base_dir
     data = finetune_dataset(cfg.finetune_items, np.random.default_rng(1000 + seed), cfg.id_skill)
     args = _train_args(cfg, run, seed, out / "runs" / f"{run.name}-seed{seed}")
     model = load_causal_lm(base_dir)
-    fisher = calibration_fisher(cfg, run, model, tok) if _needs_fisher(run) else None
+    needs_fisher = get_method(run.method).uses_rank and (run.anchor_rank_rule or "").startswith("fisher:")
+    fisher = calibration_fisher(cfg, run, model, tok) if needs_fisher else None
     t0 = time.perf_counter()
     trainer = train(args, model, data, tokenizer=tok, anchor_fisher=fisher)
     seconds = time.perf_counter() - t0
-    gen = torch.Generator().manual_seed(cfg.eval_seed)
     eval_sets = comparison_eval_sets(cfg)
-    metrics = evaluate_toy(trainer.model, tok, eval_sets, cfg.eval, gen, id_skill=cfg.id_skill)
-    if val_sets := comparison_val_sets(cfg, eval_sets):
-        metrics["val"] = evaluate_greedy(trainer.model, tok, val_sets, cfg.eval, id_skill=cfg.id_skill)
-    _write_scored_items(Path(args.output_dir), eval_sets, val_sets)
-    metrics.update(seed=seed, train_seconds=seconds)
+    sets = eval_sets, comparison_val_sets(cfg, eval_sets)
     name = run.name if seed == cfg.seeds[0] else f"{run.name}-seed{seed}"
-    trainer.model.save_pretrained(out / "models" / name)
-    tok.save_pretrained(out / "models" / name)
+    metrics = _evaluate_and_save(cfg, trainer.model, tok, sets, Path(args.output_dir), out / "models" / name)
+    metrics.update(seed=seed, train_seconds=seconds)
     return run.name, seed, metrics
 
 
-def _write_scored_items(path: Path, reported: dict, val: dict) -> None:
-    """scored_items.json: {"reported": {skill: [item keys]}, "val": {skill: [item keys]}}, the items a model's
-    reported and validation scores were computed on (the sets handed to the evaluation)."""
-    keys = {split: {s: [it.key for it in items] for s, items in sets.items()} for split, sets in
-            (("reported", reported), ("val", val))}  # fmt: skip
-    write_json(path / "scored_items.json", keys, indent=1)
+def _evaluate_and_save(
+    cfg: CompareConfig, model, tok, sets: tuple[dict, dict], run_dir: Path, model_dir: Path
+) -> dict:
+    """`evaluate_comparison` of `model` on the (reported, validation) `sets`; writes run_dir/scored_items.json,
+    {"reported": {skill: [item keys]}, "val": {skill: [item keys]}} (the items its scores were computed on), and
+    saves the model and its tokenizer to `model_dir`."""
+    metrics = evaluate_comparison(model, tok, cfg, *sets)
+    keys = {split: {s: [it.key for it in items] for s, items in part.items()} for split, part in
+            zip(("reported", "val"), sets)}  # fmt: skip
+    write_json(run_dir / "scored_items.json", keys, indent=1)
+    model.save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    return metrics
 
 
 def _finished(out: Path, cfg: CompareConfig) -> dict[str, dict[int, dict]]:
@@ -193,8 +191,7 @@ def resolve_comparison(
     (and so checked, as each fine-tune checks them) before anything runs: a bad value is a ValueError at once."""
     cfg = load_config(preset_or_config)
     if methods:
-        bad = [m for m in methods if m not in METHODS and m not in {r.name for r in cfg.runs}]
-        if bad:
+        if bad := [m for m in methods if m not in METHODS and m not in {r.name for r in cfg.runs}]:
             raise ValueError(f"methods: unknown {bad}; choose from {tuple(METHODS)} or run names")
         cfg.runs = [r for r in cfg.runs if r.method in methods or r.name in methods]
     cfg.runs = expand_sweeps(cfg.runs, list(sweep or []))
@@ -249,26 +246,19 @@ def run_compare(
     tok = load_tokenizer(str(base_dir))
     eval_sets = comparison_eval_sets(cfg)
     base_model = load_causal_lm(base_dir)
-    gen = torch.Generator().manual_seed(cfg.eval_seed)
     n_items = sum(len(v) for v in eval_sets.values())
     say(f"toy compare: evaluating the base model on {n_items} items, then {len(cfg.runs) * len(cfg.seeds)} fine-tunes")
-    base = evaluate_toy(base_model, tok, eval_sets, cfg.eval, gen, id_skill=cfg.id_skill)
     val_sets = comparison_val_sets(cfg, eval_sets)
-    if val_sets:
-        base["val"] = evaluate_greedy(base_model, tok, val_sets, cfg.eval, id_skill=cfg.id_skill)
-    _write_scored_items(out / "runs" / "base", eval_sets, val_sets)
-    base_model.save_pretrained(out / "models" / "base")
-    tok.save_pretrained(out / "models" / "base")
+    base = _evaluate_and_save(
+        cfg, base_model, tok, (eval_sets, val_sets), out / "runs" / "base", out / "models" / "base"
+    )
     base["pretrain"] = {k: pretrain_metrics[k] for k in ("params", "greedy_accuracy", "train_seconds", "key")}
     del base_model
 
     results = CompareResults(
         base=base,
         settings={
-            "k": cfg.eval.k,
-            "n_samples": cfg.eval.n_samples,
-            "temperature": cfg.eval.temperature,
-            "top_p": cfg.eval.top_p,
+            **{k: getattr(cfg.eval, k) for k in ("k", "n_samples", "temperature", "top_p")},
             "id_skill": cfg.id_skill,
             "id_items": len(eval_sets[cfg.id_skill]),
             "ood_items": {s: len(eval_sets[s]) for s in sk.OOD_SKILLS},

@@ -14,13 +14,14 @@ import typing
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from anchorft.dataclass_yaml import resolve_presets, update
 from anchorft.resources import configs_dir
 from anchorft.rpsft.anchor_options import AnchorOptions
 from anchorft.rpsft.methods import METHODS, RUN_KEYS, get_method
 from anchorft.toy import skills as sk
-from anchorft.toy.evaluate import EvalSettings, build_eval_sets
+from anchorft.toy.evaluate import EvalSettings, build_eval_sets, evaluate_greedy, evaluate_toy
 from anchorft.toy.pretrain import PretrainConfig
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "expand_sweeps",
     "comparison_eval_sets",
     "comparison_val_sets",
+    "evaluate_comparison",
     "paper_rank",
 ]
 
@@ -102,11 +104,9 @@ class CompareConfig:
             raise ValueError(f"seeds: must be integers in 0 .. 2**32 - 1, got {bad}")
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds: each seed once, got {self.seeds}")
-        for name in ("finetune_items", "max_steps", "batch_size"):
+        for name in ("finetune_items", "max_steps", "batch_size", "calibration_items"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
-        if self.calibration_items < 1:
-            raise ValueError(f"calibration_items: must be >= 1, got {self.calibration_items}")
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate: must be > 0, got {self.learning_rate}")
 
@@ -140,23 +140,27 @@ def comparison_val_sets(cfg: CompareConfig, reported: dict | None = None) -> dic
     return sets
 
 
+def evaluate_comparison(model, tokenizer, cfg: CompareConfig, eval_sets: dict, val_sets: dict) -> dict:
+    """A model's metrics in a comparison: `evaluate_toy` on `eval_sets` with the sampling generator seeded by
+    `cfg.eval_seed` (the same stream for every model), and `val`, greedy, on `val_sets` when there are any."""
+    gen = torch.Generator().manual_seed(cfg.eval_seed)
+    metrics = evaluate_toy(model, tokenizer, eval_sets, cfg.eval, gen, id_skill=cfg.id_skill)
+    if val_sets:
+        metrics["val"] = evaluate_greedy(model, tokenizer, val_sets, cfg.eval, id_skill=cfg.id_skill)
+    return metrics
+
+
 def paper_rank(hidden_size: int) -> int:
     """The paper's best rank (768 of Llama-3.1-8B's hidden size 4096) scaled to `hidden_size`."""
     return max(1, round(768 / 4096 * hidden_size))
-
-
-def _default_runs(ranks: list[int], l2_lambda: float | None = None) -> list[RunSpec]:
-    runs = [RunSpec("sft", "sft"), RunSpec("dft", "dft"), RunSpec("iw_sft", "iw_sft")]
-    runs.append(RunSpec("l2", "l2", anchor_lambda=l2_lambda))
-    runs += [RunSpec(f"rpsft-k{k}", "rpsft", anchor_rank=k) for k in ranks]
-    return runs
 
 
 def _width_runs(hidden_size: int) -> list[RunSpec]:
     # l2 at lambda 0.01: its sum runs over every direction of every matrix, and at lambda 1 it does not move;
     # rpsft at the paper's lambda 1 and rank (768/4096 of the width: 24 at 128) and a third of it.
     k = paper_rank(hidden_size)
-    return _default_runs([max(1, k // 3), k], l2_lambda=0.01)
+    runs = [RunSpec(m, m) for m in ("sft", "dft", "iw_sft")] + [RunSpec("l2", "l2", anchor_lambda=0.01)]
+    return runs + [RunSpec(f"rpsft-k{r}", "rpsft", anchor_rank=r) for r in (max(1, k // 3), k)]
 
 
 PRESET_DIR = configs_dir("toy")
@@ -231,9 +235,8 @@ def expand_sweeps(runs: list[RunSpec], sweeps: list[str]) -> list[RunSpec]:
                 name = f"{base}-k{v}" if key == "anchor_rank" else f"{base}-{short}{v}"
                 new.append(dataclasses.replace(r, name=name, **{key: v}))
         # keep the first of duplicate names (e.g. a rank sweep over several rpsft runs)
-        seen, out = set(), []
+        first: dict[str, RunSpec] = {}
         for r in new:
-            if r.name not in seen:
-                seen.add(r.name)
-                out.append(r)
+            first.setdefault(r.name, r)
+        out = list(first.values())
     return out

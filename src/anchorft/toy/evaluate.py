@@ -76,14 +76,8 @@ def evaluate_skills(
 
 def greedy_accuracy(model, tokenizer, items: list[sk.Item], batch_size: int, max_new_tokens: int = 16) -> float:
     """Greedy accuracy on testbed items, each graded by its skill's exact checker."""
-    res = evaluate_prompts(
-        model,
-        tokenizer,
-        [it.prompt for it in items],
-        _skill_checker(items),
-        max_new_tokens=max_new_tokens,
-        batch_size=batch_size,
-    )
+    prompts, check = [it.prompt for it in items], _skill_checker(items)
+    res = evaluate_prompts(model, tokenizer, prompts, check, max_new_tokens=max_new_tokens, batch_size=batch_size)
     return res["greedy"]
 
 
@@ -98,18 +92,9 @@ def evaluate_toy(
     """The testbed's metrics: ID (`id_skill`) Avg@k, Pass@k, greedy; OOD greedy per skill and mean."""
     settings.validate()
     items = eval_sets[id_skill]
+    kw = {f: getattr(settings, f) for f in ("n_samples", "k", "temperature", "top_p", "max_new_tokens", "batch_size")}
     res = evaluate_prompts(
-        model,
-        tokenizer,
-        [it.prompt for it in items],
-        _skill_checker(items),
-        n_samples=settings.n_samples,
-        k=settings.k,
-        temperature=settings.temperature,
-        top_p=settings.top_p,
-        max_new_tokens=settings.max_new_tokens,
-        batch_size=settings.batch_size,
-        generator=generator,
+        model, tokenizer, [it.prompt for it in items], _skill_checker(items), **kw, generator=generator
     )
     ood = {
         s: greedy_accuracy(model, tokenizer, eval_sets[s], settings.batch_size, settings.max_new_tokens)

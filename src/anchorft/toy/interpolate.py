@@ -6,13 +6,9 @@ fine-tuned one W_ft, the models
     W(alpha) = W_0 + alpha (W_ft - W_0),     alpha in [0, 1]
 
 trace a whole trade-off front from one fine-tune (alpha = 0 is the base, 1 the fine-tune), on every parameter.
-`run_interpolate` takes the saved models of a finished comparison (any run: sft, l2, the subspace kind, ...),
-evaluates W(alpha) on a grid of alpha on the comparison's own held-out and validation items (the same
-`evaluate_toy` and generator as `toy compare`), and writes a results.json of runs named `RUN-wiseALPHA` (the
-source's method, `settings.wise_from` / `wise_alpha`), which `anchorft toy report --from COMPARISON THIS` merges
-with the comparison (same base and items), so that `--front` / `--pick` choose alpha on the validation items.
-`anchorft.toy.wise_curves.draw_interpolation_curves` adds the curves (base -> alphas -> the fine-tune) to a
-trade-off plot.
+`run_interpolate` scores W(alpha) from the saved models of a finished comparison on its own held-out and
+validation items (`evaluate_comparison`) and writes runs named `RUN-wiseALPHA` (`settings.wise_from` /
+`wise_alpha`) for `anchorft toy report --from`; docs/alternatives.md describes the command and its outputs.
 """
 
 from __future__ import annotations
@@ -60,10 +56,6 @@ def wise_name(run: str, alpha: float) -> str:
     return f"{run}-wise{alpha:g}"
 
 
-def _model_dir(compare_dir: Path, run: str, seed: int, first_seed: int) -> Path:
-    return compare_dir / "models" / (run if seed == first_seed else f"{run}-seed{seed}")
-
-
 def run_interpolate(
     compare_dir: str | Path, runs: list[str], alphas: list[float], out_dir: str | Path, progress: bool = True
 ) -> dict:
@@ -72,21 +64,19 @@ def run_interpolate(
     from tqdm.auto import tqdm
 
     from anchorft.eval.loading import load_causal_lm, load_tokenizer
-    from anchorft.toy.compare_config import comparison_eval_sets, comparison_val_sets, load_config
-    from anchorft.toy.evaluate import evaluate_greedy, evaluate_toy
+    from anchorft.toy.compare_config import comparison_eval_sets, comparison_val_sets, evaluate_comparison, load_config
     from anchorft.toy.report import write_report, write_tradeoff_plot
 
     src = Path(compare_dir)
     results = load_results(src).to_dict()
-    missing = [r for r in runs if r not in results["methods"]]
-    if missing:
+    if missing := [r for r in runs if r not in results["methods"]]:
         raise ValueError(f"--runs: {missing} not in {src} (have {sorted(results['methods'])})")
     cfg = load_config(_saved_config(src))
     seeds = [int(s) for s in results["settings"]["seeds"]]
     todo = []
     for run in runs:
         for m in results["methods"][run]["per_seed"]:
-            path = _model_dir(src, run, m["seed"], seeds[0])
+            path = src / "models" / (run if m["seed"] == seeds[0] else f"{run}-seed{m['seed']}")
             if not (path / "config.json").is_file():
                 raise ValueError(f"{path}: no saved model (the comparison keeps every evaluated model in models/)")
             todo.append((run, m["seed"], path))
@@ -102,10 +92,7 @@ def run_interpolate(
         ft = load_causal_lm(path).state_dict()
         for alpha in alphas:
             model.load_state_dict(interpolate_weights(w0, ft, alpha))
-            gen = torch.Generator().manual_seed(cfg.eval_seed)
-            metrics = evaluate_toy(model, tok, eval_sets, cfg.eval, gen, id_skill=cfg.id_skill)
-            if val_sets:
-                metrics["val"] = evaluate_greedy(model, tok, val_sets, cfg.eval, id_skill=cfg.id_skill)
+            metrics = evaluate_comparison(model, tok, cfg, eval_sets, val_sets)
             metrics.update(seed=seed, train_seconds=0.0)
             per.setdefault(wise_name(run, alpha), []).append(metrics)
             bar.update()

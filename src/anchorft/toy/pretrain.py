@@ -32,6 +32,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+import anchorft
 from anchorft.io import write_json
 from anchorft.provenance import with_provenance
 from anchorft.toy import skills as sk
@@ -90,8 +91,7 @@ class PretrainConfig:
             raise ValueError(f"loss_on: must be 'answer' or 'all', got {self.loss_on!r}")
         if self.lr <= 0:
             raise ValueError(f"lr: must be > 0, got {self.lr}")
-        unknown = set(self.mix) - set(sk.SKILLS) - {"kb_fact"}
-        if unknown:
+        if unknown := set(self.mix) - set(sk.SKILLS) - {"kb_fact"}:
             raise ValueError(f"mix: unknown skills {sorted(unknown)}")
         if not self.mix or min(self.mix.values()) < 0 or sum(self.mix.values()) <= 0:
             raise ValueError("mix: weights must be >= 0 with a positive sum")
@@ -100,21 +100,15 @@ class PretrainConfig:
         """Short hash of the config and the code version (`code_version()`): the cache key."""
         fields = {k: v for k, v in dataclasses.asdict(self).items() if k != "eval_every"}  # logging only
         fields["corpus_version"] = CORPUS_VERSION
-        fields["anchorft_version"] = _package_version()
+        fields["anchorft_version"] = anchorft.__version__
         blob = json.dumps(fields, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:12]
-
-
-def _package_version() -> str:
-    from anchorft import __version__
-
-    return __version__
 
 
 def code_version() -> str:
     """The code the cache key depends on besides the config: the package version and CORPUS_VERSION (documents,
     tokenizer, packing), e.g. "0.1.0+corpus3"."""
-    return f"{_package_version()}+corpus{CORPUS_VERSION}"
+    return f"{anchorft.__version__}+corpus{CORPUS_VERSION}"
 
 
 def cache_root() -> Path:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from anchorft.io import save_figure, write_text
+from anchorft.io import pyplot, save_figure, write_text
 from anchorft.toy.results import sample_std
 
 __all__ = [
@@ -29,8 +29,7 @@ def _pct(x: float) -> str:
 
 
 def _delta(x: float, base: float) -> str:
-    d = 100 * (x - base)
-    return f"{d:+.1f}"
+    return f"{100 * (x - base):+.1f}"
 
 
 def acceptance(results: dict) -> dict | None:
@@ -65,10 +64,7 @@ def write_report(results: dict, path: str | Path) -> None:
     for name, m in methods.items():
         sett = ", ".join(f"{a}={b}" for a, b in m["settings"].items() if a != "method")
         sett = f"{sett or m['method']}, {len(m['per_seed'])} seed(s)"
-        cells = []
-        for c, _ in COLS:
-            sd = m.get("std", {}).get(c, 0.0)
-            cells.append(f"{_pct(m[c])} +- {_pct(sd)} ({_delta(m[c], base[c])})")
+        cells = [f"{_pct(m[c])} +- {_pct(m.get('std', {}).get(c, 0.0))} ({_delta(m[c], base[c])})" for c, _ in COLS]
         cells += [f"{_pct(m['ood'][s])} ({_delta(m['ood'][s], base['ood'][s])})" for s in skills]
         cells.append(f"{m['train_seconds']:.0f}")
         lines.append(f"| {name} | {sett} | " + " | ".join(cells) + " |")
@@ -94,8 +90,6 @@ def write_report(results: dict, path: str | Path) -> None:
 def write_tradeoff_plot(results: dict, path: str | Path, front_runs: list[str] | None = None) -> None:
     """ID gain (points of greedy accuracy) against OOD retention, one point per run, seed spread as bars; with
     `front_runs`, their front (and the base's), as `front_table` interpolates it, dashed."""
-    from anchorft.io import pyplot
-
     plt = pyplot()
 
     base = results["base"]
@@ -105,14 +99,14 @@ def write_tradeoff_plot(results: dict, path: str | Path, front_runs: list[str] |
 
     labels: dict[tuple[int, int], list[tuple[str, float, float]]] = {}
     for name, m in results["methods"].items():
-        seeds = m["per_seed"]
-        gains = np.array([100 * (s["id_greedy"] - base["id_greedy"]) for s in seeds])
-        keep = np.array([s["ood_mean"] / max(base["ood_mean"], 1e-9) for s in seeds])
+        keep, gains = _point(m, base)
         c = METHODS[m["method"]].colour if m["method"] in METHODS else "k"
         xerr, yerr = sample_std(keep), sample_std(gains)
         ax.errorbar(keep.mean(), gains.mean(), xerr=xerr, yerr=yerr, fmt="o", color=c, capsize=3)
         ax.scatter(keep, gains, s=8, color=c, alpha=0.35)
-        labels.setdefault(_label_cell(keep.mean(), gains.mean()), []).append((name, keep.mean(), gains.mean()))
+        # the label's cell: points closer than 0.01 in retention and 1 point of gain share one
+        cell = round(float(keep.mean()) / 0.01), round(float(gains.mean()) / 1.0)
+        labels.setdefault(cell, []).append((name, keep.mean(), gains.mean()))
     for names in labels.values():  # runs at the same place (to the plot's resolution) share one label
         ax.annotate(", ".join(n for n, _, _ in names), names[0][1:], textcoords="offset points", xytext=(4, 4),
                     fontsize=7)  # fmt: skip
@@ -131,11 +125,6 @@ def write_tradeoff_plot(results: dict, path: str | Path, front_runs: list[str] |
     ax.grid(alpha=0.3)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
-
-
-def _label_cell(keep: float, gain: float) -> tuple[int, int]:
-    """The cell of a label: points closer than 0.01 in retention and 1 point of gain share one."""
-    return round(float(keep) / 0.01), round(float(gain) / 1.0)
 
 
 def _point(m: dict, base: dict, split: str = "test") -> tuple[np.ndarray, np.ndarray]:
@@ -181,8 +170,7 @@ def front_table(results: dict, front_runs: list[str], split: str = "test") -> li
     through the front's slope), `se_joint` (with the run's own gain SE and retention SE x slope) and
     `above_2se_joint`. `split` "val": all of it on the validation items instead of the reported ones."""
     base = results["base"]
-    missing = [r for r in front_runs if r not in results["methods"]]
-    if missing:
+    if missing := [r for r in front_runs if r not in results["methods"]]:
         raise ValueError(f"front: runs {missing} not in the results (have {sorted(results['methods'])})")
 
     def se_of(v: np.ndarray) -> float | None:

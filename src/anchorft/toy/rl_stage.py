@@ -1,14 +1,9 @@
 """The RL column of the testbed comparison: DAPO from each fine-tuned model, then the same evaluation.
 
-Runs after `anchorft toy compare --out COMPARE_DIR`. For each chosen run NAME (default: ``sft`` and
-the rpsft runs at the paper's rank, 768/4096 of the hidden size) it starts DAPO
-(`anchorft.rpsft.rl.run_rl`: clip 0.2 / 0.28, token-mean loss, G = 8, no KL) from
-COMPARE_DIR/models/NAME on training-split prompts of the testbed's ID math skills (default: the
-comparison's `id_skill`), reward = math-verify correctness of the last ``\\boxed{}``, then evaluates
-the model before and after RL with `evaluate_toy` on the comparison's own held-out items and
-sampling stream (`eval_seed`, `eval` of COMPARE_DIR/config.yaml). Writes, under COMPARE_DIR/rl/
-(or `out_dir`): results.json, report.md, reward_curve.png and NAME/ (run_rl's config.json,
-metrics.json, reward.png, model/).
+Runs after `anchorft toy compare --out COMPARE_DIR`: DAPO (`anchorft.rpsft.rl.run_rl`) from each chosen
+COMPARE_DIR/models/NAME on training-split prompts of the testbed's ID math skills, each model evaluated before
+and after RL with `evaluate_toy` on the comparison's own held-out items and sampling stream. docs/toy-rl.md
+gives the defaults, the reward and the files written under COMPARE_DIR/rl/.
 
 The question it answers (the paper's claim): does the RPSFT-initialised model end higher
 after RL, in ID and OOD, than the SFT-initialised one?
@@ -28,7 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from anchorft.eval.answers import last_boxed
-from anchorft.io import save_figure, write_json, write_text
+from anchorft.io import pyplot, save_figure, write_json, write_text
 from anchorft.provenance import with_provenance
 from anchorft.rpsft.anchor_options import AnchorOptions, anchor_option_names
 from anchorft.rpsft.methods import RL_ANCHOR_METHODS
@@ -79,8 +74,7 @@ class RLStageSettings(AnchorOptions):
         if self.skill_eval_items < 0:
             raise ValueError(f"skill_eval_items: must be >= 0, got {self.skill_eval_items}")
         self.rl_settings()  # DAPOConfig checks the rest (steps, G, lr, temperature, the anchor options) when built
-        bad = [s for s in self.prompt_skills if s not in MATH_SKILLS]
-        if bad:
+        if bad := [s for s in self.prompt_skills if s not in MATH_SKILLS]:
             raise ValueError(f"prompt_skills: {bad} are not ID math skills {MATH_SKILLS}")
 
     def rl_settings(self):
@@ -289,8 +283,6 @@ def write_rl_report(results: dict, path: Path) -> None:
 
 def write_reward_plot(results: dict, path: Path) -> None:
     """Per-step mean correctness of the sampled responses, raw (faint) and a 10-step moving mean."""
-    from anchorft.io import pyplot
-
     plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 3.6))

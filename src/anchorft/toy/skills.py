@@ -128,19 +128,14 @@ def _shifted(w: str) -> str:
     return "".join(LETTERS[(LETTERS.index(c) + 1) % 26] for c in w)
 
 
-def _gen_reverse(rng):
-    w = _word(rng, 3, 6, transform=_reversed)
-    return w, f"reverse {w}", _reversed(w)
+def _gen_transform(verb: str, lo: int, hi: int, transform: Callable[[str], str]):
+    """A letter skill's generator: "VERB w" for a random string w of `lo`..`hi` letters, answered by `transform(w)`."""
 
+    def gen(rng):
+        w = _word(rng, lo, hi, transform=transform)
+        return w, f"{verb} {w}", transform(w)
 
-def _gen_sort(rng):
-    w = _word(rng, 3, 4, transform=_sorted)
-    return w, f"sort {w}", _sorted(w)
-
-
-def _gen_next(rng):
-    w = _word(rng, 2, 5, transform=_shifted)
-    return w, f"next {w}", _shifted(w)
+    return gen
 
 
 def _gen_count(rng):
@@ -220,9 +215,8 @@ def _gen_math_easy(rng):
 
 def _gen_math_hard(rng):
     u = rng.random()
-    if u < 0.5:
-        a, b = (int(x) for x in rng.integers(100, 1000, size=2))
-        return f"{a}+{b}", f"{a}+{b}=?", f"\\boxed{{{a + b}}}"
+    if u < 0.5:  # a 3-digit sum
+        return _gen_math_add3(rng)
     who, obj = NAMES[int(rng.integers(0, len(NAMES)))], OBJECTS[int(rng.integers(0, len(OBJECTS)))]
     a, b = (int(x) for x in rng.integers(10, 100, size=2))
     if u < 0.75:
@@ -265,9 +259,9 @@ SKILLS: dict[str, Skill] = {
     "math_hard": Skill("math_hard", _gen_math_hard, _check_boxed),
     "math_word": Skill("math_word", _gen_math_word, _check_boxed),
     "math_add3": Skill("math_add3", _gen_math_add3, _check_boxed),
-    "reverse": Skill("reverse", _gen_reverse, _check_exact),
-    "sort": Skill("sort", _gen_sort, _check_exact),
-    "next": Skill("next", _gen_next, _check_exact),
+    "reverse": Skill("reverse", _gen_transform("reverse", 3, 6, _reversed), _check_exact),
+    "sort": Skill("sort", _gen_transform("sort", 3, 4, _sorted), _check_exact),
+    "next": Skill("next", _gen_transform("next", 2, 5, _shifted), _check_exact),
     "count": Skill("count", _gen_count, _check_exact),
     "boolean": Skill("boolean", _gen_bool, _check_exact),
     "recall": Skill("recall", _gen_recall, _check_exact),

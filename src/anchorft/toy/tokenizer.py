@@ -38,8 +38,7 @@ def train_tokenizer(
     """Train a BPE tokenizer on `texts` with `merges` merges (0: character level), then add `words` as
     whole-word tokens and `symbols` as tokens matched anywhere (both before the BPE model sees the text)."""
     texts, words, symbols = list(texts), list(words), list(symbols)
-    bad = [w for w in words if not w.isalnum()]
-    if bad:
+    if bad := [w for w in words if not w.isalnum()]:
         raise ValueError(f"words: must be letters or digits only (use symbols for markers), got {bad}")
     if not texts:
         raise ValueError("texts: need at least one training text")
