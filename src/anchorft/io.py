@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -70,12 +70,16 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> None:
 
 
 def iter_jsonl(
-    path: str | Path, skip_bad: bool = False, bad: list[str] | None = None
-) -> Iterator[tuple[int, int, dict]]:
-    """Yield (index, line number, object) for each non-blank line of a JSONL file.
+    path: str | Path,
+    skip_bad: bool = False,
+    bad: list[str] | None = None,
+    parse: Callable[[int, int, dict], Any] | None = None,
+) -> Iterator[tuple[int, int, Any]]:
+    """Yield (index, line number, object) for each non-blank line of a JSONL file; with `parse`, the object is
+    `parse(index, line number, object)`, which raises ValueError (one line, no file or line) for a row it cannot use.
 
-    A line that is not a JSON object raises ValueError naming the file and line, or with `skip_bad`
-    is skipped and described in `bad`.
+    A line that is not a JSON object, or that `parse` refuses, raises ValueError naming the file and line, or with
+    `skip_bad` is skipped and described in `bad`.
     """
     path = Path(path)
     if not path.is_file():
@@ -88,13 +92,19 @@ def iter_jsonl(
                 if not isinstance(obj, dict):
                     raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
             except ValueError as e:
-                msg = f"{path}: line {lineno}: malformed JSON line ({e})"
-                if not skip_bad:
-                    raise ValueError(msg + "; pass --skip-bad to skip such lines") from None
-                if bad is not None:
-                    bad.append(f"line {lineno}: {e}")
-                continue
-            yield index, lineno, obj
+                why, what = e, f"malformed JSON line ({e})"
+            else:
+                try:
+                    row = obj if parse is None else parse(index, lineno, obj)
+                except ValueError as e:
+                    why = what = e
+                else:
+                    yield index, lineno, row
+                    continue
+            if not skip_bad:
+                raise ValueError(f"{path}: line {lineno}: {what}; pass --skip-bad to skip such lines") from None
+            if bad is not None:
+                bad.append(f"line {lineno}: {why}")
 
 
 def pyplot():

@@ -40,8 +40,12 @@ def test_load_rl_dataset_formats(tmp_path):
         {"prompt": "2+2?", "answer": "4"},
     ]
     f.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"prompt": "x"}\n')
-    with pytest.raises(ValueError, match="line 3"):
+    with pytest.raises(ValueError) as info:
         load_rl_dataset(f)
+    assert str(info.value) == (
+        f"{f}: line 3: need 'prompt' (str or messages) and 'answer' or 'reward_model.ground_truth'; "
+        "pass --skip-bad to skip such lines"
+    )
     got = load_rl_dataset(f, skip_bad=True)
     assert got == [{"prompt": rows[0]["prompt"], "answer": "2"}, {"prompt": "2+2?", "answer": "4"}]
 

@@ -111,13 +111,8 @@ def load_bench(path: str | Path, skip_bad: bool = False, limit: int | None = Non
         raise ValueError(f"limit must be >= 1, got {limit}")
     bad: list[str] = []
     items: list[BenchItem] = []
-    for index, lineno, obj in iter_jsonl(path, skip_bad=skip_bad, bad=bad):
-        try:
-            items.append(_item(index, lineno, obj))
-        except ValueError as e:
-            if not skip_bad:
-                raise ValueError(f"{path}: line {lineno}: {e}; pass --skip-bad to skip such lines") from None
-            bad.append(f"line {lineno}: {e}")
+    for _, _, item in iter_jsonl(path, skip_bad=skip_bad, bad=bad, parse=_item):
+        items.append(item)
         if limit is not None and len(items) >= limit:
             break
     if not items:
@@ -130,24 +125,22 @@ def read_responses(path: str | Path, skip_bad: bool = False) -> tuple[dict[int, 
     optionally "greedy": str. Returns ({index: record}, bad lines)."""
     bad: list[str] = []
     out: dict[int, dict] = {}
-    for _, lineno, obj in iter_jsonl(path, skip_bad=skip_bad, bad=bad):
-        try:
-            idx = obj.get("index")
-            if not isinstance(idx, int) or isinstance(idx, bool) or idx < 0:
-                raise ValueError("field 'index' must be a non-negative integer")
-            resp = obj.get("responses")
-            if not isinstance(resp, list) or not resp or not all(isinstance(r, str) for r in resp):
-                raise ValueError("field 'responses' must be a non-empty list of strings")
-            if "greedy" in obj and not isinstance(obj["greedy"], str):
-                raise ValueError("field 'greedy' must be a string")
-            if idx in out:
-                raise ValueError(f"duplicate index {idx}")
-        except ValueError as e:
-            if not skip_bad:
-                raise ValueError(f"{path}: line {lineno}: {e}; pass --skip-bad to skip such lines") from None
-            bad.append(f"line {lineno}: {e}")
-            continue
-        out[idx] = obj
+
+    def check(_: int, __: int, obj: dict) -> dict:
+        idx = obj.get("index")
+        if not isinstance(idx, int) or isinstance(idx, bool) or idx < 0:
+            raise ValueError("field 'index' must be a non-negative integer")
+        resp = obj.get("responses")
+        if not isinstance(resp, list) or not resp or not all(isinstance(r, str) for r in resp):
+            raise ValueError("field 'responses' must be a non-empty list of strings")
+        if "greedy" in obj and not isinstance(obj["greedy"], str):
+            raise ValueError("field 'greedy' must be a string")
+        if idx in out:
+            raise ValueError(f"duplicate index {idx}")
+        return obj
+
+    for _, _, obj in iter_jsonl(path, skip_bad=skip_bad, bad=bad, parse=check):
+        out[obj["index"]] = obj
     return out, bad
 
 

@@ -2,7 +2,7 @@
 depend on, and the inputs checked before any model loads.
 
 The paper preset follows the public release's protocol (its README and `evaluation/`): in-domain sets
-aime-24, aime-25, amc, math500, minerva, olympiadBench, whole; out-of-domain sets mmlu_pro and the
+aime-24, aime-25, amc, math500, minerva, olympiadBench (1,547 items); out-of-domain sets mmlu_pro and the
 `*_test` files (about 50 items each; gpqa_test when the user has put it beside them); every prompt's
 system message replaced by the release's boxed few-shot prompt (`boxed_system_prompt`); 10,240 new
 tokens at most (16,384 for RL checkpoints); temperature 0.7, top_p 0.95, n = 16 samples; Avg@16 (mean

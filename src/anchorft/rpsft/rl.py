@@ -66,9 +66,7 @@ def load_rl_dataset(path: str | Path, skip_bad: bool = False, limit: int | None 
     reward_model.ground_truth) or {"prompt": str | messages, "answer": str}."""
     from anchorft.io import iter_jsonl
 
-    rows: list[dict] = []
-    bad: list[str] = []
-    for _, lineno, obj in iter_jsonl(path, skip_bad=skip_bad, bad=bad):
+    def row(_: int, __: int, obj: dict) -> dict:
         prompt = obj.get("prompt")
         answer = obj.get("answer")
         if answer is None and isinstance(obj.get("reward_model"), dict):
@@ -77,12 +75,12 @@ def load_rl_dataset(path: str | Path, skip_bad: bool = False, limit: int | None 
             isinstance(prompt, list) and prompt and all(isinstance(m, dict) and "content" in m for m in prompt)
         )
         if not ok_prompt or answer is None or isinstance(answer, (list, dict)):
-            msg = f"{path}: line {lineno}: need 'prompt' (str or messages) and 'answer' or 'reward_model.ground_truth'"
-            if not skip_bad:
-                raise ValueError(msg)
-            bad.append(msg)
-            continue
-        rows.append({"prompt": prompt, "answer": str(answer)})
+            raise ValueError("need 'prompt' (str or messages) and 'answer' or 'reward_model.ground_truth'")
+        return {"prompt": prompt, "answer": str(answer)}
+
+    rows: list[dict] = []
+    for _, _, r in iter_jsonl(path, skip_bad=skip_bad, parse=row):
+        rows.append(r)
         if limit is not None and len(rows) >= limit:
             break
     if not rows:
