@@ -80,6 +80,35 @@ def test_estimate_prints_resolved_ranks_from_a_model_folder(rp, tmp_path, capsys
     assert err.count("\n") == 1
 
 
+def test_estimate_takes_the_targets_and_the_recipes_anchor_options(rp, tmp_path, capsys):
+    from anchorft.commands.train import main
+
+    model = rp.tiny_model("llama", 64)
+    model.save_pretrained(tmp_path / "m")
+    linear = [n for n, t in model.named_parameters() if t.ndim == 2 and "embed" not in n and "lm_head" not in n]
+
+    def listed(argv):
+        assert main(["--estimate", *argv]) == 0
+        out = capsys.readouterr().out
+        return [n for n in linear if n in out]
+
+    assert listed(["--model_config", str(tmp_path / "m"), "--anchor_targets", "v_proj"]) == [
+        n for n in linear if "v_proj" in n
+    ]
+    # a recipe's targets and layers, each replaced by its flag
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"model_name_or_path: {tmp_path / 'm'}\nanchor_targets: q_proj|o_proj\nanchor_layers: '1'\n")
+    got = listed(["--config", str(recipe)])
+    assert got == [n for n in linear if ("q_proj" in n or "o_proj" in n) and ".layers.1." in n] and got
+    assert listed(["--config", str(recipe), "--anchor_targets", "k_proj"]) == [
+        n for n in linear if "k_proj" in n and ".layers.1." in n
+    ]
+    # targets other than all-linear need the weights, as rules and maps do
+    rc = main(["--estimate", "--model_config", str(tmp_path / "m" / "config.json"), "--anchor_targets", "q_proj"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "resolved on the weights" in err and err.count("\n") == 1
+
+
 def test_cli_train_with_a_fisher_rule_and_a_map_in_yaml(rp, tokenizer_dir, tmp_path):
     import json
 

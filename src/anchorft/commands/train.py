@@ -51,10 +51,11 @@ def _estimate(argv: list[str]) -> int:
     p.add_argument("--gpus", type=int, default=8, help="memory per GPU: GPUs sharing the partitions")
     p.add_argument("--per_device", type=int, default=None, help="sequences per device (default: the recipe's, else 2)")
     p.add_argument("--iw_reference", action="store_true", help="memory per GPU: add IW-SFT's bf16 reference copy")
-    # the anchor's own flags, from AnchorOptions (anchor_rank: the recipe's, else AnchorOptions'); rules, maps,
-    # layers and budgets are resolved on the weights: --model_config a model folder
+    # the anchor's own flags, from AnchorOptions (each: the flag, else the recipe's, else AnchorOptions'); rules,
+    # maps, layers, budgets and targets other than all-linear are resolved on the weights: --model_config a folder
     opts = ("anchor_rank", "anchor_rank_rule", "anchor_memory", "anchor_map", "anchor_layers", "anchor_lambda_rest")
-    add_field_flags(p, AnchorOptions, opts, defaults={"anchor_rank": None})
+    opts += ("anchor_targets",)
+    add_field_flags(p, AnchorOptions, opts, defaults=dict.fromkeys(opts))
     both_spellings(p)
     a = p.parse_args(argv)
     recipe, method = {}, None
@@ -65,18 +66,25 @@ def _estimate(argv: list[str]) -> int:
 
             recipe, meta = load_recipe(a.config)
             method = recipe.get("method", "rpsft")
-            mc = meta.get("_model_config_") or find_model_config(recipe.get("model_name_or_path"))
+            model = recipe.get("model_name_or_path")
+            local = model if model and os.path.isfile(os.path.join(model, "config.json")) else None  # its weights too
+            mc = meta.get("_model_config_") or local or find_model_config(model)
             if mc is None:
                 raise UsageError(f"--config {a.config}: no _model_config_ and no configs/models/ file for its model")
             a.model_config = a.model_config or [mc]
         if not a.model_config:
             raise UsageError("--estimate needs --model_config PATH or --config RECIPE")
-        a.anchor_rank = a.anchor_rank or int(recipe.get("anchor_rank", AnchorOptions.anchor_rank))
+        for name in opts:
+            if getattr(a, name) is None:
+                setattr(a, name, recipe.get(name, getattr(AnchorOptions, name)))
+        a.anchor_rank = int(a.anchor_rank)
+        a.no_embeddings = a.no_embeddings or not recipe.get("anchor_include_embeddings", True)
         a.seq_len = a.seq_len or int(recipe.get("max_length") or 4096)
         a.per_device = a.per_device or int(recipe.get("per_device_train_batch_size", 2))
         dtype_bytes = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
         a.bytes_per_number = a.bytes_per_number or dtype_bytes.get(recipe.get("anchor_dtype", "float32"), 4)
-        if a.anchor_rank_rule or a.anchor_memory or a.anchor_map or a.anchor_layers:
+        resolved = (a.anchor_rank_rule, a.anchor_memory, a.anchor_map, a.anchor_layers)
+        if any(resolved) or a.anchor_targets != "all-linear":
             return _estimate_resolved(a)
         bf16 = bool(recipe.get("bf16", a.stage in ("zero2", "zero3")))
         init = (recipe.get("model_init_kwargs") or {}).get("dtype", "float32")
@@ -131,8 +139,8 @@ def _estimate_resolved(a) -> int:
         names = set(os.listdir(path)) if os.path.isdir(path) else set()
         if not names & set(WEIGHT_FILES) and not any(n.endswith(".safetensors") for n in names):
             raise UsageError(
-                f"{path}: rank rules, maps, layers and budgets are resolved on the weights: pass a model folder "
-                "that holds them (a config.json alone gives only the uniform-rank estimate)"
+                f"{path}: rank rules, maps, layers, budgets and anchor_targets are resolved on the weights: pass a "
+                "model folder that holds them (a config.json alone gives only the uniform-rank estimate of all-linear)"
             )
         import torch
 
@@ -145,6 +153,7 @@ def _estimate_resolved(a) -> int:
         planned = SubspaceAnchor.plan(
             model,
             a.anchor_rank_rule or a.anchor_rank,
+            targets=a.anchor_targets,
             include_embeddings=not a.no_embeddings,
             dtype=dtype,
             rank_map=a.anchor_map,
@@ -155,8 +164,8 @@ def _estimate_resolved(a) -> int:
         ranks, shapes = planned.ranks, planned.shapes
         rest = a.anchor_lambda_rest > 0
         numbers = sum(anchor_numbers(*shapes[n], k, rest) for n, k in ranks.items())
-        print(f"anchor ranks for {path} (rank {a.anchor_rank_rule or a.anchor_rank}, map {a.anchor_map}, "
-              f"layers {a.anchor_layers}, memory {a.anchor_memory}):")  # fmt: skip
+        print(f"anchor ranks for {path} (rank {a.anchor_rank_rule or a.anchor_rank}, targets {a.anchor_targets}, "
+              f"map {a.anchor_map}, layers {a.anchor_layers}, memory {a.anchor_memory}):")  # fmt: skip
         print(describe(ranks, shapes))
         print(f"  stored: {numbers:,} numbers = {numbers * bpn:,} bytes at {bpn} bytes/number")
     return 0
