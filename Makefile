@@ -80,7 +80,8 @@ MUTANTS ?= \
 # the slower rest (each runs tiny training)
 MUTANTS_MORE = \
 	'anchorft.rpsft.anchor.x?SubspaceAnchor?_blocks*' 'anchorft.rpsft.anchor_store.x_weights_fingerprint*' \
-	'anchorft.rpsft.trainer.x?RPSFTTrainer?compute_loss*' 'anchorft.rpsft.trainer.x?AnchorSteps?_add_anchor_term*'
+	'anchorft.rpsft.trainer.x?RPSFTTrainer?compute_loss*' 'anchorft.rpsft.trainer.x?AnchorSteps?_add_anchor_term*' \
+	'anchorft.rpsft.trainer.x?AnchorSteps?log*'
 
 mutants: $(DEV)
 	rm -rf mutants

@@ -73,6 +73,8 @@ def test_anchor_follows_the_dtype_set_by_prepare(rp, tokenizer, dataset, tmp_pat
     assert next(tr.model.parameters()).dtype == torch.bfloat16
     pens = [h["anchor/penalty"] for h in tr.state.log_history if "anchor/penalty" in h]
     assert len(pens) == 2 and pens[0] == 0.0 and pens[1] > 0
+    drift = [h["anchor/drift_max"] for h in tr.state.log_history if "anchor/penalty" in h]
+    assert drift[0] == 0.0 and drift[1] > 0  # logged beside the penalty, from the same terms
     bf16_start = [(e.name, start_fp32[e.name].to(torch.bfloat16)) for e in tr.anchor.entries]
     assert tr.anchor.fingerprint == weights_fingerprint(bf16_start)
     params = dict(tr.model.named_parameters())
