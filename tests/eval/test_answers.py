@@ -317,6 +317,33 @@ def test_checker_refuses_bad_settings_and_empty_answers():
             broken.check("1", "2")
 
 
+def test_killing_the_worker_closes_both_pipes_even_when_one_is_broken():
+    closed = []
+
+    class Pipe:
+        def __init__(self, name, broken):
+            self.name, self.broken = name, broken
+
+        def close(self):
+            closed.append(self.name)
+            if self.broken:  # flushing to a killed worker
+                raise BrokenPipeError(32, "Broken pipe")
+
+    class Proc:
+        stdin, stdout = Pipe("stdin", True), Pipe("stdout", False)
+
+        def kill(self):
+            closed.append("kill")
+
+        def wait(self, timeout=None):
+            return -9
+
+    checker = MathChecker()
+    checker._proc = Proc()
+    checker._kill()
+    assert closed == ["kill", "stdin", "stdout"] and checker._proc is None and checker._lines is None
+
+
 def test_checker_remembers_answered_pairs(checker):
     assert checker.check(r"\frac{3}{7}", r"\frac{6}{14}") is True
     assert checker._cache[(r"\frac{3}{7}", r"\frac{6}{14}")] is True

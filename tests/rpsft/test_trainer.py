@@ -178,3 +178,13 @@ def test_checkpoint_files(rp, tokenizer, dataset, tmp_path):
     files = set(os.listdir(tmp_path / "checkpoint-1" / "anchor"))
     assert files == {"anchor.json", "anchor.safetensors"}
     assert (tmp_path / "checkpoint-1" / "anchor_meta.json").is_file()
+
+
+def test_the_anchor_log_keeps_transformers_throughput_metrics(rp, tokenizer, dataset, tmp_path):
+    """The trainer's `log` adds the anchor's keys and hands `start_time` on: with input tokens counted, each
+    training log also carries transformers' tokens per second."""
+    model = rp.tiny_model("llama", len(tokenizer))
+    tr = run(rp, model, tokenizer, dataset, tmp_path / "t", method="rpsft", max_steps=2,
+             include_num_input_tokens_seen="all")  # fmt: skip
+    logs = [h for h in tr.state.log_history if "anchor/penalty" in h]
+    assert len(logs) == 2 and all("train_tokens_per_second" in h and "anchor/drift_max" in h for h in logs)
