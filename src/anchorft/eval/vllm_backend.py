@@ -167,10 +167,20 @@ class VLLMBackend:
                 raise RuntimeError("a vLLM worker failed to start")
 
     def generate(
-        self, token_ids: Sequence[Sequence[int]], keys: Sequence[int], *, n: int, **sampling
+        self,
+        token_ids: Sequence[Sequence[int]],
+        keys: Sequence[int],
+        *,
+        n: int,
+        temperature: float,
+        top_p: float,
+        max_new_tokens: int,
+        seed: int,
     ) -> list[list[str]]:
-        """`backend.Backend.generate`: `sampling` is temperature, top_p, max_new_tokens and seed."""
-        reqs = build_requests(token_ids, keys, n=n, **sampling)
+        """`backend.Backend.generate`."""
+        reqs = build_requests(
+            token_ids, keys, n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed
+        )
         parts = shard(len(reqs), self.dp)
         for conn, part in zip(self.conns, parts):
             conn.send(([reqs[i] for i in part], n))
@@ -185,7 +195,7 @@ class VLLMBackend:
 
     def close(self) -> None:
         for c in self.conns:
-            with contextlib.suppress(BrokenPipeError, OSError):
+            with contextlib.suppress(OSError):  # BrokenPipeError too
                 c.send(None)
         for w in self.workers:
             w.join(timeout=60)

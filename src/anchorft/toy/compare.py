@@ -37,6 +37,7 @@ from anchorft.toy.compare_config import (
     evaluate_comparison,
     expand_sweeps,
     load_config,
+    model_dir,
 )
 from anchorft.toy.pretrain import cached_model, pretrained_model
 from anchorft.toy.report import write_report, write_tradeoff_plot
@@ -149,8 +150,8 @@ def _finetune_and_evaluate(cfg: CompareConfig, run: RunSpec, seed: int, base_dir
     seconds = time.perf_counter() - t0
     eval_sets = comparison_eval_sets(cfg)
     sets = eval_sets, comparison_val_sets(cfg, eval_sets)
-    name = run.name if seed == cfg.seeds[0] else f"{run.name}-seed{seed}"
-    metrics = _evaluate_and_save(cfg, trainer.model, tok, sets, Path(args.output_dir), out / "models" / name)
+    saved = model_dir(out, run.name, seed, cfg.seeds[0])
+    metrics = _evaluate_and_save(cfg, trainer.model, tok, sets, Path(args.output_dir), saved)
     metrics.update(seed=seed, train_seconds=seconds)
     return run.name, seed, metrics
 
@@ -178,8 +179,8 @@ def _finished(out: Path, cfg: CompareConfig) -> dict[str, dict[int, dict]]:
     done: dict[str, dict[int, dict]] = {}
     for name, row in json.loads(path.read_text()).get("methods", {}).items():
         for m in row.get("per_seed", []):
-            model = name if m["seed"] == cfg.seeds[0] else f"{name}-seed{m['seed']}"
-            if name in {r.name for r in cfg.runs} and (out / "models" / model / "config.json").is_file():
+            saved = model_dir(out, name, m["seed"], cfg.seeds[0])
+            if name in {r.name for r in cfg.runs} and (saved / "config.json").is_file():
                 done.setdefault(name, {})[m["seed"]] = m
     return done
 

@@ -64,7 +64,13 @@ def run_interpolate(
     from tqdm.auto import tqdm
 
     from anchorft.eval.loading import load_causal_lm, load_tokenizer
-    from anchorft.toy.compare_config import comparison_eval_sets, comparison_val_sets, evaluate_comparison, load_config
+    from anchorft.toy.compare_config import (
+        comparison_eval_sets,
+        comparison_val_sets,
+        evaluate_comparison,
+        load_config,
+        model_dir,
+    )
     from anchorft.toy.report import write_report, write_tradeoff_plot
 
     src = Path(compare_dir)
@@ -76,7 +82,7 @@ def run_interpolate(
     todo = []
     for run in runs:
         for m in results["methods"][run]["per_seed"]:
-            path = src / "models" / (run if m["seed"] == seeds[0] else f"{run}-seed{m['seed']}")
+            path = model_dir(src, run, m["seed"], seeds[0])
             if not (path / "config.json").is_file():
                 raise ValueError(f"{path}: no saved model (the comparison keeps every evaluated model in models/)")
             todo.append((run, m["seed"], path))
