@@ -9,7 +9,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
-from anchorft.analysis.run import AnalysisConfig, analyze_rotation, run_analysis
+from anchorft.analysis.config import AnalysisConfig
+from anchorft.analysis.run import analyze_rotation, run_analysis
 from anchorft.analysis.streaming import (
     CheckpointError,
     InMemoryWeights,

@@ -81,6 +81,20 @@ def test_theory_prints_json(capsys):
     assert r["generative_exponent"] == 1  # min over polynomial transforms (y^3)
 
 
+def test_theory_flags_default_to_the_config_and_override_a_preset(capsys):
+    from anchorft.w2s.config import W2SConfig
+
+    assert main(["theory", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    c = W2SConfig()
+    assert [r[k] for k in ("link", "transform", "clip", "d", "s")] == [c.link, c.transform, c.clip, c.d, c.s]
+    small = ["--n-seeds", "1", "label_samples=256"]
+    assert main(["theory", "--json", "--preset", "paper", *small, "--link", "he3", "--d", "512"]) == 0
+    by_flag = json.loads(capsys.readouterr().out)
+    assert main(["theory", "--json", "--preset", "paper", *small, "link=he3", "d=512"]) == 0
+    assert by_flag == json.loads(capsys.readouterr().out) and (by_flag["link"], by_flag["d"]) == ("he3", 512)
+
+
 def test_run_ode_writes_predicted_escape_beside_measured(tmp_path):
     out = tmp_path / "ode"
     assert main([*_tiny_args(out), "--ode"]) == 0

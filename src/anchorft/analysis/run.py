@@ -12,13 +12,14 @@ import re
 import resource
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
 from anchorft.analysis import plots
+from anchorft.analysis.config import AnalysisConfig
 from anchorft.analysis.drift import drift_metrics, prompt_hidden_means
 from anchorft.analysis.fisher import fisher_overlap, fisher_projected_overlap
 from anchorft.analysis.prompts import encode_batch, load_prompts
@@ -41,31 +42,6 @@ __all__ = ["AnalysisConfig", "run_analysis", "analyze_rotation", "summarize_rota
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _CURVE_KEYS = ("sv_ratio", "vec_angle_u_deg", "vec_angle_v_deg")
-
-
-@dataclass
-class AnalysisConfig:
-    base: str
-    tuned: dict[str, str]
-    out: str
-    rank: int | None = None  # None: a quarter of the smallest min(m, n)
-    prompts: list[str] = field(default_factory=list)  # evaluation sets for drift (JSONL)
-    fisher_data: str | None = None
-    fisher_ood_data: str | None = None  # with fisher_data: the share of F_ood G (the paper's quantity)
-    fisher_ranks: list[int] | None = None  # None: k/4, k/2, k
-    fisher_samples: int = 32  # per-example gradients (batch size 1)
-    fisher_random: int = 2  # random orthonormal blocks per matrix
-    drift_prompts: int = 64  # prompts per evaluation set
-    batch_size: int = 16
-    max_length: int = 256
-    svd: str = "exact"
-    svd_dtype: str = "float64"
-    exclude: str | None = None  # regex: matrices whose names match are skipped (e.g. "embed_tokens|lm_head")
-    seed: int = 0
-    compare: str | None = None
-    streaming: bool = True  # False: load whole models and read their parameters (same numbers)
-    device: str = "cpu"
-    plots: bool = True
 
 
 def resolve_rank(rank: int | None, shapes: dict[str, tuple[int, int]]) -> int:

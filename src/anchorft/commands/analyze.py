@@ -14,9 +14,11 @@ import argparse
 import json
 import re
 import sys
+from dataclasses import fields
 from pathlib import Path
 
-from anchorft.commands.flags import both_spellings, field_values, parse_named
+from anchorft.analysis.config import AnalysisConfig
+from anchorft.commands.flags import add_field_flags, both_spellings, field_values, parse_named
 from anchorft.errors import report
 
 
@@ -25,32 +27,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--base", help="base (pretrained) checkpoint: a directory (config.json + safetensors) or a hub id")
     p.add_argument("--tuned", action="append", default=[], metavar="NAME=DIR", help="a fine-tuned checkpoint")
     p.add_argument("--out", required=True, help="output directory (analysis.json, config.json, PNGs)")
-    p.add_argument("--rank", type=int, default=None, help="top-k rank (default: a quarter of the smallest min(m,n))")
     p.add_argument("--prompts", action="append", default=[], metavar="FILE.jsonl", help="evaluation set for drift")
     p.add_argument(
         "--testbed",
         action="store_true",
         help="add the testbed's per-skill ID/OOD eval sets for drift (and its ID train items as Fisher data)",
     )
-    p.add_argument("--fisher-data", default=None, metavar="FILE.jsonl", help="in-domain data for Fisher overlap")
-    p.add_argument(
-        "--fisher-ood-data",
-        default=None,
-        metavar="FILE.jsonl",
-        help="out-of-domain data: also measure the share of F_ood G (the paper's quantity; needs --fisher-data)",
-    )
-    p.add_argument("--fisher-ranks", type=int, nargs="+", default=None, help="ranks for Fisher (default k/4 k/2 k)")
-    p.add_argument("--fisher-samples", type=int, default=32, help="per-example gradients for the empirical Fisher")
-    p.add_argument("--fisher-random", type=int, default=2, help="random orthonormal blocks per matrix")
-    p.add_argument("--drift-prompts", type=int, default=64, help="prompts per evaluation set")
-    p.add_argument("--compare", default=None, metavar="DIR", help="comparison dir with results.json (rank plot)")
-    p.add_argument("--svd", choices=("exact", "randomized"), default="exact")
-    p.add_argument("--svd-dtype", choices=("float32", "float64"), default="float64")
-    p.add_argument("--exclude", default=None, metavar="REGEX", help="skip matrices whose names match")
-    p.add_argument("--batch-size", type=int, default=16, help="prompts per forward pass (drift)")
-    p.add_argument("--max-length", type=int, default=256)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cpu", help="device for SVDs, forward and backward passes (e.g. cuda)")
+    # the other options: AnalysisConfig's fields, with their defaults, choices and help
+    own = ("base", "tuned", "out", "prompts", "streaming", "plots")  # the flags above and below
+    add_field_flags(p, AnalysisConfig, tuple(f.name for f in fields(AnalysisConfig) if f.name not in own))
     p.add_argument("--threads", type=int, help="torch CPU threads (1 is much faster on a shared, busy machine)")
     p.add_argument("--in-memory", action="store_true", help="load whole models instead of streaming (same numbers)")
     p.add_argument("--no-plots", action="store_true")
@@ -68,7 +53,7 @@ def main(argv: list[str]) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    from anchorft.analysis.run import AnalysisConfig, run_analysis
+    from anchorft.analysis.run import run_analysis
     from anchorft.analysis.streaming import CheckpointError
     from anchorft.runs import claim_output, finish, reused
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -113,15 +114,20 @@ def _theory_text(r: dict) -> str:
 
 
 def _theory(args: argparse.Namespace) -> int:
+    from anchorft.w2s.config import W2SConfig
     from anchorft.w2s.theory import preset_theory_report, theory_report
 
+    keys = ("link", "transform", "clip", "d", "s")
+    given = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
     try:
         if args.preset is not None:
-            result = preset_theory_report(args.preset, list(args.overrides), n_seeds=args.n_seeds)
+            extra = [f"{k}={v}" for k, v in given.items()]
+            result = preset_theory_report(args.preset, [*args.overrides, *extra], n_seeds=args.n_seeds)
         else:
             if args.overrides:
                 raise ValueError("key=value overrides need --preset")
-            result = theory_report(args.link, args.transform, args.clip, args.d, args.s)
+            config = dataclasses.replace(W2SConfig(), **given)
+            result = theory_report(*(getattr(config, k) for k in keys))
     except ValueError as e:
         return report("anchorft w2s theory", e)
     print(json.dumps(result, indent=1) if args.json else _theory_text(result))
@@ -212,11 +218,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seeds", nargs="+", default=None, help=argparse.SUPPRESS)  # a list elsewhere: refused
     t.add_argument("--json", action="store_true", help="machine output (JSON)")
     t.add_argument("overrides", nargs="*", help="overrides of the preset, key=value")
-    t.add_argument("--link", default="he4")
-    t.add_argument("--transform", default="zexp", help="zexp or identity")
-    t.add_argument("--clip", type=float, default=2.0, help="clip before the transform (<= 0: none)")
-    t.add_argument("--d", type=int, default=1024)
-    t.add_argument("--s", type=int, default=128)
+    # W2SConfig's fields (its defaults without --preset; with one, overrides of the preset)
+    t.add_argument("--link", help="the target task's link, e.g. he4 (default: W2SConfig's)")
+    t.add_argument("--transform", help="the label transform: zexp or identity (default: W2SConfig's)")
+    t.add_argument("--clip", type=float, help="clip before the transform, <= 0: none (default: W2SConfig's)")
+    t.add_argument("--d", type=int, help="ambient dimension (default: W2SConfig's)")
+    t.add_argument("--s", type=int, help="dimension of each pretrained subspace (default: W2SConfig's)")
     t.set_defaults(func=_theory)
     both_spellings(p)
     return p

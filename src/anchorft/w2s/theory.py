@@ -55,7 +55,7 @@ def first_significant(c: list[float], se: list[float], k: float = 3.0) -> int | 
     return None
 
 
-def theory_report(link: str = "he4", transform: str = "zexp", clip: float = 2.0, d: int = 1024, s: int = 128) -> dict:
+def theory_report(link: str, transform: str, clip: float, d: int, s: int) -> dict:
     """JSON-able report: exponents, Hermite coefficients of the link, predicted sample complexities at (d, s)."""
     if d < 1 or s < 1 or s > d:
         raise ValueError(f"need 1 <= s <= d, got d={d}, s={s}")
