@@ -105,3 +105,22 @@ def test_resolve_presets_by_name_path_and_list(tmp_path):
         resolve_presets(sub / "old.yaml")
     with pytest.raises(ValueError, match="must be a name, a path or a list"):
         resolve_presets({"preset": 3})
+
+
+def test_check_choices_reads_the_fields_choices_and_leaves_a_base_class_its_own():
+    from anchorft.dataclass_yaml import check_choices
+
+    @dataclass
+    class Base:
+        level: str | None = field(default=None, metadata={"choices": ["a", "b"]})  # None: the base's own rule
+
+    @dataclass
+    class Child(Base):
+        kind: str = field(default="x", metadata={"choices": ("x", "y")})
+        free: str = "anything"
+
+    check_choices(Child(kind="y"), Base)
+    with pytest.raises(ValueError, match=r"^kind must be one of \['x', 'y'\], got 'z'$"):
+        check_choices(Child(kind="z"), Base)
+    with pytest.raises(ValueError, match=r"^level must be one of \['a', 'b'\], got None$"):
+        check_choices(Child())

@@ -5,7 +5,8 @@ file's, or `key=value` strings) applied, and `from_mapping(cls, values, what)` b
 coerced to its field's type (int, float, bool, str, `X | None`, `list[X]`, `dict[str, X]`, nested
 dataclasses, which merge key by key), and an unknown key is a ValueError that names it, what it belongs
 to and the closest known keys: "unknown w2s config key 'step', did you mean 'steps'? (known keys: ...)".
-`read_yaml_mapping(path, what)` reads a YAML file that must hold a mapping. `resolve_presets` is the inheritance
+`read_yaml_mapping(path, what)` reads a YAML file that must hold a mapping; `check_choices(obj)` checks the
+fields that name their "choices". `resolve_presets` is the inheritance
 rule of every config (the TRL trainers' too, then read by TrlParser): `preset:` names parents, merged first.
 """
 
@@ -26,10 +27,21 @@ import yaml
 from anchorft.errors import read_yaml
 
 __all__ = ["coerce", "from_mapping", "parse_overrides", "read_yaml_mapping", "unknown_key_error", "update"]
-__all__ += ["PRESET_KEY", "merge_mappings", "resolve_presets"]
+__all__ += ["PRESET_KEY", "check_choices", "merge_mappings", "resolve_presets"]
 
 PRESET_KEY = "preset"
 YAML = (".yaml", ".yml")
+
+
+def check_choices(obj: Any, skip: type | None = None) -> None:
+    """ValueError for the first field of the dataclass `obj` whose value is not one of its metadata's "choices"
+    (the list the command-line parsers offer, HfArgumentParser's and `add_field_flags`' alike). The fields of
+    `skip` (a base class that checks its own, e.g. a TRL config) are left out."""
+    inherited = {f.name for f in dataclasses.fields(skip)} if skip is not None else set()
+    for f in dataclasses.fields(obj):
+        choices = f.metadata.get("choices")
+        if choices is not None and f.name not in inherited and getattr(obj, f.name) not in choices:
+            raise ValueError(f"{f.name} must be one of {list(choices)}, got {getattr(obj, f.name)!r}")
 
 
 def unknown_key_error(key: str, known: list[str], what: str) -> ValueError:

@@ -108,3 +108,29 @@ def test_anchor_under_fsdp1_refused_before_loading(rp, tmp_path, monkeypatch, ca
     check_launch(RPSFTConfig(output_dir=str(tmp_path), method="sft"), False, "sft")
     monkeypatch.setenv("FSDP_VERSION", "2")
     check_launch(RPSFTConfig(output_dir=str(tmp_path), method="rpsft"), True, "rpsft")
+
+
+@pytest.mark.parametrize(
+    "field_name, bad",
+    [("anchor_svd", "lanczos"), ("anchor_dtype", "int8"), ("anchor_mode", "hook"), ("chat_format", "chatml")],
+)
+def test_rpsft_config_refuses_a_value_outside_its_choices_in_python_and_on_the_command_line(field_name, bad, tmp_path):
+    from transformers import HfArgumentParser
+
+    from anchorft.rpsft.config import RPSFTConfig
+
+    with pytest.raises(ValueError, match=rf"^{field_name} must be one of .*got '{bad}'$"):
+        RPSFTConfig(output_dir=str(tmp_path), **{field_name: bad})
+    with pytest.raises(SystemExit):  # the parser offers the same choices
+        HfArgumentParser(RPSFTConfig).parse_args_into_dataclasses(
+            ["--output_dir", str(tmp_path), f"--{field_name}", bad]
+        )
+
+
+def test_dapo_config_refuses_a_master_dtype_or_anchor_method_outside_its_choices():
+    from anchorft.rpsft.dapo_config import DAPOConfig
+
+    with pytest.raises(ValueError, match=r"^master_dtype must be one of \['fp32', 'bf16'\], got 'fp16'$"):
+        DAPOConfig(master_dtype="fp16")
+    with pytest.raises(ValueError, match=r"^anchor_method must be one of \['none', 'l2', 'rpsft'\], got 'sft'$"):
+        DAPOConfig(anchor_method="sft")

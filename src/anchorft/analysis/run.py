@@ -35,6 +35,7 @@ from anchorft.analysis.streaming import (
     matrix_type,
     open_checkpoint,
 )
+from anchorft.dataclass_yaml import check_choices
 from anchorft.io import write_json
 from anchorft.provenance import with_provenance
 
@@ -148,10 +149,7 @@ def run_analysis(cfg: AnalysisConfig, progress: bool = True) -> dict:
         raise ValueError("tuned: at least one --tuned NAME=DIR is needed")
     if "base" in cfg.tuned:
         raise ValueError("tuned: the name 'base' is reserved for the base checkpoint")
-    if cfg.svd_dtype not in _DTYPES:
-        raise ValueError(f"svd_dtype must be one of {sorted(_DTYPES)}, got {cfg.svd_dtype!r}")
-    if cfg.svd not in ("exact", "randomized"):
-        raise ValueError(f"svd must be 'exact' or 'randomized', got {cfg.svd!r}")
+    check_choices(cfg)  # svd, svd_dtype
     for fname, low in (("fisher_samples", 1), ("fisher_random", 1), ("drift_prompts", 1), ("batch_size", 1)):
         if getattr(cfg, fname) < low:
             raise ValueError(f"{fname} must be >= {low}, got {getattr(cfg, fname)}")

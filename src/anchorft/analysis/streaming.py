@@ -94,7 +94,6 @@ class SafetensorsWeights:
 
     def __init__(self, path: str | os.PathLike, role: str = "checkpoint") -> None:
         self.path = Path(path)
-        self.role = role
         single, index = self.path / "model.safetensors", self.path / "model.safetensors.index.json"
         if index.is_file():
             files = sorted(set(json.loads(index.read_text())["weight_map"].values()))

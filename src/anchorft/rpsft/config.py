@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import torch
 from trl import SFTConfig
 
+from anchorft.dataclass_yaml import check_choices
 from anchorft.rpsft.anchor_options import AnchorOptions
 from anchorft.rpsft.methods import METHODS, get_method
 
@@ -74,16 +75,24 @@ class RPSFTConfig(AnchorOptions, SFTConfig):
     )
     anchor_svd: str = field(
         default="exact",
-        metadata={"help": "SVD of the pretrained weights: 'exact' (fp32, paper) or 'randomized' (fast, approximate)."},
+        metadata={
+            "help": "SVD of the pretrained weights: 'exact' (fp32, paper) or 'randomized' (fast, approximate).",
+            "choices": ["exact", "randomized"],
+        },
     )
     anchor_dtype: str = field(
-        default="float32", metadata={"help": "dtype of the stored bases: float32 (default), bfloat16 or float16."}
+        default="float32",
+        metadata={
+            "help": "dtype of the stored bases: float32 (default), float64, bfloat16 or float16.",
+            "choices": ["float32", "float64", "bfloat16", "float16"],
+        },
     )
     anchor_mode: str = field(
         default="grad",
         metadata={
             "help": "'grad': add the closed-form gradient to .grad once per optimiser step (default). 'autograd': "
-            "add the penalty to the loss of the step's last micro-batch (used under DeepSpeed)."
+            "add the penalty to the loss of the step's last micro-batch (used under DeepSpeed).",
+            "choices": ["grad", "autograd"],
         },
     )
     iw_temperature: float = field(default=1.0, metadata={"help": "IW-SFT temperature T in exp(T * mean log ratio)."})
@@ -172,14 +181,7 @@ class RPSFTConfig(AnchorOptions, SFTConfig):
         self.validate_anchor_options()
         if isinstance(self.anchor_every, bool) or not isinstance(self.anchor_every, int) or self.anchor_every < 1:
             raise ValueError(f"anchor_every must be an integer >= 1, got {self.anchor_every!r}")
-        if self.anchor_svd not in ("exact", "randomized"):
-            raise ValueError(f"anchor_svd must be 'exact' or 'randomized', got {self.anchor_svd!r}")
-        if self.anchor_dtype not in ("float32", "float64", "bfloat16", "float16"):
-            raise ValueError(f"anchor_dtype must be float32, float64, bfloat16 or float16, got {self.anchor_dtype!r}")
-        if self.chat_format not in ("model", "release"):
-            raise ValueError(f"chat_format must be 'model' or 'release', got {self.chat_format!r}")
-        if self.anchor_mode not in ("grad", "autograd"):
-            raise ValueError(f"anchor_mode must be 'grad' or 'autograd', got {self.anchor_mode!r}")
+        check_choices(self, SFTConfig)  # anchor_svd, anchor_dtype, anchor_mode, chat_format (and the above)
         if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 1:
             raise ValueError(f"lora_rank must be an integer >= 1, got {self.lora_rank!r}")
         if not isinstance(self.lora_alpha, (int, float)) or not self.lora_alpha > 0:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 from trl import GRPOConfig
 
+from anchorft.dataclass_yaml import check_choices
 from anchorft.rpsft.anchor_options import AnchorOptions
 from anchorft.rpsft.methods import RL_ANCHOR_METHODS, get_method
 
@@ -118,7 +119,8 @@ class DAPOConfig(AnchorOptions, GRPOConfig):
         default="fp32",
         metadata={
             "help": "'fp32': fp32 weights and AdamW, bf16 autocast on GPU (lr 1e-6 rounds away in bf16); "
-            "'bf16': all bf16."
+            "'bf16': all bf16.",
+            "choices": ["fp32", "bf16"],
         },
     )
     save_model: bool = field(default=True, metadata={"help": "Save the final model to OUT/model."})
@@ -217,14 +219,11 @@ class DAPOConfig(AnchorOptions, GRPOConfig):
             raise ValueError(f"max_prompt_length must be an integer >= 1 or None, got {mp!r}")
         if self.micro_batch is not None and self.micro_batch < 1:
             raise ValueError(f"micro_batch must be >= 1, got {self.micro_batch}")
-        if self.master_dtype not in ("fp32", "bf16"):
-            raise ValueError(f"master_dtype must be 'fp32' or 'bf16', got {self.master_dtype!r}")
+        check_choices(self, GRPOConfig)  # master_dtype, anchor_method, anchor_kind
         if self.delta is not None and self.delta <= 1 + (self.epsilon_high or self.epsilon):
             raise ValueError(f"delta (dual clip) must exceed 1 + epsilon_high, got {self.delta}")
         if self.rl_warmup_steps < 0 or self.rl_warmup_ratio < 0 or (self.rl_warmup_steps and self.rl_warmup_ratio):
             raise ValueError("give rl_warmup_steps >= 0 or rl_warmup_ratio, not both")
-        if self.anchor_method not in RL_ANCHOR_METHODS:
-            raise ValueError(f"anchor_method must be one of {tuple(RL_ANCHOR_METHODS)}, got {self.anchor_method!r}")
         if self.anchor_method != "none":
             self.validate_anchor_options()
 

@@ -33,7 +33,6 @@ import torch
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
 __all__ = [
-    "CHAT_FORMATS",
     "RELEASE_FAMILIES",
     "release_family",
     "example_messages",
@@ -43,7 +42,6 @@ __all__ = [
     "ReleaseCollator",
 ]
 
-CHAT_FORMATS = ("model", "release")
 RELEASE_FAMILIES = {"qwen2": "qwen", "qwen3": "qwen", "llama": "llama"}
 HEADER_START, HEADER_END, EOT = "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"
 LITERAL_NL = "\\n"  # two characters: backslash, n (the release's Qwen markers)
