@@ -13,6 +13,7 @@ anchorft eval --model DIR --lm-eval TASKS [--include-path DIR] --out DIR
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 
@@ -54,7 +55,10 @@ def _eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-path", action="append", default=[], help="folder of custom lm-eval task YAMLs")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--no-greedy", dest="greedy", action="store_false", help="skip the greedy pass")
-    add_sampling_flags(p, n=16, temperature=0.7, top_p=0.95, max_new_tokens=4096, seed=0, batch_size=32)
+    from anchorft.eval.runner import run_eval  # its keyword defaults are the flags' (one home)
+
+    d = {name: q.default for name, q in inspect.signature(run_eval).parameters.items()}
+    add_sampling_flags(p, **{k: d[k] for k in ("n", "temperature", "top_p", "max_new_tokens", "seed", "batch_size")})
     p.add_argument("--num-fewshot", type=int, default=None, help="lm-eval: few-shot examples")
     p.add_argument("--apply-chat-template", action="store_true", help="lm-eval: apply the model's chat template")
     p.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
