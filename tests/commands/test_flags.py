@@ -180,3 +180,30 @@ def test_plain_and_base_recipes_get_one_unknown_key_message(tmp_path, capsys):
         msgs.append(capsys.readouterr().err.strip())
     assert msgs[0] == msgs[1]
     assert "unknown field 'learning_rat' in " in msgs[0] and "did you mean ['learning_rate']" in msgs[0]
+
+
+def test_command_flags_take_the_library_functions_and_configs_defaults():
+    """No restated defaults: each flag's default is the one of the function or dataclass field it feeds."""
+    from dataclasses import MISSING, fields
+
+    from anchorft.analysis.config import AnalysisConfig
+    from anchorft.commands import analyze, data
+    from anchorft.commands import eval as eval_cmd
+    from anchorft.commands.flags import keyword_defaults
+    from anchorft.data.dapo import prepare_dapo_math
+    from anchorft.data.openr1 import prepare_openr1_math
+    from anchorft.eval.runner import run_eval
+
+    def check(ns, defaults, names):
+        assert names and {n: getattr(ns, n) for n in names} == {n: defaults[n] for n in names}
+
+    assert keyword_defaults(lambda a, b=1, *, c=None: 0) == {"b": 1, "c": None}
+    ns = eval_cmd._eval_parser().parse_args(["--model", "m", "--bench", "b", "--out", "o"])
+    check(ns, keyword_defaults(run_eval), ("n", "temperature", "top_p", "max_new_tokens", "seed", "batch_size"))
+    ns = data._parser().parse_args(["openr1-math", "--out", "o"])
+    check(ns, keyword_defaults(prepare_openr1_math), ("subset", "split", "size", "seed", "fmt"))
+    ns = data._parser().parse_args(["dapo-math", "--out", "o"])
+    check(ns, keyword_defaults(prepare_dapo_math), ("source", "split", "prompt_style", "dedupe"))
+    ns = analyze._parser().parse_args(["--out", "o"])
+    own = {f.name: f.default for f in fields(AnalysisConfig) if f.default is not MISSING}
+    check(ns, own, [n for n in own if n not in ("streaming", "plots")])

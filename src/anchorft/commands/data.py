@@ -18,15 +18,17 @@ import json
 import sys
 from pathlib import Path
 
-from anchorft.commands.flags import both_spellings
+from anchorft.commands.flags import both_spellings, keyword_defaults
 from anchorft.errors import UsageError, report
 
 LOCAL = (".jsonl", ".json", ".parquet")  # --source names a local file
 
 
 def _parser() -> argparse.ArgumentParser:
-    from anchorft.data.openr1 import FORMATS, HUB_NAME
+    from anchorft.data.openr1 import FORMATS, HUB_NAME, prepare_openr1_math
     from anchorft.data.release import RELEASE_HUB_NAME
+
+    od = keyword_defaults(prepare_openr1_math)  # the release sampler's split and format are the same
 
     p = argparse.ArgumentParser(prog="anchorft data", description="Prepare fine-tuning data.")
     sub = p.add_subparsers(dest="dataset", required=True)
@@ -46,15 +48,17 @@ def _parser() -> argparse.ArgumentParser:
         help=f"hub dataset name or local .jsonl/.parquet/folder (default: {RELEASE_HUB_NAME} for the release "
         f"sampler, {HUB_NAME} for the verified one)",
     )
-    o.add_argument("--subset", default="default", help="hub config name (default: %(default)s)")
-    o.add_argument("--split", default="train")
-    o.add_argument("--size", type=int, default=4000, help="verified sampler: examples to keep (paper: about 4k)")
-    o.add_argument("--seed", type=int, default=0, help="verified sampler: order in which rows are visited")
+    o.add_argument("--subset", default=od["subset"], help="hub config name (default: %(default)s)")
+    o.add_argument("--split", default=od["split"])
+    o.add_argument("--size", type=int, default=od["size"], help="verified sampler: examples to keep (paper: about 4k)")
+    o.add_argument("--seed", type=int, default=od["seed"], help="verified sampler: order in which rows are visited")
     o.add_argument("--limit", type=int, default=None, help="read only the first N source rows")
-    o.add_argument("--format", dest="fmt", choices=FORMATS, default="prompt-completion")
+    o.add_argument("--format", dest="fmt", choices=FORMATS, default=od["fmt"])
     o.add_argument("--no-progress", action="store_true")
     o.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
-    from anchorft.data.dapo import HUB_NAME as DAPO_HUB
+    from anchorft.data.dapo import prepare_dapo_math
+
+    dd = keyword_defaults(prepare_dapo_math)
 
     d = sub.add_parser(
         "dapo-math",
@@ -63,14 +67,16 @@ def _parser() -> argparse.ArgumentParser:
         "reward_model.ground_truth), config.json, metrics.json; duplicated problems are dropped and counted.",
     )
     d.add_argument("--out", required=True, help="output folder")
-    d.add_argument("--source", default=DAPO_HUB, help=f"hub dataset name or local .jsonl/.parquet/folder ({DAPO_HUB})")
-    d.add_argument("--split", default="train")
+    d.add_argument(
+        "--source", default=dd["source"], help="hub dataset name or local .jsonl/.parquet/folder (%(default)s)"
+    )
+    d.add_argument("--split", default=dd["split"])
     d.add_argument("--limit", type=int, default=None, help="read only the first N source rows")
     d.add_argument(
         "--prompt-style",
         dest="prompt_style",
         choices=["boxed", "original"],
-        default="boxed",
+        default=dd["prompt_style"],
         help="boxed: the boxed system prompt + the bare problem (default); original: the row's messages",
     )
     d.add_argument("--keep-duplicates", dest="dedupe", action="store_false")

@@ -13,11 +13,10 @@ anchorft eval --model DIR --lm-eval TASKS [--include-path DIR] --out DIR
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import sys
 
-from anchorft.commands.flags import add_sampling_flags, both_spellings, pass_k
+from anchorft.commands.flags import add_sampling_flags, both_spellings, keyword_defaults, pass_k
 from anchorft.errors import report
 
 # the flags that run_eval and run_lm_eval take as keyword arguments of the same names
@@ -55,9 +54,9 @@ def _eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-path", action="append", default=[], help="folder of custom lm-eval task YAMLs")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--no-greedy", dest="greedy", action="store_false", help="skip the greedy pass")
-    from anchorft.eval.runner import run_eval  # its keyword defaults are the flags' (one home)
+    from anchorft.eval.runner import run_eval
 
-    d = {name: q.default for name, q in inspect.signature(run_eval).parameters.items()}
+    d = keyword_defaults(run_eval)
     add_sampling_flags(p, **{k: d[k] for k in ("n", "temperature", "top_p", "max_new_tokens", "seed", "batch_size")})
     p.add_argument("--num-fewshot", type=int, default=None, help="lm-eval: few-shot examples")
     p.add_argument("--apply-chat-template", action="store_true", help="lm-eval: apply the model's chat template")

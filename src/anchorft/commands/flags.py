@@ -3,7 +3,8 @@
 TrlParser (HfArgumentParser) already accepts every field as `--snake_case` and `--kebab-case`. Here:
 `--out` is the project's name for TRL's `--output_dir`, `--dataset_name` (TRL's own script flag) is
 `--dataset`, and `--help` lists the project's flags first; `--help-all` prints TRL's full help. Also the flags
-several commands share: a dataclass's fields as flags (`add_field_flags`), NAME=DIR pairs (`parse_named`:
+several commands share: a dataclass's fields as flags (`add_field_flags`), a function's keyword defaults
+(`keyword_defaults`), NAME=DIR pairs (`parse_named`:
 `analyze --tuned`, `eval suite --models`) and the generation and grading flags of `eval` and `eval suite`
 (`add_sampling_flags`, `pass_k`); the TRL fields outside a run's hash (`NOT_HASHED`).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import types
 import typing
 from collections.abc import Callable
@@ -21,6 +23,7 @@ __all__ = [
     "add_sampling_flags",
     "both_spellings",
     "field_values",
+    "keyword_defaults",
     "normalize_train_argv",
     "parse_named",
     "pass_k",
@@ -213,6 +216,13 @@ def field_values(args: argparse.Namespace, cls: type, **override) -> dict:
     """The parsed flags named as fields of the dataclass `cls` (`add_field_flags`' or a command's own), `override`
     on top: the keyword arguments of `cls`."""
     return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)} | override
+
+
+def keyword_defaults(fn: Callable) -> dict:
+    """{parameter: default} of the parameters of `fn` that have one: a command's flags take a library function's
+    defaults from here instead of restating them."""
+    params = inspect.signature(fn).parameters.items()
+    return {k: p.default for k, p in params if p.default is not inspect.Parameter.empty}
 
 
 def add_sampling_flags(
