@@ -18,7 +18,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 
-from anchorft.commands.flags import NOT_HASHED, add_field_flags, both_spellings
+from anchorft.commands.flags import NOT_HASHED, add_field_flags, both_spellings, keyword_defaults
 from anchorft.errors import UsageError, report
 
 
@@ -41,14 +41,17 @@ def _estimate(argv: list[str]) -> int:
     p.add_argument("--estimate", action="store_true")
     p.add_argument("--config", default=None, help="a recipe: its model config, method, rank, batch, length, dtypes")
     p.add_argument("--model_config", nargs="+", default=None, help="config.json path(s) (or model folders)")
-    p.add_argument("--tokens_per_step", type=int, default=65536, help="tokens in one optimiser step (assumption)")
+    ed, md = keyword_defaults(estimate), keyword_defaults(memory_per_gpu)
+    p.add_argument(
+        "--tokens_per_step", type=int, default=ed["tokens_per_step"], help="tokens in one optimiser step (assumption)"
+    )
     p.add_argument("--seq_len", type=int, default=None, help="tokens per sequence (default: the recipe's max_length, "
                    "else 4096)")  # fmt: skip
-    p.add_argument("--anchor_every", type=int, default=1)
+    p.add_argument("--anchor_every", type=int, default=ed["anchor_every"])
     p.add_argument("--bytes_per_number", type=int, default=None, help="4 = fp32 bases (default), 2 = bf16")
     p.add_argument("--no_embeddings", action="store_true", help="exclude embeddings and lm_head")
-    p.add_argument("--stage", choices=STAGES, default="zero2", help="memory per GPU: how the state is split")
-    p.add_argument("--gpus", type=int, default=8, help="memory per GPU: GPUs sharing the partitions")
+    p.add_argument("--stage", choices=STAGES, default=md["stage"], help="memory per GPU: how the state is split")
+    p.add_argument("--gpus", type=int, default=md["gpus"], help="memory per GPU: GPUs sharing the partitions")
     p.add_argument("--per_device", type=int, default=None, help="sequences per device (default: the recipe's, else 2)")
     p.add_argument("--iw_reference", action="store_true", help="memory per GPU: add IW-SFT's bf16 reference copy")
     # the anchor's own flags, from AnchorOptions (each: the flag, else the recipe's, else AnchorOptions'); rules,
