@@ -204,6 +204,14 @@ def test_command_flags_take_the_library_functions_and_configs_defaults():
     check(ns, keyword_defaults(prepare_openr1_math), ("subset", "split", "size", "seed", "fmt"))
     ns = data._parser().parse_args(["dapo-math", "--out", "o"])
     check(ns, keyword_defaults(prepare_dapo_math), ("source", "split", "prompt_style", "dedupe"))
+    from anchorft.commands import eval_suite
+    from anchorft.eval.answers import MathChecker
+    from anchorft.eval.vllm_backend import VLLMOptions
+
+    timeout = keyword_defaults(MathChecker)["timeout_s"]
+    assert eval_cmd._score_parser().parse_args(["--bench", "b", "--responses", "r"]).timeout == timeout
+    ns = eval_suite._parser().parse_args(["--models", "a=b", "--out", "o"])
+    assert (ns.timeout, ns.tp) == (timeout, VLLMOptions().tensor_parallel_size)
     ns = analyze._parser().parse_args(["--out", "o"])
     own = {f.name: f.default for f in fields(AnalysisConfig) if f.default is not MISSING}
     check(ns, own, [n for n in own if n not in ("streaming", "plots")])

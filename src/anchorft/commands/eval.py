@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 
-from anchorft.commands.flags import add_sampling_flags, both_spellings, keyword_defaults, pass_k
+from anchorft.commands.flags import add_sampling_flags, add_timeout_flag, both_spellings, keyword_defaults, pass_k
 from anchorft.errors import report
 
 # the flags that run_eval and run_lm_eval take as keyword arguments of the same names
@@ -36,7 +36,7 @@ def _score_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, default=None, help="k of Pass@k (default: fewest samples of any item)")
     p.add_argument("--skip-bad", action="store_true", help="skip and count malformed lines instead of failing")
     p.add_argument("--records", default=None, help="also write per-item records (JSONL) here")
-    p.add_argument("--timeout", type=float, default=10.0, help="math-verify timeout per check, seconds")
+    add_timeout_flag(p)
     both_spellings(p)
     return p
 

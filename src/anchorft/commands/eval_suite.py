@@ -19,8 +19,9 @@ PRESETS = ("paper",)
 
 def _parser() -> argparse.ArgumentParser:
     from anchorft.eval.protocol import SuiteSettings
+    from anchorft.eval.vllm_backend import VLLMOptions
 
-    d = SuiteSettings()
+    d, v = SuiteSettings(), VLLMOptions()
     p = argparse.ArgumentParser(
         prog="anchorft eval suite",
         description="Run every model on every benchmark of the RPSFT paper's protocol (resumable: rerun the same "
@@ -53,7 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--chunk", type=int, default=d.chunk, help="items between two saves of generations")
     p.add_argument("--max-batch-tokens", dest="max_batch_tokens", type=int, default=None, help="hf: padded tokens")
-    p.add_argument("--tensor-parallel", dest="tp", type=int, default=1, help="vllm: GPUs per engine")
+    p.add_argument(
+        "--tensor-parallel", dest="tp", type=int, default=v.tensor_parallel_size, help="vllm: GPUs per engine"
+    )
     p.add_argument("--data-parallel", dest="dp", type=int, default=None, help="vllm: engines (default: GPUs // tp)")
     p.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false", help="vllm")
     p.add_argument("--no-calibrate", dest="calibrate", action="store_false", help="skip the timing estimate")

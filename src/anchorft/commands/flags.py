@@ -21,6 +21,7 @@ from collections.abc import Callable
 __all__ = [
     "add_field_flags",
     "add_sampling_flags",
+    "add_timeout_flag",
     "both_spellings",
     "field_values",
     "keyword_defaults",
@@ -247,7 +248,15 @@ def add_sampling_flags(
     p.add_argument("--backend", choices=["auto", "hf", "vllm"], default="auto", help="auto: vLLM if installed + GPU")
     p.add_argument("--batch_size", type=int, default=batch_size, help="rows per batch (transformers; lm-eval)")
     p.add_argument("--skip-bad", action="store_true", help="skip and count malformed lines instead of failing")
-    p.add_argument("--timeout", type=float, default=10.0, help="math-verify timeout per check, seconds")
+    add_timeout_flag(p)
+
+
+def add_timeout_flag(p: argparse.ArgumentParser) -> None:
+    """--timeout: math-verify's time per check, MathChecker's default."""
+    from anchorft.eval.answers import MathChecker
+
+    default = keyword_defaults(MathChecker)["timeout_s"]
+    p.add_argument("--timeout", type=float, default=default, help="math-verify timeout per check, seconds")
 
 
 def pass_k(args: argparse.Namespace) -> int:

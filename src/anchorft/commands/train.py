@@ -228,7 +228,7 @@ def dry_run_main(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog="anchorft train --dry-run")
     p.add_argument("--config", required=True)
     p.add_argument("--dry-run", action="store_true")
-    p.add_argument("--dry_run_steps", "--dry-run-steps", type=int, default=2)
+    p.add_argument("--dry_run_steps", "--dry-run-steps", type=int, default=keyword_defaults(dry_run)["steps"])
     p.add_argument("--output_dir", default=None, help="default: a fresh temporary folder")
     p.add_argument("--dataset", default=None, help="train on the first rows of this local dataset instead")
     p.add_argument("--model_config", default=None, help="the real config.json (default: the recipe's)")
