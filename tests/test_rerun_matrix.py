@@ -7,6 +7,7 @@ tests/eval/test_suite_boundary.py, tests/rpsft/test_train_reruns.py)."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 from pathlib import Path
@@ -96,7 +97,9 @@ def test_rerun_matrix(argv, outside, inside, module, func, out_of, result, befor
     (tmp_path / "cmp" / "results.json").write_text(json.dumps({"methods": {}}))
     calls: list = []
     state = {"stop": before == "interrupted"}
-    monkeypatch.setattr(importlib.import_module(module), func, _stand_in(calls, out_of, result, state))
+    mod = importlib.import_module(module)  # the stand-in keeps the function's signature (a parser reads its defaults)
+    stand_in = functools.update_wrapper(_stand_in(calls, out_of, result, state), getattr(mod, func))
+    monkeypatch.setattr(mod, func, stand_in)
     argv = [*argv, "--out", "out"]
     assert cli(argv) == (130 if state["stop"] else 0) and len(calls) == 1
     assert _status(tmp_path / "out") == ("interrupted" if state["stop"] else "complete")
