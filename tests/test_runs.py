@@ -252,3 +252,24 @@ def test_rerun_of_every_folder_writing_command(argv, other, module, func, make, 
     assert len(err.splitlines()) == 1 and "holds another run" in err and "--overwrite" in err, err
     assert cli([*changed, "--overwrite"]) == 0 and len(calls) == 2
     assert _status(tmp_path / "out") == "complete"
+
+
+def test_a_claim_that_fails_keeps_its_error_when_another_launch_took_the_new_folder(tmp_path, monkeypatch):
+    """The claim made the folder and fails; before it removes the folder another launch locks it (its lock file
+    inside). The folder stays for that launch, and the first error is the one raised (not rmdir's OSError)."""
+    from anchorft import runs
+
+    unlock = runs._unlock
+
+    def unlock_then_another_launch(out, remove=False):
+        unlock(out, remove)
+        (out / runs.LOCK).write_text("another launch")
+
+    def refuse(*args, **kwargs):
+        raise ValueError("refused")
+
+    monkeypatch.setattr(runs, "_claim_locked", refuse)
+    monkeypatch.setattr(runs, "_unlock", unlock_then_another_launch)
+    with pytest.raises(ValueError, match="^refused$"):
+        claim_output(tmp_path / "new", "test", {})
+    assert (tmp_path / "new" / runs.LOCK).read_text() == "another launch"

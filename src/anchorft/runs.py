@@ -17,6 +17,7 @@ Ctrl-C or SIGTERM and "failed" on an error, so partial outputs are never mistake
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import errno
 import hashlib
@@ -211,8 +212,9 @@ def claim_output(
     except BaseException:
         if str(out.resolve()) in _LOCKS:
             _unlock(out, remove=created)
-            if created:
-                out.rmdir()
+            if created:  # another launch may have taken the folder since the lock was dropped: then it stays
+                with contextlib.suppress(OSError):
+                    out.rmdir()
         raise
     if not claim.complete or rerun_finished:  # a finished run is otherwise left as it is: the command reuses it
         _write_marker(claim, "running")
