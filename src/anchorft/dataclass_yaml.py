@@ -6,8 +6,8 @@ coerced to its field's type (int, float, bool, str, `X | None`, `list[X]`, `dict
 dataclasses, which merge key by key), and an unknown key is a ValueError that names it, what it belongs
 to and the closest known keys: "unknown w2s config key 'step', did you mean 'steps'? (known keys: ...)".
 `read_yaml_mapping(path, what)` reads a YAML file that must hold a mapping; `check_choices(obj)` checks the
-fields that name their "choices". `resolve_presets` is the inheritance
-rule of every config (the TRL trainers' too, then read by TrlParser): `preset:` names parents, merged first.
+fields that name their "choices". `resolve_presets` is the inheritance rule of every config (the TRL trainers'
+too, then read by TrlParser): `preset:` names parents, merged first.
 """
 
 from __future__ import annotations

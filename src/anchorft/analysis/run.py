@@ -41,7 +41,6 @@ from anchorft.provenance import with_provenance
 
 __all__ = ["AnalysisConfig", "run_analysis", "analyze_rotation", "summarize_rotation", "resolve_rank"]
 
-_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _CURVE_KEYS = ("sv_ratio", "vec_angle_u_deg", "vec_angle_v_deg")
 
 
@@ -190,7 +189,7 @@ def run_analysis(cfg: AnalysisConfig, progress: bool = True) -> dict:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "config.json", {**asdict(cfg), "resolved_rank": k, "fisher_ranks_resolved": fisher_ks}, indent=1)
-    dtype = _DTYPES[cfg.svd_dtype]
+    dtype = getattr(torch, cfg.svd_dtype)  # one of AnalysisConfig's choices, checked above
     analysis: dict = {
         "base": cfg.base,
         "tuned": cfg.tuned,

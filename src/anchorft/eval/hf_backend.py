@@ -171,7 +171,7 @@ def generate(
     batches = [range(s, min(s + batch_size, len(encoded))) for s in range(0, len(encoded), batch_size)]
     toks = decode(model, tokenizer, encoded, batches, lambda logits, rows: sample_next(logits, temperature, top_p,
                   generator), max_new_tokens=max_new_tokens, shrink=False, progress=progress)  # fmt: skip
-    texts = [tokenizer.decode(t, skip_special_tokens=True) for t in toks]
+    texts = tokenizer.batch_decode(toks, skip_special_tokens=True)
     return [texts[i * n : (i + 1) * n] for i in range(len(prompts))]
 
 
@@ -206,7 +206,7 @@ def generate_sorted(
     toks = decode(model, tokenizer, [encoded[i] for i, _ in rows], batches, lambda logits, live: sample_rows(
         logits, temperature, top_p, [gens[r] for r in live]), max_new_tokens=max_new_tokens, shrink=True,
         progress=progress)  # fmt: skip
-    texts = [tokenizer.decode(t, skip_special_tokens=True) for t in toks]  # rows are prompt-major
+    texts = tokenizer.batch_decode(toks, skip_special_tokens=True)  # rows are prompt-major
     return [texts[i * n : (i + 1) * n] for i in range(len(prompts))]
 
 

@@ -181,7 +181,7 @@ class RPSFTConfig(AnchorOptions, SFTConfig):
         self.validate_anchor_options()
         if isinstance(self.anchor_every, bool) or not isinstance(self.anchor_every, int) or self.anchor_every < 1:
             raise ValueError(f"anchor_every must be an integer >= 1, got {self.anchor_every!r}")
-        check_choices(self, SFTConfig)  # anchor_svd, anchor_dtype, anchor_mode, chat_format (and the above)
+        check_choices(self, SFTConfig)  # anchor_svd, anchor_dtype, anchor_mode, chat_format; method, kind above
         if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 1:
             raise ValueError(f"lora_rank must be an integer >= 1, got {self.lora_rank!r}")
         if not isinstance(self.lora_alpha, (int, float)) or not self.lora_alpha > 0:

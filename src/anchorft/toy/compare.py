@@ -156,18 +156,16 @@ def _finetune_and_evaluate(cfg: CompareConfig, run: RunSpec, seed: int, base_dir
     return run.name, seed, metrics
 
 
-def _evaluate_and_save(
-    cfg: CompareConfig, model, tok, sets: tuple[dict, dict], run_dir: Path, model_dir: Path
-) -> dict:
+def _evaluate_and_save(cfg: CompareConfig, model, tok, sets: tuple[dict, dict], run_dir: Path, save_dir: Path) -> dict:
     """`evaluate_comparison` of `model` on the (reported, validation) `sets`; writes run_dir/scored_items.json,
     {"reported": {skill: [item keys]}, "val": {skill: [item keys]}} (the items its scores were computed on), and
-    saves the model and its tokenizer to `model_dir`."""
+    saves the model and its tokenizer to `save_dir`."""
     metrics = evaluate_comparison(model, tok, cfg, *sets)
     keys = {split: {s: [it.key for it in items] for s, items in part.items()} for split, part in
             zip(("reported", "val"), sets)}  # fmt: skip
     write_json(run_dir / "scored_items.json", keys, indent=1)
-    model.save_pretrained(model_dir)
-    tok.save_pretrained(model_dir)
+    model.save_pretrained(save_dir)
+    tok.save_pretrained(save_dir)
     return metrics
 
 
