@@ -46,13 +46,18 @@ def _estimate(argv: list[str]) -> int:
         "--tokens_per_step", type=int, default=ed["tokens_per_step"], help="tokens in one optimiser step (assumption)"
     )
     p.add_argument("--seq_len", type=int, default=None, help="tokens per sequence (default: the recipe's max_length, "
-                   "else 4096)")  # fmt: skip
+                   f"else {md['seq_len']})")  # fmt: skip
     p.add_argument("--anchor_every", type=int, default=ed["anchor_every"])
     p.add_argument("--bytes_per_number", type=int, default=None, help="4 = fp32 bases (default), 2 = bf16")
     p.add_argument("--no_embeddings", action="store_true", help="exclude embeddings and lm_head")
     p.add_argument("--stage", choices=STAGES, default=md["stage"], help="memory per GPU: how the state is split")
     p.add_argument("--gpus", type=int, default=md["gpus"], help="memory per GPU: GPUs sharing the partitions")
-    p.add_argument("--per_device", type=int, default=None, help="sequences per device (default: the recipe's, else 2)")
+    p.add_argument(
+        "--per_device",
+        type=int,
+        default=None,
+        help=f"sequences per device (default: the recipe's, else {md['per_device']})",
+    )
     p.add_argument("--iw_reference", action="store_true", help="memory per GPU: add IW-SFT's bf16 reference copy")
     # the anchor's own flags, from AnchorOptions (each: the flag, else the recipe's, else AnchorOptions'); rules,
     # maps, layers, budgets and targets other than all-linear are resolved on the weights: --model_config a folder
@@ -82,8 +87,8 @@ def _estimate(argv: list[str]) -> int:
                 setattr(a, name, recipe.get(name, getattr(AnchorOptions, name)))
         a.anchor_rank = int(a.anchor_rank)
         a.no_embeddings = a.no_embeddings or not recipe.get("anchor_include_embeddings", True)
-        a.seq_len = a.seq_len or int(recipe.get("max_length") or 4096)
-        a.per_device = a.per_device or int(recipe.get("per_device_train_batch_size", 2))
+        a.seq_len = a.seq_len or int(recipe.get("max_length") or md["seq_len"])
+        a.per_device = a.per_device or int(recipe.get("per_device_train_batch_size", md["per_device"]))
         dtype_bytes = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
         a.bytes_per_number = a.bytes_per_number or dtype_bytes.get(recipe.get("anchor_dtype", "float32"), 4)
         resolved = (a.anchor_rank_rule, a.anchor_memory, a.anchor_map, a.anchor_layers)
