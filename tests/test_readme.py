@@ -36,6 +36,7 @@ STAND_INS: list[tuple[str, str]] = [
 SKIPPED: dict[str, str] = {
     "make demo": "runs the comparison for minutes; CI's demo job",
     "make test": "CI runs it: this test is part of it",
+    "make test-dist": "the distributed matrix, minutes of launches; .ci/run runs it after make test",
     "make bench": "every speed script, minutes; each prints a ratio when run by hand",
     "make mutants": "mutation testing, hours (docs/testing.md)",
 }

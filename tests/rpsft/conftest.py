@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import datasets
 import pytest
@@ -139,6 +141,15 @@ def perturb(model, scale: float = 0.05, seed: int = 1) -> None:
             p.add_(scale * torch.randn(p.shape, generator=g))
 
 
+def torchrun(script: str, *args: str, nproc: int = 2, timeout: int = 900, **env: str) -> subprocess.CompletedProcess:
+    """`script ARGS` under `python -m torch.distributed.run --standalone` with `nproc` CPU processes (one thread
+    each). --standalone lets the launcher bind a free port itself: a port picked here first could be taken by
+    another process before the launcher binds it."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "DS_ACCELERATOR": "cpu", **env}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc), script]
+    return subprocess.run([*cmd, *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
 class _TestTools:
     """Shared functions for the tests (a fixture, since tests/*/conftest.py cannot be imported by name)."""
 
@@ -149,6 +160,7 @@ class _TestTools:
     pc_dataset = staticmethod(pc_dataset)
     base_args = staticmethod(base_args)
     perturb = staticmethod(perturb)
+    torchrun = staticmethod(torchrun)
 
 
 @pytest.fixture(scope="session")

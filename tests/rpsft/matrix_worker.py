@@ -2,6 +2,7 @@
 
 torchrun --nproc_per_node 2 matrix_worker.py LAUNCHER BASE_DIR OUT_DIR METHOD...
 torchrun --nproc_per_node 2 matrix_worker.py rl BASE_DIR REF_DIR OUT_DIR   (tests/rpsft/test_rl_deepspeed.py)
+torchrun --nproc_per_node 2 matrix_worker.py penalty BASE_DIR OUT_DIR     (the one-step penalty check)
 
 LAUNCHER is ddp, zero2, zero3 or fsdp2; BASE_DIR a tiny model and tokenizer saved with save_pretrained; METHOD a
 name of `METHODS` below. accelerate attaches DeepSpeed and FSDP to GPU states only, so this worker sets
@@ -28,11 +29,11 @@ METHODS = {
     "sft": dict(method="sft"),
     "dft": dict(method="dft"),
     "iw_sft": dict(method="iw_sft", iw_ref_model="copy"),
-    "l2": dict(method="l2", anchor_lambda=5.0),
-    "rpsft": dict(method="rpsft", anchor_lambda=20.0, anchor_rank=4),
-    "rpsft_subspace": dict(method="rpsft", anchor_lambda=20.0, anchor_rank=4, anchor_kind="subspace"),
+    "l2": dict(method="l2", anchor_lambda=1.0),
+    "rpsft": dict(method="rpsft", anchor_lambda=1.0, anchor_rank=4),
+    "rpsft_subspace": dict(method="rpsft", anchor_lambda=1.0, anchor_rank=4, anchor_kind="subspace"),
     # the remainder L2 stores W_0; under FSDP2 the residual of the rest is cut to each shard's rows
-    "rpsft_rest": dict(method="rpsft", anchor_lambda=20.0, anchor_rank=4, anchor_lambda_rest=0.5),
+    "rpsft_rest": dict(method="rpsft", anchor_lambda=1.0, anchor_rank=4, anchor_lambda_rest=0.5),
 }
 MAX_STEPS, SAVE_STEPS, PER_DEVICE, ACCUM, N_ROWS = 4, 2, 2, 2, 32
 
@@ -46,7 +47,7 @@ def train_kwargs(method: str, per_device: int) -> dict:
         save_steps=SAVE_STEPS,
         per_device_train_batch_size=per_device,
         gradient_accumulation_steps=ACCUM,
-        learning_rate=3e-2,
+        learning_rate=1e-2,
         max_grad_norm=1.0,
     )
 
@@ -158,6 +159,54 @@ def main(launcher: str, base: str, out: str, methods: list[str]) -> None:
         dist.barrier()
 
 
+# anchor -> SubspaceAnchor.from_model arguments, for the one-step penalty check (test_distributed_matrix.py)
+PENALTY_ANCHORS = {
+    "block": dict(rank=4),
+    "subspace": dict(rank=4, kind="subspace"),
+    "rest": dict(rank=4, lambda_rest=0.5),
+    "fallback": dict(rank=10_000),  # every matrix at or past its size: the L2 fallback
+}
+PENALTY_DRIFT = 0.05  # the drift put on every weight: conftest.perturb(model, PENALTY_DRIFT, seed=1)
+
+
+def penalty_check(base: str, out: str) -> None:
+    """The anchor's penalty and its gradient under DeepSpeed ZeRO-2 and ZeRO-3, as the trainer computes them there
+    (autograd through `penalty_terms`, which gathers a ZeRO-3 matrix at a time; DeepSpeed reduces the gradient):
+    for each anchor of PENALTY_ANCHORS, built from BASE's weights, then every weight drifted. Rank 0 writes
+    OUT/zero{2,3}-ANCHOR.safetensors: "terms" (per matrix) and "grad.NAME" (the whole gradient, gathered)."""
+    import deepspeed
+    from deepspeed.utils import safe_get_full_grad
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+
+    from anchorft.rpsft.anchor import SubspaceAnchor
+    from conftest import perturb
+
+    start("zero3")
+    world, rank = dist.get_world_size(), dist.get_rank()
+    for stage in (2, 3):
+        for name, kw in PENALTY_ANCHORS.items():
+            model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+            anchor = SubspaceAnchor.from_model(model, **kw)
+            perturb(model, PENALTY_DRIFT, seed=1)
+            cfg = dict(ds_config(stage), train_micro_batch_size_per_gpu=1, gradient_accumulation_steps=1)
+            cfg.update(train_batch_size=world, gradient_clipping=0.0)
+            opt = torch.optim.SGD(model.parameters(), lr=0.0)
+            engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=cfg)
+            # as in training, the penalty joins the loss of a forward (here weighted 0), whose backward DeepSpeed
+            # hooks; a ZeRO-3 parameter's gradient is accumulated while that backward has it gathered
+            logits = engine(input_ids=torch.tensor([[2, 5, 6, 7]])).logits
+            terms = anchor.penalty_terms(engine.module)
+            engine.backward(0.0 * logits.sum() + terms.sum())
+            grads = {f"grad.{n}": safe_get_full_grad(p) for n, p in engine.module.named_parameters()}
+            if rank == 0:
+                tensors = {k: g.detach().clone().contiguous() for k, g in grads.items() if g is not None}
+                path = os.path.join(out, f"zero{stage}-{name}.safetensors")
+                save_file({"terms": terms.detach().clone(), **tensors}, path)
+            engine.destroy()
+            dist.barrier()
+
+
 RL_PROMPTS = [{"prompt": f"what is {w} plus {w}", "answer": "0"} for w in ("one", "two", "three", "four")]
 
 
@@ -198,5 +247,7 @@ def rl(base: str, ref: str, out: str) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "rl":
         rl(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif sys.argv[1] == "penalty":
+        penalty_check(sys.argv[2], sys.argv[3])
     else:
         main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:])

@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -26,14 +25,6 @@ from matrix_worker import RL_PROMPTS, constant_reward, rl_kwargs  # noqa: E402
 WORKER = os.path.join(os.path.dirname(__file__), "matrix_worker.py")
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed (dev extras)")
 def test_rl_anchor_is_a_loss_term_under_deepspeed(rp, tmp_path):
@@ -44,11 +35,7 @@ def test_rl_anchor_is_a_loss_term_under_deepspeed(rp, tmp_path):
     tok = rp.build_tokenizer(base)
     rp.tiny_model("llama", len(tok)).save_pretrained(base)
     rp.tiny_model("llama", len(tok), seed=1).save_pretrained(ref)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "DS_ACCELERATOR": "cpu"}
-    port = str(_free_port())
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", port]
-    res = subprocess.run([*cmd, WORKER, "rl", base, ref, str(tmp_path / "ds")], env=env, capture_output=True,
-                         text=True, timeout=900)  # fmt: skip
+    res = rp.torchrun(WORKER, "rl", base, ref, str(tmp_path / "ds"))
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-5000:]
     one = run_rl(base, RL_PROMPTS, tmp_path / "one", DAPOConfig(**rl_kwargs(1), anchor_reference=ref),
                  reward_fn=constant_reward)  # fmt: skip

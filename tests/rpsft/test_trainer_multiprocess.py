@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -21,30 +20,15 @@ from safetensors.torch import load_file
 WORKER = os.path.join(os.path.dirname(__file__), "dist_worker.py")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 needs_deepspeed = pytest.mark.skipif(
     importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed (pip install deepspeed)"
 )
 
 
 def torchrun(*args: str, **env_extra: str) -> None:
+    # --standalone: the launcher binds a free port itself (one picked here first could be taken meanwhile)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", **env_extra}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        str(free_port()),
-        WORKER,
-        *args,
-    ]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", WORKER, *args]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-6000:]
 
