@@ -1,14 +1,17 @@
 """Two `anchorft toy pretrain` processes at once against one alone: the total pretraining throughput's ratio.
 
-    .venv/bin/python benchmarks/bench_concurrent_pretrain.py [--steps 200] [--policy on|off|both]
+    .venv/bin/python benchmarks/bench_concurrent_pretrain.py [--steps 200] [--policy on|off|both] [--repeats 3]
 
 Each process is the command as a user runs it (`python -m anchorft.cli toy pretrain --no-cache`), the default
 testbed (1.08M parameters) for --steps steps, no evaluation during training. Throughput is read from each run's
 metrics.json (steps / train_seconds, the training loop alone: imports and the final evaluation excluded); the
 ratio is the two concurrent runs' summed steps/s over the lone run's (1.0: sharing the machine costs nothing in
 total; 0.5: two runs together do half the work of one). --policy off runs with ANCHORFT_THREAD_POLICY=off
-(torch's and OpenMP's defaults: the command before its thread policy); both: off, then on. Run it alone on the
-machine: other jobs change the numbers.
+(torch's and OpenMP's defaults: the command before its thread policy); both: off, then on, and then the policy's
+two targets: a run alone with the policy against one without it (the policy's cost alone), and each of two runs
+at once with the policy against half a lone run without it (its share). With --repeats N each measurement is
+repeated N times and the ratios are printed as median [min, max]. Run it alone on the machine: other jobs change
+the numbers.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,24 +55,37 @@ def measure(steps: int, policy: str, tmp: Path) -> dict:
     return {"policy": policy, "alone": alone, "pair": pair, "ratio": sum(pair) / alone}
 
 
+def _spread(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.3f} [{min(xs):.3f}, {max(xs):.3f}]"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=200, help="pretraining steps per process (default 200)")
     ap.add_argument("--policy", choices=("on", "off", "both"), default="on", help="the thread policy (default on)")
+    ap.add_argument("--repeats", type=int, default=1, help="measurements of each policy (default 1)")
     args = ap.parse_args()
     print(f"cores: {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()}")
-    results = {}
-    for policy in ("off", "on") if args.policy == "both" else (args.policy,):
-        with tempfile.TemporaryDirectory() as tmp:
-            r = results[policy] = measure(args.steps, policy, Path(tmp))
-        print(
-            f"thread policy {policy}: alone {r['alone']:.2f} steps/s; two at once {r['pair'][0]:.2f} + "
-            f"{r['pair'][1]:.2f} = {sum(r['pair']):.2f} steps/s; ratio {r['ratio']:.2f}",
-            flush=True,
-        )
-    if len(results) == 2:
-        on, off = results["on"], results["off"]
-        print(f"two runs with the policy against one without it: ratio {sum(on['pair']) / off['alone']:.2f}")
+    runs: dict[str, list[dict]] = {}
+    for rep in range(args.repeats):
+        for policy in ("off", "on") if args.policy == "both" else (args.policy,):
+            with tempfile.TemporaryDirectory() as tmp:
+                r = measure(args.steps, policy, Path(tmp))
+            runs.setdefault(policy, []).append(r)
+            print(
+                f"[{rep + 1}/{args.repeats}] thread policy {policy}: alone {r['alone']:.2f} steps/s; two at once "
+                f"{r['pair'][0]:.2f} + {r['pair'][1]:.2f} = {sum(r['pair']):.2f} steps/s; ratio {r['ratio']:.2f}",
+                flush=True,
+            )
+    for policy, rs in runs.items():
+        print(f"thread policy {policy}: two at once over one alone, {_spread([r['ratio'] for r in rs])}")
+    if len(runs) == 2:
+        pairs = list(zip(runs["off"], runs["on"]))
+        print(f"a run alone, policy on over off: {_spread([on['alone'] / off['alone'] for off, on in pairs])}")
+        shares = [min(on["pair"]) / (off["alone"] / 2) for off, on in pairs]
+        print(f"the slower of two runs at once with the policy, over half a lone run without it: {_spread(shares)}")
+        total = [sum(on["pair"]) / off["alone"] for off, on in pairs]
+        print(f"two runs with the policy over one without it: {_spread(total)}")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from anchorft.threads import choose_threads, count_processes
+from anchorft.threads import available_cores, choose_threads, count_processes
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -36,24 +36,44 @@ def test_count_processes_registers_and_prunes_dead_ones(tmp_path):
         alive.wait()
 
 
-def _policy_in_fresh_interpreter(env: dict) -> dict:
+def _policy_in_fresh_interpreter(env: dict, cores: int, registry: Path) -> dict:
+    """The policy applied in a new interpreter with `cores` cores and the process registry `registry` (both faked:
+    the machine's own cores and other anchorft processes do not enter): what it chose, the OpenMP variables it
+    left, and torch's thread count (torch takes OMP_NUM_THREADS, capped at the machine's real cores)."""
     code = (
-        "import json, os; from anchorft.threads import apply_thread_policy; r = apply_thread_policy(); "
-        "import torch; print(json.dumps([r, os.environ.get('OMP_WAIT_POLICY'), torch.get_num_threads()]))"
+        "import json, os, sys; from pathlib import Path; from anchorft.threads import apply_thread_policy; "
+        "r = apply_thread_policy(cores=int(sys.argv[1]), registry=Path(sys.argv[2])); "
+        "env = {k: os.environ.get(k) for k in ('OMP_WAIT_POLICY', 'OMP_NUM_THREADS')}; "
+        "import torch; print(json.dumps([r, env, torch.get_num_threads()]))"
     )
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("OMP_")}, "PYTHONPATH": SRC, **env}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    r, wait, torch_threads = json.loads(out.strip().splitlines()[-1])
-    return {"chosen": r, "wait": wait, "torch": torch_threads}
+    cmd = [sys.executable, "-c", code, str(cores), str(registry)]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    r, omp, torch_threads = json.loads(out.strip().splitlines()[-1])
+    if omp["OMP_NUM_THREADS"] is not None:
+        assert torch_threads == min(int(omp["OMP_NUM_THREADS"]), available_cores())  # torch read the count
+    return {"chosen": r, "wait": omp["OMP_WAIT_POLICY"], "threads": omp["OMP_NUM_THREADS"]}
 
 
-def test_policy_at_entry_sets_wait_policy_and_torch_threads():
-    got = _policy_in_fresh_interpreter({})
-    assert got["wait"] == "PASSIVE"
-    assert (
-        got["torch"] == got["chosen"]["threads"] == choose_threads(got["chosen"]["cores"], got["chosen"]["processes"])
-    )
-    assert _policy_in_fresh_interpreter({"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "ACTIVE"})["wait"] == "ACTIVE"
-    assert _policy_in_fresh_interpreter({"OMP_NUM_THREADS": "1"})["torch"] == 1  # the user's count wins
-    off = _policy_in_fresh_interpreter({"ANCHORFT_THREAD_POLICY": "off"})
-    assert off["chosen"] is None and off["wait"] is None
+def test_policy_at_entry_sets_threads_and_a_passive_wait_only_beside_another_run(tmp_path):
+    alone, beside = tmp_path / "alone", tmp_path / "beside"
+    alone.mkdir()
+    beside.mkdir()
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (beside / str(other.pid)).touch()  # another anchorft run, live
+        got = _policy_in_fresh_interpreter({}, 4, alone)
+        assert got["chosen"]["processes"] == 1 and got["threads"] == "4" and got["chosen"]["threads"] == 4
+        assert got["wait"] is None  # alone: OpenMP's default (spin, then sleep)
+        got = _policy_in_fresh_interpreter({}, 4, beside)
+        assert got["chosen"]["processes"] == 2 and got["threads"] == "2" and got["chosen"]["threads"] == 2
+        assert got["wait"] == "PASSIVE"
+        # the user's values win: 3 threads is what the policy picks neither alone (4) nor beside another run (2)
+        for reg in (alone, beside):
+            assert _policy_in_fresh_interpreter({"OMP_NUM_THREADS": "3"}, 4, reg)["threads"] == "3"
+        assert _policy_in_fresh_interpreter({"OMP_WAIT_POLICY": "ACTIVE"}, 4, beside)["wait"] == "ACTIVE"
+        off = _policy_in_fresh_interpreter({"ANCHORFT_THREAD_POLICY": "off"}, 4, beside)
+        assert off["chosen"] is None and off["wait"] is None
+    finally:
+        other.kill()
+        other.wait()

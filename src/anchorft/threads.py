@@ -1,14 +1,16 @@
 """The CPU thread policy of the `anchorft` command: runs that share a machine do not collapse.
 
 Applied once at the command's entry (`anchorft.cli.main`), before torch is imported; library code never sets
-threads. Two settings:
+threads. OpenMP reads both settings once, when it loads, so they are chosen at start from the `anchorft` processes
+of this user live then (counted through one file per process in a folder of the temp directory, pruned of dead
+processes):
 
-- OpenMP's wait policy PASSIVE: an idle worker thread sleeps instead of spinning. With the default (spin, then
-  sleep), threads of two processes on the same cores burn each other's time waiting at every parallel region.
-- torch's intra-op thread count (OMP_NUM_THREADS, read when torch starts): the usable cores divided by the
-  `anchorft` processes of this user running now (counted through one file per process in a folder of the temp
-  directory, pruned of dead processes), at least 1. A process started while another runs takes its share; the
-  one already running keeps its count.
+- torch's intra-op thread count (OMP_NUM_THREADS): the usable cores divided by those processes, at least 1. A
+  process started while another runs takes its share; the one already running keeps its count.
+- OpenMP's wait policy PASSIVE, only when another `anchorft` process is live: an idle worker thread then sleeps
+  instead of spinning, so the threads of two processes on the same cores do not burn each other's time waiting at
+  every parallel region. A run alone keeps OpenMP's default (spin, then sleep), which is faster when nothing
+  else wants the cores.
 
 Values the user set (OMP_WAIT_POLICY, OMP_NUM_THREADS, a command's --threads) win. ANCHORFT_THREAD_POLICY=off
 leaves torch's and OpenMP's defaults. benchmarks/bench_concurrent_pretrain.py measures the effect (docs/toy.md).
@@ -78,13 +80,24 @@ def count_processes(register: bool = True, folder: Path | None = None) -> int:
         return 1
 
 
-def apply_thread_policy(environ: dict | None = None) -> dict | None:
-    """Set the OpenMP wait policy and torch's thread count for this process (module docstring); returns what was
-    chosen, or None when ANCHORFT_THREAD_POLICY=off."""
+def apply_thread_policy(
+    environ: dict | None = None, *, cores: int | None = None, registry: Path | None = None
+) -> dict | None:
+    """Set torch's thread count, and the OpenMP wait policy when another run is live, for this process (module
+    docstring); returns what was chosen ({"cores", "processes", "threads", "wait"}), or None when
+    ANCHORFT_THREAD_POLICY=off. `cores` and `registry` replace the machine's core count and the process
+    registry's folder (tests)."""
     env = os.environ if environ is None else environ
     if env.get(POLICY_ENV, "").lower() == "off" or "torch" in sys.modules:
         return None  # torch already started (a program calling cli.main): its owner chose the threads
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    cores, procs = available_cores(), count_processes()
+    cores = available_cores() if cores is None else cores
+    procs = count_processes(folder=registry)
+    if procs > 1:
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     env.setdefault("OMP_NUM_THREADS", str(choose_threads(cores, procs)))
-    return {"cores": cores, "processes": procs, "threads": int(env["OMP_NUM_THREADS"])}
+    return {
+        "cores": cores,
+        "processes": procs,
+        "threads": int(env["OMP_NUM_THREADS"]),
+        "wait": env.get("OMP_WAIT_POLICY"),
+    }
