@@ -51,7 +51,13 @@ def _run(args: argparse.Namespace) -> int:
     header = " ".join(["anchorft w2s run", "--preset", args.preset, "--out", args.out, *overrides])
     if args.ode:
         header += " --ode"
-    metrics = run_experiment(config, args.out, progress=not args.quiet, header=header, ode=args.ode)
+    from anchorft.w2s.dynamics import NumericalFailure
+
+    try:
+        metrics = run_experiment(config, args.out, progress=not args.quiet, header=header, ode=args.ode)
+    except NumericalFailure as e:  # not the user's input (exit 2): the simulator's numbers left the model
+        print(f"anchorft w2s run: {e}", file=sys.stderr)
+        return 1
     finish(claim)
     for mode in config.modes:
         if mode in metrics:

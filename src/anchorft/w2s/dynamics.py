@@ -17,9 +17,14 @@ R(W) = ||U_0^T (W - W_0) V_0||_F^2 on the first layer (anchorft.subspace).
 Reduced representation at lambda = 1: every input is x = B z, so every gradient lies in V_kappa and a neuron
 stays w_j = r_j p_j + B c_j with p_j = (I - B B^T) w_j(0) fixed: the step only updates c_j (s numbers) and the
 scalar r_j (the renormalisation), O(s N) per sample, while alignments theta_k^T w_j = r_j theta_k^T p_j +
-(B^T theta_k)^T c_j stay exact in R^d. `train` runs this path with `anchorft.w2s.fused.ReducedStepper` (the same
-update with a deferred per-neuron scale and preallocated buffers; tested equal to `reduced_step`) and every other
-mode with `fused.DenseStepper` (the same interface around `dense_step`): one loop for every mode.
+(B^T theta_k)^T c_j stay exact in R^d. p_j is formed explicitly (`reduced_coordinates`), so that q_j = ||p_j||^2
+and theta_k^T p_j come from the same vector and the exact renormalisation r_j^2 q_j + ||c_j||^2 = 1 bounds
+|r_j| ||p_j|| <= 1; a p_j at round-off level (a neuron built inside V_kappa: ||p_j||^2 below the dtype's epsilon,
+invisible in ||w_j||) is set to zero with r_j = 0, so that such a neuron stays in V_kappa exactly. Every logged
+alignment is checked to be a cosine and every returned neuron to have unit norm (`NumericalFailure` otherwise).
+`train` runs this path with `anchorft.w2s.fused.ReducedStepper` (the same update with a deferred per-neuron scale
+and preallocated buffers; tested equal to `reduced_step`) and every other mode with `fused.DenseStepper` (the same
+interface around `dense_step`): one loop for every mode.
 """
 
 from __future__ import annotations
@@ -48,12 +53,22 @@ __all__ = [
     "dense_step",
     "reduced_step",
     "renormalise_reduced",
+    "reduced_coordinates",
+    "check_alignments",
+    "check_unit_norm",
+    "NumericalFailure",
     "train_weak",
 ]
 
 # SFT and SFT+anchor see the same inputs; the ceiling (W2S inputs, true labels) sees W2S's
 STREAMS = {"w2s": 1, "sft": 2, "sft_anchor": 2, "weak": 3, "ceiling": 1}
 QUANTILES = (0.1, 0.5, 0.9)
+COS_TOL = 1e-5  # a logged alignment |theta_k^T w_j| above 1 + COS_TOL is not a cosine
+NORM_TOL = 1e-4  # a returned neuron with | ||w_j|| - 1 | above NORM_TOL is not on the sphere (float32: ~1e-6 seen)
+
+
+class NumericalFailure(RuntimeError):
+    """A run whose numbers left the model: an alignment that is not a cosine, or a neuron off the unit sphere."""
 
 
 @dataclass
@@ -175,6 +190,54 @@ def renormalise_reduced(c: torch.Tensor, r: torch.Tensor, q: torch.Tensor) -> tu
     return c / n.unsqueeze(-1), r / n
 
 
+def reduced_coordinates(
+    w0: torch.Tensor, basis: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Split w0 (S, N, d) on V = span(basis) (S, d, s orthonormal): w0 = r0 p + B c0 with c0 = B^T w0 and
+    p = (I - B B^T) w0 formed explicitly, then projected off V once more (the basis is orthonormal only to round-off).
+    Returns (c0, r0, p, q) with q = ||p||^2 computed from p itself, all in w0's dtype.
+
+    Not ||w0||^2 - ||c0||^2: for w0 inside V that difference cancels to round-off of either sign, unrelated to p's
+    own round-off, and the renormalisation by r^2 q + ||c||^2 then bounds neither r nor r theta^T p. Where
+    ||p|| <= sqrt(eps) ||w0|| (eps of w0's dtype: p changes ||w0||^2 by less than one rounding unit, so it is
+    round-off of a neuron built inside V), p = 0, q = 0 and r0 = 0: the neuron is B c0 and stays in V exactly
+    (r_t = r0 prod alpha = 0). Elsewhere r0 = 1, and r_t^2 q + ||c_t||^2 = 1 keeps |r_t| <= 1 / ||p||.
+    """
+    c0 = w0 @ basis
+    p = w0 - c0 @ basis.mT
+    p = p - (p @ basis) @ basis.mT  # re-orthogonalise
+    pn = torch.linalg.vector_norm(p, dim=-1)
+    keep = pn > math.sqrt(torch.finfo(w0.dtype).eps) * torch.linalg.vector_norm(w0, dim=-1)
+    p = p * keep.unsqueeze(-1)
+    return c0, keep.to(w0.dtype), p, pn * pn * keep
+
+
+def check_alignments(align: torch.Tensor, seeds: list[int], step: int, mode: str) -> None:
+    """Raise NumericalFailure if some |theta_k^T w_j| in `align` (S, N, K) exceeds 1 + COS_TOL (unit w_j and
+    theta_k: a cosine). Non-finite values are left to the divergence check."""
+    m = align.detach().abs().amax(-1)  # (S, N)
+    worst = float(m.max())
+    if worst > 1.0 + COS_TOL:
+        i, j = divmod(int(m.argmax()), m.shape[1])
+        raise NumericalFailure(
+            f"w2s {mode}: seed {seeds[i]} neuron {j}: logged alignment |theta^T w| = {worst:.6g} at step {step} is "
+            f"not a cosine (> 1 + {COS_TOL:g}): numerical failure"
+        )
+
+
+def check_unit_norm(weights: torch.Tensor, seeds: list[int], mode: str, tol: float = NORM_TOL) -> None:
+    """Raise NumericalFailure if a returned neuron of `weights` (S, N, d) has | ||w_j|| - 1 | > tol."""
+    dev = (torch.linalg.vector_norm(weights.detach().double(), dim=-1) - 1.0).abs()  # (S, N)
+    worst = float(dev.max())
+    if not worst <= tol:
+        i, j = divmod(int(dev.argmax()), dev.shape[1])
+        norm = float(torch.linalg.vector_norm(weights[i, j].double()))
+        raise NumericalFailure(
+            f"w2s {mode}: seed {seeds[i]} neuron {j}: returned weight norm {norm:.6g} is not 1 (tolerance {tol:g}):"
+            " numerical failure"
+        )
+
+
 class _Logger:
     """Alignment of each group with every theta_k (mean and quantiles), loss, samples, at the logged steps."""
 
@@ -248,7 +311,9 @@ def train(
     W2S's inputs with the true labels, the reference of the performance gap recovered).
 
     All seeds of `problem` run as one batched computation. A non-finite loss or weight stops the run: the
-    result has `diverged_at` (the first bad step) and the metrics logged before it. With `hit_threshold` (one
+    result has `diverged_at` (the first bad step) and the metrics logged before it. A finite logged alignment that
+    is not a cosine (|theta_k^T w_j| > 1 + COS_TOL), or a returned neuron off the unit sphere (by more than
+    NORM_TOL), raises NumericalFailure naming the seed, the neuron and the value. With `hit_threshold` (one
     value or several), the target alignment of each seed is checked at every chunk end; `extra["hit_step"]`
     holds, per seed, the first checked step where it reached the lowest threshold (None: censored at the
     budget), `extra["hit_steps"]` the same for every threshold (keyed by str(threshold)), and the run stops
@@ -268,18 +333,14 @@ def train(
     bias = torch.zeros(n_seeds, dtype=dtype, device=dev) if config.strong_bias == "trained" else None
 
     if reduced:
-        # p = w0 - B c0 is never formed (B^T B = I): ||p||^2 = ||w0||^2 - ||c0||^2, theta^T p = theta^T w0 - (B^T
-        # theta)^T c0, and w = r p + B c = r w0 + B (c - r c0): one d-dimensional GEMM at the start and one at the end.
-        w0 = problem.w0
-        c0 = w0 @ b0  # (S, N, s)
-        q = (torch.linalg.vector_norm(w0, dim=-1).square_() - (c0 * c0).sum(-1)).clamp_(min=0.0)
+        # w = r p + B c with p formed once (q = ||p||^2 and theta^T p from p itself, see reduced_coordinates): d-dim
+        # GEMMs at the start and at the end only
+        c0, r0, p, q = reduced_coordinates(problem.w0, b0)
         b_theta = (thetas @ b0).mT  # (S, s, K)
-        p_theta = w0 @ thetas.mT - c0 @ b_theta  # (S, N, K)
+        p_theta = p @ thetas.mT  # (S, N, K)
         weak_b = problem.weak_u @ b0  # (S, M, s)
         theta0_b = b_theta[:, :, :1]  # (S, s, 1): theta_kappa in the coordinates z of x = B z
-        stepper = ReducedStepper(
-            c0, torch.ones_like(q), a, act, config.loss, batch, config.chunk, bias, config.bias_eta
-        )
+        stepper = ReducedStepper(c0, r0, a, act, config.loss, batch, config.chunk, bias, config.bias_eta)
         zbuf = torch.empty(n_seeds, config.chunk, batch, config.s, dtype=dtype, device=dev)
 
         def alignment() -> torch.Tensor:
@@ -288,8 +349,7 @@ def train(
 
         def weights() -> torch.Tensor:
             c, r = stepper.weights()
-            r = r.unsqueeze(-1)
-            return torch.bmm(c.sub_(r * c0), b0.mT).addcmul_(r, w0)
+            return torch.bmm(c, b0.mT).addcmul_(r.unsqueeze(-1), p)
 
     else:
         extra_grad = None
@@ -327,7 +387,12 @@ def train(
     marks = log_steps(steps, config.n_log)
     mark_set = set(marks)
     losses = torch.zeros(steps, n_seeds, dtype=torch.float64)
-    logger.record(0, alignment(), None, base * schedule_factor(config, 0, steps))  # no loss before step 1
+
+    def record(t: int, al: torch.Tensor, loss: float | None, eta: float) -> None:
+        check_alignments(al, problem.seeds, t, mode)
+        logger.record(t, al, loss, eta)
+
+    record(0, alignment(), None, base * schedule_factor(config, 0, steps))  # no loss before step 1
     last, t, diverged = 0, 0, None
     hits: dict[float, list] = {thr: [None] * n_seeds for thr in _thresholds(hit_threshold)}
     bar = tqdm(total=steps, desc=mode, disable=not progress, leave=False, mininterval=1.0)
@@ -365,7 +430,7 @@ def train(
                 if bad.any() or not torch.isfinite(al).all():
                     diverged = last + int(bad.nonzero()[0, 0]) + 1 if bad.any() else t
                     break
-                logger.record(t, al, float(losses[last:t].mean()), eta)
+                record(t, al, float(losses[last:t].mean()), eta)
                 last = t
         if reduced:  # fold the deferred scale back and renormalise exactly, once per chunk
             stepper.reset(*renormalise_reduced(*stepper.weights(), q))
@@ -375,7 +440,7 @@ def train(
             tgt = alignment()[:, problem.groups == 0, 0].abs().mean(-1).cpu()
             if _record_hits(hits, tgt.tolist(), t):
                 if not logger.log["steps"] or logger.log["steps"][-1] != t:
-                    logger.record(t, alignment(), float(losses[last:t].mean()) if t > last else None, eta)
+                    record(t, alignment(), float(losses[last:t].mean()) if t > last else None, eta)
                 bar.update(n)
                 break
         if flushed < n and diverged is None:
@@ -392,7 +457,10 @@ def train(
     extra["train_label_mean"] = [float(v) / max(t * batch, 1) for v in label_sum]
     if bias is not None:
         extra["bias"] = [float(v) for v in bias.cpu()]  # the trained output bias at the end, per seed
-    return RunResult(mode=mode, log=logger.log, weights=weights(), diverged_at=diverged, extra=extra)
+    final = weights()
+    if diverged is None:
+        check_unit_norm(final, problem.seeds, mode)
+    return RunResult(mode=mode, log=logger.log, weights=final, diverged_at=diverged, extra=extra)
 
 
 def train_weak(

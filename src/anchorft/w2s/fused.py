@@ -157,7 +157,10 @@ class ReducedStepper:
         return (yy * (f + self.const)).mean(-1)  # yy = -y_true
 
     def weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Current (c (S, N, s), r (S, N)) of w_j = r_j p_j + B c_j, as new tensors (the caller may modify them)."""
+        """Current (c (S, N, s), r (S, N)) of w_j = r_j p_j + B c_j, as new tensors (the caller may modify them).
+
+        p_j and r_j(0) come from `dynamics.reduced_coordinates`: r_j = 0 (and stays 0, r_hat fixed) for a neuron
+        inside V; otherwise the per-chunk renormalisation with q_j = ||p_j||^2 keeps |r_j| ||p_j|| <= 1."""
         return self.c * self.sig.unsqueeze(-1), self.r * self.sig
 
     def reset(self, c: torch.Tensor, r: torch.Tensor) -> None:

@@ -13,7 +13,13 @@ plt = pyplot()  # the Agg backend, set in anchorft.io
 
 __all__ = ["plot_alignment", "save_figure"]
 
-TITLES = {"w2s": "W2S", "sft": "SFT", "sft_anchor": "SFT + RPSFT anchor"}
+TITLES = {
+    "w2s": "W2S",
+    "sft": "SFT",
+    "sft_anchor": "SFT + RPSFT anchor",
+    "ceiling": "ceiling (true labels, W2S inputs)",
+}
+PANEL_ORDER = ("w2s", "ceiling", "sft", "sft_anchor")  # every mode of config.MODES
 CURVES = (
     ("target_alignment", "target neurons, |cos(w, theta_1)|", "C0"),
     ("nontarget_alignment", "non-target neurons, |cos(w, theta_2)|", "C1"),
@@ -27,9 +33,12 @@ def save_figure(fig: plt.Figure, path: str | os.PathLike) -> None:
 
 
 def plot_alignment(metrics: dict, path: str | os.PathLike, title: str | None = None) -> None:
-    """One panel per mode: alignments against samples (log x), mean over seeds with a min-max band over seeds;
-    the mean-field prediction dashed where metrics has an `ode` entry for the mode."""
-    modes = [m for m in ("w2s", "sft", "sft_anchor") if m in metrics]
+    """One panel per mode that metrics holds (any non-empty subset of W2S, ceiling, SFT, SFT + anchor): alignments
+    against samples (log x), mean over seeds with a min-max band over seeds; the mean-field prediction dashed where
+    metrics has an `ode` entry for the mode."""
+    modes = [m for m in PANEL_ORDER if m in metrics]
+    if not modes:
+        raise ValueError(f"plot_alignment: metrics holds none of the modes {list(PANEL_ORDER)}")
     fig, axes = plt.subplots(1, len(modes), figsize=(5.2 * len(modes), 3.8), sharey=True, squeeze=False)
     for ax, mode in zip(axes[0], modes):
         m = metrics[mode]
