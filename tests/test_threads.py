@@ -36,21 +36,23 @@ def test_count_processes_registers_and_prunes_dead_ones(tmp_path):
         alive.wait()
 
 
-def _policy_in_fresh_interpreter(env: dict, cores: int, registry: Path) -> dict:
+def _policy_in_fresh_interpreter(env: dict, cores: int, registry: Path, torch: bool = False) -> dict:
     """The policy applied in a new interpreter with `cores` cores and the process registry `registry` (both faked:
     the machine's own cores and other anchorft processes do not enter): what it chose, the OpenMP variables it
-    left, and torch's thread count (torch takes OMP_NUM_THREADS, capped at the machine's real cores)."""
+    left; with `torch`, also that torch took OMP_NUM_THREADS (capped at the machine's real cores; 1.5 s more)."""
     code = (
         "import json, os, sys; from pathlib import Path; from anchorft.threads import apply_thread_policy; "
         "r = apply_thread_policy(cores=int(sys.argv[1]), registry=Path(sys.argv[2])); "
         "env = {k: os.environ.get(k) for k in ('OMP_WAIT_POLICY', 'OMP_NUM_THREADS')}; "
         "import torch; print(json.dumps([r, env, torch.get_num_threads()]))"
     )
+    if not torch:
+        code = code.replace("import torch; ", "").replace("torch.get_num_threads()", "None")
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("OMP_")}, "PYTHONPATH": SRC, **env}
     cmd = [sys.executable, "-c", code, str(cores), str(registry)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
     r, omp, torch_threads = json.loads(out.strip().splitlines()[-1])
-    if omp["OMP_NUM_THREADS"] is not None:
+    if torch and omp["OMP_NUM_THREADS"] is not None:
         assert torch_threads == min(int(omp["OMP_NUM_THREADS"]), available_cores())  # torch read the count
     return {"chosen": r, "wait": omp["OMP_WAIT_POLICY"], "threads": omp["OMP_NUM_THREADS"]}
 
@@ -62,10 +64,10 @@ def test_policy_at_entry_sets_threads_and_a_passive_wait_only_beside_another_run
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         (beside / str(other.pid)).touch()  # another anchorft run, live
-        got = _policy_in_fresh_interpreter({}, 4, alone)
+        got = _policy_in_fresh_interpreter({}, 4, alone, torch=True)
         assert got["chosen"]["processes"] == 1 and got["threads"] == "4" and got["chosen"]["threads"] == 4
         assert got["wait"] is None  # alone: OpenMP's default (spin, then sleep)
-        got = _policy_in_fresh_interpreter({}, 4, beside)
+        got = _policy_in_fresh_interpreter({}, 4, beside, torch=True)
         assert got["chosen"]["processes"] == 2 and got["threads"] == "2" and got["chosen"]["threads"] == 2
         assert got["wait"] == "PASSIVE"
         # the user's values win: 3 threads is what the policy picks neither alone (4) nor beside another run (2)

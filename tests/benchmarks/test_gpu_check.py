@@ -8,6 +8,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,10 +65,11 @@ def test_gpu_check_fails_when_the_anchor_is_built_from_other_weights(monkeypatch
     )
 
 
+@pytest.mark.slow
 def test_gpu_check_launches_anchorft_train_on_cpu(tmp_path, capsys) -> None:
     """The same path as on a GPU: `accelerate launch ... -m anchorft.cli train` of the recipes (rpsft, l2, iw_sft),
     a checkpoint each, then rpsft resumed from its checkpoint to twice the steps; the DeepSpeed / FSDP2 configs are
-    skipped on the CPU with the reason printed."""
+    skipped on the CPU with the reason printed. Slow (four launches, about 35 s): `make test-dist` runs it."""
     gc = _load()
     out = tmp_path / "launch.json"
     rc = gc.main(["--tiny", "--device", "cpu", "--only", "launch", "--launch_steps", "2", "--out", str(out)])
