@@ -22,6 +22,7 @@ KERNELS = (
     "anchorft.dataclass_yaml",
     "anchorft.eval.metrics",
     "anchorft.errors",
+    "anchorft.stop",
     "anchorft.runs",
     "anchorft.preflight",
     "anchorft.resources",

@@ -9,7 +9,9 @@ One error path (anchorft.errors): bad input (a UsageError, ValueError or file er
 `anchorft CMD: error: MESSAGE` on stderr and exit code 2; a flag argparse refuses is that line and a
 `--help` hint (no usage dump). `--debug` anywhere on the command line, or ANCHORFT_DEBUG=1, prints the
 traceback before it. Ctrl-C exits with 130, SIGTERM (what SLURM and Kubernetes send) with 143; both mark the
-runs it had started "interrupted" in their run markers (anchorft.runs).
+runs it had started "interrupted" in their run markers (anchorft.runs). The handler also records the signal
+(anchorft.stop): one that library code swallowed still stops the run at the next safe point, at the latest when
+the command returns.
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ import importlib
 import os
 import signal
 import sys
-import threading
 
+from anchorft import stop
 from anchorft.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, debug_enabled
+from anchorft.stop import Terminated
+
+__all__ = ["main", "Terminated", "COMMANDS"]
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -70,15 +75,6 @@ def _prog(name: str, rest: list[str]) -> str:
     return f"anchorft {name} {sub}".rstrip()
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the program is, so that it unwinds as on Ctrl-C (temporary files go, runs are
-    marked interrupted)."""
-
-
-def _on_sigterm(signum, frame):
-    raise Terminated
-
-
 def _short_error(self: argparse.ArgumentParser, message: str):
     """argparse's error without the usage dump: the error, and where the options are."""
     self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\nRun `{self.prog} --help` for the options.\n")
@@ -108,40 +104,54 @@ def main(argv: list[str] | None = None) -> int:
 
     errors._DEBUG_FLAG = debug
     _quiet_dataset_maps()
-    main_thread = threading.current_thread() is threading.main_thread()
-    old_term = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
+    restore_signals = stop.install()  # SIGTERM and Ctrl-C: recorded, and raised where the program is
     old_error, argparse.ArgumentParser.error = argparse.ArgumentParser.error, _short_error
     try:
         module = importlib.import_module(COMMANDS[name][0])
         rc = int(module.main(rest) or 0)
+        stop.check()  # a signal swallowed on the way (library code's bare `except`) still stops the run
         if rc:
             mark_active("failed")
         return rc
     except SystemExit as e:  # argparse: --help (0) or a refused flag (2, already reported)
+        if stop.requested():
+            return _stopped(name, rest, stop.interrupt_for(stop.requested()))
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_USAGE)
         if code:
             mark_active("failed")
         return code
     except KeyboardInterrupt as e:
-        terminated = isinstance(e, Terminated)
-        marked = mark_active("interrupted")
-        where = f"; partial outputs in {', '.join(map(str, marked))} are marked incomplete" if marked else ""
-        print(f"\n{_prog(name, rest)}: {'terminated' if terminated else 'interrupted'}{where}", file=sys.stderr)
-        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+        return _stopped(name, rest, e)
     except USER_ERRORS as e:
+        if stop.requested():  # the signal's exception, swallowed and turned into an error on the way
+            return _stopped(name, rest, stop.interrupt_for(stop.requested()))
         mark_active("failed")
         return errors.report(_prog(name, rest), e)
     except BrokenPipeError:  # `anchorft X --help | head`: the reader left; say nothing more (Python's own advice)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except BaseException:
+        if stop.requested():
+            return _stopped(name, rest, stop.interrupt_for(stop.requested()))
         mark_active("failed")
         raise
     finally:
         errors._DEBUG_FLAG = False
         argparse.ArgumentParser.error = old_error
-        if main_thread:
-            signal.signal(signal.SIGTERM, old_term)
+        restore_signals()
+        stop.clear()
+
+
+def _stopped(name: str, rest: list[str], e: KeyboardInterrupt) -> int:
+    """Ctrl-C or SIGTERM: the runs this process started marked interrupted (an --overwrite's old run put back), one
+    line on stderr, exit 130 or 143."""
+    from anchorft.runs import mark_active
+
+    terminated = isinstance(e, Terminated) or stop.requested() == signal.SIGTERM
+    marked = mark_active("interrupted")
+    where = f"; partial outputs in {', '.join(map(str, marked))} are marked incomplete" if marked else ""
+    print(f"\n{_prog(name, rest)}: {'terminated' if terminated else 'interrupted'}{where}", file=sys.stderr)
+    return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

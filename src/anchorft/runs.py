@@ -11,8 +11,9 @@ way: the folder's lock (OUT/.anchorft-lock, held by the claiming process while t
 stopped run's marker lists as its own (`files`), the old run that `--overwrite` keeps aside (OUT/.anchorft-replaced)
 until the new one finishes and puts back if it does not.
 
-`finish(claim)` marks the run complete; `anchorft.cli.main` marks every claimed run "interrupted" on
-Ctrl-C or SIGTERM and "failed" on an error, so partial outputs are never mistaken for results.
+`finish(claim)` marks the run complete, unless a signal was recorded (anchorft.stop): then it raises it;
+`anchorft.cli.main` marks every claimed run "interrupted" on Ctrl-C or SIGTERM and "failed" on an error, so
+partial outputs are never mistaken for results.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from anchorft import stop
 from anchorft.errors import UsageError
 
 __all__ = [
@@ -306,7 +308,11 @@ def reused(claim: RunClaim) -> str:
 
 
 def finish(claim: RunClaim) -> None:
-    """Mark the run complete (and delete the run it replaced, if any); release the folder."""
+    """Mark the run complete (and delete the run it replaced, if any); release the folder.
+
+    A signal recorded on the way (anchorft.stop), even one that library code swallowed, raises here instead: the
+    caller's interrupt path then marks the run interrupted and puts back the run an --overwrite was replacing."""
+    stop.check()
     _write_marker(claim, "complete")
     if (claim.out / ASIDE).exists():
         shutil.rmtree(claim.out / ASIDE)

@@ -4,6 +4,7 @@ torchrun --nproc_per_node 2 dist_worker.py ddp  TOKENIZER_DIR OUT_DIR
 torchrun --nproc_per_node 2 dist_worker.py fsdp2 OUT_DIR
 DS_ACCELERATOR=cpu torchrun --nproc_per_node 2 dist_worker.py zero STAGE TOKENIZER_DIR OUT_DIR
 DS_ACCELERATOR=cpu torchrun --nproc_per_node 2 dist_worker.py zero3_anchor OUT_DIR
+torchrun --nproc_per_node 2 dist_worker.py signal RANKS_DIR INJECT train ARGS...  (`anchorft train ARGS`)
 """
 
 from __future__ import annotations
@@ -252,8 +253,50 @@ def zero3_anchor(out: str) -> None:
             json.dump(res, f)
 
 
+def signal_run(ranks_dir: str, inject: str, *argv: str) -> None:
+    """`anchorft train ARGV` (cli.main) on each rank; with INJECT "1", rank 0 alone sends itself SIGTERM in step 2,
+    from code that swallows what the handler raises. Writes RANKS_DIR/rankR.json: the command's exit code, the
+    trainer's last step, whether this rank's handler saw a signal; exits 0 (the launcher would stop the other rank
+    as soon as one exits with an error)."""
+    import signal
+
+    import anchorft.stop as stop
+    from anchorft.cli import main
+    from anchorft.rpsft.trainer import RPSFTTrainer
+
+    rank = int(os.environ["RANK"])
+    seen, steps = [], []
+    real_handler, real_train, real_step = stop._handler, RPSFTTrainer.train, RPSFTTrainer.training_step
+
+    def handler(signum, frame):
+        seen.append(signum)
+        real_handler(signum, frame)
+
+    def train(self, *a, **k):
+        try:
+            return real_train(self, *a, **k)
+        finally:
+            steps.append(self.state.global_step)
+
+    def step(self, *a, **k):
+        if inject == "1" and rank == 0 and self.state.global_step == 1 and not seen:
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+            except:  # noqa: E722 - library code that swallows the handler's exception (in a group it only records)
+                pass
+        return real_step(self, *a, **k)
+
+    stop._handler, RPSFTTrainer.train, RPSFTTrainer.training_step = handler, train, step
+    rc = main(list(argv))
+    os.makedirs(ranks_dir, exist_ok=True)
+    with open(os.path.join(ranks_dir, f"rank{rank}.json"), "w") as f:
+        json.dump({"rc": rc, "step": steps[-1] if steps else None, "signalled": bool(seen)}, f)
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "ddp":
+    if sys.argv[1] == "signal":
+        signal_run(*sys.argv[2:])
+    elif sys.argv[1] == "ddp":
         ddp(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "zero":
         zero(sys.argv[2], sys.argv[3], sys.argv[4])

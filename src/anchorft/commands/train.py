@@ -353,6 +353,9 @@ def main(argv: list[str]) -> int:
     except ValueError as e:
         return report("anchorft train", e)
     trainer.save_model(args.output_dir)  # on every rank: Trainer saves from the main process (gathers under FSDP)
+    from anchorft import stop
+
+    stop.check(agree=True)  # a signal during the save: every rank stops (marked interrupted), none finishes
     if trainer.is_world_process_zero():
         if claim is not None:
             finish(claim)

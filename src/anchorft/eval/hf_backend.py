@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from anchorft import stop
 from anchorft.eval.backend import row_seed
 from anchorft.eval.loading import load_causal_lm
 
@@ -118,6 +119,7 @@ def decode(
         done = torch.zeros(len(batch), dtype=torch.bool, device=device)  # rows ended but kept in the batch
         past, step_ids = None, input_ids
         for _ in range(max_new_tokens):
+            stop.check_alone()  # a safe point per token: a signal swallowed anywhere stops the generation here
             res = model(input_ids=step_ids, attention_mask=mask, position_ids=pos, use_cache=True, **{cache_kw: past})
             past = res.cache if getattr(res, "cache", None) is not None else res.past_key_values
             nxt = pick(res.logits[:, -1, :], active)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 
+from anchorft import stop
+
 __all__ = ["load_causal_lm", "load_tokenizer", "load_eval_tokenizer"]
 
 
@@ -18,7 +20,9 @@ def load_causal_lm(path: str | os.PathLike, dtype=None, trust_remote_code: bool 
     from transformers import AutoModelForCausalLM
 
     dtype = torch.float32 if dtype is None else dtype
-    return AutoModelForCausalLM.from_pretrained(os.fspath(path), dtype=dtype, trust_remote_code=trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(os.fspath(path), dtype=dtype, trust_remote_code=trust_remote_code)
+    stop.check_alone()  # a signal that the loader swallowed stops the run here (anchorft.stop)
+    return model
 
 
 def load_tokenizer(path: str | os.PathLike, trust_remote_code: bool = False):

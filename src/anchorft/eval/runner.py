@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from anchorft import stop
 from anchorft.eval.answers import default_checker
 from anchorft.eval.backend import Backend
 from anchorft.eval.benchmarks import Bench, load_bench, score_bench, summarize
@@ -121,6 +122,7 @@ def run_pair(
         log(f"  {label}: resuming, {len(done)} of {len(bench.items)} items saved")
     prompts = token_prompts(tokenizer, todo, s.prompt) if todo else []
     for start in range(0, len(todo), s.chunk):
+        stop.check_alone()  # safe point: the chunks saved so far are kept for the rerun
         part, ids = todo[start : start + s.chunk], prompts[start : start + s.chunk]
         keys = [it.index for it in part]
         kw = dict(top_p=s.top_p, max_new_tokens=s.new_tokens, seed=s.seed)
@@ -136,6 +138,7 @@ def run_pair(
     responses = {it.index: done[it.index]["responses"] for it in bench.items}
     greedy = {it.index: done[it.index]["greedy"] for it in bench.items} if s.greedy else None
     records = score_bench(bench, responses, greedy, checker)
+    stop.check_alone()  # after grading (math-verify's worker), before the pair's results are written
     metrics = summarize(records, s.k)
     metrics.update(bench=str(bench.path), n_bad_lines=bench.n_bad, kind=sorted({r["kind"] for r in records}))
     write_jsonl(sub / "records.jsonl", records)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from anchorft import stop
 from anchorft.io import save_figure, write_json
 from anchorft.provenance import write_metrics
 from anchorft.rpsft.dapo_config import DAPOConfig
@@ -255,6 +256,10 @@ def run_rl(
     from anchorft.rpsft.progress import use_readable_progress
 
     use_readable_progress(trainer)  # a bar and a short line per log; the full dicts in OUTPUT_DIR/log.jsonl
+    from anchorft.rpsft.stopping import add_stop_callback
+
+    add_stop_callback(trainer)  # SIGTERM / Ctrl-C: every rank stops at the same step (anchorft.stop)
+    stop.check(agree=True)  # a signal swallowed while the data or the models were prepared
     resolved = {"dapo": args.dapo_settings(), "dapo_config": args.to_dict(), "n_prompts": len(train_data)}
     resolved["n_prompts_dropped"] = dropped
     resolved["memory"] = est
@@ -263,6 +268,7 @@ def run_rl(
         anchor.save(out_dir / "anchor")
     write_json(out_dir / "config.json", resolved, indent=2, default=str)
     trainer.train()
+    stop.check(agree=True)  # stopped by a signal: the run is interrupted, not finished
 
     hist = [h for h in trainer.state.log_history if "reward" in h]
     steps = [int(h["step"]) for h in hist]

@@ -9,6 +9,7 @@ import datasets
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
+from anchorft import stop
 from anchorft.eval.loading import load_tokenizer
 from anchorft.io import save_figure, write_json
 from anchorft.provenance import write_metrics
@@ -167,7 +168,11 @@ def train(
     validate_sft_dataset(train_ds, None, field="train_dataset")
     if eval_ds is not None:
         validate_sft_dataset(eval_ds, None, field="eval_dataset")
+    # safe points (anchorft.stop): a signal that library code swallowed (datasets' hashing, a loader's bare
+    # `except`) stops the run here; agreed across the ranks of a distributed run, which all pass each of them
+    stop.check(agree=True)
     model_obj = load_model(model, args)  # a local folder without weights is refused before anything is loaded
+    stop.check(agree=True)
     if tokenizer is None:
         src = model if isinstance(model, (str, os.PathLike)) else getattr(model_obj, "name_or_path", None)
         if not src:
@@ -209,10 +214,14 @@ def train(
         anchor_fisher=anchor_fisher,
         **({"data_collator": collator} if collator is not None else {}),
     )
+    stop.check(agree=True)  # after the datasets' tokenization (in the trainer's constructor)
     resume = args.resume_from_checkpoint
     if isinstance(resume, str) and resume.lower() in ("true", "false"):
         resume = resume.lower() == "true"
     trainer.train(resume_from_checkpoint=resume)
+    # stopped by a signal (anchorft.rpsft.stopping: every rank at the same step, after a checkpoint): raise it, so
+    # that the run is marked interrupted rather than finished
+    stop.check(agree=True)
     # on every rank: under FSDP2 the drift is a collective (one all-reduce of the k x k blocks), under ZeRO-3 a
     # gather per matrix
     final_drift = trainer._active_anchor.drift(trainer.model) if trainer._active_anchor is not None else None
@@ -224,4 +233,5 @@ def train(
         trainer.model = merge_adapter_model(trainer.model)
     if args.should_save:
         _write_run_artifacts(trainer, args.output_dir, final_drift)
+    stop.check(agree=True)
     return trainer

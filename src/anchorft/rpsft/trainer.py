@@ -37,6 +37,7 @@ from anchorft.rpsft.config import RPSFTConfig
 from anchorft.rpsft.data import load_sft_dataset
 from anchorft.rpsft.progress import use_readable_progress
 from anchorft.rpsft.sharding import is_zero3
+from anchorft.rpsft.stopping import add_stop_callback
 
 __all__ = ["RPSFTTrainer", "AnchorSteps", "ANCHOR_DIR", "frozen_copy", "prepare_reference", "save_full_model"]
 
@@ -133,6 +134,7 @@ class RPSFTTrainer(AnchorSteps, SFTTrainer):
         if anchor is not None:
             anchor.check_model(self.model, check_fingerprint=False)
         self.add_callback(_AnchorAfterPrepare(self))
+        add_stop_callback(self)  # SIGTERM / Ctrl-C: every rank stops at the same step, after a checkpoint
         self._anchor_last: dict[str, float] | None = None
         self._anchor_mode = args.anchor_mode
         if args.weight_anchored:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from anchorft import stop
 from anchorft.errors import read_yaml
 from anchorft.io import write_json, write_text
 from anchorft.provenance import write_metrics
@@ -512,7 +513,10 @@ def run_sweep(
     shared: dict = {}  # results shared between the points of one run (the long ceiling of `weak-quality`)
     configs = [point_config(spec, pt) for pt in spec["points"]]
     points = tqdm(spec["points"], desc=f"sweep {kind}", disable=not progress)
-    recs = [k.measure(spec, pt, cfg, cache, shared) for pt, cfg in zip(points, configs)]
+    recs = []
+    for pt, cfg in zip(points, configs):
+        stop.check()  # a safe point per sweep point (anchorft.stop): the points finished are in the cache
+        recs.append(k.measure(spec, pt, cfg, cache, shared))
     fields = k.summarise(spec, recs, configs)
     rows = {"rows": fields.pop("rows")} if k.table is not None else {}
     result: dict[str, Any] = {"kind": kind, "quick": quick, "spec": spec, **rows, "points": recs, **fields}

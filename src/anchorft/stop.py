@@ -1,0 +1,129 @@
+"""Signals that always stop the run: SIGTERM (a cluster's stop, before its SIGKILL) and Ctrl-C (SIGINT).
+
+The `anchorft` command's handler does two things: it records the signal here, and (in a single process) raises
+`Terminated` or `KeyboardInterrupt` where the program is, so that it unwinds at once. The raise alone is not
+enough: library code with a bare `except:` or `except BaseException` between the signal and the run loop
+(`datasets` hashing a `Dataset.map`'s arguments is one) swallows it, and the run would go on and be marked
+complete. So the run loops also call `check()` at safe points (training steps through
+`anchorft.rpsft.stopping.StopOnSignal`, data preparation, model loading, evaluation batches, every study's
+items, `anchorft.runs.finish` before a run is marked complete, `anchorft.cli.main` after a command returns):
+a recorded signal raises there again, and the run is marked interrupted with exit 143 (130 for Ctrl-C).
+
+In a group of processes (torch.distributed) the handler only records: raising in the middle of a collective on
+one rank leaves the others waiting for it. The ranks then agree at each training step's end (`agreed()`, a MAX
+reduction of the recorded signal), so that every rank stops at the same step.
+
+A ground-floor module (it imports nothing of anchorft and never imports torch itself), so that library code can
+check the record without importing the command line.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["Terminated", "record", "requested", "clear", "check", "check_alone", "agreed", "distributed", "install"]
+__all__ += ["interrupt_for"]
+
+_signal: int = 0  # the signal recorded (0: none); SIGTERM wins over SIGINT when both came
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is, so that it unwinds as on Ctrl-C (temporary files go, runs are
+    marked interrupted)."""
+
+
+def record(signum: int) -> None:
+    """Record `signum` as a request to stop (the strongest one is kept: SIGTERM over SIGINT)."""
+    global _signal
+    _signal = max(_signal, int(signum))
+
+
+def requested() -> int:
+    """The signal recorded in this process (0 when none): the run must stop."""
+    return _signal
+
+
+def clear() -> None:
+    """Forget the recorded signal (a new command in the same process starts afresh)."""
+    global _signal
+    _signal = 0
+
+
+def interrupt_for(signum: int) -> KeyboardInterrupt:
+    """The exception that stops a run for `signum`: `Terminated` for SIGTERM, else `KeyboardInterrupt`."""
+    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def check(agree: bool = False) -> None:
+    """A safe point: raise the recorded signal's exception, if one came (it may have been swallowed where it
+    landed). `agree`: every process of the group calls this check at the same point, and the signal recorded on
+    any of them stops them all (a collective: only where every rank passes)."""
+    signum = agreed() if agree else _signal
+    if signum:
+        raise interrupt_for(signum)
+
+
+def check_alone() -> None:
+    """A safe point of code that ranks may pass unevenly (a model load, a generation batch): `check()` in a single
+    process; in a group it leaves the stop to the agreed checks, since a rank that stopped alone would leave the
+    others waiting in their next collective."""
+    if distributed() is None:
+        check()
+
+
+def distributed() -> Any:
+    """`torch.distributed` when this process is one of a group of more than one, else None (torch is not
+    imported here: a process that has not imported it is in no group)."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            return dist
+    except (RuntimeError, ValueError):  # a group being torn down
+        return None
+    return None
+
+
+def agreed(device: Any = None) -> int:
+    """The strongest signal recorded on any process of the group (a MAX all-reduce on `device`: the group's
+    backend device by default, the current CUDA device under NCCL), recorded here too; in one process, this
+    process's record."""
+    dist = distributed()
+    if dist is None:
+        return _signal
+    import torch
+
+    if device is None:
+        device = f"cuda:{torch.cuda.current_device()}" if dist.get_backend() == "nccl" else "cpu"
+    flag = torch.tensor([_signal], dtype=torch.int64, device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    if int(flag.item()):
+        record(int(flag.item()))
+    return _signal
+
+
+def _handler(signum: int, frame) -> None:
+    record(signum)
+    if distributed() is None:  # in a group, raising mid-collective on one rank deadlocks the others
+        raise interrupt_for(signum)
+
+
+def install() -> Callable[[], None]:
+    """Handle SIGTERM (and SIGINT, unless the process was started with it ignored or handled by someone else):
+    record, and in a single process raise. Clears any earlier record. Returns a function that puts the previous
+    handlers back. Only the main thread can handle signals: elsewhere nothing is installed."""
+    clear()
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    old = {signal.SIGTERM: signal.signal(signal.SIGTERM, _handler)}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # a shell's background job ignores it
+        old[signal.SIGINT] = signal.signal(signal.SIGINT, _handler)
+
+    def restore() -> None:
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
+
+    return restore
