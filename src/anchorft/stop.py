@@ -5,16 +5,17 @@ The `anchorft` command's handler does two things: it records the signal here, an
 enough: library code with a bare `except:` or `except BaseException` between the signal and the run loop
 (`datasets` hashing a `Dataset.map`'s arguments is one) swallows it, and the run would go on and be marked
 complete. So the run loops also call `check()` at safe points (training steps through
-`anchorft.rpsft.stopping.StopOnSignal`, data preparation, model loading, evaluation batches, every study's
-items, `anchorft.runs.finish` before a run is marked complete, `anchorft.cli.main` after a command returns):
-a recorded signal raises there again, and the run is marked interrupted with exit 143 (130 for Ctrl-C).
+`anchorft.rpsft.stopping.StopOnSignal`, data preparation, model loading, generated tokens and evaluation chunks,
+each point of a w2s sweep, `anchorft.runs.finish` before a run is marked complete, `anchorft.cli.main` after a
+command returns): a recorded signal raises there again, and the run is marked interrupted with exit 143 (130 for
+Ctrl-C).
 
 In a group of processes (torch.distributed) the handler only records: raising in the middle of a collective on
 one rank leaves the others waiting for it. The ranks then agree at each training step's end (`agreed()`, a MAX
 reduction of the recorded signal), so that every rank stops at the same step.
 
-A ground-floor module (it imports nothing of anchorft and never imports torch itself), so that library code can
-check the record without importing the command line.
+A ground-floor module (it imports nothing of anchorft, and torch only once a process group exists), so that library
+code can check the record without importing the command line.
 """
 
 from __future__ import annotations
