@@ -79,3 +79,20 @@ def test_policy_at_entry_sets_threads_and_a_passive_wait_only_beside_another_run
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_commands_thread_count_does_not_outlive_it_in_the_process(tmp_path):
+    """`python -m anchorft.demo` runs `w2s run` (--threads 1 by default) and then `toy compare` in one process: the
+    second must find the count the first found, not the first's own."""
+    import torch
+
+    from anchorft.cli import main
+
+    before = torch.get_num_threads()
+    other = 1 if before > 1 else 2
+    # a command that sets its threads, then stops on a missing input
+    rc = main(
+        ["toy", "--threads", str(other), "report", "--from", str(tmp_path / "none"), "--out", str(tmp_path / "r")]
+    )
+    assert rc == 2
+    assert torch.get_num_threads() == before

@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"anchorft: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return EXIT_USAGE
-    from anchorft.threads import apply_thread_policy
+    from anchorft.threads import apply_thread_policy, keep_torch_threads
 
     apply_thread_policy()  # before torch starts: OpenMP wait policy and thread count (anchorft.threads)
     from anchorft import errors
@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     errors._DEBUG_FLAG = debug
     _quiet_dataset_maps()
     restore_signals = stop.install()  # SIGTERM and Ctrl-C: recorded, and raised where the program is
+    restore_threads = keep_torch_threads()  # a command's --threads does not outlive it in this process
     old_error, argparse.ArgumentParser.error = argparse.ArgumentParser.error, _short_error
     try:
         module = importlib.import_module(COMMANDS[name][0])
@@ -139,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         errors._DEBUG_FLAG = False
         argparse.ArgumentParser.error = old_error
         restore_signals()
+        restore_threads()
         stop.clear()
 
 

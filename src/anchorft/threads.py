@@ -22,9 +22,11 @@ import atexit
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["POLICY_ENV", "available_cores", "choose_threads", "count_processes", "apply_thread_policy"]
+__all__ += ["keep_torch_threads"]
 
 POLICY_ENV = "ANCHORFT_THREAD_POLICY"
 
@@ -101,3 +103,19 @@ def apply_thread_policy(
         "threads": int(env["OMP_NUM_THREADS"]),
         "wait": env.get("OMP_WAIT_POLICY"),
     }
+
+
+def keep_torch_threads() -> Callable[[], None]:
+    """A function that puts torch's intra-op thread count back to what it is now (before torch is loaded: the count
+    it will take from OMP_NUM_THREADS). A command that sets its own count (`--threads`) then leaves the next command
+    run in the same process (`python -m anchorft.demo`, a program calling `anchorft.cli.main`) the count it found,
+    not its own: the W2S commands' one thread would otherwise become the testbed's pretraining and worker count."""
+    torch = sys.modules.get("torch")
+    n = torch.get_num_threads() if torch is not None else int(os.environ.get("OMP_NUM_THREADS", "") or 0)
+
+    def restore() -> None:
+        loaded = sys.modules.get("torch")
+        if n > 0 and loaded is not None and loaded.get_num_threads() != n:
+            loaded.set_num_threads(n)
+
+    return restore
