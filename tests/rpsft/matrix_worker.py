@@ -5,11 +5,12 @@ torchrun --nproc_per_node 2 matrix_worker.py rl BASE_DIR REF_DIR OUT_DIR   (test
 torchrun --nproc_per_node 2 matrix_worker.py penalty BASE_DIR OUT_DIR     (the one-step penalty check)
 
 LAUNCHER is ddp, zero2, zero3 or fsdp2; BASE_DIR a tiny model and tokenizer saved with save_pretrained; METHOD a
-name of `METHODS` below. accelerate attaches DeepSpeed and FSDP to GPU states only, so this worker sets
-accelerate's state itself (gloo process group, then the launcher's distributed type and plugin), as
-`accelerate launch` does on GPUs. For each method: `anchorft.rpsft.train.train` from BASE_DIR with checkpoints
-every 2 steps, then the final `save_model` (as `anchorft train` ends); then a second run resuming from the middle
-checkpoint. Rank 0 writes OUT_DIR/METHOD/{run,resume}/model.safetensors and OUT_DIR/METHOD/info.json.
+name of `METHODS` below (a cell of `REFUSED` writes the refusal's line to info.json instead of training).
+accelerate attaches DeepSpeed and FSDP to GPU states only, so this worker sets accelerate's state itself (gloo
+process group, then the launcher's distributed type and plugin), as `accelerate launch` does on GPUs. For each
+method: `anchorft.rpsft.train.train` from BASE_DIR with checkpoints every 2 steps, then the final `save_model` (as
+`anchorft train` ends); then a second run resuming from the middle checkpoint. Rank 0 writes
+OUT_DIR/METHOD/{run,resume}/model.safetensors and OUT_DIR/METHOD/info.json.
 """
 
 from __future__ import annotations
@@ -34,6 +35,19 @@ METHODS = {
     "rpsft_subspace": dict(method="rpsft", anchor_lambda=1.0, anchor_rank=4, anchor_kind="subspace"),
     # the remainder L2 stores W_0; under FSDP2 the residual of the rest is cut to each shard's rows
     "rpsft_rest": dict(method="rpsft", anchor_lambda=1.0, anchor_rank=4, anchor_lambda_rest=0.5),
+    # PEFT methods: the adapter gathered from the engine and merged into the base weights on one process
+    "lora": dict(method="lora", lora_rank=4, lora_alpha=8.0),
+    "osf": dict(method="osf", anchor_rank=4),
+    "lora_anchor": dict(
+        method="lora", lora_rank=4, lora_alpha=8.0, lora_anchor=True, anchor_lambda=1.0, anchor_rank=4
+    ),
+}
+# (method, launcher) -> the start of the one-line refusal `check_launch` gives before any model is loaded
+REFUSED = {
+    ("osf", "zero3"): "method='osf': OSF cannot run under ZeRO-3",
+    ("osf", "fsdp2"): "method='osf': OSF cannot run under FSDP2",
+    ("lora_anchor", "zero3"): "method='lora' with lora_anchor cannot run under ZeRO-3",
+    ("lora_anchor", "fsdp2"): "method='lora' with lora_anchor cannot run under FSDP2",
 }
 MAX_STEPS, SAVE_STEPS, PER_DEVICE, ACCUM, N_ROWS = 4, 2, 2, 2, 32
 
@@ -120,7 +134,7 @@ def engine(trainer) -> str:
     """What the trainer trains: DeepSpeedEngine, DTensor (FSDP2 parameters) or DistributedDataParallel."""
     if type(trainer.model_wrapped).__name__ == "DeepSpeedEngine":
         return "DeepSpeedEngine"
-    p = next(trainer.model.parameters())
+    p = next(trainer.model_wrapped.parameters())  # after a PEFT run, process 0's `model` is the merged plain model
     if type(p).__name__ == "DTensor":
         return "DTensor"
     return type(trainer.model_wrapped).__name__
@@ -146,6 +160,13 @@ def main(launcher: str, base: str, out: str, methods: list[str]) -> None:
                 kw["resume_from_checkpoint"] = os.path.join(out, method, "run", f"checkpoint-{SAVE_STEPS}")
             set_state(launcher)
             args = base_args(folder, **extra, **kw)
+            if (method, launcher) in REFUSED:  # refused before loading, on every rank alike: no collective yet
+                try:
+                    train(args, base, data, tokenizer=tok)
+                except ValueError as e:
+                    info = {"refused": str(e)}
+                    break
+                raise AssertionError(f"{method} under {launcher} was not refused")
             tr = train(args, base, data, tokenizer=tok)
             info[run] = {"engine": engine(tr), "global_step": tr.state.global_step}
             tr.save_model(folder)  # as `anchorft train` ends
@@ -154,6 +175,7 @@ def main(launcher: str, base: str, out: str, methods: list[str]) -> None:
                 info["log"] = tr.state.log_history
             del tr
         if rank == 0:
+            os.makedirs(os.path.join(out, method), exist_ok=True)
             with open(os.path.join(out, method, "info.json"), "w") as f:
                 json.dump(info, f)
         dist.barrier()

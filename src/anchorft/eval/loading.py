@@ -10,17 +10,47 @@ import os
 
 from anchorft import stop
 
-__all__ = ["load_causal_lm", "load_tokenizer", "load_eval_tokenizer"]
+__all__ = ["load_causal_lm", "from_pretrained_strict", "check_loading_info", "load_tokenizer", "load_eval_tokenizer"]
+
+
+def check_loading_info(info: dict, path: str | os.PathLike) -> None:
+    """One-line ValueError when `from_pretrained`'s loading info (`output_loading_info=True`) reports a weight of
+    the model that the folder did not supply (missing), a tensor of the folder the model has no place for
+    (unexpected) or one of another shape (mismatched).
+
+    transformers loads such a folder anyway, with the missing weights initialised at random and a log line at most:
+    a folder written from an engine's PEFT state dict (every key `base_model.model.*`) would be trained on, or
+    scored, as a random model. A tied lm_head (tie_word_embeddings) has no key of its own and is not reported."""
+    parts = []
+    for what in ("missing", "unexpected", "mismatched"):
+        keys = sorted(str(k[0] if isinstance(k, (tuple, list)) else k) for k in (info.get(f"{what}_keys") or ()))
+        if keys:
+            parts.append(f"{len(keys)} {what} (first: {', '.join(keys[:3])})")
+    if parts:
+        raise ValueError(
+            f"{os.fspath(path)}: its weights do not fit the model: {'; '.join(parts)}; refusing a partly random "
+            "model (a folder saved from an adapter's or an engine's state dict, or of another architecture?)"
+        )
+
+
+def from_pretrained_strict(path: str | os.PathLike, **kwargs):
+    """`AutoModelForCausalLM.from_pretrained(path, **kwargs)`, refusing missing, unexpected or mismatched weights
+    (`check_loading_info`): every load of a model to train on or evaluate goes through here."""
+    from transformers import AutoModelForCausalLM
+
+    model, info = AutoModelForCausalLM.from_pretrained(os.fspath(path), output_loading_info=True, **kwargs)
+    check_loading_info(info, path)
+    return model
 
 
 def load_causal_lm(path: str | os.PathLike, dtype=None, trust_remote_code: bool = False):
     """A causal LM from a local folder or hub name, in float32 unless `dtype` says otherwise (the project's one
-    model loading policy outside the trainer, whose `rpsft.train.load_model` adds the recipe's init kwargs)."""
+    model loading policy outside the trainer, whose `rpsft.train.load_model` adds the recipe's init kwargs); a
+    folder whose weights do not fit the model is refused (`from_pretrained_strict`)."""
     import torch
-    from transformers import AutoModelForCausalLM
 
     dtype = torch.float32 if dtype is None else dtype
-    model = AutoModelForCausalLM.from_pretrained(os.fspath(path), dtype=dtype, trust_remote_code=trust_remote_code)
+    model = from_pretrained_strict(path, dtype=dtype, trust_remote_code=trust_remote_code)
     stop.check_alone()  # a signal that the loader swallowed stops the run here (anchorft.stop)
     return model
 

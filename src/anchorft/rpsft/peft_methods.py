@@ -7,16 +7,41 @@
   gradients projected orthogonal to the frozen subspaces. `effective_rank` is RPSFT's `anchor_rank`, so the two
   protect the same number of directions per matrix.
 
-The trainer wraps the model with `peft_config_for(args)` (TRL's SFTTrainer calls `get_peft_model`), and
-`anchorft.rpsft.train.train` merges the adapter back (`merge_adapter_model`) once training ends, so what is
-saved and evaluated is a plain `save_pretrained` model of the base's architecture.
+The trainer wraps the model with `peft_config_for(args)` (TRL's SFTTrainer calls `get_peft_model`). Once training
+ends, `anchorft.rpsft.train.train` gathers the adapter's tensors whole from every engine (`gather_adapter`: the
+factors, and OSF's frozen SVD parts) and merges them into the base weights on one process (`merge_adapter`), so
+that what is saved and evaluated is a plain `save_pretrained` model of the base's architecture. The merge never
+runs inside the engine: under ZeRO-3 partitions or FSDP2 shards PEFT's in-place `merge_and_unload` is not reliable,
+and the engine's own state dict of a PEFT model is keyed `base_model.model.*` (a model folder written from it
+loads as random weights). The update added to each adapted weight is written out here, from the tensors alone:
+
+- lora: Delta = scaling B A (scaling = alpha / r, the value PEFT's layer uses in its forward), transposed for a
+  `fan_in_fan_out` layer;
+- osf: Delta = U_low diag(S_low) V_low - U_low,0 diag(S_low,0) V_low,0 (PEFT's `get_delta_weight`: the trained
+  low part replaces the initial one; the frozen top part stays in W_0).
 """
 
 from __future__ import annotations
 
+import os
+
+import torch
 from torch import nn
 
-__all__ = ["peft_config_for", "merge_adapter_model", "is_peft_model"]
+from anchorft.rpsft.sharding import full_matrix, unwrap
+
+__all__ = [
+    "peft_config_for",
+    "merge_adapter_model",
+    "is_peft_model",
+    "gather_adapter",
+    "merge_adapter",
+    "save_adapter",
+    "tuner_layers",
+    "ADAPTER_DIR",
+]
+
+ADAPTER_DIR = "adapter"  # checkpoint-N/adapter/: the adapter's tensors, gathered whole (`save_adapter`)
 
 
 def peft_config_for(args):
@@ -56,3 +81,91 @@ def merge_adapter_model(model: nn.Module) -> nn.Module:
     if not is_peft_model(model):
         return model
     return model.merge_and_unload()
+
+
+def tuner_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """(name, layer) of every PEFT tuner layer, named as in the PEFT model's state dict (`base_model.model.*`)."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    return [(n, m) for n, m in unwrap(model).named_modules() if isinstance(m, BaseTunerLayer)]
+
+
+def gather_adapter(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Every tensor of the adapters (LoRA's A and B; OSF's trainable U, S, V and its frozen initial and top parts),
+    whole, detached and on the CPU, keyed as in the PEFT model's state dict.
+
+    Under ZeRO-3 each parameter is gathered, under FSDP2 each DTensor made whole (`full_matrix`): a collective, so
+    every rank calls it (the ranks walk the same modules in the same order) and every rank gets the result. The
+    adapter is small (LoRA: r (m + n) numbers per matrix), so this costs little even for a large model."""
+    out: dict[str, torch.Tensor] = {}
+    for name, layer in tuner_layers(model):
+        for attr in (*layer.adapter_layer_names, *layer.other_param_names):
+            holder = getattr(layer, attr, None)
+            if not isinstance(holder, nn.Module):  # ranks, scalings, dropout: not tensors
+                continue
+            for sub, t in [*holder.named_parameters(), *holder.named_buffers()]:
+                out[f"{name}.{attr}.{sub}"] = full_matrix(t).detach().to("cpu", copy=True)
+    return out
+
+
+def _update(layer: nn.Module, name: str, adapter: str, state: dict[str, torch.Tensor]) -> torch.Tensor | None:
+    """Delta of one adapter on one layer (float32, the base weight's layout), from `state`; None when the layer
+    holds no such adapter. Anything but plain LoRA and OSF is refused: its update is not written out here."""
+    if hasattr(layer, "lora_A"):
+        if adapter not in layer.lora_A:
+            return None
+        if getattr(layer, "use_dora", {}).get(adapter) or getattr(layer, "lora_bias", {}).get(adapter):
+            raise ValueError(f"{name}: DoRA and LoRA biases are not merged here (plain LoRA only)")
+        a = state[f"{name}.lora_A.{adapter}.weight"].float()
+        b = state[f"{name}.lora_B.{adapter}.weight"].float()
+        delta = (b @ a) * float(layer.scaling[adapter])
+        return delta.T if getattr(layer, "fan_in_fan_out", False) else delta
+    if hasattr(layer, "osf_svd_params"):
+        if adapter not in layer.osf_svd_params:
+            return None
+        u, s, v = (state[f"{name}.osf_svd_params.{adapter}.{k}"].float() for k in ("U_low", "S_low", "V_low"))
+        u0, s0, v0 = (state[f"{name}._osf_{k}_low_init.{adapter}"].float() for k in ("U", "S", "V"))
+        return (u * s) @ v - (u0 * s0) @ v0
+    raise ValueError(f"{name}: a {type(layer).__name__} adapter is not merged here (LoRA and OSF only)")
+
+
+def merge_adapter(
+    base: nn.Module,
+    peft_model: nn.Module | None,
+    state: dict[str, torch.Tensor],
+    layers: list[tuple[str, nn.Module]] | None = None,
+) -> nn.Module:
+    """`base` (a plain model holding the starting weights) with each adapted weight W_0 + Delta, Delta computed from
+    `state` (`gather_adapter`) as the module docstring writes it; `peft_model` (the trained PEFT model, in any
+    engine), or its `layers` (`tuner_layers`, taken before an `unload`), supplies only what is not a tensor: which
+    layers are adapted, the active adapters, LoRA's scaling. In place on `base`, on one process; returns it."""
+    prefix = "base_model.model."
+    weights = dict(base.named_parameters())
+    layers = tuner_layers(peft_model) if layers is None else layers
+    if not layers:
+        raise ValueError("merge_adapter: the model holds no PEFT adapter")
+    with torch.no_grad():
+        for name, layer in layers:
+            path = name[len(prefix) :] if name.startswith(prefix) else name
+            key = f"{path}.weight"
+            if key not in weights:
+                raise ValueError(f"merge_adapter: the base model has no weight {key!r} (adapted layer {name})")
+            deltas = [d for a in layer.active_adapters if (d := _update(layer, name, a, state)) is not None]
+            if deltas:
+                w = weights[key]
+                w.add_(torch.stack(deltas).sum(0).to(w.device, w.dtype))
+    return base
+
+
+def save_adapter(folder: str, peft_model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Write the gathered adapter (`gather_adapter`) to `folder`: adapter_state.safetensors (keyed as in the PEFT
+    model's state dict, OSF's frozen parts included, which PEFT's own adapter file leaves out) and the PEFT config
+    (adapter_config.json). A checkpoint keeps it beside the engine's files, whose layout depends on the engine."""
+    from safetensors.torch import save_file
+
+    from anchorft.io import atomic_path, write_json
+
+    with atomic_path(os.path.join(folder, "adapter_state.safetensors")) as tmp:
+        save_file({k: v.contiguous() for k, v in state.items()}, tmp)
+    configs = {name: cfg.to_dict() for name, cfg in unwrap(peft_model).peft_config.items()}
+    write_json(os.path.join(folder, "adapter_config.json"), configs, default=str)

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 
 import datasets
 import torch
-from transformers import AutoModelForCausalLM, PreTrainedModel
+from transformers import PreTrainedModel
 
 from anchorft import stop
-from anchorft.eval.loading import load_tokenizer
+from anchorft.eval.loading import from_pretrained_strict, load_tokenizer
 from anchorft.io import save_figure, write_json
 from anchorft.provenance import write_metrics
 from anchorft.rpsft.anchor import select_parameters
@@ -19,7 +20,7 @@ from anchorft.rpsft.config import RPSFTConfig
 from anchorft.rpsft.data import load_sft_dataset, validate_sft_dataset
 from anchorft.rpsft.trainer import RPSFTTrainer, frozen_copy
 
-__all__ = ["train", "load_model", "check_model_folder", "check_launch"]
+__all__ = ["train", "load_model", "check_model_folder", "check_launch", "zero_stage", "merge_peft_run"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ def load_model(spec: str | PreTrainedModel, args: RPSFTConfig, field: str = "mod
     kwargs["trust_remote_code"] = bool(args.trust_remote_code)
     if not torch.cuda.is_available():
         kwargs["dtype"] = torch.float32
-    return AutoModelForCausalLM.from_pretrained(os.fspath(spec), **kwargs)
+    return from_pretrained_strict(spec, **kwargs)  # missing or unexpected weights: a one-line ValueError
 
 
 WEIGHT_FILES = (
@@ -73,15 +74,98 @@ def fsdp_version(args) -> int | None:
     return None
 
 
+def zero_stage(args) -> int | None:
+    """The DeepSpeed ZeRO stage this process will run (None: no DeepSpeed): the trainer arguments' `deepspeed`
+    config (a dict or a JSON file), else what `accelerate launch` exported (ACCELERATE_USE_DEEPSPEED with
+    ACCELERATE_DEEPSPEED_ZERO_STAGE or ACCELERATE_DEEPSPEED_CONFIG_FILE)."""
+    import json
+
+    cfg = getattr(args, "deepspeed", None)
+    env = os.environ
+    if not cfg and env.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+        if env.get("ACCELERATE_DEEPSPEED_ZERO_STAGE"):
+            return int(env["ACCELERATE_DEEPSPEED_ZERO_STAGE"])
+        cfg = env.get("ACCELERATE_DEEPSPEED_CONFIG_FILE")
+    if not cfg:
+        return None
+    if isinstance(cfg, (str, os.PathLike)):
+        with open(cfg) as f:
+            cfg = json.load(f)
+    return int((cfg.get("zero_optimization") or {}).get("stage", 0))
+
+
 def check_launch(args, anchored: bool, what: str) -> None:
     """One-line ValueError, before any model is loaded, for a launcher the run cannot work under: a weight anchor
-    under FSDP1 (flattened parameters; the anchor needs FSDP2's row-sharded DTensors)."""
+    under FSDP1 (flattened parameters; the anchor needs FSDP2's row-sharded DTensors); OSF under ZeRO-3 (PEFT's OSF
+    decomposes each weight when the adapter is created, and a model loaded under ZeRO-3's partitioned init holds
+    empty shards then); OSF under FSDP (its gradient projection is a hook registered on each parameter, which
+    FSDP2's `fully_shard` replaces with new sharded ones: measured, the hook no longer fires); RPSFT's penalty on a
+    LoRA adapter (`lora_anchor`) under ZeRO-3 or FSDP (it takes the SVD of whole base weights and forms B A from
+    whole factors, which it does not gather)."""
     version = fsdp_version(args)
     if anchored and version is not None and version != 2:
         raise ValueError(
             f"{what} anchors the weights, which needs FSDP2 (fsdp_version: 2, configs/accelerate/fsdp2.yaml); "
             f"got FSDP{version}, whose flattened parameters it cannot read"
         )
+    peft = getattr(getattr(args, "method_spec", None), "peft", None)
+    stage = zero_stage(args) if peft is not None else None
+    if peft == "osf" and stage == 3:
+        raise ValueError(
+            f"{what}: OSF cannot run under ZeRO-3: it decomposes each weight when the adapter is created, and "
+            "ZeRO-3's partitioned init leaves every rank an empty shard then; use ZeRO-2 (zero2.yaml)"
+        )
+    if peft == "osf" and version is not None:
+        raise ValueError(
+            f"{what}: OSF cannot run under FSDP{version}: its gradient projection is a hook on each parameter, and "
+            "FSDP replaces the parameters with its shards, so the projection would be silently lost; use ZeRO-2 or DDP"
+        )
+    if peft == "lora" and getattr(args, "lora_anchor", False) and (stage == 3 or version is not None):
+        where = "ZeRO-3" if stage == 3 else f"FSDP{version}"
+        raise ValueError(
+            f"{what} with lora_anchor cannot run under {where}: the adapter anchor reads whole base weights and "
+            "LoRA factors, which it does not gather from shards; use ZeRO-2 or DDP"
+        )
+
+
+@contextlib.contextmanager
+def _one_process_loading():
+    """`from_pretrained` on this process alone: transformers' ZeRO-3 flag (which makes it load partitioned, a
+    collective every rank must join) is lifted for the block."""
+    from transformers.integrations import deepspeed as hf_ds
+
+    ref = hf_ds._hf_deepspeed_config_weak_ref
+    hf_ds._hf_deepspeed_config_weak_ref = None
+    try:
+        yield
+    finally:
+        hf_ds._hf_deepspeed_config_weak_ref = ref
+
+
+def merge_peft_run(trainer: RPSFTTrainer, base: str | PreTrainedModel) -> None:
+    """After a PEFT run: gather the adapter whole from the engine (every rank: a collective under ZeRO-3 and FSDP2),
+    then on process 0 alone merge it into the base weights (`peft_methods.merge_adapter`) and make the plain model
+    `trainer.model`, which the final `save_model` writes (`RPSFTTrainer.save_model`). The base weights are read
+    again from `base` when it is a path or hub name (the engine's copy may be partitioned or sharded), else taken
+    from the trained model itself (`unload`: the adapter layers removed, nothing merged), which is whole whenever
+    `train` lets a model object through. Other processes keep the trained PEFT model."""
+    from anchorft.rpsft.peft_methods import gather_adapter, merge_adapter, tuner_layers
+
+    state = gather_adapter(trainer.model)
+    merged = None
+    if trainer.is_world_process_zero():
+        layers = tuner_layers(trainer.model)  # before `unload` takes them out of the model
+        if isinstance(base, (str, os.PathLike)):
+            with _one_process_loading():
+                plain = load_model(base, trainer.args)
+        else:
+            from anchorft.rpsft.sharding import unwrap
+
+            plain = unwrap(trainer.model).unload()
+        merged = merge_adapter(plain, None, state, layers=layers)
+        if trainer.args.world_size == 1:
+            merged = merged.to(trainer.args.device)
+    trainer.set_merged_model(merged)
 
 
 # logged key -> (scale, y-axis label) of training.png; the drift, a share of the reference's norm, in %
@@ -150,13 +234,21 @@ def train(
     Everything is checked before training: the dataset's columns, the anchor targets (a ValueError
     listing the names available), the reference model. rpsft anchors rank `args.anchor_rank`; l2 is
     the full-rank anchor. With `args.resume_from_checkpoint`, training resumes with the checkpoint's
-    anchor. A PEFT method (lora, osf) trains its adapters and returns the trainer with `trainer.model` merged
-    (`merge_and_unload`): `trainer.save_model` then writes a plain `save_pretrained` model. Writes
+    anchor. A PEFT method (lora, osf) trains its adapters; the adapter is then gathered from the engine and merged
+    into the base weights on process 0 (`merge_peft_run`), whose `trainer.model` becomes that plain model, and
+    `trainer.save_model` writes it as a `save_pretrained` model (under ZeRO-3 or FSDP the model must be a path or
+    hub name: the base weights are read again from there). Writes
     rpsft_config.json, metrics.json and training.png to `args.output_dir`.
     """
     if not isinstance(args, RPSFTConfig):
         raise ValueError(f"args must be an RPSFTConfig, got {type(args).__name__}")
     check_launch(args, args.anchored, f"method={args.method!r}")
+    if args.method_spec.peft is not None and not isinstance(model, (str, os.PathLike)):
+        if zero_stage(args) == 3 or fsdp_version(args) is not None:
+            raise ValueError(
+                f"method={args.method!r} under ZeRO-3 or FSDP needs the model as a path or hub name: the adapter is "
+                "merged on one process into the base weights read again from there"
+            )
     train_ds = load_sft_dataset(train_dataset, field="train_dataset")
     eval_ds = load_sft_dataset(eval_dataset, split="test", field="eval_dataset") if eval_dataset is not None else None
     if args.method_spec.needs_reference and ref_model is None and args.iw_ref_model is None:
@@ -226,11 +318,9 @@ def train(
     # gather per matrix
     final_drift = trainer._active_anchor.drift(trainer.model) if trainer._active_anchor is not None else None
     if args.method_spec.peft is not None:
-        # a PEFT method: the adapters merged into the weights, so that what is saved (`save_model`) and evaluated is
-        # a plain model of the base's architecture; checkpoints keep the adapters, for resuming
-        from anchorft.rpsft.peft_methods import merge_adapter_model
-
-        trainer.model = merge_adapter_model(trainer.model)
+        # a PEFT method: the adapter gathered from the engine and merged into the base weights on process 0, so that
+        # what is saved (`save_model`) and evaluated is a plain model of the base's architecture
+        merge_peft_run(trainer, model)
     if args.should_save:
         _write_run_artifacts(trainer, args.output_dir, final_drift)
     stop.check(agree=True)

@@ -130,6 +130,7 @@ class RPSFTTrainer(AnchorSteps, SFTTrainer):
             select_parameters(self.model, args.anchor_targets, args.anchor_include_embeddings)
         self._anchor = anchor
         self._adapter_anchor = None  # lora_anchor: built at on_train_begin from the frozen base weights
+        self._peft_merged, self._merged_model = False, None  # a PEFT run's merged model (`set_merged_model`)
         self._anchor_fisher = anchor_fisher  # {name: F_ood G} for fisher rank rules
         if anchor is not None:
             anchor.check_model(self.model, check_fingerprint=False)
@@ -257,6 +258,14 @@ class RPSFTTrainer(AnchorSteps, SFTTrainer):
             self.args.save_total_limit = limit
         if self._anchor is not None and self.args.should_save:
             self._anchor.save(os.path.join(folder, ANCHOR_DIR))
+        if self.args.method_spec.peft is not None:
+            # the adapter gathered whole (a collective: every rank), whatever the engine's own files hold, so that a
+            # checkpoint can be merged into a model on one process as the final save is
+            from anchorft.rpsft.peft_methods import ADAPTER_DIR, gather_adapter, save_adapter
+
+            state = gather_adapter(self.model)
+            if self.args.should_save:
+                save_adapter(os.path.join(folder, ADAPTER_DIR), self.model, state)
         if self.args.should_save:
             rotate_checkpoints(
                 output_dir=run_dir,
@@ -265,10 +274,30 @@ class RPSFTTrainer(AnchorSteps, SFTTrainer):
                 use_mtime=True,
             )
 
+    def set_merged_model(self, merged: nn.Module | None) -> None:
+        """After a PEFT run (`anchorft.rpsft.train.merge_peft_run`): `merged`, the plain model with the adapter merged
+        on this process (process 0; None on the others), becomes `self.model` and is what the final `save_model`
+        writes. The engine keeps the PEFT model, whose state dict is keyed `base_model.model.*`."""
+        self._peft_merged = True
+        self._merged_model = merged
+        if merged is not None:
+            self.model = merged
+
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """transformers' `save_model`, except that the final save (not a checkpoint's) under FSDP writes the full
-        weights in `save_pretrained` format whatever `fsdp_state_dict_type` says (`save_full_model`)."""
-        if not _internal_call and save_full_model(self, output_dir or self.args.output_dir):
+        """transformers' `save_model`, except for the final save (not a checkpoint's): after a PEFT run, process 0
+        writes the model merged on it (`set_merged_model`) with `save_pretrained`; under FSDP the full weights in
+        `save_pretrained` format whatever `fsdp_state_dict_type` says (`save_full_model`)."""
+        output_dir = output_dir or self.args.output_dir
+        if not _internal_call and getattr(self, "_peft_merged", False):
+            if self._merged_model is not None:
+                os.makedirs(output_dir, exist_ok=True)
+                self._merged_model.save_pretrained(output_dir, safe_serialization=True)
+                if self.processing_class is not None:
+                    self.processing_class.save_pretrained(output_dir)
+                torch.save(self.args, os.path.join(output_dir, "training_args.bin"))
+            self.accelerator.wait_for_everyone()
+            return
+        if not _internal_call and save_full_model(self, output_dir):
             return
         super().save_model(output_dir, _internal_call)
 

@@ -1,0 +1,137 @@
+"""The PEFT methods' merge (`anchorft.rpsft.peft_methods`) and the strict loading every trained or evaluated model
+goes through (`anchorft.eval.loading`).
+
+The merge writes each update out from the adapter's tensors; the references here are independent of it: LoRA's
+update is (alpha / r) B A with alpha and r the run's configured values (not PEFT's stored scaling), and OSF's is
+PEFT's own `merge_and_unload` on a copy."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import torch
+
+from anchorft.eval.loading import check_loading_info, load_causal_lm
+from anchorft.rpsft.peft_methods import gather_adapter, merge_adapter, peft_config_for
+
+TARGETS = r".*\.(q_proj|v_proj|down_proj)"  # a string is a regex to PEFT
+ADAPTED = ("q_proj", "v_proj", "down_proj")
+
+
+def _adapted(rp, base, **kw):
+    """(args, PEFT model built by `peft_config_for(args)` on a copy of `base`, its adapter moved off the start)."""
+    from peft import get_peft_model
+
+    args = rp.base_args("unused", lora_target_modules=TARGETS, **kw)
+    model = get_peft_model(copy.deepcopy(base), peft_config_for(args))
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:  # LoRA's B starts at 0, OSF's factors at W_0's: a random step moves both
+                p.add_(0.2 * torch.randn(p.shape, generator=g))
+    return args, model
+
+
+def _lora_error(merged, base, model, alpha: float, r: int) -> float:
+    """max over adapted weights of |merged - W_0 - (alpha / r) B A| / max |(alpha / r) B A|."""
+    weights, start = dict(merged.named_parameters()), dict(base.named_parameters())
+    worst, seen = 0.0, 0
+    for name, mod in model.named_modules():
+        if not hasattr(mod, "lora_A") or "default" not in mod.lora_A:
+            continue
+        key = name.removeprefix("base_model.model.") + ".weight"
+        want = ((alpha / r) * mod.lora_B["default"].weight @ mod.lora_A["default"].weight).detach()
+        got = weights[key] - start[key]
+        worst = max(worst, float((got - want).abs().max()) / float(want.abs().max()))
+        seen += 1
+    assert seen == 2 * 3  # q, v and down in each of the 2 layers
+    return worst
+
+
+def test_lora_update_is_alpha_over_r_times_BA(rp):
+    base = rp.tiny_model("llama", 60)
+    args, model = _adapted(rp, base, method="lora", lora_rank=4, lora_alpha=12.0)
+    merged = merge_adapter(copy.deepcopy(base), model, gather_adapter(model))
+    assert _lora_error(merged, base, model, alpha=12.0, r=4) < 1e-6
+    untouched = [n for n in dict(base.named_parameters()) if not any(t in n for t in ADAPTED)]
+    assert all(torch.equal(dict(merged.named_parameters())[n], dict(base.named_parameters())[n]) for n in untouched)
+    # the check discriminates: an adapter built with alpha = r (scaling 1) is off by a factor of 3
+    _, plain = _adapted(rp, base, method="lora", lora_rank=4, lora_alpha=4.0)
+    wrong = merge_adapter(copy.deepcopy(base), plain, gather_adapter(plain))
+    assert _lora_error(wrong, base, plain, alpha=12.0, r=4) > 0.5
+
+
+def test_osf_merge_equals_peft_merge(rp):
+    base = rp.tiny_model("llama", 60)
+    _, model = _adapted(rp, base, method="osf", anchor_rank=4)
+    state = gather_adapter(model)
+    assert any("_osf_U_low_init" in k for k in state)  # the frozen parts travel with the factors
+    merged = dict(merge_adapter(copy.deepcopy(base), model, state).named_parameters())
+    want = dict(copy.deepcopy(model).merge_and_unload().named_parameters())
+    moved = 0.0
+    for n, w in want.items():
+        torch.testing.assert_close(merged[n], w, rtol=0, atol=1e-5)
+        moved = max(moved, float((w - dict(base.named_parameters())[n]).abs().max()))
+    assert moved > 1e-2
+
+
+def _save(model, path) -> str:
+    model.save_pretrained(path)
+    return str(path)
+
+
+def test_a_folder_with_a_missing_or_renamed_key_is_refused_in_one_line(rp, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    folder = _save(rp.tiny_model("llama", 60), tmp_path / "m")
+    path = os.path.join(folder, "model.safetensors")
+    weights = load_file(path)
+    save_file({k: v for k, v in weights.items() if k != "model.norm.weight"}, path)
+    with pytest.raises(ValueError) as e:
+        load_causal_lm(folder)
+    msg = str(e.value)
+    assert "\n" not in msg and folder in msg and "1 missing (first: model.norm.weight)" in msg
+    # an engine's PEFT state dict: every key prefixed, so every weight missing and every key unexpected
+    save_file({f"base_model.model.{k}": v for k, v in weights.items()}, path)
+    with pytest.raises(ValueError, match=r"missing \(first: .*unexpected \(first: base_model\.model\."):
+        load_causal_lm(folder)
+
+
+def test_tied_embeddings_load(rp, tmp_path):
+    """A tied lm_head has no key of its own: transformers does not report it, and the loader takes the folder."""
+    tied = rp.tiny_model("qwen2", 60, tie=True)
+    folder = _save(tied, tmp_path / "q")
+    model = load_causal_lm(folder)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    torch.testing.assert_close(model.model.embed_tokens.weight, tied.model.embed_tokens.weight)
+
+
+def test_check_loading_info_reports_each_kind():
+    check_loading_info({"missing_keys": [], "unexpected_keys": set(), "mismatched_keys": []}, "m")
+    with pytest.raises(ValueError, match=r"^m: .*1 mismatched \(first: w\)"):
+        check_loading_info({"mismatched_keys": [("w", (2, 2), (3, 2))]}, "m")
+
+
+@pytest.mark.parametrize(
+    "kw, launch, line",
+    [
+        (dict(method="osf"), dict(deepspeed={"zero_optimization": {"stage": 3}}), "OSF cannot run under ZeRO-3"),
+        (dict(method="osf"), dict(fsdp="full_shard", fsdp_config={"version": 2}), "OSF cannot run under FSDP2"),
+        (dict(method="lora", lora_anchor=True), dict(deepspeed={"zero_optimization": {"stage": 3}}), "under ZeRO-3"),
+        (dict(method="lora", lora_anchor=True), dict(fsdp="full_shard", fsdp_config={"version": 2}), "under FSDP2"),
+    ],
+)
+def test_launch_refusals(rp, kw, launch, line):
+    """Refused before any model is loaded (the `args` stand in for a launch: only the fields `check_launch` reads)."""
+    from types import SimpleNamespace
+
+    from anchorft.rpsft.methods import get_method
+    from anchorft.rpsft.train import check_launch
+
+    args = SimpleNamespace(method_spec=get_method(kw["method"]), lora_anchor=kw.get("lora_anchor", False), **launch)
+    with pytest.raises(ValueError, match=line):
+        check_launch(args, False, f"method={kw['method']!r}")
+    ok = SimpleNamespace(method_spec=get_method(kw["method"]), lora_anchor=False, deepspeed={"zero_optimization": {}})
+    check_launch(ok, False, "x")  # ZeRO-2-like and no adapter anchor: accepted
