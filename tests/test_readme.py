@@ -3,8 +3,9 @@
 Only what cannot run here in seconds is changed, each change listed below and applied by exact text (a README
 edit that removes the text fails the test, so the list follows the README): a tiny local model where a block
 names a hub model, the smallest preset / fewest steps where a block would take minutes. Not run here: the
-"Reproducing the paper on GPUs" section (GPU and downloads; tested on stand-ins by its own tests), `make demo` and
-`make test` (CI runs `make test` itself), and the lines listed in SKIPPED with the reason.
+"Reproducing the paper on GPUs" section (GPU and downloads; tested on stand-ins by its own tests), `make demo`,
+`make test` and `make test-dist` (CI runs both itself: a suite never runs a suite), and the lines listed in SKIPPED
+with the reason.
 """
 
 from __future__ import annotations
