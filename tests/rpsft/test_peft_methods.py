@@ -135,3 +135,37 @@ def test_launch_refusals(rp, kw, launch, line):
         check_launch(args, False, f"method={kw['method']!r}")
     ok = SimpleNamespace(method_spec=get_method(kw["method"]), lora_anchor=False, deepspeed={"zero_optimization": {}})
     check_launch(ok, False, "x")  # ZeRO-2-like and no adapter anchor: accepted
+
+
+def test_a_lora_run_saves_a_plain_model_and_its_checkpoints_the_adapter(rp, tmp_path):
+    """`train` then the final `save_model` (as `anchorft train` ends): the folder loads strictly, and its weights are
+    the base's plus (alpha / r) B A of the adapter that the last checkpoint kept (checkpoint-N/adapter/)."""
+    import json
+
+    from safetensors.torch import load_file
+
+    from anchorft.rpsft.train import train
+
+    base_dir = str(tmp_path / "base")
+    tok = rp.build_tokenizer(base_dir)
+    base = rp.tiny_model("llama", len(tok))
+    base.save_pretrained(base_dir)
+    out = str(tmp_path / "out")
+    args = rp.base_args(out, method="lora", lora_rank=4, lora_alpha=12.0, max_steps=2, save_strategy="steps",
+                        save_steps=2)  # fmt: skip
+    tr = train(args, base_dir, rp.pc_dataset(8), tokenizer=tok)
+    tr.save_model(out)
+    saved = dict(load_causal_lm(out).named_parameters())
+    state = load_file(os.path.join(out, "checkpoint-2", "adapter", "adapter_state.safetensors"))
+    with open(os.path.join(out, "checkpoint-2", "adapter", "adapter_config.json")) as f:
+        cfg = json.load(f)["default"]
+    assert (cfg["r"], cfg["lora_alpha"]) == (4, 12.0)
+    start, adapted = dict(base.named_parameters()), 0
+    for key, a in state.items():
+        if ".lora_A." not in key:
+            continue
+        b = state[key.replace(".lora_A.", ".lora_B.")]
+        name = key.removeprefix("base_model.model.").replace(".lora_A.default.weight", ".weight")
+        torch.testing.assert_close(saved[name], start[name] + (12.0 / 4) * b @ a, rtol=0, atol=1e-6)
+        adapted += float((b @ a).abs().max()) > 0
+    assert adapted > 0  # the adapter moved
