@@ -272,6 +272,20 @@ def test_overlap_grid_sweep_writes_a_phase_diagram_and_reuses_its_cache(tmp_path
         run_sweep("overlap", tmp_path / "out", spec_path=p, progress=False, overrides=["steps=60"])
 
 
+def test_a_single_row_overlap_sweep_writes_its_phase_boundary(tmp_path):
+    """One s (as configs/w2s/sweep-rho-star.yaml): the turn and drop crossings are written for that s; the collapse
+    slope needs two s and is None."""
+    p = _tiny_grid_spec(tmp_path, grid={"rows": [{"s": 4, "steps": 30}], "rho_sqrt_s": [0.0, 1.0, 1.5]})
+    run_sweep("overlap", tmp_path / "out", spec_path=p, progress=False)
+    phase = json.loads((tmp_path / "out" / "sweep.json").read_text())["phase"]
+    for mode in ("sft", "w2s"):
+        e = phase["modes"][mode]
+        assert [r["s"] for r in e["per_s"]] == [4] and {"turn_x", "turn_rho", "drop_x", "drop_rho"} <= set(
+            e["per_s"][0]
+        )
+        assert e["collapse"]["turn"]["slope_log_x_vs_log_s"] is None
+
+
 def test_overlap_grid_bad_input(tmp_path):
     with pytest.raises(ValueError, match="either points or grid"):
         load_sweep("overlap", path=_tiny_grid_spec(tmp_path, points=[{"rho": 0.1}]))

@@ -395,8 +395,8 @@ def _scaling_summary(spec: dict, points: list[dict], configs: list[W2SConfig]) -
 
 
 def _runs_summary(spec: dict, points: list[dict], configs: list[W2SConfig]) -> dict:
-    """Per point and mode: the final alignments and the non-target group's changes; for an overlap grid over
-    several s, the phase boundary."""
+    """Per point and mode: the final alignments and the non-target group's changes; for an overlap grid, the phase
+    boundary (per s; its collapse slope needs two s or more)."""
     rows = []
     for pt in points:
         for mode, e in pt["modes"].items():
@@ -415,7 +415,7 @@ def _runs_summary(spec: dict, points: list[dict], configs: list[W2SConfig]) -> d
                 }
             )
     out: dict[str, Any] = {"summary": rows}
-    if spec["kind"] == "overlap" and len({r["s"] for r in rows}) > 1:
+    if spec["kind"] == "overlap" and rows:
         out["phase"] = phase_boundary(rows, spec.get("phase", {}))
     return out
 
