@@ -244,21 +244,21 @@ def run_rl(
     dataset = Dataset.from_list([{"prompt": r["prompt"], "answer": str(r["answer"])} for r in train_data])
     anchor = build_rl_anchor(model, args)
     extra = {} if anchor is None else {"anchor": anchor, "anchor_lambda": args.anchor_lambda}
+    from anchorft.rpsft.stopping import StopOnSignal
+
     trainer = (GRPOTrainer if anchor is None else _anchored(GRPOTrainer))(
         model=model,
         reward_funcs=reward_funcs,
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
-        callbacks=list(callbacks) or None,
+        # SIGTERM / Ctrl-C: every rank stops at the same step, after the trainer's own callbacks (anchorft.stop)
+        callbacks=[*callbacks, StopOnSignal()],
         **extra,
     )
     from anchorft.rpsft.progress import use_readable_progress
 
     use_readable_progress(trainer)  # a bar and a short line per log; the full dicts in OUTPUT_DIR/log.jsonl
-    from anchorft.rpsft.stopping import add_stop_callback
-
-    add_stop_callback(trainer)  # SIGTERM / Ctrl-C: every rank stops at the same step (anchorft.stop)
     stop.check(agree=True)  # a signal swallowed while the data or the models were prepared
     resolved = {"dapo": args.dapo_settings(), "dapo_config": args.to_dict(), "n_prompts": len(train_data)}
     resolved["n_prompts_dropped"] = dropped
