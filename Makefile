@@ -12,7 +12,7 @@ DEV := $(VENV)/.installed-dev
 # times measured.
 #   test        6 min   the default suite (slow tests deselected)
 #   test-wheel  2 min   the wheel outside the checkout
-#   test-dist   6 min   the distributed matrix and the launcher (slow-marked tests)
+#   test-dist   7 min   the distributed matrix, the launcher, every recipe's dry run (slow-marked tests)
 TIMEOUT := timeout --signal=TERM --kill-after=30
 
 # the demo needs the package only; the tests add pytest, ruff and lm-eval (35 s more to install here)
@@ -39,12 +39,13 @@ test-wheel: $(DEV)
 	$(TIMEOUT) 240 .ci/test-wheel $(BIN)/python
 
 # every method under DDP, ZeRO-2, ZeRO-3 and FSDP2 (2 gloo processes on CPU; 40 cells), the anchor's penalty and
-# gradient under ZeRO-2/3, the RL anchor under DeepSpeed and benchmarks/gpu_check.py's launches on the CPU:
-# slow-marked tests, run by .ci/run after `make test`
+# gradient under ZeRO-2/3, the RL anchor under DeepSpeed, benchmarks/gpu_check.py's launches on the CPU and every
+# recipe's dry run: slow-marked tests, run by .ci/run after `make test`
 DIST_TESTS := tests/rpsft/test_distributed_matrix.py tests/rpsft/test_rl_deepspeed.py \
-	tests/benchmarks/test_gpu_check.py::test_gpu_check_launches_anchorft_train_on_cpu
+	tests/benchmarks/test_gpu_check.py::test_gpu_check_launches_anchorft_train_on_cpu \
+	tests/rpsft/test_recipes.py::test_dry_run
 test-dist: $(DEV)
-	$(TIMEOUT) 720 $(BIN)/python -m pytest -q -m '' $(DIST_TESTS)
+	$(TIMEOUT) 840 $(BIN)/python -m pytest -q -m slow $(DIST_TESTS)
 
 test-all: $(DEV)
 	$(BIN)/python -m pytest -q -m ''
