@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -102,6 +103,26 @@ def pc_dataset(n: int = 16, seed: int = 0) -> datasets.Dataset:
 @pytest.fixture
 def dataset():
     return pc_dataset(16)
+
+
+@pytest.fixture
+def model_dir(rp, tokenizer_dir, tmp_path):
+    """A tiny Llama saved with the project's tokenizer, loaded by path as `anchorft train` loads a model."""
+    from anchorft.eval.loading import load_tokenizer
+
+    tok = load_tokenizer(tokenizer_dir)
+    path = tmp_path / "llama"
+    tiny_model("llama", len(tok)).save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture
+def jsonl(tmp_path):
+    """12 prompt / completion rows as a .jsonl training file."""
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps({"prompt": p, "completion": c}) + "\n" for p, c in make_texts(12)))
+    return str(path)
 
 
 def base_args(out: str, **kw):

@@ -14,24 +14,6 @@ from anchorft.commands.train import main as train_main
 from anchorft.rpsft.train import train
 
 
-@pytest.fixture
-def model_dir(rp, tokenizer_dir, tmp_path):
-    from anchorft.eval.loading import load_tokenizer
-
-    tok = load_tokenizer(tokenizer_dir)
-    path = tmp_path / "llama"
-    rp.tiny_model("llama", len(tok)).save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
-
-
-@pytest.fixture
-def jsonl(rp, tmp_path):
-    path = tmp_path / "train.jsonl"
-    path.write_text("".join(json.dumps({"prompt": p, "completion": c}) + "\n" for p, c in rp.make_texts(12)))
-    return str(path)
-
-
 def _argv(model_dir, jsonl, out, *extra):
     return [
         "--model_name_or_path", model_dir, "--dataset_name", jsonl, "--out", str(out), "--method", "rpsft",

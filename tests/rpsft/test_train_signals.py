@@ -29,24 +29,6 @@ from anchorft.runs import LOCK, claim_output, finish, read_marker
 WORKER = os.path.join(os.path.dirname(__file__), "dist_worker.py")
 
 
-@pytest.fixture
-def model_dir(rp, tokenizer_dir, tmp_path):
-    from anchorft.eval.loading import load_tokenizer
-
-    tok = load_tokenizer(tokenizer_dir)
-    path = tmp_path / "llama"
-    rp.tiny_model("llama", len(tok)).save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
-
-
-@pytest.fixture
-def jsonl(rp, tmp_path):
-    path = tmp_path / "train.jsonl"
-    path.write_text("".join(json.dumps({"prompt": p, "completion": c}) + "\n" for p, c in rp.make_texts(12)))
-    return str(path)
-
-
 def _argv(model_dir, jsonl, out, *extra):
     return [
         "train", "--model_name_or_path", model_dir, "--dataset_name", jsonl, "--output_dir", str(out),
