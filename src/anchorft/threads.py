@@ -12,6 +12,11 @@ processes):
   every parallel region. A run alone keeps OpenMP's default (spin, then sleep), which is faster when nothing
   else wants the cores.
 
+A computation whose result is cached or compared across runs (the testbed's pretraining, each fine-tune of a
+comparison) runs under `pinned_threads(n)` with the count its config names: torch's CPU kernels split their sums
+by thread, so the weights after a 1,700-step pretraining differ between one and two threads; pinned, the same
+config gives the same weights on any machine and at any load (slower when the cores are oversubscribed).
+
 Values the user set (OMP_WAIT_POLICY, OMP_NUM_THREADS, a command's --threads) win. ANCHORFT_THREAD_POLICY=off
 leaves torch's and OpenMP's defaults. benchmarks/bench_concurrent_pretrain.py measures the effect (docs/toy.md).
 """
@@ -22,11 +27,12 @@ import atexit
 import os
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = ["POLICY_ENV", "available_cores", "choose_threads", "count_processes", "apply_thread_policy"]
-__all__ += ["keep_torch_threads"]
+__all__ += ["keep_torch_threads", "pinned_threads"]
 
 POLICY_ENV = "ANCHORFT_THREAD_POLICY"
 
@@ -119,3 +125,19 @@ def keep_torch_threads() -> Callable[[], None]:
             loaded.set_num_threads(n)
 
     return restore
+
+
+@contextmanager
+def pinned_threads(n: int) -> Iterator[None]:
+    """Run the block with torch's intra-op thread count set to `n` (>= 1), then put the previous count back: for a
+    computation whose numbers must not depend on the machine's cores or load (module docstring)."""
+    import torch
+
+    if n < 1:
+        raise ValueError(f"threads: must be >= 1, got {n}")
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -119,14 +119,19 @@ def test_comparison_fine_tunes_on_word_problems_with_their_answers(preset, tmp_p
 
     def spy(n, rng, *args, **kw):
         got.append((args, kw, finetune_dataset(n, rng, *args, **kw)))
+        threads.append(torch.get_num_threads())
         raise Captured
+
+    threads = []
 
     monkeypatch.setattr(anchorft.eval.loading, "load_tokenizer", lambda path: None)
     monkeypatch.setattr(compare, "finetune_dataset", spy)
     cfg = load_config(preset)
+    cfg.threads = 2 if torch.get_num_threads() != 2 else 3
     with pytest.raises(Captured):
-        compare._finetune_and_evaluate(cfg, cfg.runs[0], cfg.seeds[0], tmp_path, tmp_path, 0)
+        compare._finetune_and_evaluate(cfg, cfg.runs[0], cfg.seeds[0], tmp_path, tmp_path)
     ((args, kw, ds),) = got
+    assert threads == [cfg.threads]  # each fine-tune on the config's threads, whatever the worker's count
     assert cfg.id_skill == "math_word" and (list(args) + list(kw.values())) == ["math_word"]
     assert ds.column_names == ["prompt", "completion"] and len(ds) == cfg.finetune_items
     word = re.compile(r"^Q:\w+ had (\d+) (\w+), (got|lost) (\d+)\. \2\?\nA:$")

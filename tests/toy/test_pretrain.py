@@ -1,9 +1,12 @@
 """Packing in pretraining: a packed batch computes what the documents compute one per row."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
+from anchorft.toy.compare_config import load_config
 from anchorft.toy.pretrain import PretrainConfig, _batch, build_model, build_tokenizer
 
 
@@ -135,3 +138,31 @@ def test_cli_pretrain_seed_and_steps_override_the_preset(tmp_path, monkeypatch, 
     assert len(list((tmp_path / "cache").rglob("model.safetensors"))) == 2  # one cache entry per seed
     w0, w1 = (load_file(tmp_path / f"s{s}" / "model.safetensors") for s in (0, 1))
     assert any(not torch.equal(w0[k], w1[k]) for k in w0)
+
+
+@pytest.mark.parametrize("outside", [1, 3])
+def test_pretraining_runs_on_its_configured_threads(tmp_path, monkeypatch, outside):
+    """Every pretraining step runs on cfg.threads torch threads, whatever the caller's count (the weights depend on
+    it), and the caller's count is put back; the count is part of the cache key."""
+    from anchorft.toy import pretrain as pt
+
+    seen = []
+    real = pt._batch
+
+    def spy(*a, **k):
+        seen.append(torch.get_num_threads())
+        return real(*a, **k)
+
+    monkeypatch.setattr(pt, "_batch", spy)
+    cfg = dataclasses.replace(load_config("smoke").pretrain, steps=2, eval_items=1, threads=2)
+    before = torch.get_num_threads()
+    torch.set_num_threads(outside)
+    try:
+        pt.pretrain(cfg, tmp_path / "m", progress=False)
+        assert torch.get_num_threads() == outside
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [2, 2]
+    assert dataclasses.replace(cfg, threads=1).key() != cfg.key()
+    with pytest.raises(ValueError, match="threads"):
+        dataclasses.replace(cfg, threads=0).validate()

@@ -42,8 +42,8 @@ def _parser() -> argparse.ArgumentParser:
         "--workers",
         type=int,
         default=None,
-        help="fine-tunes run at once, one process each with threads/workers torch threads (default: --threads; "
-        "results do not depend on it)",
+        help="fine-tunes run at once, one process each (default: --threads); each runs on the config's `threads` "
+        "torch threads (default 1), so the results do not depend on it",
     )
     rep = sub.add_parser(
         "report",
@@ -81,7 +81,9 @@ def _parser() -> argparse.ArgumentParser:
         "--threads",
         type=int,
         default=None,
-        help="torch CPU threads (default: the cores shared among the anchorft processes running now, at most 4)",
+        help="torch CPU threads of the command's own work (default: the cores shared among the anchorft processes "
+        "running now, at most 4); pretraining and each fine-tune run on the counts their config pins "
+        "(pretrain.threads, threads), so their numbers do not depend on it",
     )
     both_spellings(p)
     return p

@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from anchorft.errors import one_line
 from anchorft.io import write_json, write_text
 from anchorft.rpsft.methods import METHODS, get_method
+from anchorft.threads import pinned_threads
 from anchorft.toy import skills as sk
 from anchorft.toy.compare_config import (
     CompareConfig,
@@ -129,16 +130,20 @@ def _train_args(cfg: CompareConfig, run: RunSpec, seed: int, out: Path):
     return RPSFTConfig(**kw)
 
 
-def _finetune_and_evaluate(cfg: CompareConfig, run: RunSpec, seed: int, base_dir: Path, out: Path, threads: int):
+def _finetune_and_evaluate(cfg: CompareConfig, run: RunSpec, seed: int, base_dir: Path, out: Path):
     """One job of the comparison: fine-tune `run` at `seed` from the base model, evaluate, save the model.
 
     A top-level function so that a worker process can run it; everything it uses is rebuilt from its
-    arguments (same seed, same result, whichever process runs it). Returns (run name, seed, metrics)."""
+    arguments, on `cfg.threads` torch threads (same seed, same result, whichever process runs it). Returns
+    (run name, seed, metrics)."""
+    with pinned_threads(cfg.threads):
+        return _finetune_job(cfg, run, seed, base_dir, out)
+
+
+def _finetune_job(cfg: CompareConfig, run: RunSpec, seed: int, base_dir: Path, out: Path):
     from anchorft.eval.loading import load_causal_lm, load_tokenizer
     from anchorft.rpsft.train import train
 
-    if threads:
-        torch.set_num_threads(threads)
     tok = load_tokenizer(str(base_dir))
     data = finetune_dataset(cfg.finetune_items, np.random.default_rng(1000 + seed), cfg.id_skill)
     args = _train_args(cfg, run, seed, out / "runs" / f"{run.name}-seed{seed}")
@@ -218,10 +223,10 @@ def run_compare(
     """Pretrain (cached), fine-tune every run x seed through `anchorft.rpsft.train.train`, evaluate,
     write results.json / report.md / tradeoff.png / models/ under `out_dir`; returns the results.
 
-    `workers` > 1 runs that many fine-tunes at once in separate processes (spawned), each with
-    torch.get_num_threads() // workers threads (at least 1): the testbed's matrices are too small for
-    two threads to halve a step, so two one-thread jobs beat one two-thread job. The results do not
-    depend on `workers`. With `resume`, fine-tunes already recorded in `out_dir`/results.json (with their
+    `workers` > 1 runs that many fine-tunes at once in separate processes (spawned). Every fine-tune and
+    evaluation runs on `cfg.threads` torch threads (default 1: the testbed's matrices are too small for two
+    threads to halve a step, so two one-thread jobs beat one two-thread job), so the results do not depend
+    on `workers` or the machine. With `resume`, fine-tunes already recorded in `out_dir`/results.json (with their
     model saved) are kept, not run again: the same comparison, stopped part-way, picks up where it stopped."""
     if workers < 1:
         raise ValueError(f"workers: must be >= 1, got {workers}")
@@ -248,9 +253,10 @@ def run_compare(
     n_items = sum(len(v) for v in eval_sets.values())
     say(f"toy compare: evaluating the base model on {n_items} items, then {len(cfg.runs) * len(cfg.seeds)} fine-tunes")
     val_sets = comparison_val_sets(cfg, eval_sets)
-    base = _evaluate_and_save(
-        cfg, base_model, tok, (eval_sets, val_sets), out / "runs" / "base", out / "models" / "base"
-    )
+    with pinned_threads(cfg.threads):
+        base = _evaluate_and_save(
+            cfg, base_model, tok, (eval_sets, val_sets), out / "runs" / "base", out / "models" / "base"
+        )
     base["pretrain"] = {k: pretrain_metrics[k] for k in ("params", "greedy_accuracy", "train_seconds", "key")}
     del base_model
 
@@ -290,15 +296,14 @@ def run_compare(
     if workers == 1:
         for run, seed in jobs:
             bar.set_postfix(run=run.name, seed=seed)
-            record(*_finetune_and_evaluate(cfg, run, seed, base_dir, out, 0))
+            record(*_finetune_and_evaluate(cfg, run, seed, base_dir, out))
             bar.update()
     else:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        threads = max(1, torch.get_num_threads() // workers)
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            futures = [pool.submit(_finetune_and_evaluate, cfg, r, s, base_dir, out, threads) for r, s in jobs]
+            futures = [pool.submit(_finetune_and_evaluate, cfg, r, s, base_dir, out) for r, s in jobs]
             for fut in as_completed(futures):
                 record(*fut.result())
                 bar.update()

@@ -78,10 +78,15 @@ class CompareConfig:
     # fisher:F rank rules: training-split items (prompt + answer) whose gradients give F_ood G on the base model,
     # this many of the fine-tuning distribution (G) and this many spread over the OOD skills (F_ood)
     calibration_items: int = 32
+    # torch CPU threads of each fine-tune and each evaluation, whatever --workers and the machine: the numbers then
+    # do not depend on how many run at once (pretraining pins its own, pretrain.threads)
+    threads: int = 1
 
     def validate(self) -> None:
         self.pretrain.validate()
         self.eval.validate()
+        if self.threads < 1:
+            raise ValueError(f"threads: must be >= 1, got {self.threads}")
         if not self.runs:
             raise ValueError("runs: need at least one fine-tuning run")
         names = [r.name for r in self.runs]
