@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from anchorft.eval.loading import check_loading_info, load_causal_lm
-from anchorft.rpsft.peft_methods import gather_adapter, merge_adapter, peft_config_for
+from anchorft.rpsft.peft_methods import gather_adapter, merge_adapter, peft_config_for, tuner_layers
 
 TARGETS = r".*\.(q_proj|v_proj|down_proj)"  # a string is a regex to PEFT
 ADAPTED = ("q_proj", "v_proj", "down_proj")
@@ -169,3 +169,57 @@ def test_a_lora_run_saves_a_plain_model_and_its_checkpoints_the_adapter(rp, tmp_
         torch.testing.assert_close(saved[name], start[name] + (12.0 / 4) * b @ a, rtol=0, atol=1e-6)
         adapted += float((b @ a).abs().max()) > 0
     assert adapted > 0  # the adapter moved
+
+
+def test_release_targets_adapt_every_linear_and_embedding_and_merge_to_the_trained_function(rp):
+    """lora_target_modules='all-linear-embedding' (the release's set but lm_head, which TRL's SFTTrainer cannot
+    adapt) adapts every nn.Linear and nn.Embedding but the output layer, and the merged plain model computes what
+    the PEFT model computes."""
+    from peft import get_peft_model
+    from torch import nn
+
+    from anchorft.rpsft.peft_methods import RELEASE_TARGETS
+
+    base = rp.tiny_model("llama", 60)
+    args = rp.base_args("unused", method="lora", lora_rank=4, lora_alpha=12.0, lora_target_modules=RELEASE_TARGETS)
+    model = get_peft_model(copy.deepcopy(base), peft_config_for(args, base))
+    want = {n for n, m in base.named_modules() if isinstance(m, (nn.Linear, nn.Embedding))} - {"lm_head"}
+    adapted = {n.removeprefix("base_model.model.") for n, _ in tuner_layers(model)}
+    assert want == adapted and "model.embed_tokens" in adapted
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(0.2 * torch.randn(p.shape, generator=g))
+        merged = merge_adapter(copy.deepcopy(base), model, gather_adapter(model))
+        ids = torch.tensor([[1, 5, 9, 13, 2]])
+        got, ref = merged(input_ids=ids).logits, model(input_ids=ids).logits
+    assert float((got - ref).abs().max()) < 1e-4 * float(ref.abs().max())
+    emb = "model.embed_tokens.weight"
+    assert not torch.equal(dict(merged.named_parameters())[emb], dict(base.named_parameters())[emb])
+
+
+def test_tied_or_osf_release_targets_are_refused_in_one_line(rp):
+    from anchorft.rpsft.peft_methods import RELEASE_TARGETS
+
+    tied = rp.tiny_model("qwen2", 60, tie=True)
+    args = rp.base_args("unused", method="lora", lora_target_modules=RELEASE_TARGETS)
+    with pytest.raises(ValueError, match="shares its weight with .*tie_word_embeddings") as e:
+        peft_config_for(args, tied)
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="lm_head shares its weight"):  # a regex that names the tied layer too
+        peft_config_for(rp.base_args("unused", method="lora", lora_target_modules=r"lm_head"), tied)
+    with pytest.raises(ValueError, match="OSF adapts linear layers only"):
+        rp.base_args("unused", method="osf", anchor_rank=2, lora_target_modules=RELEASE_TARGETS)
+
+
+def test_trainer_given_a_path_resolves_the_release_targets(rp, model_dir, dataset, tmp_path):
+    """RPSFTTrainer(model=PATH) with the release's targets loads the model to list them: embed_tokens is adapted."""
+    from anchorft.eval.loading import load_tokenizer
+    from anchorft.rpsft.peft_methods import RELEASE_TARGETS
+    from anchorft.rpsft.trainer import RPSFTTrainer
+
+    args = rp.base_args(str(tmp_path / "out"), method="lora", lora_target_modules=RELEASE_TARGETS, max_steps=1)
+    tr = RPSFTTrainer(model=model_dir, args=args, train_dataset=dataset, processing_class=load_tokenizer(model_dir))
+    names = {n.removeprefix("base_model.model.") for n, _ in tuner_layers(tr.model)}
+    assert {"model.embed_tokens", "model.layers.0.mlp.down_proj"} <= names and "lm_head" not in names

@@ -139,7 +139,9 @@ class RPSFTConfig(AnchorOptions, SFTConfig):
         default="all-linear",
         metadata={
             "help": "methods lora and osf: the adapted modules, PEFT's target_modules: 'all-linear' (every linear "
-            "layer but the output layer) or a regex matched against the full module names."
+            "layer but the output layer), 'all-linear-embedding' (lora: every linear and embedding layer but the "
+            "output layer, which TRL cannot adapt: the release's set without lm_head; refused on tied embeddings) "
+            "or a regex matched against the full module names."
         },
     )
     lora_anchor: bool = field(
@@ -188,6 +190,8 @@ class RPSFTConfig(AnchorOptions, SFTConfig):
             raise ValueError(f"lora_alpha must be > 0, got {self.lora_alpha!r}")
         if not isinstance(self.lora_dropout, (int, float)) or not 0 <= self.lora_dropout < 1:
             raise ValueError(f"lora_dropout must be in [0, 1), got {self.lora_dropout!r}")
+        if self.lora_target_modules == "all-linear-embedding" and self.method_spec.peft == "osf":
+            raise ValueError("lora_target_modules='all-linear-embedding': OSF adapts linear layers only")
         if self.lora_anchor and self.method_spec.peft != "lora":
             raise ValueError(f"lora_anchor: only for method 'lora', got method={self.method!r}")
         if not self.iw_temperature > 0:

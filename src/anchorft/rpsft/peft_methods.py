@@ -16,7 +16,7 @@ and the engine's own state dict of a PEFT model is keyed `base_model.model.*` (a
 loads as random weights). The update added to each adapted weight is written out here, from the tensors alone:
 
 - lora: Delta = scaling B A (scaling = alpha / r, the value PEFT's layer uses in its forward), transposed for a
-  `fan_in_fan_out` layer;
+  `fan_in_fan_out` layer and for an embedding (whose weight is (vocabulary, hidden));
 - osf: Delta = U_low diag(S_low) V_low - U_low,0 diag(S_low,0) V_low,0 (PEFT's `get_delta_weight`: the trained
   low part replaces the initial one; the frozen top part stays in W_0).
 """
@@ -31,7 +31,9 @@ from torch import nn
 from anchorft.rpsft.sharding import full_matrix, unwrap
 
 __all__ = [
+    "RELEASE_TARGETS",
     "peft_config_for",
+    "target_modules",
     "merge_adapter_model",
     "is_peft_model",
     "gather_adapter",
@@ -42,11 +44,59 @@ __all__ = [
 ]
 
 ADAPTER_DIR = "adapter"  # checkpoint-N/adapter/: the adapter's tensors, gathered whole (`save_adapter`)
+# lora_target_modules value for the release's set as far as TRL can train it: the release's train.py
+# (find_target_linear_names, nothing excluded for a text model) adapts every nn.Linear and nn.Embedding, lm_head
+# included; TRL's SFTTrainer computes the log-probabilities from lm_head.weight directly and refuses an adapter
+# there, so this set is every nn.Linear and nn.Embedding but the output layer (embed_tokens included)
+RELEASE_TARGETS = "all-linear-embedding"
 
 
-def peft_config_for(args):
+def target_modules(args, model: nn.Module | None = None) -> str | list[str]:
+    """PEFT's target_modules for `args.lora_target_modules`: 'all-linear' and a regex pass through; RELEASE_TARGETS
+    becomes the names of every nn.Linear and nn.Embedding of `model` but its output layer.
+
+    A module whose weight is tied to another's (lm_head and embed_tokens under tie_word_embeddings) is refused in one
+    line: its update merged into the shared tensor would change the other module too, so the saved model would
+    compute something other than the trained one."""
+    import re
+
+    value = args.lora_target_modules
+    if value == "all-linear" or model is None:
+        if value == RELEASE_TARGETS:
+            raise ValueError(f"lora_target_modules={RELEASE_TARGETS!r}: needs the model to list its modules")
+        return value
+    if value == RELEASE_TARGETS:
+        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        names = [n for n, m in model.named_modules() if isinstance(m, (nn.Linear, nn.Embedding)) and m is not head]
+    else:
+        names = [n for n, _ in model.named_modules() if n and re.fullmatch(value, n)]
+    tied = _tied_modules(model)
+    if bad := [n for n in names if n in tied]:
+        raise ValueError(
+            f"lora_target_modules={value!r}: {bad[0]} shares its weight with {tied[bad[0]]} (tie_word_embeddings), "
+            "so its merged update would change both; exclude it (a regex) or untie the embeddings first"
+        )
+    return names if value == RELEASE_TARGETS else value
+
+
+def _tied_modules(model: nn.Module) -> dict[str, str]:
+    """{module name: the other module's name} for modules whose `weight` is the same tensor."""
+    seen: dict[int, str] = {}
+    tied: dict[str, str] = {}
+    for name, mod in model.named_modules():
+        w = getattr(mod, "weight", None)
+        if not isinstance(w, torch.Tensor):
+            continue
+        if id(w) in seen:
+            tied[name], tied[seen[id(w)]] = seen[id(w)], name
+        else:
+            seen[id(w)] = name
+    return tied
+
+
+def peft_config_for(args, model: nn.Module | None = None):
     """The PEFT config of `args.method` (a `RPSFTConfig`): a `LoraConfig` or an `OSFConfig`; None for a method
-    without an adapter."""
+    without an adapter. `model` (the model to adapt) resolves RELEASE_TARGETS and checks tied weights."""
     kind = args.method_spec.peft
     if kind is None:
         return None
@@ -54,7 +104,7 @@ def peft_config_for(args):
         from peft import LoraConfig, OSFConfig
     except ImportError as e:  # pragma: no cover - the dev and peft extras install it
         raise ImportError(f"method {args.method!r} needs peft: pip install 'anchorft[peft]'") from e
-    targets = args.lora_target_modules
+    targets = target_modules(args, model)
     if kind == "lora":
         return LoraConfig(
             r=args.lora_rank,
@@ -111,6 +161,10 @@ def gather_adapter(model: nn.Module) -> dict[str, torch.Tensor]:
 def _update(layer: nn.Module, name: str, adapter: str, state: dict[str, torch.Tensor]) -> torch.Tensor | None:
     """Delta of one adapter on one layer (float32, the base weight's layout), from `state`; None when the layer
     holds no such adapter. Anything but plain LoRA and OSF is refused: its update is not written out here."""
+    if adapter in getattr(layer, "lora_embedding_A", {}):  # an nn.Embedding: Delta = scaling (B A)^T
+        a = state[f"{name}.lora_embedding_A.{adapter}"].float()  # (r, num_embeddings)
+        b = state[f"{name}.lora_embedding_B.{adapter}"].float()  # (embedding_dim, r)
+        return (b @ a).T * float(layer.scaling[adapter])
     if hasattr(layer, "lora_A"):
         if adapter not in layer.lora_A:
             return None

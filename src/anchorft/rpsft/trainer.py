@@ -122,7 +122,11 @@ class RPSFTTrainer(AnchorSteps, SFTTrainer):
             from anchorft.rpsft.peft_methods import is_peft_model, peft_config_for
 
             if not is_peft_model(model):  # TRL's SFTTrainer wraps the model (get_peft_model)
-                kwargs.setdefault("peft_config", peft_config_for(args))
+                if isinstance(model, (str, os.PathLike)):  # loaded here: its modules name the targets
+                    from anchorft.rpsft.train import load_model
+
+                    model = load_model(model, args)
+                kwargs.setdefault("peft_config", peft_config_for(args, model))
         super().__init__(model, args, *pos, **kwargs)
         use_readable_progress(self)  # a bar and a short line per log; the full dicts in OUTPUT_DIR/log.jsonl
         if args.anchored:
