@@ -18,6 +18,9 @@ from anchorft.errors import UsageError, check_jsonl
 __all__ = [
     "check_model_source",
     "resolve_model_folder",
+    "DOWNLOAD_PATTERNS",
+    "download_selection",
+    "missing_shards",
     "check_input_file",
     "looks_like_path",
     "hub_reachable",
@@ -90,11 +93,39 @@ def resolve_model_folder(spec: str | os.PathLike, flag: str = "--model") -> str:
     check_model_source(spec, flag)
     from huggingface_hub import snapshot_download
 
-    patterns = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt", "*.jinja"]
     try:
-        return snapshot_download(spec, allow_patterns=patterns, local_files_only=_offline() or not hub_reachable())
+        folder = snapshot_download(
+            spec, allow_patterns=list(DOWNLOAD_PATTERNS), local_files_only=_offline() or not hub_reachable()
+        )
     except Exception as e:  # a gated or missing repo, or a cache without a snapshot: one line naming the id
         raise UsageError(f"{flag}: {spec}: could not get the hub model ({type(e).__name__}: {e})") from None
+    if missing := missing_shards(folder):
+        raise UsageError(f"{flag}: {spec}: the download lacks {len(missing)} weight shard(s), first {missing[0]}")
+    return folder
+
+
+# what resolve_model_folder fetches of a hub model: config, safetensors weights (every shard and the index),
+# tokenizer and chat template files; not pickled .bin weights, not the original/ checkpoints some repos add
+DOWNLOAD_PATTERNS = ("*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt", "*.jinja")
+
+
+def download_selection(files: list[str]) -> list[str]:
+    """The files of a hub repo listing that resolve_model_folder downloads: DOWNLOAD_PATTERNS applied by the filter
+    snapshot_download itself uses (huggingface_hub's filter_repo_objects)."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    return list(filter_repo_objects(files, allow_patterns=list(DOWNLOAD_PATTERNS)))
+
+
+def missing_shards(folder: str | os.PathLike) -> list[str]:
+    """The shards that `folder`'s model.safetensors.index.json names but the folder lacks ([] without an index)."""
+    import json
+
+    index = Path(folder) / "model.safetensors.index.json"
+    if not index.is_file():
+        return []
+    shards = sorted(set(json.loads(index.read_text()).get("weight_map", {}).values()))
+    return [s for s in shards if not (Path(folder) / s).is_file()]
 
 
 def check_input_file(path: str | os.PathLike | None, flag: str, jsonl: bool | None = None) -> None:
