@@ -54,9 +54,9 @@ def _announce_toy(preset: str) -> None:
     seeds = f"{len(cfg.seeds)} seed" + ("s" if len(cfg.seeds) > 1 else "")
     msg = f"testbed: {jobs} fine-tunes ({len(cfg.runs)} runs x {seeds})"
     if preset == "default":
-        msg += ", about 8 min on 2 CPU cores"
+        msg += ", about 4 min on 2 CPU cores"
         if cached_model(cfg.pretrain) is None:
-            msg += f"; first the testbed model is pretrained (about 5 min, once: cached under {cache_root()})"
+            msg += f"; first the testbed model is pretrained (about 3 min, once: cached under {cache_root()})"
     print(msg, flush=True)
 
 
