@@ -3,10 +3,12 @@
 Part 1, the real entry points (`--only launch`): `anchorft train` started through `accelerate launch` with
 configs/accelerate/{zero2,zero3,fsdp2}.yaml on a stand-in at the real widths (hidden, intermediate, heads,
 vocabulary) and `--layers` (2) layers, saved to a folder with a stand-in tokenizer, on a few conversational rows:
-rpsft under ZeRO-2, l2 under ZeRO-3, iw_sft under FSDP2 (`--matrix full`: every method under every config), each
+rpsft under ZeRO-2, l2 under ZeRO-3, iw_sft under FSDP2, lora and osf under ZeRO-2 (`--matrix full`: rpsft, l2,
+iw_sft and lora under every config, osf under ZeRO-2), each
 for `--launch_steps` steps with a checkpoint at the end; then rpsft resumed from that checkpoint in a new run
 (anchor read back and fingerprint-checked) to twice the steps. Per run: the exit status, the steps done, the
-final loss, step time (train_runtime / steps) and the peak GPU memory of process 0 (metrics.json) against the
+final loss, step time (train_runtime / steps), for lora and osf the adapter in the checkpoint and a final model
+without PEFT keys, and the peak GPU memory of process 0 (metrics.json) against the
 per-component estimate of `anchorft train --estimate` (`anchorft.rpsft.estimate.method_memory`) for the same
 stage, batch and length. With vLLM installed and a GPU: one GRPO step of `anchorft rl --use_vllm true`
 (generation through vLLM). Without a GPU (`--device cpu`), the DeepSpeed and FSDP2 configs are skipped with
@@ -158,7 +160,9 @@ def table(rows: list[dict]) -> str:
 
 
 # ---------------------------------------------------------------- part 1: the real entry points through the launcher
-DIAGONAL = (("zero2", "rpsft"), ("zero3", "l2"), ("fsdp2", "iw_sft"))
+# the LoRA recipes name zero2.yaml; OSF runs under ZeRO-2 only (refused under ZeRO-3 and FSDP2)
+DIAGONAL = (("zero2", "rpsft"), ("zero3", "l2"), ("fsdp2", "iw_sft"), ("zero2", "lora"), ("zero2", "osf"))
+PEFT = ("lora", "osf")
 RECIPE_MODEL = "qwen2.5-3b-instruct"  # the stand-in's family and widths (tied embeddings, k/v on the L2 fallback)
 
 
@@ -228,8 +232,19 @@ def launch_train(cfg_name: str, method: str, model: Path, data: Path, out: Path,
     res.update(global_step=m["global_step"], resumed=f"resuming from {out.parent}" in proc.stdout,
                loss_last=losses[-1] if losses else None, peak_bytes=m.get("cuda_peak_allocated_bytes"),
                step_s=runtime / max(1, a.launch_steps) if runtime else None,
-               anchor_saved=(out / f"checkpoint-{a.launch_steps}" / "anchor").is_dir())  # fmt: skip
+               anchor_saved=(out / f"checkpoint-{a.launch_steps}" / "anchor").is_dir(),
+               adapter_saved=(out / f"checkpoint-{a.launch_steps}" / "adapter").is_dir(),
+               plain_model=_plain_model(out))  # fmt: skip
     return res
+
+
+def _plain_model(folder: Path) -> bool:
+    """The final model folder loads as its base architecture: weights present, none keyed by PEFT (base_model.*)."""
+    from safetensors import safe_open
+
+    files = sorted(folder.glob("model*.safetensors"))
+    keys = [k for f in files for k in safe_open(str(f), "pt").keys()]
+    return bool(keys) and not any(k.startswith("base_model.") or "lora_" in k or "_osf_" in k for k in keys)
 
 
 def estimate_for(res: dict, cfg: dict, a) -> float:
@@ -248,8 +263,8 @@ def check_launch(a) -> tuple[list[dict], bool]:
     model, cfg = launch_stand_in(work / "stand-in", a.layers, a.tiny, a.seed)
     data = work / "train.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in launch_rows(8)))
-    plan = DIAGONAL if a.matrix == "diagonal" else tuple((c, m) for c in ("zero2", "zero3", "fsdp2")
-                                                         for m in ("rpsft", "l2", "iw_sft"))  # fmt: skip
+    full = tuple((c, m) for c in ("zero2", "zero3", "fsdp2") for m in ("rpsft", "l2", "iw_sft", "lora"))
+    plan = DIAGONAL if a.matrix == "diagonal" else (*full, ("zero2", "osf"))
     rows, ok, ran = [], True, set()
     for cfg_name, method in plan:
         reason = skip_reason(cfg_name, a.device)
@@ -261,8 +276,12 @@ def check_launch(a) -> tuple[list[dict], bool]:
         ran.add((cfg_name, method))
         res = launch_train(cfg_name, method, model, data, work / f"{cfg_name}-{method}", a, [])
         if res["rc"] == 0:
-            res["estimate_bytes"] = estimate_for(res, cfg, a)
-            res["ok"] = res["global_step"] == a.launch_steps and (method == "iw_sft" or res["anchor_saved"])
+            if method not in PEFT:  # the memory estimate covers the full-fine-tuning methods only
+                res["estimate_bytes"] = estimate_for(res, cfg, a)
+            if method in PEFT:  # the adapter in the checkpoint, a plain model at the end (no PEFT keys)
+                res["ok"] = res["global_step"] == a.launch_steps and res["adapter_saved"] and res["plain_model"]
+            else:
+                res["ok"] = res["global_step"] == a.launch_steps and (method == "iw_sft" or res["anchor_saved"])
         ok &= bool(res.get("ok"))
         rows.append(res)
     first = next((r for r in rows if r.get("ok") and r["method"] in ("rpsft", "l2")), None)

@@ -67,19 +67,21 @@ def test_gpu_check_fails_when_the_anchor_is_built_from_other_weights(monkeypatch
 
 @pytest.mark.slow
 def test_gpu_check_launches_anchorft_train_on_cpu(tmp_path, capsys) -> None:
-    """The same path as on a GPU: `accelerate launch ... -m anchorft.cli train` of the recipes (rpsft, l2, iw_sft),
-    a checkpoint each, then rpsft resumed from its checkpoint to twice the steps; the DeepSpeed / FSDP2 configs are
-    skipped on the CPU with the reason printed. Slow (four launches, about 35 s): `make test-dist` runs it."""
+    """The same path as on a GPU: `accelerate launch ... -m anchorft.cli train` of the recipes (rpsft, l2, iw_sft,
+    lora, osf), a checkpoint each (lora and osf: the adapter in it, a plain model at the end), then rpsft resumed
+    from its checkpoint to twice the steps; the DeepSpeed / FSDP2 configs are skipped on the CPU with the reason
+    printed. Slow (six launches): `make test-dist` runs it."""
     gc = _load()
     out = tmp_path / "launch.json"
     rc = gc.main(["--tiny", "--device", "cpu", "--only", "launch", "--launch_steps", "2", "--out", str(out)])
     printed = capsys.readouterr().out
     assert rc == 0, printed
-    assert printed.count("-m anchorft.cli train --config") == 4
+    assert printed.count("-m anchorft.cli train --config") == 6
     assert "zero2: skipped on the CPU" in printed and "fsdp2: skipped on the CPU" in printed
     rows = json.loads(out.read_text())["launch"]
-    assert [r["method"] for r in rows] == ["rpsft", "l2", "iw_sft", "rpsft (resume)"]
+    assert [r["method"] for r in rows] == ["rpsft", "l2", "iw_sft", "lora", "osf", "rpsft (resume)"]
     assert all(r["ok"] and r["rc"] == 0 for r in rows)
     assert rows[0]["anchor_saved"] and rows[1]["anchor_saved"]
-    assert rows[3]["global_step"] == 4 and rows[3]["resumed"]
+    assert all(r["adapter_saved"] and r["plain_model"] for r in rows[3:5])  # merged on one process, plain keys
+    assert rows[5]["global_step"] == 4 and rows[5]["resumed"]
     assert all(r["estimate_bytes"] > 0 for r in rows[:3])

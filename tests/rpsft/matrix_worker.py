@@ -53,9 +53,12 @@ MAX_STEPS, SAVE_STEPS, PER_DEVICE, ACCUM, N_ROWS = 4, 2, 2, 2, 32
 
 
 def train_kwargs(method: str, per_device: int) -> dict:
-    """The run's settings: 4 optimiser steps of 2 micro-batches (global batch 8), a checkpoint every 2 steps."""
+    """The run's settings: 4 optimiser steps of 2 micro-batches (global batch 8), a checkpoint every 2 steps, a
+    warm-up-and-decay schedule (lr 0, 1, 0.75, 0.25 x 1e-2: a resume that restarted it would step at 0 and 1)."""
     return dict(
         METHODS[method],
+        lr_scheduler_type="cosine",
+        warmup_steps=1,
         max_steps=MAX_STEPS,
         save_strategy="steps",
         save_steps=SAVE_STEPS,
@@ -88,7 +91,7 @@ FSDP2_CONFIG = {  # configs/accelerate/fsdp2.yaml
     "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
     "state_dict_type": "SHARDED_STATE_DICT",
     "reshard_after_forward": True,
-    "cpu_ram_efficient_loading": False,
+    "cpu_ram_efficient_loading": True,  # as shipped: rank 0 loads the weights, the others get them at wrapping
 }
 
 
@@ -140,6 +143,13 @@ def engine(trainer) -> str:
     return type(trainer.model_wrapped).__name__
 
 
+def ram_efficient() -> bool:
+    """Whether transformers loads the weights on rank 0 only (FSDP's cpu_ram_efficient_loading reached the loader)."""
+    from transformers.distributed.fsdp import is_fsdp_enabled
+
+    return bool(is_fsdp_enabled())
+
+
 def main(launcher: str, base: str, out: str, methods: list[str]) -> None:
     import datasets
 
@@ -168,7 +178,7 @@ def main(launcher: str, base: str, out: str, methods: list[str]) -> None:
                     break
                 raise AssertionError(f"{method} under {launcher} was not refused")
             tr = train(args, base, data, tokenizer=tok)
-            info[run] = {"engine": engine(tr), "global_step": tr.state.global_step}
+            info[run] = {"engine": engine(tr), "global_step": tr.state.global_step, "ram_efficient": ram_efficient()}
             tr.save_model(folder)  # as `anchorft train` ends
             if run == "run":
                 info["checkpoint"] = sorted(os.listdir(os.path.join(folder, f"checkpoint-{SAVE_STEPS}")))
@@ -234,11 +244,14 @@ RL_PROMPTS = [{"prompt": f"what is {w} plus {w}", "answer": "0"} for w in ("one"
 
 def rl_kwargs(world: int) -> dict:
     """DAPO with the anchor (L2 to another model) and a constant reward: every advantage is 0, so the policy loss has
-    no gradient and the weights move by the anchor's alone (2 updates of 2 micro-batches each)."""
+    no gradient and the weights move by the anchor's alone (2 updates of 2 micro-batches each). Plain SGD without
+    clipping, so the update is lr x the anchor's gradient: a wrong scale, or a penalty missing on one rank (its
+    gradient averaged with the others'), changes the update, where AdamW's per-entry normalisation or a clipped
+    norm would hide it."""
     return dict(
         steps=1, prompts_per_step=4, mini_batch_prompts=2, num_generations=2, micro_batch=2 // world,
-        max_completion_length=4, learning_rate=1e-2, anchor_method="l2", anchor_lambda=2.0, save_model=True,
-        disable_tqdm=True, report_to=[],
+        max_completion_length=4, learning_rate=1e-2, optim="sgd", max_grad_norm=0.0, anchor_method="l2",
+        anchor_lambda=2.0, save_model=True, disable_tqdm=True, report_to=[],
     )  # fmt: skip
 
 
@@ -258,11 +271,11 @@ def rl(base: str, ref: str, out: str) -> None:
         s = DAPOConfig(**rl_kwargs(2), anchor_reference=ref, **extra)
         folder = os.path.join(out, f"zero{stage}")
         m = run_rl(base, RL_PROMPTS, folder, s, reward_fn=constant_reward)
-        if int(os.environ["RANK"]) == 0:
-            info = {"anchor": m["anchor"], "optimizer_steps": m["optimizer_steps"], "zero3": stage == 3}
-            info["z3_params"] = sum(hasattr(p, "ds_id") for p in m["model"].parameters())
-            with open(os.path.join(folder, "info.json"), "w") as f:
-                json.dump(info, f)
+        rank = int(os.environ["RANK"])
+        info = {"anchor": m["anchor"], "optimizer_steps": m["optimizer_steps"], "zero3": stage == 3}
+        info["z3_params"] = sum(hasattr(p, "ds_id") for p in m["model"].parameters())
+        with open(os.path.join(folder, f"info-rank{rank}.json"), "w") as f:  # each rank's own penalty
+            json.dump(info, f)
         dist.barrier()
 
 

@@ -1,11 +1,14 @@
 """Every method under every launcher, 2 processes on CPU (torchrun, gloo): DDP, DeepSpeed ZeRO-2 / ZeRO-3, FSDP2.
 
 One 2-process launch per launcher (`matrix_worker.py`, cached for the module) trains sft, dft, iw_sft, l2, rpsft
-(block), rpsft (subspace kind) and rpsft with the remainder L2 through `anchorft.rpsft.train.train`, each with a
+(block), rpsft (subspace kind), rpsft with the remainder L2, lora, osf and lora + anchor (osf and lora + anchor
+refused in one line under ZeRO-3 and FSDP2) through `anchorft.rpsft.train.train`, each with a
 checkpoint at step 2 of 4, ends with the final `save_model` (as `anchorft train` does), and resumes each from its
 step-2 checkpoint. Each (method, launcher) cell checks: the engine is the launcher's (DeepSpeedEngine, DTensor
 parameters, DDP); the final weights are a `save_pretrained` folder that loads into a fresh model with every weight;
-the resumed run reaches the same weights (max abs difference <= 1e-6: the same operations in the same order); the
+the resumed run reaches the same weights (max abs difference <= 1e-6: the same operations in the same order; the
+warm-up-and-decay schedule makes a resume that restarted it fail); FSDP2 loads as configs/accelerate/fsdp2.yaml
+ships (cpu_ram_efficient_loading: rank 0 reads the weights, the others get them when the model is sharded); the
 weights equal a one-process run with the same global batch, within the error model below.
 
 The error model (docs/testing.md, "The distributed matrix's tolerance"). A distributed run sums the same gradients
@@ -162,6 +165,7 @@ def test_distributed_cell(method, launcher, launch, one_process, base_dir, toler
     for run in ("run", "resume"):
         assert info[run]["engine"] == ENGINES[launcher], (run, info[run])
         assert info[run]["global_step"] == train_kwargs(method, 1)["max_steps"]
+        assert info[run]["ram_efficient"] == (launcher == "fsdp2")  # fsdp2.yaml's cpu_ram_efficient_loading: true
     run_w = _load(os.path.join(out, method, "run"))
     resumed = _load(os.path.join(out, method, "resume"))
     base = _load(base_dir)
