@@ -5,6 +5,7 @@ import torch
 
 from anchorft.rpsft.release_format import (
     ReleaseCollator,
+    example_messages,
     release_dataset,
     release_family,
     release_segments,
@@ -24,11 +25,13 @@ QWEN_PROMPT = (
     "<|start_header_id|>assistant<|end_header_id|>\\n\\n"
 )
 QWEN_RESPONSE = "<think>2+3=5</think> \\boxed{5}<|eot_id|>\\n"
-# Llama: the first prompt is the tokenizer's own template (here the stand-in's), the response ends in a real newline
+# Llama: the first prompt is the tokenizer's own template (here the stand-in's, which trims each content as
+# Llama-3.1's does) rendered from list contents, as the release's data code passes them: the template's `| trim`
+# writes each list's Python repr, in which the system prompt's one backslash is written as two
 LLAMA_PROMPT = (
-    "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nPlease reason step by step, and put your final "
-    "answer within \\boxed{}.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWhat is 2+3?<|eot_id|>"
-    "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n[{'type': 'text', 'text': 'Please reason step "
+    "by step, and put your final answer within \\\\boxed{}.'}]<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
+    "[{'type': 'text', 'text': 'What is 2+3?'}]<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
 )
 LLAMA_RESPONSE = "<think>2+3=5</think> \\boxed{5}<|eot_id|>\n"
 
@@ -131,3 +134,88 @@ def test_dataset_and_train_use_it(tmp_path, qwen_tok):
     assert isinstance(trainer.data_collator, ReleaseCollator)
     default = RPSFTConfig(output_dir=str(tmp_path / "d"), report_to="none")
     assert default.chat_format == "model"
+
+
+# Llama-3.1-Instruct's own chat template, as TRL ships it (`trl/chat_templates/llama3_1.jinja`, stored there for
+# identity comparison with the hub checkpoints); pinned by its hash, so a different template fails here first
+LLAMA31_TEMPLATE_SHA256 = "e10ca381b1ccc5cf9db52e371f3b6651576caee0a630b452e2816b2d404d4b65"
+RELEASE_ROW = {  # one row of the release's converted training file (its `conversations` in llava form)
+    "conversations": [
+        {"from": "human", "value": "What is 2+3?"},
+        {"from": "gpt", "value": "<think>2+3=5</think> \\boxed{5}"},
+        {"from": "human", "value": "And 1+1?"},
+        {"from": "gpt", "value": "2"},
+    ]
+}
+
+
+def _llama31_template() -> str:
+    import hashlib
+    from pathlib import Path
+
+    import trl
+
+    text = (Path(trl.__file__).parent / "chat_templates" / "llama3_1.jinja").read_text(encoding="utf-8")
+    assert hashlib.sha256(text.encode("utf-8")).hexdigest() == LLAMA31_TEMPLATE_SHA256
+    return text
+
+
+def _release_llama_ids(row, tok):
+    """The release's Llama ids and labels of one row, rebuilt here from what its data code does: every message's
+    content a list holding one text part, the boxed system message built the same way, the first prompt the chat
+    template of [system, user] with the generation prompt, later prompts the header strings, each response its
+    text + <|eot_id|> + newline; each string tokenized on its own."""
+    roles = {"human": "user", "gpt": "assistant"}
+    msgs = [
+        {"role": roles[c["from"]], "content": [{"type": "text", "text": c["value"]}]} for c in row["conversations"]
+    ]
+    system = {"role": "system", "content": [{"type": "text", "text": SYSTEM}]}
+    ids, labels = [], []
+    for j in range(0, len(msgs), 2):
+        user, gpt = msgs[j], msgs[j + 1]
+        if j == 0:
+            prompt = tok.apply_chat_template([system, user], tokenize=False, add_generation_prompt=True)
+        else:
+            prompt = (
+                f"<|start_header_id|>user<|end_header_id|>\n\n{user['content'][0]['text']}<|eot_id|>\n"
+                "<|start_header_id|>assistant<|end_header_id|>\n\n"
+            )
+        p = tok(prompt, add_special_tokens=False)["input_ids"]
+        r = tok(f"{gpt['content'][0]['text']}<|eot_id|>\n", add_special_tokens=False)["input_ids"]
+        ids += p + r
+        labels += [-100] * len(p) + r
+    return ids, labels
+
+
+def test_llama31_release_rendering_with_list_contents():
+    """With Llama-3.1's own template, `release` trains on the release's tokens: the first turn's system and user
+    contents rendered as the Python repr of their lists (a quirk of the release, kept on purpose)."""
+    tok = build_stand_in_tokenizer("llama", [LLAMA_PROMPT, LLAMA_RESPONSE, "hello world"] * 4)
+    tok.chat_template = _llama31_template()
+    tok.pad_token = tok.eos_token  # <|eot_id|>, as the release sets it for Llama-3.1-Instruct
+    row = {  # the same conversation in anchorft's conversational form, the system prompt as a message
+        "prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is 2+3?"}],
+        "completion": [{"role": "assistant", "content": "<think>2+3=5</think> \\boxed{5}"}],
+    }
+    row["completion"] += [{"role": "user", "content": "And 1+1?"}, {"role": "assistant", "content": "2"}]
+    out = release_tokenize(row, tok, "llama")
+    ids, labels = _release_llama_ids(RELEASE_ROW, tok)
+    assert out == {"input_ids": ids, "labels": labels}
+    # the first prompt written out by hand: Llama-3.1's date header, then the repr of each content list
+    first = release_segments(example_messages(row), "llama", tok)[0][0]
+    assert first == (
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+        "Today Date: 26 Jul 2024\n\n[{'type': 'text', 'text': 'Please reason step by step, and put your final answer "
+        "within \\\\boxed{}.'}]<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n[{'type': 'text', 'text': "
+        "'What is 2+3?'}]<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
+    # the clean rendering (string contents) is a different, shorter text
+    clean = tok.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
+    assert "[{'type'" not in clean and len(tok(clean, add_special_tokens=False)["input_ids"]) < len(
+        tok(first, add_special_tokens=False)["input_ids"]
+    )
+    # the release's mask: every <|eot_id|> out of attention (system, user, response of each turn)
+    batch = ReleaseCollator(pad_token_id=tok.pad_token_id)([out])
+    eot = tok.convert_tokens_to_ids("<|eot_id|>")
+    assert batch["input_ids"][0].tolist().count(eot) == 5
+    assert torch.equal(batch["attention_mask"][0], (batch["input_ids"][0] != eot).long())

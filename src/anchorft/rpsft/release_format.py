@@ -17,6 +17,12 @@ github jinhangzhan/RPSFT, `sft/src/training/data_qwen.py`, `data.py`, `train.py`
 - Llama models (model_type llama): the first turn's prompt is the tokenizer's own chat template rendered as
   text (system message included, `add_generation_prompt=True`); later prompts are the header strings with
   real newlines; the response is ASSISTANT + "<|eot_id|>" + a real newline.
+  Quirk kept on purpose: the release's data code (`data.py`, `llava_to_openai` and the system message it adds)
+  hands the template each message's content as a list `[{"type": "text", "text": ...}]`, and it is rendered
+  with those lists. Llama-3.1's template applies `| trim` to the content, which turns the list into its Python
+  repr, so the release's first system and user turns read `[{'type': 'text', 'text': '...'}]` (with the text's
+  backslashes doubled by the repr) instead of the plain text. `release_segments` renders the same lists, so the
+  template does whatever it did in the release; a template that reads list contents renders clean text.
 - Attention mask: `input_ids != pad_token_id` over the right-padded batch (the release's collator). The pad
   token is the tokenizer's, or its eos when it has none (as `anchorft.rpsft.train` and the release set it);
   for Llama-3.1-Instruct (no pad token, eos `<|eot_id|>`) every `<|eot_id|>` of a sequence is masked out of
@@ -36,6 +42,7 @@ __all__ = [
     "RELEASE_FAMILIES",
     "release_family",
     "example_messages",
+    "release_content_parts",
     "release_segments",
     "release_tokenize",
     "release_dataset",
@@ -77,10 +84,18 @@ def example_messages(example: dict[str, Any]) -> list[dict[str, str]]:
     return [{"role": m["role"], "content": _content(m)} for m in msgs]
 
 
+def release_content_parts(message: dict[str, str]) -> dict[str, Any]:
+    """The message as the release's Llama data code hands it to the chat template: its text content as a list with
+    one text part, `{"role": ..., "content": [{"type": "text", "text": ...}]}` (`llava_to_openai` in the release's
+    `data.py`, and the system message it builds the same way)."""
+    return {"role": message["role"], "content": [{"type": "text", "text": message["content"]}]}
+
+
 def release_segments(messages: Sequence[dict[str, str]], family: str, tokenizer=None) -> list[tuple[str, bool]]:
     """The release's strings of one conversation, in order, as (text, trained) pairs: a prompt (not trained) and a
     response (trained) per (user, assistant) pair; a leading system message goes into the first prompt.
-    `tokenizer` (its chat template) is needed for the Llama family's first prompt."""
+    `tokenizer` (its chat template) is needed for the Llama family's first prompt, which it renders from list
+    contents as the release does (`release_content_parts`; the module docstring says what Llama-3.1 makes of it)."""
     if family not in ("qwen", "llama"):
         raise ValueError(f"family must be 'qwen' or 'llama', got {family!r}")
     msgs = list(messages)
@@ -97,7 +112,7 @@ def release_segments(messages: Sequence[dict[str, str]], family: str, tokenizer=
         if family == "llama" and idx == 0:
             if tokenizer is None or getattr(tokenizer, "chat_template", None) is None:
                 raise ValueError("chat_format release (llama): the tokenizer needs its chat template")
-            first = ([system] if system is not None else []) + [user]
+            first = [release_content_parts(m) for m in ([system] if system is not None else []) + [user]]
             prompt = tokenizer.apply_chat_template(first, tokenize=False, add_generation_prompt=True)
         else:
             prompt = (
