@@ -43,8 +43,8 @@ def main() -> None:
     import torch
 
     from anchorft.rpsft.train import train
-    from anchorft.toy.compare import _train_args, finetune_dataset
-    from anchorft.toy.compare_config import RunSpec, load_config
+    from anchorft.studies.testbed.compare import _train_args, finetune_dataset
+    from anchorft.studies.testbed.compare_config import RunSpec, load_config
     from anchorft.toy.pretrain import build_model, build_tokenizer
 
     torch.set_num_threads(args.threads)

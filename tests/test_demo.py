@@ -14,7 +14,7 @@ def test_demo_announces_the_comparison_and_a_missing_pretraining(tmp_path, monke
 
 
 def test_demo_says_nothing_of_pretraining_when_cached(tmp_path, monkeypatch, capsys):
-    from anchorft.toy.compare_config import load_config
+    from anchorft.studies.testbed.compare_config import load_config
 
     monkeypatch.setenv("ANCHORFT_CACHE", str(tmp_path))
     model_dir = tmp_path / "toy" / load_config("default").pretrain.key()

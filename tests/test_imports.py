@@ -26,6 +26,7 @@ KERNELS = (
     "anchorft.runs",
     "anchorft.preflight",
     "anchorft.resources",
+    "anchorft.threads",
 )
 LAYERS: list[tuple[str, ...]] = [
     KERNELS,
@@ -34,7 +35,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("anchorft.rpsft",),
     ("anchorft.toy",),
     ("anchorft.analysis",),
-    ("anchorft.commands", "anchorft.cli", "anchorft.demo", "anchorft.__main__", "anchorft.threads"),
+    ("anchorft.studies",),
+    ("anchorft.commands", "anchorft.cli", "anchorft.demo", "anchorft.__main__"),
 ]
 # the simulator stands beside the stack: it imports the kernels only, and only the entry points import it
 W2S = "anchorft.w2s"
@@ -189,3 +191,16 @@ def test_the_checks_catch_what_they_are_for(tmp_path, files, expect):
     graph = import_graph(tmp_path)
     got = "violation" if violations(graph) else "cycle" if cycles(graph) else "ok"
     assert got == expect
+
+
+def test_the_library_imports_nothing_from_the_studies():
+    """Studies are written over the library (docs/architecture.md): no library module imports anchorft.studies."""
+    above = ("anchorft.studies", "anchorft.commands", "anchorft.cli", "anchorft.demo", "anchorft.__main__")
+    bad = sorted(
+        f"{m} -> {t}"
+        for m, ts in import_graph().items()
+        if not m.startswith(above)
+        for t in ts
+        if t == "anchorft.studies" or t.startswith("anchorft.studies.")
+    )
+    assert not bad, bad

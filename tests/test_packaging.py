@@ -34,7 +34,7 @@ def test_configs_dir_from_a_checkout_is_the_repository_configs():
 def test_presets_and_model_configs_are_found_through_it():
     from anchorft.dataclass_yaml import resolve_presets
     from anchorft.rpsft.stand_in import find_model_config
-    from anchorft.toy.compare_config import PRESETS
+    from anchorft.studies.testbed.compare_config import PRESETS
     from anchorft.w2s.config import PRESET_DIR
 
     origin: dict = {}

@@ -14,7 +14,7 @@ def figures(monkeypatch):
     import anchorft.analysis.plots as aplots
     import anchorft.io as io
     import anchorft.rpsft.train as rtrain
-    import anchorft.toy.report as report
+    import anchorft.studies.testbed.report as report
 
     got = {}
 
@@ -35,7 +35,7 @@ def _seed(idg: float, ood: float) -> dict:
 
 
 def test_tradeoff_labels_of_coinciding_points_are_merged(figures, tmp_path):
-    from anchorft.toy.report import write_tradeoff_plot
+    from anchorft.studies.testbed.report import write_tradeoff_plot
 
     base = {"id_greedy": 0.2, "ood_mean": 0.5}
     methods = {

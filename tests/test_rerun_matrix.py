@@ -44,8 +44,8 @@ _3 = lambda a, k: a[2]  # noqa: E731
 # (argv writing "out", a change outside the run's hash, a change inside it, module, function, its folder, result)
 COMMANDS = [
     (["toy", "compare", "--preset", "smoke", "--methods", "sft"], ["--workers", "1"], ["--seeds", "5"],
-     "anchorft.toy.compare", "run_compare", _2, {}),
-    (["toy", "rl", "--compare", "cmp"], ["--threads", "1"], ["--seed", "3"], "anchorft.toy.rl_stage",
+     "anchorft.studies.testbed.compare", "run_compare", _2, {}),
+    (["toy", "rl", "--compare", "cmp"], ["--threads", "1"], ["--seed", "3"], "anchorft.studies.testbed.rl_stage",
      "run_rl_stage", _2, {}),
     (["w2s", "sweep", "--kind", "chi", "--quick"], ["--quiet"], ["--kind", "overlap"], "anchorft.w2s.sweeps",
      "run_sweep", _2, {}),
@@ -62,7 +62,7 @@ COMMANDS = [
     (["toy", "pretrain", "--preset", "smoke", "--no-cache"], ["--threads", "1"], ["--steps", "5"],
      "anchorft.toy.pretrain", "pretrain", _2, {"greedy_accuracy": {}, "params": 1}),
     (["toy", "interpolate", "--compare", "cmp", "--runs", "sft"], ["--threads", "1"], ["--alphas", "0.5"],
-     "anchorft.toy.interpolate", "run_interpolate", lambda a, k: a[3], {"methods": {}}),
+     "anchorft.studies.testbed.interpolate", "run_interpolate", lambda a, k: a[3], {"methods": {}}),
 ]  # fmt: skip
 # (state before, change, exit code, the work runs again, the marker after)
 MATRIX = [
@@ -109,7 +109,7 @@ def test_rerun_matrix(argv, outside, inside, module, func, out_of, result, befor
     assert cli(rerun) == rc
     assert len(calls) == (2 if again else 1)
     assert _status(tmp_path / "out") == status
-    if again and module == "anchorft.toy.compare":
+    if again and module == "anchorft.studies.testbed.compare":
         assert calls[-1] is True  # the comparison keeps the fine-tunes it finished
     if rc == 2:
         assert "holds another run" in capsys.readouterr().err
@@ -118,8 +118,8 @@ def test_rerun_matrix(argv, outside, inside, module, func, out_of, result, befor
 def test_toy_report_recomputes_and_marks_its_rerun(tmp_path, monkeypatch, capsys):
     """`toy report` reuses nothing (it recomputes in seconds): a finished report run again is rewritten, marked
     "running" meanwhile, so an interruption while its files are rewritten leaves "interrupted", not "complete"."""
-    import anchorft.toy.report as report
-    import anchorft.toy.results as results
+    import anchorft.studies.testbed.report as report
+    import anchorft.studies.testbed.results as results
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "cmp").mkdir()

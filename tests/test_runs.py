@@ -96,25 +96,8 @@ def test_w2s_run_rerun(tmp_path, capsys, monkeypatch):
     assert (out / "metrics.json").read_bytes() != first
 
 
-def test_toy_compare_keeps_finished_finetunes(tmp_path, monkeypatch):
-    """A stopped comparison resumed: the fine-tunes recorded with their model are kept, the rest are run."""
-    from anchorft.toy import compare
-    from anchorft.toy.compare_config import load_config
-
-    cfg = load_config("smoke")
-    out = tmp_path / "cmp"
-    name = cfg.runs[0].name
-    (out / "models" / name).mkdir(parents=True)
-    (out / "models" / name / "config.json").write_text("{}")
-    (out / "models" / cfg.runs[1].name).mkdir(parents=True)  # no config.json: its model was not saved
-    rows = {r.name: {"per_seed": [{"seed": cfg.seeds[0], "id_greedy": 0.5}]} for r in cfg.runs[:2]}
-    (out / "results.json").write_text(json.dumps({"methods": rows}))
-    assert compare._finished(out, cfg) == {name: {cfg.seeds[0]: {"seed": cfg.seeds[0], "id_greedy": 0.5}}}
-    assert compare._finished(tmp_path / "none", cfg) == {}
-
-
 def test_toy_compare_command_resumes_the_same_comparison(tmp_path, monkeypatch, capsys):
-    import anchorft.toy.compare as compare
+    import anchorft.studies.testbed.compare as compare
 
     calls = []
 
@@ -133,7 +116,7 @@ def test_toy_compare_command_resumes_the_same_comparison(tmp_path, monkeypatch, 
 
 
 def test_second_demo_reuses_the_first(tmp_path, monkeypatch, capsys):
-    import anchorft.toy.compare as compare
+    import anchorft.studies.testbed.compare as compare
     import anchorft.w2s.experiments as ex
     from anchorft import demo
 
@@ -200,7 +183,7 @@ _FIRST = lambda a, k: a[0]  # noqa: E731
 RERUNS = [
     (["toy", "pretrain", "--preset", "smoke"], ["--seed", "7"], "anchorft.toy.pretrain", "pretrained_model",
      _fake_pretrained),
-    (["toy", "rl", "--compare", "cmp"], ["--seed", "3"], "anchorft.toy.rl_stage", "run_rl_stage",
+    (["toy", "rl", "--compare", "cmp"], ["--seed", "3"], "anchorft.studies.testbed.rl_stage", "run_rl_stage",
      lambda c: _fake(c, _SECOND)),
     (["w2s", "sweep", "--kind", "ablation", "--quick"], ["--kind", "race"], "anchorft.w2s.sweeps", "run_sweep",
      lambda c: _fake(c, _SECOND, {"rows": []}, "table.md")),

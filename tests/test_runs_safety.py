@@ -81,7 +81,7 @@ def _no_work(target: str):
 
 
 NO_TRAIN = _no_work("anchorft.rpsft.train.train")
-NO_PRETRAIN = _no_work("anchorft.toy.compare.pretrained_model")
+NO_PRETRAIN = _no_work("anchorft.studies.testbed.compare.pretrained_model")
 TRAIN = ["train", "--dataset", "good.jsonl", "--model_name_or_path", "no_weights"]
 # (id, argv into folder "out" (which holds a finished run), a piece of the one-line error, exit code, setup)
 DESTRUCTIVE = [

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _announce_toy(preset: str) -> None:
     """Say what the comparison will do and how long it took on the project's 2-core CPU machine."""
-    from anchorft.toy.compare_config import load_config
+    from anchorft.studies.testbed.compare_config import load_config
     from anchorft.toy.pretrain import cache_root, cached_model
 
     cfg = load_config(preset)

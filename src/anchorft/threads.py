@@ -1,9 +1,9 @@
 """The CPU thread policy of the `anchorft` command: runs that share a machine do not collapse.
 
-Applied once at the command's entry (`anchorft.cli.main`), before torch is imported; library code never sets
-threads. OpenMP reads both settings once, when it loads, so they are chosen at start from the `anchorft` processes
-of this user live then (counted through one file per process in a folder of the temp directory, pruned of dead
-processes):
+Applied once at the command's entry (`anchorft.cli.main`), before torch is imported; library code sets threads
+only through `pinned_threads` (below). OpenMP reads both settings once, when it loads, so they are chosen at start
+from the `anchorft` processes of this user live then (counted through one file per process in a folder of the temp
+directory, pruned of dead processes):
 
 - torch's intra-op thread count (OMP_NUM_THREADS): the usable cores divided by those processes, at least 1. A
   process started while another runs takes its share; the one already running keeps its count.

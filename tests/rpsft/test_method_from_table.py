@@ -32,9 +32,9 @@ def _everywhere(tmp_path, rp=None) -> dict:
     from anchorft.rpsft.config import RPSFTConfig, ScriptArguments
     from anchorft.rpsft.dapo_config import DAPOConfig
     from anchorft.rpsft.estimate import estimated_methods
-    from anchorft.toy.compare import _train_args
-    from anchorft.toy.compare_config import expand_sweeps, load_config
-    from anchorft.toy.rl_stage import RLStageSettings
+    from anchorft.studies.testbed.compare import _train_args
+    from anchorft.studies.testbed.compare_config import expand_sweeps, load_config
+    from anchorft.studies.testbed.rl_stage import RLStageSettings
 
     name, seen = THROWAWAY.name, {}
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from anchorft.toy.compare_config import load_config
+from anchorft.studies.testbed.compare_config import load_config
 from anchorft.toy.pretrain import PretrainConfig, _batch, build_model, build_tokenizer
 
 

@@ -17,10 +17,19 @@ METRICS = ("id_avg@k", "id_pass@k", "id_greedy", "ood_mean")
 
 
 def load_results(compare_dir: str | os.PathLike) -> dict:
-    """results.json of a comparison directory (`anchorft.toy.results`); ValueError naming what is missing."""
-    from anchorft.toy.results import load_results as load
+    """results.json of a comparison directory (the file `anchorft toy compare` writes; read as JSON here, so the
+    library does not import the study that writes it); ValueError naming what is missing."""
+    import json
+    from pathlib import Path
 
-    res = load(compare_dir).to_dict()
+    p = Path(compare_dir)
+    p = p / "results.json" if p.is_dir() else p
+    if not p.is_file():
+        raise ValueError(f"{p} not found (run `anchorft toy compare` first)")
+    res = json.loads(p.read_text())
+    for key in ("base", "methods"):
+        if not isinstance(res.get(key), dict):
+            raise ValueError(f"{p}: field {key!r} is missing or not a mapping")
     if not res["methods"]:
         raise ValueError(f"--compare: {compare_dir}: field 'methods' is empty")
     return res

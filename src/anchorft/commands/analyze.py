@@ -86,7 +86,7 @@ def main(argv: list[str]) -> int:
         tuned = {n: resolve_model_folder(d, f"--tuned {n}") for n, d in tuned.items()}
         prompts = list(args.prompts)
         if args.testbed:
-            from anchorft.analysis.testbed import testbed_ood_fisher_file, testbed_prompt_files
+            from anchorft.studies.testbed.analysis import testbed_ood_fisher_file, testbed_prompt_files
 
             folder = Path(args.out) / "testbed_prompts"
             tb_sets, tb_fisher = testbed_prompt_files(folder, seed=args.seed, compare_dir=args.compare)

@@ -109,8 +109,8 @@ def main(argv: list[str]) -> int:
 
     torch.set_num_threads(args.threads)
     if args.cmd == "report":
-        from anchorft.toy.report import parse_picks, write_front, write_report, write_tradeoff_plot
-        from anchorft.toy.results import RESULTS_FILE, load_results, merge_results, save_results
+        from anchorft.studies.testbed.report import parse_picks, write_front, write_report, write_tradeoff_plot
+        from anchorft.studies.testbed.results import RESULTS_FILE, load_results, merge_results, save_results
 
         picks = parse_picks(args.pick)  # before anything is read
         if picks and not args.front:
@@ -140,7 +140,7 @@ def main(argv: list[str]) -> int:
         print(f"report: {out / 'report.md'}  ({len(merged['methods'])} runs from {len(parts)} comparisons)")
         return 0
     if args.cmd == "interpolate":
-        from anchorft.toy.interpolate import parse_alphas, run_interpolate
+        from anchorft.studies.testbed.interpolate import parse_alphas, run_interpolate
 
         alphas = parse_alphas(args.alphas)
         spec = {"compare": str(Path(args.compare).resolve()), "runs": args.runs, "alphas": alphas}
@@ -152,7 +152,7 @@ def main(argv: list[str]) -> int:
         finish(claim)
         print(f"interpolate: {len(res['methods'])} runs in {Path(args.out) / 'results.json'}")
         return 0
-    from anchorft.toy.compare_config import load_config
+    from anchorft.studies.testbed.compare_config import load_config
 
     cfg = load_config(args.preset)
     if args.cmd == "pretrain":
@@ -187,7 +187,7 @@ def main(argv: list[str]) -> int:
         print(f"pretrained model in {out} ({metrics['params']:,} parameters; loss.png: the loss curve)")
         print("greedy accuracy: " + ", ".join(f"{s}={v:.2f}" for s, v in acc.items()))
         return 0
-    from anchorft.toy.compare import resolve_comparison, run_compare
+    from anchorft.studies.testbed.compare import resolve_comparison, run_compare
 
     if args.seeds:
         cfg.seeds = list(args.seeds)

@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from anchorft.commands.flags import add_field_flags, both_spellings, field_values
-from anchorft.toy.rl_stage import RLStageSettings
+from anchorft.studies.testbed.rl_stage import RLStageSettings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,7 +41,7 @@ def main_rl(argv: list[str]) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from anchorft.toy.rl_stage import run_rl_stage
+    from anchorft.studies.testbed.rl_stage import run_rl_stage
 
     settings = RLStageSettings(**field_values(args, RLStageSettings))
     settings.prompt_skills = tuple(settings.prompt_skills)

@@ -134,7 +134,7 @@ def _estimate_resolved(a) -> int:
     """Per-matrix ranks of the rules / map / budget / layers, resolved on the weights of a model folder (its
     errors are reported by `_estimate`)."""
     from anchorft.rpsft.anchor_plan import anchor_numbers, describe, parse_rank_rule
-    from anchorft.rpsft.train import WEIGHT_FILES
+    from anchorft.rpsft.model_loading import WEIGHT_FILES
 
     if a.anchor_rank_rule:
         rule = parse_rank_rule(a.anchor_rank_rule)

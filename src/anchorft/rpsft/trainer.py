@@ -123,7 +123,7 @@ class RPSFTTrainer(AnchorSteps, SFTTrainer):
 
             if not is_peft_model(model):  # TRL's SFTTrainer wraps the model (get_peft_model)
                 if isinstance(model, (str, os.PathLike)):  # loaded here: its modules name the targets
-                    from anchorft.rpsft.train import load_model
+                    from anchorft.rpsft.model_loading import load_model
 
                     model = load_model(model, args)
                 kwargs.setdefault("peft_config", peft_config_for(args, model))

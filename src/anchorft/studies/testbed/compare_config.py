@@ -3,7 +3,7 @@
 `CompareConfig` and `RunSpec` are plain dataclasses loaded with the project's YAML -> dataclass helper
 (`anchorft.dataclass_yaml`); `comparison_eval_sets` is the one construction of the held-out items every model
 of a comparison is scored on (also used by `anchorft analyze --testbed` and the RL stage). The orchestration
-of fine-tunes is `anchorft.toy.compare`.
+of fine-tunes is `anchorft.studies.testbed.compare`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The method comparison on the testbed: base, sft, dft, iw_sft, l2 and rpsft (rank / lambda sweeps).
 
-Orchestration only: the configuration is `anchorft.toy.compare_config`, the results file `anchorft.toy.results`.
+Orchestration only: the configuration is `anchorft.studies.testbed.compare_config`, the results file
+`anchorft.studies.testbed.results`, the loop the grid runner (`anchorft.studies.grid`).
 
 Every fine-tune goes through `anchorft.rpsft.train.train` (the `anchorft train` code path) with a
 prompt/completion `datasets.Dataset` of the hard math distribution; every model is evaluated with
@@ -14,6 +15,7 @@ in runs/base/).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 import time
@@ -28,9 +30,8 @@ from tqdm.auto import tqdm
 from anchorft.errors import one_line
 from anchorft.io import write_json, write_text
 from anchorft.rpsft.methods import METHODS, get_method
-from anchorft.threads import pinned_threads
-from anchorft.toy import skills as sk
-from anchorft.toy.compare_config import (
+from anchorft.studies.grid import Cell, Grid, executor_for
+from anchorft.studies.testbed.compare_config import (
     CompareConfig,
     RunSpec,
     comparison_eval_sets,
@@ -40,9 +41,11 @@ from anchorft.toy.compare_config import (
     load_config,
     model_dir,
 )
+from anchorft.studies.testbed.report import write_report, write_tradeoff_plot
+from anchorft.studies.testbed.results import RESULTS_FILE, CompareResults, save_results
+from anchorft.threads import pinned_threads
+from anchorft.toy import skills as sk
 from anchorft.toy.pretrain import cached_model, pretrained_model
-from anchorft.toy.report import write_report, write_tradeoff_plot
-from anchorft.toy.results import RESULTS_FILE, CompareResults, save_results
 
 __all__ = ["finetune_dataset", "calibration_fisher", "run_compare"]
 
@@ -133,11 +136,16 @@ def _train_args(cfg: CompareConfig, run: RunSpec, seed: int, out: Path):
 def _finetune_and_evaluate(cfg: CompareConfig, run: RunSpec, seed: int, base_dir: Path, out: Path):
     """One job of the comparison: fine-tune `run` at `seed` from the base model, evaluate, save the model.
 
-    A top-level function so that a worker process can run it; everything it uses is rebuilt from its
-    arguments, on `cfg.threads` torch threads (same seed, same result, whichever process runs it). Returns
-    (run name, seed, metrics)."""
-    with pinned_threads(cfg.threads):
-        return _finetune_job(cfg, run, seed, base_dir, out)
+    Everything it uses is rebuilt from its arguments (same seed, same result, whichever process runs it; the grid's
+    executor pins its threads). Returns (run name, seed, metrics)."""
+    return _finetune_job(cfg, run, seed, base_dir, out)
+
+
+def _finetune_cell(cfg: CompareConfig, base_dir: Path, out: Path, cell: Cell) -> dict:
+    """The grid's cell function (top level: worker processes are spawned): the cell's run and seed, fine-tuned and
+    evaluated; the metrics."""
+    run = next(r for r in cfg.runs if r.name == cell.spec["run"]["name"])
+    return _finetune_and_evaluate(cfg, run, cell.spec["seed"], base_dir, out)[2]
 
 
 def _finetune_job(cfg: CompareConfig, run: RunSpec, seed: int, base_dir: Path, out: Path):
@@ -172,20 +180,6 @@ def _evaluate_and_save(cfg: CompareConfig, model, tok, sets: tuple[dict, dict], 
     model.save_pretrained(save_dir)
     tok.save_pretrained(save_dir)
     return metrics
-
-
-def _finished(out: Path, cfg: CompareConfig) -> dict[str, dict[int, dict]]:
-    """{run name: {seed: metrics}} of the fine-tunes a stopped comparison in `out` finished (model saved)."""
-    path = out / "results.json"
-    if not path.is_file():
-        return {}
-    done: dict[str, dict[int, dict]] = {}
-    for name, row in json.loads(path.read_text()).get("methods", {}).items():
-        for m in row.get("per_seed", []):
-            saved = model_dir(out, name, m["seed"], cfg.seeds[0])
-            if name in {r.name for r in cfg.runs} and (saved / "config.json").is_file():
-                done.setdefault(name, {})[m["seed"]] = m
-    return done
 
 
 def resolve_comparison(
@@ -223,13 +217,13 @@ def run_compare(
     """Pretrain (cached), fine-tune every run x seed through `anchorft.rpsft.train.train`, evaluate,
     write results.json / report.md / tradeoff.png / models/ under `out_dir`; returns the results.
 
-    `workers` > 1 runs that many fine-tunes at once in separate processes (spawned). Every fine-tune and
-    evaluation runs on `cfg.threads` torch threads (default 1: the testbed's matrices are too small for two
-    threads to halve a step, so two one-thread jobs beat one two-thread job), so the results do not depend
-    on `workers` or the machine. With `resume`, fine-tunes already recorded in `out_dir`/results.json (with their
-    model saved) are kept, not run again: the same comparison, stopped part-way, picks up where it stopped."""
-    if workers < 1:
-        raise ValueError(f"workers: must be >= 1, got {workers}")
+    The fine-tunes are the cells of a grid (`anchorft.studies.grid`): `workers` > 1 runs that many at once in
+    separate processes (spawned). Every fine-tune and evaluation runs on `cfg.threads` torch threads (default 1:
+    the testbed's matrices are too small for two threads to halve a step, so two one-thread jobs beat one
+    two-thread job), so the results do not depend on `workers` or the machine. With `resume`, the fine-tunes
+    recorded in `out_dir`/cells.jsonl are kept, not run again: the same comparison, stopped part-way, picks up
+    where it stopped."""
+    executor_for(workers)  # a bad value fails before anything runs
     cfg = resolve_comparison(preset_or_config, methods, sweep)
     out = Path(out_dir)
     (out / "models").mkdir(parents=True, exist_ok=True)
@@ -272,12 +266,11 @@ def run_compare(
             "pretrained": str(base_dir),
         },
     )
-    jobs = list(itertools.product(cfg.runs, cfg.seeds))
-    per_run: dict[str, dict[int, dict]] = _finished(out, cfg) if resume else {}
-    jobs = [(r, s) for r, s in jobs if s not in per_run.get(r.name, {})]
     specs = {r.name: r for r in cfg.runs}
+    per_run: dict[str, dict[int, dict]] = {}
 
-    def record(name: str, seed: int, metrics: dict) -> None:
+    def record(cell: Cell, metrics: dict) -> None:
+        name, seed = cell.spec["run"]["name"], cell.spec["seed"]
         per_run.setdefault(name, {})[seed] = metrics
         seeds = [m for _, m in sorted(per_run[name].items())]  # seed order, whatever the finishing order
         run = specs[name]
@@ -289,25 +282,13 @@ def run_compare(
             f"({metrics['train_seconds']:.0f}s)"
         )
 
-    for name, kept in list(per_run.items()):  # fine-tunes kept from a stopped run of the same comparison
-        for seed, metrics in sorted(kept.items()):
-            record(name, seed, metrics)
-    bar = tqdm(total=len(jobs), desc="toy compare", disable=not progress)
-    if workers == 1:
-        for run, seed in jobs:
-            bar.set_postfix(run=run.name, seed=seed)
-            record(*_finetune_and_evaluate(cfg, run, seed, base_dir, out))
-            bar.update()
-    else:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            futures = [pool.submit(_finetune_and_evaluate, cfg, r, s, base_dir, out) for r, s in jobs]
-            for fut in as_completed(futures):
-                record(*fut.result())
-                bar.update()
-    bar.close()
+    # one cell per run x seed, recorded in out/cells.jsonl as it finishes; `resume` keeps the recorded ones
+    cells = [Cell(f"{r.name}-seed{s}", {"run": dataclasses.asdict(r), "seed": s}) for r, s in
+             itertools.product(cfg.runs, cfg.seeds)]  # fmt: skip
+    job = functools.partial(_finetune_cell, cfg, base_dir, out)
+    grid = Grid(out, context=dataclasses.asdict(cfg))
+    grid.run(cells, job, executor_for(workers, cfg.threads), resume=resume, progress=progress, desc="toy compare",
+             on_result=record)  # fmt: skip
     # the report lists runs in the config's order
     results.methods = {r.name: results.methods[r.name] for r in cfg.runs if r.name in results.methods}
     save_results(results, out / RESULTS_FILE)

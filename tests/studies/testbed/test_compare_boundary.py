@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import torch
 
+from anchorft.studies.testbed.compare_config import comparison_eval_sets, comparison_val_sets, load_config
 from anchorft.toy import skills as sk
-from anchorft.toy.compare_config import comparison_eval_sets, comparison_val_sets, load_config
 
 WRONG = "#"  # never an answer of any skill
 
@@ -49,7 +49,7 @@ def harness(tmp_path, monkeypatch):
     """run_compare with the stand-ins above; returns (run(cfg) -> out folder, the per-item log)."""
     import anchorft.eval.pipeline as pipeline
     import anchorft.rpsft.train as train_mod
-    from anchorft.toy import compare, compare_config
+    from anchorft.studies.testbed import compare, compare_config
     from anchorft.toy.pretrain import build_model, build_tokenizer
 
     torch.set_num_threads(1)
@@ -255,7 +255,7 @@ def test_scores_are_computed_on_the_recorded_items_and_validation_never_on_repor
 def test_resumed_comparison_reports_what_an_uninterrupted_one_does(harness, tmp_path):
     """Rerun matrix, toy compare: stopped after its first fine-tune, resumed with the same settings, it keeps
     that fine-tune (no new generation for it) and writes the numbers of an uninterrupted run."""
-    from anchorft.toy import compare
+    from anchorft.studies.testbed import compare
 
     run, log = harness
     cfg = _config(val_items=0)

@@ -10,9 +10,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from anchorft.toy.compare import finetune_dataset, run_compare
-from anchorft.toy.compare_config import PRESETS, RunSpec, expand_sweeps, load_config, paper_rank
-from anchorft.toy.report import acceptance
+from anchorft.studies.testbed.compare import finetune_dataset, run_compare
+from anchorft.studies.testbed.compare_config import PRESETS, RunSpec, expand_sweeps, load_config, paper_rank
+from anchorft.studies.testbed.report import acceptance
 
 
 def test_paper_rank_scaling():
@@ -69,7 +69,7 @@ def test_yaml_presets_match_code():
 
     import yaml
 
-    root = pathlib.Path(__file__).resolve().parents[2] / "configs" / "toy"
+    root = pathlib.Path(__file__).resolve().parents[3] / "configs" / "toy"
     assert {"smoke", "default"} <= set(PRESETS)
     for name in PRESETS:  # the presets are the YAML files: by name or by path, the same config
         path = root / f"{name}.yaml"
@@ -84,7 +84,7 @@ def test_yaml_presets_match_code():
 def test_every_toy_config_loads_and_names_its_command():
     import pathlib
 
-    root = pathlib.Path(__file__).resolve().parents[2]
+    root = pathlib.Path(__file__).resolve().parents[3]
     for path in sorted((root / "configs" / "toy").glob("*.yaml")):
         rel = path.relative_to(root).as_posix()
         first = path.read_text().splitlines()[0]
@@ -110,7 +110,7 @@ def test_comparison_fine_tunes_on_word_problems_with_their_answers(preset, tmp_p
     import re
 
     import anchorft.eval.loading
-    from anchorft.toy import compare
+    from anchorft.studies.testbed import compare
 
     class Captured(Exception):
         pass
@@ -119,19 +119,14 @@ def test_comparison_fine_tunes_on_word_problems_with_their_answers(preset, tmp_p
 
     def spy(n, rng, *args, **kw):
         got.append((args, kw, finetune_dataset(n, rng, *args, **kw)))
-        threads.append(torch.get_num_threads())
         raise Captured
-
-    threads = []
 
     monkeypatch.setattr(anchorft.eval.loading, "load_tokenizer", lambda path: None)
     monkeypatch.setattr(compare, "finetune_dataset", spy)
     cfg = load_config(preset)
-    cfg.threads = 2 if torch.get_num_threads() != 2 else 3
     with pytest.raises(Captured):
         compare._finetune_and_evaluate(cfg, cfg.runs[0], cfg.seeds[0], tmp_path, tmp_path)
     ((args, kw, ds),) = got
-    assert threads == [cfg.threads]  # each fine-tune on the config's threads, whatever the worker's count
     assert cfg.id_skill == "math_word" and (list(args) + list(kw.values())) == ["math_word"]
     assert ds.column_names == ["prompt", "completion"] and len(ds) == cfg.finetune_items
     word = re.compile(r"^Q:\w+ had (\d+) (\w+), (got|lost) (\d+)\. \2\?\nA:$")
@@ -155,7 +150,13 @@ def test_smoke_compare_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setenv("ANCHORFT_CACHE", str(tmp_path / "cache"))
     torch.set_num_threads(1)
     out = tmp_path / "cmp"
+    from anchorft.studies.testbed import compare
+
+    made = []
+    real = compare.executor_for
+    monkeypatch.setattr(compare, "executor_for", lambda *a: made.append(a) or real(*a))
     res = run_compare("smoke", out, progress=False, workers=2)  # the process pool that `make demo` uses
+    assert made[-1] == (2, load_config("smoke").threads)  # each fine-tune on the config's threads
     for f in ("results.json", "report.md", "tradeoff.png", "config.yaml"):
         assert (out / f).is_file(), f
     saved = json.loads((out / "results.json").read_text())
@@ -206,7 +207,7 @@ def _fake_results(methods: dict, seeds=(0,), base_ood=0.9):
 
 def test_merge_results_and_report_command(tmp_path):
     from anchorft.cli import main as cli
-    from anchorft.toy.results import merge_results
+    from anchorft.studies.testbed.results import merge_results
 
     a = _fake_results({"sft": (0.5, 0.6), "l2": (0.2, 0.85)}, seeds=(0, 1))
     b = _fake_results({"rpsft-k4": (0.4, 0.7)}, seeds=(2,))
@@ -249,14 +250,14 @@ def test_merge_results_and_report_command(tmp_path):
 
 def test_sample_std_is_ddof_one():
     """Spreads over seeds are sample standard deviations (n - 1), not population ones; one seed has none."""
-    from anchorft.toy.results import sample_std
+    from anchorft.studies.testbed.results import sample_std
 
     assert sample_std([0.1, 0.4, 0.7]) == pytest.approx(statistics.stdev([0.1, 0.4, 0.7]))
     assert sample_std([0.5]) == 0.0
 
 
 def test_anchor_options_sweep_and_reach_the_trainer_args(tmp_path):
-    from anchorft.toy.compare import _train_args
+    from anchorft.studies.testbed.compare import _train_args
 
     runs = [RunSpec("sft", "sft"), RunSpec("rpsft-k4", "rpsft", anchor_rank=4)]
     out = expand_sweeps(runs, ["anchor_kind=block,subspace"])
@@ -272,7 +273,7 @@ def test_anchor_options_sweep_and_reach_the_trainer_args(tmp_path):
 
 
 def test_validation_items_are_disjoint_from_the_reported_ones():
-    from anchorft.toy.compare_config import comparison_eval_sets, comparison_val_sets
+    from anchorft.studies.testbed.compare_config import comparison_eval_sets, comparison_val_sets
     from anchorft.toy.skills import split_of
 
     cfg = load_config("default")
@@ -296,7 +297,7 @@ def test_fisher_rule_runs_in_the_comparison(tmp_path, monkeypatch):
     fisher:1 gives every matrix its full rank, a small F smaller ranks; the validation metrics are recorded."""
     from anchorft.eval.loading import load_tokenizer
     from anchorft.rpsft.anchor import SubspaceAnchor
-    from anchorft.toy.compare import calibration_fisher
+    from anchorft.studies.testbed.compare import calibration_fisher
     from anchorft.toy.pretrain import pretrained_model
 
     monkeypatch.setenv("ANCHORFT_CACHE", str(tmp_path / "cache"))

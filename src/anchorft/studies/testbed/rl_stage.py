@@ -27,11 +27,11 @@ from anchorft.io import pyplot, save_figure, write_json, write_text
 from anchorft.provenance import with_provenance
 from anchorft.rpsft.anchor_options import AnchorOptions, anchor_option_names
 from anchorft.rpsft.methods import RL_ANCHOR_METHODS
+from anchorft.studies.testbed.compare_config import CompareConfig, comparison_eval_sets, load_config, paper_rank
+from anchorft.studies.testbed.report import _pct  # the testbed tables' one percentage format
+from anchorft.studies.testbed.results import load_results
 from anchorft.toy import skills as sk
-from anchorft.toy.compare_config import CompareConfig, comparison_eval_sets, load_config, paper_rank
 from anchorft.toy.evaluate import evaluate_toy, greedy_accuracy
-from anchorft.toy.report import _pct  # the testbed tables' one percentage format
-from anchorft.toy.results import load_results
 
 __all__ = ["RLStageSettings", "compare_entry", "default_methods", "rl_prompts", "run_rl_stage"]
 
@@ -105,7 +105,7 @@ def compare_entry(results: dict, name: str, first_seed: int) -> dict | None:
     """The comparison's metrics of the model COMPARE_DIR/models/NAME, or None if it has none.
 
     The comparison saves a run's first fine-tuning seed as models/RUN and seed S as models/RUN-seedS
-    (`anchorft.toy.compare`); the entry is that seed's row of ``per_seed`` (``base``: the base row)."""
+    (`anchorft.studies.testbed.compare`); the entry is that seed's row of ``per_seed`` (``base``: the base row)."""
     if name == "base":
         return results["base"]
     run, seed = name, first_seed

@@ -8,7 +8,7 @@ import statistics
 import numpy as np
 import pytest
 
-from anchorft.toy.results import CompareResults, load_results, save_results
+from anchorft.studies.testbed.results import CompareResults, load_results, save_results
 
 
 def _seed(seed: int, idg: float) -> dict:
@@ -42,7 +42,7 @@ def test_load_names_what_is_missing(tmp_path):
 
 
 def test_interpolated_front_and_excess():
-    from anchorft.toy.report import front_table, front_weights, pareto_front
+    from anchorft.studies.testbed.report import front_table, front_weights, pareto_front
 
     def interpolated_front(points, x):  # the front's gain at retention x, as front_table weighs it
         return sum(w * points[i][1] for i, w in front_weights(points, x))
@@ -81,7 +81,7 @@ def _run_with_val(method, test_pairs, val_pairs):
 def test_knob_chosen_on_validation_items_only():
     """pick_on_val chooses the knob value furthest above the front on the validation items, then reports that
     run's row on the reported items: here the test-best run ("hi") is not the val-best one ("lo")."""
-    from anchorft.toy.report import front_table, parse_picks, pick_on_val
+    from anchorft.studies.testbed.report import front_table, parse_picks, pick_on_val
 
     results = {
         "base": {"ood_mean": 1.0, "id_greedy": 0.0, "val": {"ood_mean": 0.5, "id_greedy": 0.0}},
@@ -109,7 +109,7 @@ def test_knob_chosen_on_validation_items_only():
 
 
 def test_mean_over_seeds_keeps_validation_means():
-    from anchorft.toy.results import mean_over_seeds
+    from anchorft.studies.testbed.results import mean_over_seeds
 
     per_seed = [
         {**_seed(0, 0.2), "val": {"id_greedy": 0.1, "ood_mean": 0.8, "ood": {}}},
@@ -123,7 +123,7 @@ def test_mean_over_seeds_keeps_validation_means():
 def test_front_standard_error_enters_the_joint_verdict():
     """On a segment between two front runs at weights 1 - t and t, the front's SE is hypot((1 - t) se0, t se1);
     a run above the front by more than 2 of its own SE but not by 2 joint SE gets yes, then no."""
-    from anchorft.toy.report import front_table, front_weights
+    from anchorft.studies.testbed.report import front_table, front_weights
 
     def run(method, gains, keep):
         return {"method": method, "per_seed": [{"ood_mean": keep, "id_greedy": g} for g in gains]}
@@ -152,7 +152,7 @@ def test_front_standard_error_enters_the_joint_verdict():
 
 def test_retention_noise_enters_the_joint_se_through_the_slope():
     """A run whose retention varies over seeds: its retention SE times the front's slope joins the joint SE."""
-    from anchorft.toy.report import front_table
+    from anchorft.studies.testbed.report import front_table
 
     def run(method, pairs):
         return {"method": method, "per_seed": [{"ood_mean": k, "id_greedy": g} for k, g in pairs]}

@@ -8,10 +8,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from anchorft.toy.compare import _train_args, run_compare
-from anchorft.toy.compare_config import RunSpec, load_config
-from anchorft.toy.interpolate import interpolate_weights, parse_alphas
-from anchorft.toy.wise_curves import draw_interpolation_curves
+from anchorft.studies.testbed.compare import _train_args, run_compare
+from anchorft.studies.testbed.compare_config import RunSpec, load_config
+from anchorft.studies.testbed.interpolate import interpolate_weights, parse_alphas
+from anchorft.studies.testbed.wise_curves import draw_interpolation_curves
 
 
 def test_interpolate_weights():

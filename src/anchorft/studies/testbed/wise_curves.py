@@ -1,7 +1,7 @@
-"""The WiSE-FT curves on the testbed's trade-off plot (`anchorft.toy.report.write_tradeoff_plot` calls it).
+"""The WiSE-FT curves on the testbed's trade-off plot (`anchorft.studies.testbed.report.write_tradeoff_plot` calls it).
 
-Its own module so that the report, which draws the curves, and `anchorft.toy.interpolate`, which writes the report,
-do not import each other."""
+Its own module so that the report, which draws the curves, and `anchorft.studies.testbed.interpolate`, which writes
+the report, do not import each other."""
 
 from __future__ import annotations
 

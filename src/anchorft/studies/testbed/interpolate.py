@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from anchorft.toy.results import CompareResults, load_results, save_results
+from anchorft.studies.testbed.results import CompareResults, load_results, save_results
 
 __all__ = ["interpolate_weights", "run_interpolate", "parse_alphas", "wise_name"]
 
@@ -64,14 +64,14 @@ def run_interpolate(
     from tqdm.auto import tqdm
 
     from anchorft.eval.loading import load_causal_lm, load_tokenizer
-    from anchorft.toy.compare_config import (
+    from anchorft.studies.testbed.compare_config import (
         comparison_eval_sets,
         comparison_val_sets,
         evaluate_comparison,
         load_config,
         model_dir,
     )
-    from anchorft.toy.report import write_report, write_tradeoff_plot
+    from anchorft.studies.testbed.report import write_report, write_tradeoff_plot
 
     src = Path(compare_dir)
     results = load_results(src).to_dict()

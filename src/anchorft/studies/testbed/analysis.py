@@ -1,6 +1,6 @@
 """The testbed's prompt sets (`anchorft.toy`) as JSONL files, for `anchorft analyze --testbed`.
 
-The evaluation sets are the comparison's own: `anchorft.toy.compare_config.comparison_eval_sets` of the
+The evaluation sets are the comparison's own: `anchorft.studies.testbed.compare_config.comparison_eval_sets` of the
 comparison's `config.yaml` (its id_skill, eval_seed, id_items, ood_items), so the drift is measured on
 exactly the items that comparison scored, item by item. Without a comparison, the same function on the
 default comparison config with `n_items` items per set and eval_seed = `seed`. The Fisher data are
@@ -30,7 +30,7 @@ def testbed_eval_sets(n_items: int = 64, seed: int = 0, compare_dir: str | os.Pa
     Without `compare_dir` (or without its config.yaml): the default comparison config with `n_items`
     items per set and eval_seed = `seed`."""
     try:
-        from anchorft.toy.compare_config import CompareConfig, comparison_eval_sets, load_config
+        from anchorft.studies.testbed.compare_config import CompareConfig, comparison_eval_sets, load_config
         from anchorft.toy.evaluate import EvalSettings
     except ImportError as e:  # the testbed is optional for the analysis
         raise ValueError(f"--testbed: the testbed (anchorft.toy) is not available: {e}") from None

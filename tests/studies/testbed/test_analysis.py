@@ -9,10 +9,12 @@ import pytest
 import yaml
 
 toy_skills = pytest.importorskip("anchorft.toy.skills", reason="the testbed (anchorft.toy) is not importable")
-toy_compare = pytest.importorskip("anchorft.toy.compare_config", reason="the testbed (anchorft.toy) is not importable")
+toy_compare = pytest.importorskip(
+    "anchorft.studies.testbed.compare_config", reason="the testbed (anchorft.toy) is not importable"
+)
 
-from anchorft.analysis import testbed as tb  # noqa: E402
 from anchorft.analysis.prompts import load_prompts  # noqa: E402
+from anchorft.studies.testbed import analysis as tb  # noqa: E402
 
 
 def _saved_comparison_config(tmp_path, **overrides):

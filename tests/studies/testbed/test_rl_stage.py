@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from anchorft.studies.testbed.compare import run_compare
+from anchorft.studies.testbed.rl_stage import RLStageSettings, compare_entry, rl_prompts, run_rl_stage
 from anchorft.toy import skills as sk
-from anchorft.toy.compare import run_compare
-from anchorft.toy.rl_stage import RLStageSettings, compare_entry, rl_prompts, run_rl_stage
 
 
 def test_rl_prompts_are_training_split_math_with_boxed_gold():
@@ -213,7 +213,7 @@ def test_rl_stage_passes_the_anchor_to_dapo():
 def test_rl_report_cells_are_the_results_numbers(tmp_path):
     """The report of distinct made-up numbers (the smoke models score 0 on most columns, where a swapped
     column would not show): every cell and verdict recomputed from the results."""
-    from anchorft.toy.rl_stage import write_rl_report
+    from anchorft.studies.testbed.rl_stage import write_rl_report
 
     rng = np.random.default_rng(0)
     skills = ["math_easy", "math_hard"]

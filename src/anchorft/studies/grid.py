@@ -1,0 +1,177 @@
+"""One grid runner for the studies: cells (points x seeds, x pretrained bases where a study has them), each run
+once, recorded as it finishes, resumed after a stop.
+
+A study lists its `Cell`s and gives one top-level function `fn(cell) -> dict` (picklable: worker processes are
+spawned); `Grid(folder, context).run(cells, fn, executor)` runs the cells not yet recorded and returns
+{cell name: result} for all of them, in the cells' order.
+
+- The record: FOLDER/cells.jsonl, one line per finished cell {"key", "name", "result"}, appended and flushed when
+  the cell returns. A cell's key hashes the grid's `context` (what every cell's result depends on: the study's
+  config) with the cell's own spec, so a record is reused only for the same computation; a line cut short by a
+  kill is ignored (that cell runs again).
+- Threads: the executor runs every cell on `threads` torch threads (`anchorft.threads.pinned_threads`), whatever
+  the number of workers or the machine's cores: a cell's numbers do not depend on how many run at once.
+- Signals: the runner checks for a stop (`anchorft.stop`) between cells; what finished is in the record.
+- Executors: `InProcess` (one cell at a time, in this process) and `LocalProcesses` (`workers` spawned processes).
+  Another executor (a cluster's) only has to implement `Executor.map`.
+
+The run folder's life cycle (claim, reuse, finish, interrupt) stays with `anchorft.runs`: the command claims the
+folder once, and the grid works inside it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from anchorft import stop
+from anchorft.runs import config_hash
+
+__all__ = ["Cell", "Executor", "InProcess", "LocalProcesses", "Grid", "RECORD", "executor_for"]
+
+RECORD = "cells.jsonl"
+CellFn = Callable[["Cell"], dict]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One unit of a study: `name` unique in its grid (e.g. "sft-seed0"), `spec` JSON-able, everything the cell's
+    result depends on beyond the grid's context."""
+
+    name: str
+    spec: dict[str, Any] = field(default_factory=dict)
+
+    def key(self, context: Any = None) -> str:
+        """Hash of the grid's context and this cell (name and spec): the record's key."""
+        return config_hash({"context": context, "name": self.name, "spec": self.spec})
+
+
+def _run_pinned(fn: CellFn, threads: int, cell: Cell) -> dict:
+    from anchorft.threads import pinned_threads
+
+    with pinned_threads(threads):
+        return fn(cell)
+
+
+class Executor(Protocol):
+    def map(self, fn: CellFn, cells: list[Cell]) -> Iterator[tuple[Cell, dict]]:
+        """Run `fn` on every cell; yield (cell, result) as each finishes (any order)."""
+        ...
+
+
+@dataclass
+class InProcess:
+    """Every cell in this process, one at a time, on `threads` torch threads."""
+
+    threads: int = 1
+
+    def map(self, fn: CellFn, cells: list[Cell]) -> Iterator[tuple[Cell, dict]]:
+        for cell in cells:
+            yield cell, _run_pinned(fn, self.threads, cell)
+
+
+@dataclass
+class LocalProcesses:
+    """`workers` spawned processes, each cell on `threads` torch threads; `fn` must be picklable (a top-level
+    function, or a functools.partial of one)."""
+
+    workers: int = 2
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        if self.workers < 1 or self.threads < 1:
+            raise ValueError(f"workers and threads must be >= 1, got {self.workers} and {self.threads}")
+
+    def map(self, fn: CellFn, cells: list[Cell]) -> Iterator[tuple[Cell, dict]]:
+        import functools
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        run = functools.partial(_run_pinned, fn, self.threads)
+        with ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn")) as pool:
+            futures = {pool.submit(run, c): c for c in cells}
+            for fut in as_completed(futures):
+                yield futures[fut], fut.result()
+
+
+def executor_for(workers: int, threads: int = 1) -> Executor:
+    """`InProcess` for one worker, else `LocalProcesses`."""
+    if workers < 1:
+        raise ValueError(f"workers: must be >= 1, got {workers}")
+    return InProcess(threads) if workers == 1 else LocalProcesses(workers, threads)
+
+
+class Grid:
+    """The cells of one study in `folder`, recorded in FOLDER/cells.jsonl (module docstring)."""
+
+    def __init__(self, folder: str | os.PathLike, context: Any = None):
+        self.folder, self.context = Path(folder), context
+        self.path = self.folder / RECORD
+
+    def finished(self) -> dict[str, dict]:
+        """{key: result} of the cells recorded in the folder (a torn last line ignored)."""
+        out: dict[str, dict] = {}
+        if not self.path.is_file():
+            return out
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict) and "key" in rec and "result" in rec:
+                out[rec["key"]] = rec["result"]
+        return out
+
+    def _append(self, cell: Cell, result: dict) -> None:
+        line = json.dumps({"key": cell.key(self.context), "name": cell.name, "result": result}, default=str)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def run(
+        self,
+        cells: list[Cell],
+        fn: CellFn,
+        executor: Executor | None = None,
+        *,
+        resume: bool = True,
+        progress: bool = True,
+        desc: str = "grid",
+        on_result: Callable[[Cell, dict], None] | None = None,
+    ) -> dict[str, dict]:
+        """Run the cells not recorded yet (all of them without `resume`, the record started afresh); call
+        `on_result(cell, result)` for each recorded and each new result; return {name: result} in `cells` order."""
+        names = [c.name for c in cells]
+        if len(set(names)) != len(names):
+            raise ValueError(f"grid: cell names must be unique, got {names}")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if not resume:
+            self.path.unlink(missing_ok=True)
+        done = self.finished()
+        results: dict[str, dict] = {}
+        todo = []
+        for c in cells:
+            key = c.key(self.context)
+            if key in done:
+                results[c.name] = done[key]
+                if on_result:
+                    on_result(c, done[key])
+            else:
+                todo.append(c)
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(todo), desc=desc, disable=not progress or not todo)
+        for cell, res in (executor or InProcess()).map(fn, todo):
+            self._append(cell, res)
+            results[cell.name] = res
+            if on_result:
+                on_result(cell, res)
+            bar.update()
+            stop.check()  # a safe point (anchorft.stop): every cell that finished is in the record
+        bar.close()
+        return {n: results[n] for n in names}

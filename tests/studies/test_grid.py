@@ -1,0 +1,95 @@
+"""The grid runner (`anchorft.studies.grid`): each cell once, recorded as it finishes, resumed after a stop with no
+cell lost or repeated, on its pinned thread count, in one process or in spawned workers."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import pytest
+import torch
+
+from anchorft.studies.grid import RECORD, Cell, Grid, InProcess, LocalProcesses, executor_for
+
+
+def square(cell: Cell) -> dict:
+    """A cell function (top level: spawned workers import it): the value, and the torch threads it ran on."""
+    return {"y": cell.spec["x"] ** 2, "threads": torch.get_num_threads()}
+
+
+def _cells(n: int = 4) -> list[Cell]:
+    return [Cell(f"x{i}", {"x": i}) for i in range(n)]
+
+
+def test_every_cell_runs_once_in_order_on_its_pinned_threads(tmp_path):
+    before = torch.get_num_threads()
+    got = Grid(tmp_path, context={"study": 1}).run(_cells(), square, InProcess(threads=2), progress=False)
+    assert list(got) == ["x0", "x1", "x2", "x3"] and [r["y"] for r in got.values()] == [0, 1, 4, 9]
+    assert {r["threads"] for r in got.values()} == {2} and torch.get_num_threads() == before
+    lines = (tmp_path / RECORD).read_text().splitlines()
+    assert [json.loads(x)["name"] for x in lines] == ["x0", "x1", "x2", "x3"]
+
+
+def test_a_stopped_grid_resumes_without_losing_or_repeating_a_cell(tmp_path):
+    calls: list[str] = []
+
+    def stop_after_two(cell: Cell) -> dict:
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # Ctrl-C in the third cell
+        calls.append(cell.name)
+        return square(cell)
+
+    grid = Grid(tmp_path, context="same")
+    with pytest.raises(KeyboardInterrupt):
+        grid.run(_cells(), stop_after_two, progress=False)
+    assert calls == ["x0", "x1"] and len(grid.finished()) == 2
+
+    def counted(cell: Cell) -> dict:
+        calls.append(cell.name)
+        return square(cell)
+
+    seen = []
+    got = grid.run(_cells(), counted, progress=False, on_result=lambda c, r: seen.append(c.name))
+    assert calls == ["x0", "x1", "x2", "x3"]  # each cell ran exactly once over the two runs
+    assert sorted(seen) == ["x0", "x1", "x2", "x3"]  # the recorded ones reported too
+    assert [r["y"] for r in got.values()] == [0, 1, 4, 9]
+    assert len((tmp_path / RECORD).read_text().splitlines()) == 4
+
+
+def test_records_of_another_context_a_changed_cell_or_a_torn_line_are_not_reused(tmp_path):
+    Grid(tmp_path, context="a").run(_cells(2), square, progress=False)
+    with open(tmp_path / RECORD, "a") as f:
+        f.write('{"key": "x", "na')  # a line cut short by a kill
+    assert len(Grid(tmp_path, context="a").finished()) == 2
+    ran = []
+
+    def counted(cell):
+        ran.append(cell.name)
+        return square(cell)
+
+    Grid(tmp_path, context="b").run(_cells(2), counted, progress=False)  # another config: every cell again
+    assert ran == ["x0", "x1"]
+    Grid(tmp_path, context="b").run([Cell("x0", {"x": 5}), Cell("x1", {"x": 1})], counted, progress=False)
+    assert ran == ["x0", "x1", "x0"]  # only the cell whose spec changed
+    ran.clear()
+    Grid(tmp_path, context="b").run(_cells(2), counted, progress=False, resume=False)  # a fresh record
+    assert ran == ["x0", "x1"]
+
+
+@pytest.mark.slow
+def test_spawned_workers_give_what_one_process_gives(tmp_path):
+    """Two spawned workers, each cell on one thread: the same results as in process (slow: spawning imports torch)."""
+    fn = functools.partial(square)
+    a = Grid(tmp_path / "a").run(_cells(), fn, InProcess(threads=1), progress=False)
+    b = Grid(tmp_path / "b").run(_cells(), fn, LocalProcesses(workers=2, threads=1), progress=False)
+    assert a == b
+
+
+def test_bad_settings_fail_at_once(tmp_path):
+    with pytest.raises(ValueError, match="unique"):
+        Grid(tmp_path).run([Cell("a"), Cell("a")], square, progress=False)
+    with pytest.raises(ValueError, match="workers"):
+        executor_for(0)
+    with pytest.raises(ValueError, match="workers and threads"):
+        LocalProcesses(workers=2, threads=0)
+    assert isinstance(executor_for(1, 3), InProcess) and isinstance(executor_for(2), LocalProcesses)
