@@ -127,9 +127,11 @@ def run_experiment(
 
 
 def ode_metrics(config: W2SConfig, problem, metrics: dict, threshold: float = 0.5) -> dict:
-    """The `ode` entry of metrics.json: per mode the mean-field curves on the logged steps and the predicted
-    and measured escape samples per seed; modes the theory does not cover get a `skipped` reason."""
+    """The `ode` entry of metrics.json: per mode the mean-field curves on the logged steps, the predicted and
+    measured escape samples per seed and `escape_ratio` (predicted / measured per seed, their mean with a 95 %
+    Student-t interval: `stats.ratio_summary`); modes the theory does not cover get a `skipped` reason."""
     from anchorft.w2s.meanfield import crossing_time, predict
+    from anchorft.w2s.stats import ratio_summary
 
     out: dict[str, Any] = {}
     for mode in config.modes:
@@ -143,6 +145,7 @@ def ode_metrics(config: W2SConfig, problem, metrics: dict, threshold: float = 0.
         steps = metrics[mode]["steps"]
         hits = [crossing_time(steps, curve, threshold) for curve in zip(*metrics[mode]["target_alignment_seeds"])]
         pred["escape_samples_measured"] = [None if hit is None else hit * config.batch_size for hit in hits]
+        pred["escape_ratio"] = ratio_summary(pred["escape_samples_per_seed"], pred["escape_samples_measured"])
         pred["wall_s"] = time.perf_counter() - t1
         out[mode] = pred
     return out

@@ -295,6 +295,20 @@ def _race_until_learnt(spec: dict, pt: dict, config: W2SConfig, path: Path) -> d
     return rec
 
 
+def _init_spread(curves: dict) -> dict:
+    """The non-target group's initial alignments with its own theta and with theta_1, mean and sample std over
+    seeds (`nontarget_init`, `nontarget_to_theta1_init` and their `_std`), from a point's per-seed curves."""
+    out = {}
+    for key, name in (
+        ("nontarget_alignment_seeds", "nontarget"),
+        ("nontarget_target_alignment_seeds", "nontarget_to_theta1"),
+    ):
+        if curves.get(key):
+            st = mean_std(curves[key][0])
+            out[f"{name}_init"], out[f"{name}_init_std"] = st["mean"], st["std"]
+    return out
+
+
 def _ablation_row(rec: dict, config: W2SConfig | None = None) -> dict:
     """One row of the ablation table; with the point's config and the labels' coefficients, the population-drift
     prediction for the non-target neurons (`theory.rho_star_report`: rho*, and captured or pushed out at the
@@ -306,6 +320,7 @@ def _ablation_row(rec: dict, config: W2SConfig | None = None) -> dict:
         st = mean_std(fps[key])
         row[name], row[f"{name}_std"] = st["mean"], st["std"]
     row["nontarget_to_theta1_init"] = e["init"]["nontarget_target_alignment"]
+    row.update(_init_spread(e.get("curves") or {}))
     row.update({k: e[k] for k in ("labels_mean", "labels_c2", "labels_c2_se", "labels_c4")})
     row["diverged"] = rec["diverged"] is not None
     row["turn"] = row["nontarget_to_theta1"] - row["nontarget_to_theta1_init"]
@@ -439,6 +454,7 @@ TABLE_COLS = {
     ],
     "ablation-activation": [
         *("activation", "center", "loss", "bias", "labels_mean", "labels_c2", "target", "target_std"),
+        *("nontarget_init", "nontarget_init_std", "nontarget_to_theta1_init", "nontarget_to_theta1_init_std"),
         *("nontarget", "nontarget_std", "nontarget_to_theta1", "nontarget_to_theta1_std", "turn"),
         *("rho_star", "drift_predicts", "rho_star_measured_target", "drift_predicts_measured_target"),
     ],

@@ -1,4 +1,5 @@
-"""Statistics of the weak-to-strong sweeps: censored medians, threshold crossings, log-log fits, config hashes.
+"""Statistics of the weak-to-strong sweeps: censored medians, threshold crossings, log-log fits, config hashes,
+Student-t intervals of a mean (and of a ratio per seed), and a bisection for a sign change.
 
 A censored value (a seed that did not reach a threshold within its budget) is None and counts as +inf.
 """
@@ -6,13 +7,15 @@ A censored value (a seed that did not reach a threshold within its budget) is No
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from anchorft.runs import config_hash
 
-__all__ = ["digest", "median_censored", "crossing", "loglog_slope", "fit_loglog", "mean_std"]
+__all__ = ["digest", "median_censored", "crossing", "loglog_slope", "fit_loglog", "mean_std", "mean_t_interval"]
+__all__ += ["ratio_summary", "sign_changes", "bisect_sign_change"]
 
 
 def digest(obj: Any, length: int = 16) -> str:
@@ -81,3 +84,65 @@ def mean_std(values: list[float]) -> dict:
     """Mean and sample standard deviation (ddof=1; None for one value)."""
     a = np.asarray(values, dtype=float)
     return {"mean": float(a.mean()), "std": float(a.std(ddof=1)) if a.size > 1 else None}
+
+
+def mean_t_interval(values: list[float], level: float = 0.95) -> dict:
+    """Mean of `values`, its sample standard deviation (ddof=1) and the two-sided Student-t interval of the mean
+    at `level` (n - 1 degrees of freedom); std and interval None with fewer than two values."""
+    from scipy.stats import t
+
+    a = np.asarray(values, dtype=float)
+    out: dict[str, Any] = {"n": int(a.size), "level": level, "method": "student-t", "mean": None, "std": None}
+    out["ci"] = [None, None]
+    if a.size:
+        out["mean"] = float(a.mean())
+    if a.size > 1:
+        sd = float(a.std(ddof=1))
+        half = float(t.ppf(0.5 + level / 2, a.size - 1)) * sd / math.sqrt(a.size)
+        out.update(std=sd, ci=[out["mean"] - half, out["mean"] + half])
+    return out
+
+
+def ratio_summary(num: list[float | None], den: list[float | None], level: float = 0.95) -> dict:
+    """Per pair, num / den (None where either is None or den is 0), and over the defined ratios their mean with
+    its Student-t interval (`mean_t_interval`); `left_out` counts the undefined ones."""
+    ratios = [None if a is None or not b else float(a) / float(b) for a, b in zip(num, den)]
+    defined = [r for r in ratios if r is not None]
+    return {"per_seed": ratios, **mean_t_interval(defined, level), "left_out": len(ratios) - len(defined)}
+
+
+def sign_changes(values: list[float]) -> list[int]:
+    """Indices k where the sign of values[k] and values[k + 1] differ (a value >= 0 counts as positive)."""
+    return [k for k in range(len(values) - 1) if (values[k] >= 0) != (values[k + 1] >= 0)]
+
+
+def bisect_sign_change(f: Callable[[float], float], lo: float, hi: float, tol: float) -> dict:
+    """Bisect [lo, hi] for a sign change of f (a value >= 0 counts as positive) until hi - lo <= tol.
+
+    f is evaluated at both ends first: if their signs agree there is nothing to bisect (`bracketed` False).
+    Otherwise each step evaluates the midpoint and keeps the half whose ends differ in sign, so the returned
+    [lo, hi] has f's sign checked on both sides. Returns lo, hi, f_lo, f_hi, the estimate (lo + hi) / 2 (None
+    when not bracketed) and every evaluation [x, f(x)] in order."""
+    if not tol > 0 or not hi > lo:
+        raise ValueError(f"bisect_sign_change: needs lo < hi and tol > 0, got {lo!r}, {hi!r}, {tol!r}")
+    f_lo, f_hi = float(f(lo)), float(f(hi))
+    evals = [[lo, f_lo], [hi, f_hi]]
+    bracketed = (f_lo >= 0) != (f_hi >= 0)
+    while bracketed and hi - lo > tol:
+        mid = 0.5 * (lo + hi)
+        f_mid = float(f(mid))
+        evals.append([mid, f_mid])
+        if (f_mid >= 0) == (f_lo >= 0):
+            lo, f_lo = mid, f_mid
+        else:
+            hi, f_hi = mid, f_mid
+    est = 0.5 * (lo + hi) if bracketed else None
+    return {
+        "lo": lo,
+        "hi": hi,
+        "f_lo": f_lo,
+        "f_hi": f_hi,
+        "estimate": est,
+        "bracketed": bracketed,
+        "evaluations": evals,
+    }

@@ -7,7 +7,9 @@ Each kind is a `SweepKind` of `KINDS`:
 - s-scaling / d-scaling / d-scaling-w2s: samples until the target alignment reaches `threshold`, per seed, for
   each `series` (a mode, or "weak"), fitted in log-log with the censored seeds kept (`_scaling_summary`);
 - chi, overlap, rpsft: full runs (`run_experiment`) summarised per point; an overlap `grid` over several s gives a
-  phase diagram (`expand_grid`, `phase_boundary`). These kinds and the scaling ones write DIR/sweep.json;
+  phase diagram (`expand_grid`, `phase_boundary`); with `bisect:` an overlap sweep also locates each seed's turn
+  boundary in rho by bisection with single-seed runs (`bisect_turns`). These kinds and the scaling ones write
+  DIR/sweep.json;
 - ablation, race, weak-quality (`anchorft.w2s.mechanisms`): DIR/results.json (rows, points) and DIR/table.md.
 
 Every kind writes DIR/<kind>.png. Every point is cached in DIR/cache/<hash>.json, keyed by the hash of its
@@ -37,12 +39,21 @@ from anchorft.w2s.dynamics import train, train_weak
 from anchorft.w2s.experiments import SUMMARY_KEYS, prepare_weak, run_experiment
 from anchorft.w2s.hermite import information_exponent
 from anchorft.w2s.problem import build_problem
-from anchorft.w2s.stats import crossing, digest, fit_loglog, loglog_slope, median_censored
+from anchorft.w2s.stats import (
+    bisect_sign_change,
+    crossing,
+    digest,
+    fit_loglog,
+    loglog_slope,
+    mean_std,
+    median_censored,
+    sign_changes,
+)
 from anchorft.w2s.survival import fit_censored_lognormal
 from anchorft.w2s.theory import predicted_slopes
 
 __all__ = ["KINDS", "MECH_KINDS", "SweepKind", "run_sweep", "load_sweep", "point_config", "evaluate_point"]
-__all__ += ["expand_grid", "phase_boundary", "fit_loglog", "median_censored", "crossing"]
+__all__ += ["expand_grid", "phase_boundary", "fit_loglog", "median_censored", "crossing", "bisect_turns", "seed_turns"]
 
 SCALING = ("s-scaling", "d-scaling", "d-scaling-w2s")
 MECH_KINDS = mech.MECH_KINDS
@@ -54,7 +65,8 @@ class SweepKind:
     """One kind of sweep: `prepare(spec, fixed)` lays out and validates its `points` (`fixed`: command-line keys,
     which win over grid rows); `overrides(spec, point)` of the preset; `measure(spec, point, config, cache,
     shared)` a point's record (`shared`: one run's); `summarise(spec, records, configs)` the result's fields;
-    `controlled(spec)` keys the points set; `table(spec, rows)` the table.md of a kind summarised by `rows`."""
+    `controlled(spec)` keys the points set; `table(spec, rows)` the table.md of a kind summarised by `rows`;
+    `refine(spec, records, configs, cache)` fields found by further runs after the points (overlap: `bisect`)."""
 
     prepare: Callable[[dict, set[str] | None], None]
     overrides: Callable[[dict, dict], dict]
@@ -62,6 +74,7 @@ class SweepKind:
     summarise: Callable[[dict, list[dict], list[W2SConfig]], dict]
     controlled: Callable[[dict], set[str]] = lambda spec: set()
     table: Callable[[dict, list[dict]], str] | None = None
+    refine: Callable[[dict, list[dict], list[W2SConfig], Path], dict] | None = None
 
 
 def _fold_preset(section: dict, where: str) -> dict:
@@ -162,7 +175,20 @@ def validate_sweep(spec: dict) -> None:
     for name, v in (spec.get("phase") or {}).items():
         if name not in ("turn", "drop") or not isinstance(v, (int, float)) or not (0.0 < v < 1.0):
             raise ValueError(f"sweep {spec['kind']!r}: phase.{name} must be turn or drop, in (0, 1), got {v!r}")
+    _check_bisect(spec)
     _check_points(spec)
+
+
+def _check_bisect(spec: dict) -> None:
+    """`bisect: {tol: T}` (overlap sweeps only): the per-seed turn boundary bisected to a width of T in rho."""
+    opts = spec.get("bisect")
+    if opts is None:
+        return
+    if spec["kind"] != "overlap" or not isinstance(opts, dict) or set(opts) - {"tol"}:
+        raise ValueError(f"sweep {spec['kind']!r}: bisect is {{tol: width in rho}}, for overlap sweeps only")
+    tol = opts.get("tol", 0.002)
+    if not isinstance(tol, (int, float)) or isinstance(tol, bool) or not (0.0 < tol < 1.0):
+        raise ValueError(f"sweep {spec['kind']!r}: bisect.tol must be in (0, 1), got {tol!r}")
 
 
 def thresholds_of(spec: dict) -> list:
@@ -212,6 +238,7 @@ def evaluate_point(
                 e = m[mode]
                 rec["modes"][mode] = {
                     **{k: e[k] for k in ("init", "final", "final_per_seed")},
+                    "init_per_seed": {k: e[f"{k}_seeds"][0] for k in SUMMARY_KEYS},
                     "groups": {g: {"init": v["mean"][0], "final": v["mean"][-1]} for g, v in e["groups"].items()},
                     **{k: e[k] for k in ("samples", *SUMMARY_KEYS, "diverged_at")},
                 }
@@ -453,6 +480,83 @@ def phase_boundary(summary: list[dict], levels: dict | None = None) -> dict:
     return out
 
 
+def seed_turns(record: dict, mode: str, level: float = 0.0) -> list[float]:
+    """Per seed of a full-run point record, the non-target group's turn to theta_1 (final - initial mean
+    |cos(w, theta_1)|) minus `level`."""
+    e = record["modes"][mode]
+    final = e["final_per_seed"]["nontarget_target_alignment"]
+    init = (e.get("init_per_seed") or {}).get("nontarget_target_alignment")
+    init = init if init is not None else [e["init"]["nontarget_target_alignment"]] * len(final)
+    return [f - i - level for f, i in zip(final, init)]
+
+
+def _bisect_seed(spec: dict, grid: list[tuple[dict, W2SConfig]], i: int, mode: str, cache: Path) -> dict:
+    """One seed's turn boundary on one row of an overlap grid: the grid's sign changes of turn - level (more
+    than one: not monotone on the grid), then the first change bisected in rho with single-seed runs
+    (`stats.bisect_sign_change`, both ends re-run) down to `bisect.tol`; `direction` "up" where the turn goes
+    from negative (pushed out) to positive (captured) with rho, "down" the reverse."""
+    level = float({"turn": 0.1, **(spec.get("phase") or {})}["turn"])
+    tol = float(spec["bisect"].get("tol", 0.002))
+    rhos = [cfg.rho for _, cfg in grid]
+    vals = [seed_turns(rec, mode, level)[i] for rec, _ in grid]
+    seed = grid[0][1].seed + i
+    changes = sign_changes(vals)
+    out: dict[str, Any] = {
+        "seed": seed,
+        "s": grid[0][1].s,
+        "grid_changes_rho": [[rhos[k], rhos[k + 1]] for k in changes],
+    }
+    out["monotone"] = len(changes) <= 1
+    if not changes:
+        side = "positive (captured)" if vals[0] >= 0 else "negative (pushed out)"
+        out.update(boundary_rho=None, direction=None, reason=f"no sign change on the grid: turn - level {side}")
+        return out
+    k = changes[0]
+    out["direction"] = "up" if vals[k] < 0 else "down"
+    params = {key: v for key, v in grid[k][0]["params"].items() if key != "rho"}
+
+    def turn_at(rho: float) -> float:
+        stop.check()  # a safe point per run (anchorft.stop): the runs finished are in the cache
+        point = {**params, "rho": rho, "seed": seed, "n_seeds": 1, "modes": [mode]}
+        return seed_turns(evaluate_point(spec, point, cache), mode, level)[0]
+
+    res = bisect_sign_change(turn_at, rhos[k], rhos[k + 1], tol)
+    out.update(grid_cell_turns=[vals[k] + level, vals[k + 1] + level], boundary_rho=res["estimate"])
+    out.update({key: res[key] for key in ("lo", "hi", "bracketed")})
+    out["turn_lo"], out["turn_hi"] = res["f_lo"] + level, res["f_hi"] + level
+    out["evaluations"] = [[x, v + level] for x, v in res["evaluations"]]
+    return out
+
+
+def _bisect_summary(rows: list[dict]) -> dict:
+    """Over seeds: the bisected boundaries' mean, sample std, range, and the seeds not monotone or not bracketed."""
+    found = [r["boundary_rho"] for r in rows if r.get("boundary_rho") is not None]
+    out: dict[str, Any] = {"n_seeds": len(rows), "n_found": len(found), "mean": None, "std": None}
+    out.update(min=min(found, default=None), max=max(found, default=None))
+    if found:
+        out.update(mean_std(found))
+    out["not_monotone_seeds"] = [r["seed"] for r in rows if not r["monotone"]]
+    out["not_bracketed_seeds"] = [r["seed"] for r in rows if r.get("boundary_rho") is None]
+    return out
+
+
+def bisect_turns(spec: dict, records: list[dict], configs: list[W2SConfig], cache: Path) -> dict:
+    """`bisect` of an overlap sweep: per mode, row (s) and seed, the turn boundary in rho located by bisection
+    (`_bisect_seed`), and its spread over seeds. The level is `phase.turn`; nothing without `bisect:`."""
+    if not spec.get("bisect"):
+        return {}
+    level = {"turn": 0.1, **(spec.get("phase") or {})}["turn"]
+    out: dict[str, Any] = {"tol_rho": spec["bisect"].get("tol", 0.002), "level": level, "modes": {}}
+    for mode in sorted({m for r in records for m in r["modes"]}):
+        per_s = []
+        for s in sorted({c.s for c in configs}):
+            grid = sorted(((r, c) for r, c in zip(records, configs) if c.s == s), key=lambda rc: rc[1].rho)
+            rows = [_bisect_seed(spec, grid, i, mode, cache) for i in range(grid[0][1].n_seeds)]
+            per_s.append({"s": s, "per_seed": rows, "summary": _bisect_summary(rows)})
+        out["modes"][mode] = per_s
+    return {"bisect": out}
+
+
 def _measure_runs(spec: dict, point: dict, config: W2SConfig, cache: Path | None, shared: dict) -> dict:
     rec = evaluate_point(spec, point, cache, progress=False, config=config)
     rec["x"] = _x_of(spec["kind"], config, point)
@@ -468,6 +572,7 @@ def _prepare_mech(spec: dict, fixed: set[str] | None) -> None:
 
 _SCALING = SweepKind(_prepare_runs, mech.point_overrides, _measure_runs, _scaling_summary)
 _FULL_RUNS = SweepKind(_prepare_runs, mech.point_overrides, _measure_runs, _runs_summary)
+_OVERLAP = SweepKind(_prepare_runs, mech.point_overrides, _measure_runs, _runs_summary, refine=bisect_turns)
 _MECH = SweepKind(
     _prepare_mech,
     mech.point_overrides,
@@ -478,7 +583,8 @@ _MECH = SweepKind(
 )
 KINDS: dict[str, SweepKind] = {
     **dict.fromkeys(SCALING, _SCALING),
-    **dict.fromkeys(("chi", "overlap", "rpsft"), _FULL_RUNS),
+    **dict.fromkeys(("chi", "rpsft"), _FULL_RUNS),
+    "overlap": _OVERLAP,
     **dict.fromkeys(MECH_KINDS, _MECH),
 }
 
@@ -518,6 +624,8 @@ def run_sweep(
         stop.check()  # a safe point per sweep point (anchorft.stop): the points finished are in the cache
         recs.append(k.measure(spec, pt, cfg, cache, shared))
     fields = k.summarise(spec, recs, configs)
+    if k.refine is not None:
+        fields.update(k.refine(spec, recs, configs, cache))
     rows = {"rows": fields.pop("rows")} if k.table is not None else {}
     result: dict[str, Any] = {"kind": kind, "quick": quick, "spec": spec, **rows, "points": recs, **fields}
     if k.table is not None:
