@@ -148,7 +148,7 @@ def main(argv: list[str]) -> int:
         if claim.complete:
             print(reused(claim))
             return 0
-        res = run_interpolate(args.compare, args.runs, alphas, args.out)
+        res = run_interpolate(args.compare, args.runs, alphas, args.out, resume=claim.resume)
         finish(claim)
         print(f"interpolate: {len(res['methods'])} runs in {Path(args.out) / 'results.json'}")
         return 0

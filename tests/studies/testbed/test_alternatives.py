@@ -85,6 +85,12 @@ def test_alternatives_end_to_end(tmp_path, monkeypatch):
         assert (one["id_greedy"], one["ood"], one["val"]) == (ft["id_greedy"], ft["ood"], ft["val"])
         assert got["methods"][f"{src}-wise0.5"]["settings"]["wise_from"] == src
     assert (itp / "tradeoff.png").is_file() and "sft-wise0.5" in (itp / "report.md").read_text()
+    # resumed: every (run, seed, alpha) cell is in the grid's record, none is evaluated again
+    from anchorft.studies.testbed import interpolate
+
+    monkeypatch.setattr(interpolate, "_interpolated_cell", lambda *a: pytest.fail("a recorded cell ran again"))
+    again = interpolate.run_interpolate(out, ["sft", "lora"], [0.5, 1.0], itp, progress=False, resume=True)
+    assert again["methods"] == got["methods"]
     rep = tmp_path / "rep"
     pick = "--pick", "wise-sft=sft-wise0.5,sft-wise1"
     assert cli(["toy", "report", "--from", str(out), str(itp), "--out", str(rep), "--front", "sft", *pick]) == 0

@@ -13,6 +13,7 @@ validation items (`evaluate_comparison`) and writes runs named `RUN-wiseALPHA` (
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -57,65 +58,73 @@ def wise_name(run: str, alpha: float) -> str:
 
 
 def run_interpolate(
-    compare_dir: str | Path, runs: list[str], alphas: list[float], out_dir: str | Path, progress: bool = True
+    compare_dir: str | Path,
+    runs: list[str],
+    alphas: list[float],
+    out_dir: str | Path,
+    progress: bool = True,
+    resume: bool = False,
 ) -> dict:
     """Evaluate W_0 + alpha (W_ft - W_0) for each run of the comparison in `compare_dir`, each of its seeds (its
-    saved models) and each alpha; write results.json, report.md and tradeoff.png (with the curves) to `out_dir`."""
-    from tqdm.auto import tqdm
-
-    from anchorft.eval.loading import load_causal_lm, load_tokenizer
-    from anchorft.studies.testbed.compare_config import (
-        comparison_eval_sets,
-        comparison_val_sets,
-        evaluate_comparison,
-        load_config,
-        model_dir,
-    )
+    saved models) and each alpha; write results.json, report.md and tradeoff.png (with the curves) to `out_dir`.
+    Each (run, seed, alpha) is a cell of the grid runner (`anchorft.studies.grid`, recorded in OUT/cells.jsonl;
+    `resume` keeps the recorded ones)."""
+    from anchorft.studies.grid import Cell, Grid, InProcess
+    from anchorft.studies.testbed.compare_config import load_config, model_dir
     from anchorft.studies.testbed.report import write_report, write_tradeoff_plot
 
     src = Path(compare_dir)
     results = load_results(src).to_dict()
     if missing := [r for r in runs if r not in results["methods"]]:
         raise ValueError(f"--runs: {missing} not in {src} (have {sorted(results['methods'])})")
-    cfg = load_config(_saved_config(src))
+    saved = _saved_config(src)
+    cfg = load_config(saved)
     seeds = [int(s) for s in results["settings"]["seeds"]]
-    todo = []
+    cells = []
     for run in runs:
         for m in results["methods"][run]["per_seed"]:
             path = model_dir(src, run, m["seed"], seeds[0])
             if not (path / "config.json").is_file():
                 raise ValueError(f"{path}: no saved model (the comparison keeps every evaluated model in models/)")
-            todo.append((run, m["seed"], path))
-    eval_sets = comparison_eval_sets(cfg)
-    val_sets = comparison_val_sets(cfg, eval_sets)
-    tok = load_tokenizer(str(src / "models" / "base"))
-    model = load_causal_lm(src / "models" / "base")
-    w0 = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            cells += [Cell(f"{wise_name(run, a)}-seed{m['seed']}", {"run": run, "model": str(path),
+                                                                      "seed": m["seed"], "alpha": a})
+                      for a in alphas]  # fmt: skip
     out = CompareResults(base=results["base"], settings=results["settings"])
-    per: dict[str, list[dict]] = {}
-    bar = tqdm(total=len(todo) * len(alphas), desc="toy interpolate", disable=not progress)
-    for run, seed, path in todo:
-        ft = load_causal_lm(path).state_dict()
-        for alpha in alphas:
-            model.load_state_dict(interpolate_weights(w0, ft, alpha))
-            metrics = evaluate_comparison(model, tok, cfg, eval_sets, val_sets)
-            metrics.update(seed=seed, train_seconds=0.0)
-            per.setdefault(wise_name(run, alpha), []).append(metrics)
-            bar.update()
-    bar.close()
+    dst = Path(out_dir)
+    grid = Grid(dst, context={"compare": str(src.resolve()), "config": saved, "base": results["base"]})
+    job = functools.partial(_interpolated_cell, cfg, str(src / "models" / "base"))
+    got = grid.run(cells, job, InProcess(cfg.threads), resume=resume, progress=progress, desc="toy interpolate")
     for run in runs:
         source = results["methods"][run]
         for alpha in alphas:
             name = wise_name(run, alpha)
+            per = sorted((got[c.name] for c in cells if c.spec["run"] == run and c.spec["alpha"] == alpha),
+                         key=lambda m: m["seed"])  # fmt: skip
             settings = {**source.get("settings", {}), "wise_from": run, "wise_alpha": alpha}
-            out.record(name, source["method"], settings, sorted(per[name], key=lambda m: m["seed"]))
-    dst = Path(out_dir)
+            out.record(name, source["method"], settings, per)
     save_results(out, dst / "results.json")
     write_report(out.to_dict(), dst / "report.md")
     # the plot shows the sources too, so that each curve runs base -> alphas -> the fine-tune
     shown = {**out.to_dict(), "methods": {**{r: results["methods"][r] for r in runs}, **out.methods}}
     write_tradeoff_plot(shown, dst / "tradeoff.png")
     return out.to_dict()
+
+
+def _interpolated_cell(cfg, base_dir: str, cell) -> dict:
+    """One cell: the base and the cell's fine-tuned model mixed at the cell's alpha, evaluated as the comparison
+    evaluates (its items and settings)."""
+    from anchorft.eval.loading import load_causal_lm, load_tokenizer
+    from anchorft.studies.testbed.compare_config import comparison_eval_sets, comparison_val_sets, evaluate_comparison
+
+    tok = load_tokenizer(base_dir)
+    model = load_causal_lm(base_dir)
+    w0 = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    ft = load_causal_lm(cell.spec["model"]).state_dict()
+    model.load_state_dict(interpolate_weights(w0, ft, cell.spec["alpha"]))
+    eval_sets = comparison_eval_sets(cfg)
+    metrics = evaluate_comparison(model, tok, cfg, eval_sets, comparison_val_sets(cfg, eval_sets))
+    metrics.update(seed=cell.spec["seed"], train_seconds=0.0)
+    return metrics
 
 
 def _saved_config(compare_dir: Path) -> dict:
