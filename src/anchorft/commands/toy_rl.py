@@ -54,7 +54,7 @@ def main_rl(argv: list[str]) -> int:
     if claim.complete:
         print(reused(claim))
         return 0
-    run_rl_stage(args.compare, args.out, methods=args.methods, settings=settings)
+    run_rl_stage(args.compare, args.out, methods=args.methods, settings=settings, resume=claim.resume)
     finish(claim)
     print(f"wrote {existing_files(out, 'report.md', 'results.json', 'reward_curve.png')}")
     return 0

@@ -97,6 +97,12 @@ def test_rl_stage_end_to_end_on_smoke_comparison(smoke_compare, monkeypatch):
     report = (out / "report.md").read_text()
     assert "| sft |" in report and "| rpsft-k6 |" in report and "rpsft-k6 vs sft, OOD mean" in report
     _check_rl_stage_files(out)
+    # resumed: each model is a recorded grid cell, none is trained again, the results are the same
+    from anchorft.studies.testbed import rl_stage
+
+    monkeypatch.setattr(rl_stage, "_rl_cell", lambda *a: pytest.fail("a recorded model was trained again"))
+    again = run_rl_stage(smoke_compare, methods=None, settings=s, progress=False, resume=True)
+    assert again["methods"] == res["methods"]
 
 
 def _arrow_numbers(cell: str) -> list[float]:

@@ -12,6 +12,7 @@ after RL, in ID and OOD, than the SFT-initialised one?
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from collections.abc import Sequence
@@ -136,12 +137,13 @@ def run_rl_stage(
     methods: Sequence[str] | None = None,
     settings: RLStageSettings | None = None,
     progress: bool = True,
+    resume: bool = False,
 ) -> dict:
     """DAPO from each chosen model of a finished comparison, evaluated before and after with the
     comparison's own evaluation; writes results.json, report.md, reward_curve.png under
-    `out_dir` (default COMPARE_DIR/rl) and returns the results."""
-    from anchorft.eval.loading import load_causal_lm, load_tokenizer
-    from anchorft.rpsft.rl import run_rl
+    `out_dir` (default COMPARE_DIR/rl) and returns the results. Each model is a cell of the grid runner
+    (`anchorft.studies.grid`); `resume` keeps the cells recorded in OUT/cells.jsonl."""
+    from anchorft.studies.grid import Cell, Grid, InProcess
 
     settings = settings or RLStageSettings()
     settings.validate()
@@ -174,15 +176,6 @@ def run_rl_stage(
         for s in skills
     } if settings.skill_eval_items else {}  # fmt: skip
 
-    def evaluate(model, tok) -> dict:
-        model.eval()
-        gen = torch.Generator().manual_seed(cfg.eval_seed)
-        res = evaluate_toy(model, tok, eval_sets, cfg.eval, gen, id_skill=cfg.id_skill)
-        res["rl_skills_greedy"] = {
-            s: greedy_accuracy(model, tok, items, 256, cfg.eval.max_new_tokens) for s, items in skill_sets.items()
-        }
-        return res
-
     results: dict = {
         "compare_dir": str(cdir),
         "settings": {**dataclasses.asdict(settings), "prompt_skills": list(skills),
@@ -191,36 +184,64 @@ def run_rl_stage(
                  "id_items": len(eval_sets[cfg.id_skill]), "ood_items": {s: len(eval_sets[s]) for s in sk.OOD_SKILLS}},
         "methods": {},
     }  # fmt: skip
-    bar = tqdm(methods, desc="toy rl", disable=not progress)
-    for name in bar:
-        bar.set_postfix(run=name)
-        model_dir = cdir / "models" / name
-        tok = load_tokenizer(model_dir)
-        before = evaluate(load_causal_lm(model_dir), tok)
-        m = run_rl(str(model_dir), prompts, out / name, settings.rl_settings(), tokenizer=tok)
-        after = evaluate(m["model"], tok)
-        curve = [float(x) for x in m["correctness"]]
-        q = max(1, len(curve) // 4)
-        results["methods"][name] = {
-            "before": before,
-            "after": after,
-            "reward_curve": curve,
-            "reward_first_quarter": float(np.mean(curve[:q])) if curve else None,
-            "reward_last_quarter": float(np.mean(curve[-q:])) if curve else None,
-            "in_compare": {k: compare_entry(compare_results, name, first_seed).get(k)
-                           for k in ("id_greedy", "id_avg@k", "ood_mean")},
-        }  # fmt: skip
+
+    def record(cell: Cell, row: dict) -> None:
+        name = cell.name
+        row = {**row, "in_compare": {k: compare_entry(compare_results, name, first_seed).get(k)
+                                     for k in ("id_greedy", "id_avg@k", "ood_mean")}}  # fmt: skip
+        results["methods"][name] = row
         write_json(out / "results.json", results, indent=2)
         tqdm.write(
-            f"{name}: reward {results['methods'][name]['reward_first_quarter']:.3f} -> "
-            f"{results['methods'][name]['reward_last_quarter']:.3f}; id_greedy {before['id_greedy']:.3f} -> "
-            f"{after['id_greedy']:.3f}; ood_mean {before['ood_mean']:.3f} -> {after['ood_mean']:.3f}"
+            f"{name}: reward {row['reward_first_quarter']:.3f} -> {row['reward_last_quarter']:.3f}; id_greedy "
+            f"{row['before']['id_greedy']:.3f} -> {row['after']['id_greedy']:.3f}; ood_mean "
+            f"{row['before']['ood_mean']:.3f} -> {row['after']['ood_mean']:.3f}"
         )
-        del m
+
+    # one grid cell per model (recorded in OUT/cells.jsonl; `resume` keeps the recorded ones), on the command's
+    # thread count
+    cells = [Cell(name, {"model": str(cdir / "models" / name)}) for name in methods]
+    context = {"compare": str(cdir.resolve()), "settings": results["settings"], "eval": results["eval"]}
+    job = functools.partial(_rl_cell, cfg, settings, prompts, eval_sets, skill_sets, str(out))
+    Grid(out, context).run(cells, job, InProcess(torch.get_num_threads()), resume=resume, progress=progress,
+                           desc="toy rl", on_result=record)  # fmt: skip
+    results["methods"] = {n: results["methods"][n] for n in methods}
     write_json(out / "results.json", with_provenance(results), indent=2)
     write_rl_report(results, out / "report.md")
     write_reward_plot(results, out / "reward_curve.png")
     return results
+
+
+def _rl_cell(cfg, settings: RLStageSettings, prompts, eval_sets: dict, skill_sets: dict, out: str, cell) -> dict:
+    """One model of the RL stage: evaluated, trained with DAPO, evaluated again; its row of results.json."""
+    from anchorft.eval.loading import load_causal_lm, load_tokenizer
+    from anchorft.rpsft.rl import run_rl
+
+    model_dir = Path(cell.spec["model"])
+    tok = load_tokenizer(model_dir)
+    before = _evaluate(cfg, eval_sets, skill_sets, load_causal_lm(model_dir), tok)
+    m = run_rl(str(model_dir), prompts, Path(out) / cell.name, settings.rl_settings(), tokenizer=tok)
+    after = _evaluate(cfg, eval_sets, skill_sets, m["model"], tok)
+    curve = [float(x) for x in m["correctness"]]
+    q = max(1, len(curve) // 4)
+    return {
+        "before": before,
+        "after": after,
+        "reward_curve": curve,
+        "reward_first_quarter": float(np.mean(curve[:q])) if curve else None,
+        "reward_last_quarter": float(np.mean(curve[-q:])) if curve else None,
+    }
+
+
+def _evaluate(cfg, eval_sets: dict, skill_sets: dict, model, tok) -> dict:
+    """The comparison's evaluation of `model` (its items, settings and generator seed), plus greedy accuracy on
+    the RL prompts' skills."""
+    model.eval()
+    gen = torch.Generator().manual_seed(cfg.eval_seed)
+    res = evaluate_toy(model, tok, eval_sets, cfg.eval, gen, id_skill=cfg.id_skill)
+    res["rl_skills_greedy"] = {
+        s: greedy_accuracy(model, tok, items, 256, cfg.eval.max_new_tokens) for s, items in skill_sets.items()
+    }
+    return res
 
 
 def _arrow(before: float, after: float) -> str:
