@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -70,11 +69,9 @@ def main(argv: list[str]) -> int:
             if base is None and (models / "base").is_dir():
                 base = str(models / "base")
             if not tuned and models.is_dir():
-                found = {
-                    d.name: str(d)
-                    for d in sorted(models.iterdir())
-                    if d.is_dir() and d.name != "base" and not re.search(r"-seed\d+$", d.name)
-                }
+                from anchorft.studies.testbed.layout import first_seed_models
+
+                found = {n: str(d) for n, d in first_seed_models(args.compare).items()}
                 results = Path(args.compare) / "results.json"
                 order = list(json.loads(results.read_text()).get("methods", {})) if results.is_file() else []
                 tuned = {n: found[n] for n in order if n in found} | {n: p for n, p in found.items() if n not in order}

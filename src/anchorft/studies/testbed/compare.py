@@ -39,8 +39,8 @@ from anchorft.studies.testbed.compare_config import (
     evaluate_comparison,
     expand_sweeps,
     load_config,
-    model_dir,
 )
+from anchorft.studies.testbed.layout import model_dir, run_dir
 from anchorft.studies.testbed.report import write_report, write_tradeoff_plot
 from anchorft.studies.testbed.results import RESULTS_FILE, CompareResults, save_results
 from anchorft.threads import pinned_threads
@@ -154,7 +154,7 @@ def _finetune_job(cfg: CompareConfig, run: RunSpec, seed: int, base_dir: Path, o
 
     tok = load_tokenizer(str(base_dir))
     data = finetune_dataset(cfg.finetune_items, np.random.default_rng(1000 + seed), cfg.id_skill)
-    args = _train_args(cfg, run, seed, out / "runs" / f"{run.name}-seed{seed}")
+    args = _train_args(cfg, run, seed, run_dir(out, run.name, seed))
     model = load_causal_lm(base_dir)
     needs_fisher = get_method(run.method).uses_rank and (run.anchor_rank_rule or "").startswith("fisher:")
     fisher = calibration_fisher(cfg, run, model, tok) if needs_fisher else None

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
 import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -36,7 +34,6 @@ __all__ = [
     "comparison_eval_sets",
     "comparison_val_sets",
     "evaluate_comparison",
-    "model_dir",
     "paper_rank",
 ]
 
@@ -156,11 +153,6 @@ def evaluate_comparison(model, tokenizer, cfg: CompareConfig, eval_sets: dict, v
     if val_sets:
         metrics["val"] = evaluate_greedy(model, tokenizer, val_sets, cfg.eval, id_skill=cfg.id_skill)
     return metrics
-
-
-def model_dir(out: str | os.PathLike, run: str, seed: int, first_seed: int) -> Path:
-    """Where a comparison in `out` keeps a fine-tune it evaluated: models/RUN for the first seed, models/RUN-seedN."""
-    return Path(out) / "models" / (run if seed == first_seed else f"{run}-seed{seed}")
 
 
 def paper_rank(hidden_size: int) -> int:

@@ -70,7 +70,8 @@ def run_interpolate(
     Each (run, seed, alpha) is a cell of the grid runner (`anchorft.studies.grid`, recorded in OUT/cells.jsonl;
     `resume` keeps the recorded ones)."""
     from anchorft.studies.grid import Cell, Grid, InProcess
-    from anchorft.studies.testbed.compare_config import load_config, model_dir
+    from anchorft.studies.testbed.compare_config import load_config
+    from anchorft.studies.testbed.layout import model_dir
     from anchorft.studies.testbed.report import write_report, write_tradeoff_plot
 
     src = Path(compare_dir)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from anchorft.provenance import with_provenance
 from anchorft.rpsft.anchor_options import AnchorOptions, anchor_option_names
 from anchorft.rpsft.methods import RL_ANCHOR_METHODS
 from anchorft.studies.testbed.compare_config import CompareConfig, comparison_eval_sets, load_config, paper_rank
+from anchorft.studies.testbed.layout import parse_model_name
 from anchorft.studies.testbed.report import _pct  # the testbed tables' one percentage format
 from anchorft.studies.testbed.results import load_results
 from anchorft.toy import skills as sk
@@ -109,9 +109,7 @@ def compare_entry(results: dict, name: str, first_seed: int) -> dict | None:
     (`anchorft.studies.testbed.compare`); the entry is that seed's row of ``per_seed`` (``base``: the base row)."""
     if name == "base":
         return results["base"]
-    run, seed = name, first_seed
-    if name not in results["methods"] and (m := re.fullmatch(r"(.+)-seed(\d+)", name)):
-        run, seed = m.group(1), int(m.group(2))
+    run, seed = parse_model_name(name, first_seed, set(results["methods"]))
     row = results["methods"].get(run)
     if row is None:
         return None
