@@ -27,9 +27,15 @@ All functions accept leading batch dimensions (e.g. seeds) and compute in the dt
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
 import torch
 
 __all__ = [
+    "l2_residual",
+    "l2_penalty",
     "top_k_bases",
     "reference_block",
     "block_residual",
@@ -90,6 +96,47 @@ def block_residual(w: torch.Tensor, u: torch.Tensor, v: torch.Tensor, s_ref: tor
 def subspace_penalty_grad(w: torch.Tensor, u: torch.Tensor, v: torch.Tensor, s_ref: torch.Tensor) -> torch.Tensor:
     """dR/dW = 2 U_0 (U_0^T W V_0 - S_ref) V_0^T (..., m, n), in closed form: no autograd graph."""
     return 2.0 * (u @ block_residual(w, u, v, s_ref) @ v.mT)
+
+
+def l2_residual(w: torch.Tensor, w0: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """D = W - W_0 in `dtype` (a fresh tensor, the only one made: W cast or copied once, W_0 subtracted in place,
+    whatever dtype each is stored in)."""
+    d = w.detach().to(dtype, copy=True)
+    return d.sub_(w0.detach())
+
+
+class _L2Penalty(torch.autograd.Function):
+    """||W - W_0||_F^2 whose backward recomputes D = W - W_0 (see `l2_penalty`)."""
+
+    @staticmethod
+    def forward(ctx, w, w0, dtype, regather):
+        ctx.dtype, ctx.regather = dtype, regather
+        ctx.save_for_backward(w, w0)  # the weight and W_0 themselves: no new tensor is kept
+        return l2_residual(w, w0, dtype).square_().sum()
+
+    @staticmethod
+    def backward(ctx, grad):
+        with ctx.regather() if ctx.regather is not None else contextlib.nullcontext():
+            w, w0 = ctx.saved_tensors  # unpacked while whole
+            d = l2_residual(w, w0, ctx.dtype)
+        d.mul_(2.0 * grad.to(ctx.dtype))
+        return (d if d.dtype == w.dtype else d.to(w.dtype)), None, None, None
+
+
+def l2_penalty(
+    w: torch.Tensor,
+    w0: torch.Tensor,
+    dtype: torch.dtype = torch.float32,
+    regather: Callable[[], AbstractContextManager] | None = None,
+) -> torch.Tensor:
+    """R = ||W - W_0||_F^2 (a scalar in `dtype`, summed over every element), differentiable in W:
+    dR/dW = 2 (W - W_0), cast to W's dtype.
+
+    Unlike autograd of `(w - w0).pow(2).sum()`, which keeps D = W - W_0 (one matrix in `dtype`) from the forward to
+    the backward, this keeps only references to W and W_0 and recomputes D in the backward: the forward and the
+    backward each make one transient matrix. `regather`, if given, is entered around that recomputation, for a
+    weight that is whole only inside it (a DeepSpeed ZeRO-3 parameter, partitioned again after the forward)."""
+    return _L2Penalty.apply(w, w0, dtype, regather)
 
 
 def rotation_residuals(

@@ -28,7 +28,7 @@ from torch import nn
 from anchorft.rpsft.anchor_plan import plan_anchor, select_parameters, to_json
 from anchorft.rpsft.anchor_store import AnchorEntry, anchor_exists, load_anchor, save_anchor, weights_fingerprint
 from anchorft.rpsft.sharding import all_reduce_sum, full_matrix, gathered, is_zero3, local_rows, logical_shape, unwrap
-from anchorft.subspace import block_residual, rotation_penalty, rotation_residuals
+from anchorft.subspace import block_residual, l2_penalty, l2_residual, rotation_penalty, rotation_residuals
 
 __all__ = ["SubspaceAnchor", "AnchorEntry", "select_parameters", "weights_fingerprint"]
 
@@ -244,8 +244,11 @@ class SubspaceAnchor:
 
         A DeepSpeed ZeRO-3 parameter is gathered (read-only) just for its own matrix's terms, one matrix
         at a time (peak: one whole matrix); the residual and its autograd graph keep no reference to the
-        gathered weights (the matmul U^T W saves U^T, not W), so differentiating the result after the
+        gathered weights (the matmul U^T W saves U^T, not W; an L2 term keeps the parameter itself and gathers
+        it again in its backward, `anchorft.subspace.l2_penalty`), so differentiating the result after the
         parameter is partitioned again gives d/dW, which DeepSpeed reduce-scatters like any gradient.
+        An L2 term (fallback, remainder) keeps no D = W - W_0 for the backward, in either mode: autograd keeps
+        W and W_0 and recomputes D, the closed form recomputes D per matrix when it adds the gradient.
         The local weight returned for it is stale once gathered again; its local grad is None.
         """
         cd = self._compute_dtype()
@@ -260,13 +263,15 @@ class SubspaceAnchor:
                     w_loc, g_loc, rows, group = local_rows(p)
                 if group is not None:
                     reduce_group = group
-                w = w_loc.to(cd)
-                r_part = torch.zeros((), dtype=cd, device=w.device)
+                regather = (lambda p=p: gathered([p])) if differentiable and is_zero3(p) else None
+                r_part = torch.zeros((), dtype=cd, device=w_loc.device)
                 if e.fallback:
-                    w0 = e.w0.to(cd) if rows is None else e.w0[rows].to(cd)
-                    d = w - w0
-                    partial = d.pow(2).sum()
+                    # D = W - W_0 is not kept: l2_penalty's backward recomputes it (regathering a ZeRO-3 weight),
+                    # and the closed form recomputes it per matrix when it adds the gradient
+                    partial = l2_penalty(w_loc, e.w0 if rows is None else e.w0[rows], cd, regather)
+                    d = None
                 elif self._extended(e):
+                    w = w_loc.to(cd)
                     shard = rows
                     if rows is not None:
                         # the subspace kind and the remainder need the whole matrix: gather the FSDP2 row shards
@@ -285,13 +290,17 @@ class SubspaceAnchor:
                         proj = None if differentiable else u @ c_ @ v.mT
                     full = None
                     if e.rest > 0:
-                        full = w - w0
-                        r_part = full.pow(2).sum() - partial
+                        if differentiable:  # ||D||^2 without keeping D (as for the fallback)
+                            r_part = l2_penalty(w_loc, e.w0, cd, regather) - partial
+                        else:
+                            full = w - w0
+                            r_part = full.pow(2).sum() - partial
                     if shard is not None:
                         proj = None if proj is None else proj[shard]
                         full = None if full is None else full[shard]
                     d = (proj, full)
                 else:
+                    w = w_loc.to(cd)
                     u = e.u.to(cd) if rows is None else e.u[rows].to(cd)
                     v, s_ref = e.v.to(cd), e.s_ref.to(cd)
                     d = (u.mT @ w @ v) if rows is not None else block_residual(w, u, v, s_ref)
@@ -365,8 +374,10 @@ class SubspaceAnchor:
                     raise ValueError(f"anchor: sharded parameter {e.name} has no gradient yet")
                 g_loc = p.grad = torch.zeros_like(b.weight)
             alpha = 2.0 * scale * e.weight
-            if e.fallback:
-                g_loc.add_(d.to(g_loc.dtype), alpha=alpha)
+            if e.fallback:  # D recomputed here, one matrix at a time
+                g_loc.add_(
+                    l2_residual(b.weight, e.w0 if rows is None else e.w0[rows], cd).to(g_loc.dtype), alpha=alpha
+                )
                 continue
             if self._extended(e):
                 proj, full = d
