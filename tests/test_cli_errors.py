@@ -232,7 +232,7 @@ def test_debug_shows_the_traceback(files, monkeypatch, capsys):
 
 def test_keyboard_interrupt_exits_130_and_marks_the_run(files, monkeypatch, capsys):
     monkeypatch.chdir(files)
-    import anchorft.w2s.experiments as ex
+    import anchorft.studies.w2s.experiments as ex
 
     def stop(*a, **k):
         raise KeyboardInterrupt

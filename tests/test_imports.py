@@ -38,9 +38,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("anchorft.studies",),
     ("anchorft.commands", "anchorft.cli", "anchorft.demo", "anchorft.__main__"),
 ]
-# the simulator stands beside the stack: it imports the kernels only, and only the entry points import it
+# the simulator stands beside the stack: it imports the kernels only, and only the studies and the entry points
+# import it
 W2S = "anchorft.w2s"
 ENTRY = len(LAYERS) - 1
+STUDIES = LAYERS.index(("anchorft.studies",))
 
 
 def _modules(src: Path = SRC) -> dict[str, Path]:
@@ -95,7 +97,7 @@ def allowed(src_mod: str, dst_mod: str) -> bool:
     if a == "w2s":
         return b == "w2s" or b == 0
     if b == "w2s":
-        return a == ENTRY
+        return a in (ENTRY, STUDIES)
     return b <= a
 
 

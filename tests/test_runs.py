@@ -82,7 +82,7 @@ def test_w2s_run_rerun(tmp_path, capsys, monkeypatch):
     assert cli([*W2S, "--out", str(out)]) == 0
     assert _status(out) == "complete"
     first = (out / "metrics.json").read_bytes()
-    import anchorft.w2s.experiments as ex
+    import anchorft.studies.w2s.experiments as ex
 
     monkeypatch.setattr(ex, "run_experiment", lambda *a, **k: pytest.fail("a finished run was run again"))
     capsys.readouterr()
@@ -117,7 +117,7 @@ def test_toy_compare_command_resumes_the_same_comparison(tmp_path, monkeypatch, 
 
 def test_second_demo_reuses_the_first(tmp_path, monkeypatch, capsys):
     import anchorft.studies.testbed.compare as compare
-    import anchorft.w2s.experiments as ex
+    import anchorft.studies.w2s.experiments as ex
     from anchorft import demo
 
     calls = {"w2s": 0, "toy": 0}
@@ -185,9 +185,9 @@ RERUNS = [
      _fake_pretrained),
     (["toy", "rl", "--compare", "cmp"], ["--seed", "3"], "anchorft.studies.testbed.rl_stage", "run_rl_stage",
      lambda c: _fake(c, _SECOND)),
-    (["w2s", "sweep", "--kind", "ablation", "--quick"], ["--kind", "race"], "anchorft.w2s.sweeps", "run_sweep",
+    (["w2s", "sweep", "--kind", "ablation", "--quick"], ["--kind", "race"], "anchorft.studies.w2s.sweeps", "run_sweep",
      lambda c: _fake(c, _SECOND, {"rows": []}, "table.md")),
-    (["w2s", "sweep", "--kind", "chi", "--quick"], ["--kind", "overlap"], "anchorft.w2s.sweeps", "run_sweep",
+    (["w2s", "sweep", "--kind", "chi", "--quick"], ["--kind", "overlap"], "anchorft.studies.w2s.sweeps", "run_sweep",
      lambda c: _fake(c, _SECOND)),
     (["eval", "--model", "model", "--bench", "good.jsonl"], ["--seed", "1"], "anchorft.eval.runner", "run_eval",
      lambda c: _fake(c, _THIRD)),

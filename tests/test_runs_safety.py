@@ -60,6 +60,8 @@ def _offline_hub(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets"))
 
 
+W2S_RUN = "anchorft.studies.w2s.experiments.run_experiment"
+
 def _fails_late(exc):
     """A stand-in for w2s's run_experiment: it writes into the folder, then fails (or is interrupted)."""
 
@@ -100,9 +102,9 @@ DESTRUCTIVE = [
     ("w2s bad override", ["w2s", "run", "--overwrite", "steps=0"], "steps", 2, None),
     ("w2s another run, no --overwrite", ["w2s", "run", "--steps", "3"], "holds another run", 2, None),
     ("w2s fails after writing", ["w2s", "run", "--steps", "3", "--overwrite"], "late failure", 2,
-     lambda mp, tmp: mp.setattr("anchorft.w2s.experiments.run_experiment", _fails_late(ValueError("late failure")))),
+     lambda mp, tmp: mp.setattr(W2S_RUN, _fails_late(ValueError("late failure")))),
     ("w2s interrupted after writing", ["w2s", "run", "--steps", "3", "--overwrite"], "interrupted", 130,
-     lambda mp, tmp: mp.setattr("anchorft.w2s.experiments.run_experiment", _fails_late(KeyboardInterrupt()))),
+     lambda mp, tmp: mp.setattr(W2S_RUN, _fails_late(KeyboardInterrupt()))),
 ]  # fmt: skip
 
 
@@ -131,7 +133,7 @@ def test_overwrite_replaces_only_when_the_new_run_finishes(inputs, monkeypatch, 
         (Path(out) / "metrics.json").write_text("{}")
         return {"diverged": None}
 
-    monkeypatch.setattr("anchorft.w2s.experiments.run_experiment", finishes)
+    monkeypatch.setattr("anchorft.studies.w2s.experiments.run_experiment", finishes)
     assert cli(["w2s", "run", "--steps", "3", "--overwrite", "--out", "out"]) == 0
     assert sorted(p.name for p in out.iterdir()) == sorted([LOCK, MARKER, "metrics.json"])
     assert read_marker(out)["files"] == ["metrics.json"]
@@ -208,7 +210,7 @@ def test_sigterm_marks_a_new_run_interrupted(inputs):
     out = inputs / "w"
     env = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1"}
     code = (
-        "import os, signal, sys\nimport anchorft.w2s.experiments as ex\n"
+        "import os, signal, sys\nimport anchorft.studies.w2s.experiments as ex\n"
         "def run(config, out, **kw):\n    open(os.path.join(out, 'metrics.json'), 'w').write('{}')\n"
         "    os.kill(os.getpid(), signal.SIGTERM)\n    raise SystemExit('SIGTERM not handled')\n"
         "ex.run_experiment = run\nfrom anchorft.cli import main\n"

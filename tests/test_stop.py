@@ -87,7 +87,7 @@ def test_finish_refuses_to_mark_a_stopped_run_complete(tmp_path):
 def test_a_run_swallowing_the_signal_is_not_marked_complete(tmp_path, monkeypatch, capsys):
     """`anchorft.runs.finish`, the net of every command that claims a folder: a run whose work swallowed SIGTERM and
     returned normally exits 143, marked interrupted."""
-    import anchorft.w2s.experiments as ex
+    import anchorft.studies.w2s.experiments as ex
 
     fired: list = []
 

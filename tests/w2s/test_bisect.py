@@ -11,7 +11,7 @@ import pytest
 import yaml
 from scipy import stats as sps
 
-from anchorft.w2s import sweeps
+from anchorft.studies.w2s import sweeps
 from anchorft.w2s.stats import bisect_sign_change, mean_t_interval, ratio_summary, sign_changes
 
 KEYS = ("target_alignment", "nontarget_alignment", "nontarget_target_alignment")
@@ -103,7 +103,7 @@ def test_mean_t_interval_and_ratio_summary():
 def test_overlap_bisect_finds_each_seeds_boundary_with_single_seed_runs(tmp_path, monkeypatch):
     calls: list = []
     monkeypatch.setattr(sweeps, "run_experiment", _fake_run(calls))
-    monkeypatch.setattr("anchorft.w2s.plots.plot_sweep", lambda result, path: None)
+    monkeypatch.setattr("anchorft.studies.w2s.plots.plot_sweep", lambda result, path: None)
     res = sweeps.run_sweep("overlap", tmp_path / "out", spec_path=_spec(tmp_path), progress=False)
     saved = json.loads((tmp_path / "out" / "sweep.json").read_text())["bisect"]
     assert saved["tol_rho"] == 0.002 and saved["level"] == 0.01
@@ -145,7 +145,7 @@ def test_bisect_needs_an_overlap_sweep_and_a_tolerance_in_0_1(tmp_path):
 
 
 def test_the_ablation_rows_carry_the_initial_spread_over_seeds():
-    from anchorft.w2s.mechanisms import _ablation_row
+    from anchorft.studies.w2s.mechanisms import _ablation_row
 
     curves = {
         "nontarget_alignment_seeds": [[0.9, 0.9, 0.9], [0.8, 0.85, 0.9]],

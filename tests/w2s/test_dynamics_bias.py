@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 import torch
 
+from anchorft.studies.w2s.experiments import run_experiment
 from anchorft.w2s.dynamics import dense_step, reduced_step
-from anchorft.w2s.experiments import run_experiment
 from anchorft.w2s.fused import DenseStepper, ReducedStepper
 from anchorft.w2s.hermite import get_activation
 

@@ -10,14 +10,15 @@ import torch
 import yaml
 
 from anchorft.commands.w2s import main
+from anchorft.studies.w2s.experiments import run_experiment
+from anchorft.studies.w2s.mechanisms import expand, race_times, validate_mech_spec
+from anchorft.studies.w2s.sweeps import load_sweep, run_sweep
 from anchorft.w2s.config import PRESET_DIR, W2SConfig
-from anchorft.w2s.experiments import prepare_weak, run_experiment
 from anchorft.w2s.labels import draw_inputs, label_mean, label_report, unit_weak_in_subspace, weak_output
-from anchorft.w2s.mechanisms import expand, race_times, validate_mech_spec
+from anchorft.w2s.modes import prepare_weak
 from anchorft.w2s.problem import build_problem
 from anchorft.w2s.risk import pgr, risk_report
 from anchorft.w2s.stats import crossing as first_crossing
-from anchorft.w2s.sweeps import load_sweep, run_sweep
 
 TINY = {"d": 48, "s": 8, "group_sizes": [4, 6], "weak_neurons": 4, "batch_size": 8, "n_log": 8, "chunk": 8}
 

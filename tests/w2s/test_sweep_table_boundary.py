@@ -17,9 +17,9 @@ def _vals(pt: dict, what: str, n: int = 3) -> list[float]:
 
 
 def test_ablation_table_is_the_per_seed_values_summarised(tmp_path, monkeypatch):
-    import anchorft.w2s.plots_mech as plots_mech
-    from anchorft.w2s import mechanisms
-    from anchorft.w2s.sweeps import run_sweep
+    import anchorft.studies.w2s.plots_mech as plots_mech
+    from anchorft.studies.w2s import mechanisms
+    from anchorft.studies.w2s.sweeps import run_sweep
 
     keys = ("target_alignment", "nontarget_alignment", "nontarget_target_alignment")
 

@@ -6,10 +6,10 @@ import pytest
 import yaml
 
 from anchorft.commands.w2s import main
-from anchorft.w2s import sweeps
+from anchorft.studies.w2s import sweeps
+from anchorft.studies.w2s.sweeps import evaluate_point, fit_loglog, load_sweep, median_censored, run_sweep
 from anchorft.w2s.config import W2SConfig, config_hash, load_config
 from anchorft.w2s.stats import digest
-from anchorft.w2s.sweeps import evaluate_point, fit_loglog, load_sweep, median_censored, run_sweep
 
 
 def test_fit_recovers_a_known_slope():

@@ -19,8 +19,8 @@ def _threads(n: int) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from anchorft.studies.w2s.experiments import run_experiment
     from anchorft.w2s.config import load_config
-    from anchorft.w2s.experiments import run_experiment
 
     flags = {"n_seeds": args.n_seeds, "steps": args.steps, "device": args.device}
     overrides = [*args.overrides, *(f"{k}={v}" for k, v in flags.items() if v is not None)]
@@ -142,7 +142,7 @@ def _theory(args: argparse.Namespace) -> int:
 
 def _sweep(args: argparse.Namespace) -> int:
     from anchorft.runs import claim_output, existing_files, fail, finish, reused
-    from anchorft.w2s.sweeps import load_sweep, run_sweep
+    from anchorft.studies.w2s.sweeps import load_sweep, run_sweep
 
     _threads(args.threads)
 

@@ -100,8 +100,8 @@ def preset_theory_report(preset: str, overrides: list[str] | None = None, n_seed
     weak options and centring, `label_samples` generative inputs per seed, standard errors); the measured
     exponent is the lowest degree whose coefficient exceeds 3 standard errors."""
     from anchorft.w2s.config import load_config
-    from anchorft.w2s.experiments import prepare_weak
     from anchorft.w2s.labels import label_mean, label_report
+    from anchorft.w2s.modes import prepare_weak
     from anchorft.w2s.problem import build_problem
 
     extra = list(overrides or [])

@@ -1,4 +1,4 @@
-"""Figures of the mechanism sweeps (ablation, race, weak-quality; anchorft.w2s.mechanisms)."""
+"""Figures of the mechanism sweeps (ablation, race, weak-quality; anchorft.studies.w2s.mechanisms)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from anchorft.io import pyplot
-from anchorft.w2s.plots import save_figure
+from anchorft.studies.w2s.plots import save_figure
 
 plt = pyplot()  # the Agg backend, set in anchorft.io
 

@@ -12,7 +12,7 @@
   a ceiling trained for that longer budget (once per sweep run: it does not see the weak model).
 
 Spec files: configs/w2s/sweep-<kind>.yaml (first line: the command; their keys: docs/w2s.md, "Sweeps"), run by the
-one engine of `anchorft.w2s.sweeps`.
+one engine of `anchorft.studies.w2s.sweeps`.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ import numpy as np
 import torch
 
 from anchorft.io import write_json
+from anchorft.studies.w2s.experiments import run_experiment
 from anchorft.w2s.config import W2SConfig, apply_overrides, config_hash
 from anchorft.w2s.dynamics import train
-from anchorft.w2s.experiments import SUMMARY_KEYS, prepare_weak, run_experiment, run_modes, summarise
+from anchorft.w2s.modes import SUMMARY_KEYS, prepare_weak, run_modes, summarise
 from anchorft.w2s.problem import build_problem
 from anchorft.w2s.risk import risk_report
 from anchorft.w2s.stats import crossing, digest, mean_std, median_censored

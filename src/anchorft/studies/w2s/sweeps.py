@@ -10,7 +10,7 @@ Each kind is a `SweepKind` of `KINDS`:
   phase diagram (`expand_grid`, `phase_boundary`); with `bisect:` an overlap sweep also locates each seed's turn
   boundary in rho by bisection with single-seed runs (`bisect_turns`). These kinds and the scaling ones write
   DIR/sweep.json;
-- ablation, race, weak-quality (`anchorft.w2s.mechanisms`): DIR/results.json (rows, points) and DIR/table.md.
+- ablation, race, weak-quality (`anchorft.studies.w2s.mechanisms`): DIR/results.json (rows, points) and DIR/table.md.
 
 Every kind writes DIR/<kind>.png. Every point is cached in DIR/cache/<hash>.json, keyed by the hash of its
 resolved config and measurement. The resolved spec holds the preset and its overrides as one `base` mapping.
@@ -33,11 +33,12 @@ from anchorft import stop
 from anchorft.errors import read_yaml
 from anchorft.io import write_json, write_text
 from anchorft.provenance import write_metrics
-from anchorft.w2s import mechanisms as mech
+from anchorft.studies.w2s import mechanisms as mech
+from anchorft.studies.w2s.experiments import run_experiment
 from anchorft.w2s.config import PRESET_DIR, W2SConfig, apply_overrides, config_hash, load_config
 from anchorft.w2s.dynamics import train, train_weak
-from anchorft.w2s.experiments import SUMMARY_KEYS, prepare_weak, run_experiment
 from anchorft.w2s.hermite import information_exponent
+from anchorft.w2s.modes import SUMMARY_KEYS, prepare_weak
 from anchorft.w2s.problem import build_problem
 from anchorft.w2s.stats import (
     bisect_sign_change,
@@ -631,9 +632,9 @@ def run_sweep(
     if k.table is not None:
         write_metrics(out / "results.json", result)
         write_text(out / "table.md", k.table(spec, rows["rows"]))
-        from anchorft.w2s.plots_mech import plot_mech as plot
+        from anchorft.studies.w2s.plots_mech import plot_mech as plot
     else:
         write_metrics(out / "sweep.json", result, indent=1)
-        from anchorft.w2s.plots import plot_sweep as plot
+        from anchorft.studies.w2s.plots import plot_sweep as plot
     plot(result, out / f"{kind}.png")
     return result
