@@ -77,6 +77,30 @@ W2S = ["w2s", "run", "--preset", "paper", "--n-seeds", "1", "--steps", "4", "--q
 W2S += ["group_sizes=4,4", "weak_neurons=4", "batch_size=4", "n_log=2", "chunk=4"]
 
 
+def test_w2s_run_claims_its_folder_once(tmp_path, monkeypatch):
+    """The command claims the folder and the experiment works inside that claim (no second marker write); the
+    library entry alone claims it itself."""
+    import anchorft.runs as runs
+    import anchorft.studies.w2s.experiments as ex
+
+    calls = []
+    real = runs.claim_output
+
+    def counted(*a, **k):
+        calls.append(a[1])
+        return real(*a, **k)
+
+    monkeypatch.setattr(runs, "claim_output", counted)
+    monkeypatch.setattr(ex, "claim_output", counted)
+    assert cli([*W2S, "--out", str(tmp_path / "a")]) == 0
+    assert calls == ["w2s run"] and _status(tmp_path / "a") == "complete"
+    from anchorft.w2s.config import load_config
+
+    ex.run_experiment(load_config("paper", ["d=32", "s=4", "group_sizes=4,4", "weak_neurons=4", "steps=4", "n_seeds=1",
+                                            "batch_size=4", "n_log=2", "chunk=4"]), tmp_path / "b", progress=False)  # fmt: skip
+    assert calls == ["w2s run", "w2s run"] and _status(tmp_path / "b") == "complete"
+
+
 def test_w2s_run_rerun(tmp_path, capsys, monkeypatch):
     out = tmp_path / "w"
     assert cli([*W2S, "--out", str(out)]) == 0

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from anchorft.provenance import write_metrics
+from anchorft.runs import RunClaim, claim_output, finish
 from anchorft.studies.w2s.plots import plot_alignment
 from anchorft.w2s.config import W2SConfig, config_hash, save_config
 from anchorft.w2s.modes import prepare_weak, run_modes
@@ -19,12 +20,14 @@ from anchorft.w2s.risk import risk_report
 
 __all__ = ["run_experiment", "ode_metrics"]
 
+
 def run_experiment(
     config: W2SConfig,
     out_dir: str | os.PathLike | None,
     progress: bool = True,
     header: str | None = None,
     ode: bool = False,
+    claim: RunClaim | None = None,
 ) -> dict:
     """Run every mode of `config` and return the metrics dict (the content of metrics.json).
 
@@ -34,18 +37,19 @@ def run_experiment(
     logged steps), drawn dashed on alignment.png.
 
     With `out_dir`, writes config.yaml (first line `header`), metrics.json and alignment.png there, and the run
-    marker of `anchorft w2s run` (a folder holding another run is refused, as the command refuses it). If a mode
+    marker of `anchorft w2s run` (a folder holding another run is refused, as the command refuses it), unless the
+    caller claimed the folder already and passes its `claim` (the command does: the folder is claimed once; the
+    caller then finishes it). If a mode
     diverges (non-finite loss or weights) the later modes are skipped; metrics["diverged"] names the mode and the
     step, and the metrics logged so far are kept and written.
     """
     config.validate()
     out = Path(out_dir) if out_dir is not None else None
-    claim = None
-    if out is not None:
-        from anchorft.runs import claim_output
-
+    own = out is not None and claim is None
+    if own:
         # the run marker `anchorft w2s run` writes (docs/runs.md): a library run's folder is a run folder too
         claim = claim_output(out, "w2s run", {**config.to_dict(), "ode": ode}, rerun_finished=True)
+    if out is not None:
         save_config(config, out / "config.yaml", header)
     t0 = time.perf_counter()
     problem = build_problem(config)
@@ -70,9 +74,7 @@ def run_experiment(
     if out is not None:
         write_metrics(out / "metrics.json", metrics, indent=1)
         plot_alignment(metrics, out / "alignment.png", title=f"d={config.d}, s={config.s}, {config.n_seeds} seeds")
-    if claim is not None:
-        from anchorft.runs import finish
-
+    if own:
         finish(claim)
     return metrics
 
