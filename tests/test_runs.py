@@ -96,8 +96,8 @@ def test_w2s_run_claims_its_folder_once(tmp_path, monkeypatch):
     assert calls == ["w2s run"] and _status(tmp_path / "a") == "complete"
     from anchorft.w2s.config import load_config
 
-    ex.run_experiment(load_config("paper", ["d=32", "s=4", "group_sizes=4,4", "weak_neurons=4", "steps=4", "n_seeds=1",
-                                            "batch_size=4", "n_log=2", "chunk=4"]), tmp_path / "b", progress=False)  # fmt: skip
+    small = ["d=32", "s=4", "group_sizes=4,4", "weak_neurons=4", "steps=4", "n_seeds=1", "batch_size=4", "n_log=2"]
+    ex.run_experiment(load_config("paper", [*small, "chunk=4"]), tmp_path / "b", progress=False)
     assert calls == ["w2s run", "w2s run"] and _status(tmp_path / "b") == "complete"
 
 
