@@ -4,6 +4,7 @@ torchrun --nproc_per_node 2 dist_worker.py ddp  TOKENIZER_DIR OUT_DIR
 torchrun --nproc_per_node 2 dist_worker.py fsdp2 OUT_DIR
 DS_ACCELERATOR=cpu torchrun --nproc_per_node 2 dist_worker.py zero STAGE TOKENIZER_DIR OUT_DIR
 DS_ACCELERATOR=cpu torchrun --nproc_per_node 2 dist_worker.py zero3_anchor OUT_DIR
+DS_ACCELERATOR=cpu torchrun --nproc_per_node 2 dist_worker.py held STAGE OUT_DIR  (STAGE: zero2, zero3, fsdp2)
 torchrun --nproc_per_node 2 dist_worker.py signal RANKS_DIR INJECT train ARGS...  (`anchorft train ARGS`)
 """
 
@@ -200,8 +201,10 @@ def zero3_anchor(out: str) -> None:
     opt = torch.optim.SGD(m.parameters(), lr=0.0)
     engine, *_ = deepspeed.initialize(model=m, optimizer=opt, config=config)
     partitioned = all(is_zero3(p) and p.numel() == 0 for p in m.parameters())
-    a_ds = SubspaceAnchor.from_model(m, rank=5)  # gathers each matrix
-    a_ref = SubspaceAnchor.from_model(ref, rank=5)
+    # k_proj / v_proj in the L2 fallback: its backward gathers the partitioned weight again (no D kept)
+    fallback = {r"k_proj|v_proj": 10**6}
+    a_ds = SubspaceAnchor.from_model(m, rank=5, rank_map=fallback)  # gathers each matrix
+    a_ref = SubspaceAnchor.from_model(ref, rank=5, rank_map=fallback)
     bases_err = max(
         float((t - a_ref.entries[i].tensors()[k]).abs().max())
         for i, e in enumerate(a_ds.entries)
@@ -241,6 +244,7 @@ def zero3_anchor(out: str) -> None:
         res = {
             "partitioned": partitioned,
             "entries": len(a_ds.entries),
+            "fallbacks": sum(e.fallback for e in a_ds.entries),
             "fingerprint_equal": a_ds.fingerprint == a_ref.fingerprint,
             "bases_max_abs_err": bases_err,
             "penalty": float(pen),
@@ -293,6 +297,74 @@ def signal_run(ranks_dir: str, inject: str, *argv: str) -> None:
         json.dump({"rc": rc, "step": steps[-1] if steps else None, "signalled": bool(seen)}, f)
 
 
+def held(stage: str, out: str) -> None:
+    """What one rank holds for IW-SFT's reference and L2's anchor under STAGE (zero2, zero3, fsdp2), measured: the
+    reference placed as `prepare_reference` places it (TRL's prepare_deepspeed: partitioned under ZeRO-3, whole
+    otherwise; fully_shard under FSDP2), the bytes of its parameters on this rank; the anchor's W_0; and the matrices
+    autograd saves for the penalty's backward (ZeRO: the autograd form) or the closed form keeps (FSDP2), beyond the
+    weights and W_0 themselves."""
+    from anchorft.rpsft.anchor import SubspaceAnchor
+    from anchorft.rpsft.sharding import is_zero3
+    from conftest import tiny_model
+
+    kw = dict(hidden=40, inter=51)  # odd sizes: uneven partitions
+    m, ref = tiny_model("llama", 63, **kw), tiny_model("llama", 63, **kw)
+    anchor = SubspaceAnchor.from_model(m, rank=10**6)  # method l2: every matrix in the fallback
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(0.01)
+    if stage.startswith("zero"):
+        import deepspeed
+        from trl.models.utils import prepare_deepspeed
+
+        deepspeed.init_distributed(dist_backend="gloo")
+        cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": int(stage[-1])},
+               "zero_allow_untested_optimizer": True}  # fmt: skip
+        deepspeed.initialize(model=m, optimizer=torch.optim.SGD(m.parameters(), lr=0.0), config=cfg)
+
+        class _Acc:  # what prepare_deepspeed reads of the accelerator
+            class state:
+                class deepspeed_plugin:
+                    deepspeed_config = {**cfg, "zero_optimization": dict(cfg["zero_optimization"])}
+
+        ref = prepare_deepspeed(ref, _Acc)
+        ref_bytes = sum((p.ds_tensor if is_zero3(p) else p).numel() * p.element_size() for p in ref.parameters())
+        kept = []  # (is a weight or W_0, bytes) of each matrix saved, read when saved (a ZeRO-3 weight is whole then)
+
+        def pack(t):
+            if t.dim() == 2:
+                ptrs = {q.untyped_storage().data_ptr() for q in [*m.parameters(), *(e.w0 for e in anchor.entries)]}
+                kept.append((t.untyped_storage().data_ptr() in ptrs, t.untyped_storage().nbytes()))
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            anchor.penalty(m)
+    else:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        dist.init_process_group("gloo")
+        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+        for model in (m, ref):
+            for layer in model.model.layers:
+                fully_shard(layer, mesh=mesh)
+            fully_shard(model, mesh=mesh)
+        ref_bytes = sum(p.to_local().numel() * p.element_size() for p in ref.parameters())
+        with torch.no_grad():
+            items, _, _ = anchor._blocks(m, differentiable=False)  # what the closed form holds until it adds grads
+        kept = [(False, b.residual.untyped_storage().nbytes()) for b in items if b.residual is not None]
+    res = {
+        "config": m.config.to_dict(),
+        "reference_bytes": ref_bytes,
+        "w0_bytes": sum(e.w0.numel() * e.w0.element_size() for e in anchor.entries),
+        "saved_matrices": len(kept),
+        "saved_new_bytes": sum(nbytes for known, nbytes in kept if not known),
+        "entries": len(anchor.entries),
+    }
+    with open(os.path.join(out, f"held_{stage}_rank{dist.get_rank()}.json"), "w") as f:
+        json.dump(res, f)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "signal":
         signal_run(*sys.argv[2:])
@@ -302,5 +374,7 @@ if __name__ == "__main__":
         zero(sys.argv[2], sys.argv[3], sys.argv[4])
     elif sys.argv[1] == "zero3_anchor":
         zero3_anchor(sys.argv[2])
+    elif sys.argv[1] == "held":
+        held(sys.argv[2], sys.argv[3])
     else:
         fsdp2(sys.argv[2])

@@ -29,7 +29,6 @@ def _estimate(argv: list[str]) -> int:
         estimate,
         estimated_methods,
         format_estimate,
-        format_memory,
         format_method_memory,
         memory_per_gpu,
         method_memory,
@@ -58,7 +57,6 @@ def _estimate(argv: list[str]) -> int:
         default=None,
         help=f"sequences per device (default: the recipe's, else {md['per_device']})",
     )
-    p.add_argument("--iw_reference", action="store_true", help="memory per GPU: add IW-SFT's bf16 reference copy")
     # the anchor's own flags, from AnchorOptions (each: the flag, else the recipe's, else AnchorOptions'); rules,
     # maps, layers, budgets and targets other than all-linear are resolved on the weights: --model_config a folder
     opts = ("anchor_rank", "anchor_rank_rule", "anchor_memory", "anchor_map", "anchor_layers", "anchor_lambda_rest")
@@ -109,9 +107,6 @@ def _estimate(argv: list[str]) -> int:
                 anchor_every=a.anchor_every,
             )
             print(format_estimate(res, name=path))
-            if a.stage in ("zero2", "ddp"):
-                mem = memory_per_gpu(cfg, a.stage, a.gpus, a.per_device, a.seq_len, res["bytes"], a.iw_reference)
-                print(format_memory(mem, a.stage, a.gpus, a.per_device, a.seq_len))
             rows = {
                 m: method_memory(cfg, m, rank=a.anchor_rank, stage=a.stage, gpus=a.gpus, per_device=a.per_device,
                                  seq_len=a.seq_len, weight_bytes=weight_bytes, anchor_bytes=a.bytes_per_number,

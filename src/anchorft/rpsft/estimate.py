@@ -281,8 +281,14 @@ def method_memory(
       S_ref: (m + n) k + k^2 numbers;
     - l2_w0: W_0 of every matrix at full rank (all of them for a `full_rank` row, l2; for rpsft those with
       k >= min(m, n)): m n;
-      both at `anchor_bytes` a number, on every GPU;
-    - iw_reference (a `needs_reference` row, iw_sft): the frozen copy, P x `reference_bytes` (default: `weight_bytes`);
+      both at `anchor_bytes` a number, on every GPU, under every stage (the anchor keeps them whole);
+    - anchor_transient: the one matrix the anchor forms at a time (`anchorft.subspace.l2_penalty` keeps no
+      D = W - W_0 for the backward, in autograd and closed form alike): the largest anchored m n in fp32 (fp64 for
+      8-byte anchors); under zero3 plus that weight gathered whole (2 bytes a number, bf16); under fsdp2 its rows
+      on one GPU (the closed form works on the local rows), m n / G;
+    - iw_reference (a `needs_reference` row, iw_sft): the frozen copy, P x `reference_bytes` (default: `weight_bytes`),
+      divided by G under zero3 and fsdp2 (partitioned like the policy, `anchorft.rpsft.trainer.prepare_reference`),
+      whole on every GPU otherwise;
     - activations_per_token: saved for backward without checkpointing, (L layer + head) a + 4 logits (the loss's
       log-softmax in fp32), a = `activation_bytes` (default `weight_bytes`; 2 under bf16);
       activations_per_token_checkpointed: what stays held with checkpointing, (L + 3) h a + 4 logits;
@@ -300,13 +306,17 @@ def method_memory(
         raise ValueError("gpus, per_device, seq_len and rank must be >= 1")
     P, w = parameter_count(cfg), weight_bytes
     params, grads, optim = state_bytes(P, stage, gpus, w)
-    svd_numbers = w0_numbers = 0
+    svd_numbers = w0_numbers = largest = 0
     if spec.anchored:
         for _, m, n, count in model_matrices(cfg, include_embeddings):
+            largest = max(largest, m * n)
             if spec.full_rank or rank >= min(m, n):
                 w0_numbers += m * n * count
             else:
                 svd_numbers += ((m + n) * rank + rank**2) * count
+    sharded = stage in ("zero3", "fsdp2")
+    transient = largest * (8 if anchor_bytes > 4 else 4)
+    transient = transient / gpus if stage == "fsdp2" else transient + (2 * largest if stage == "zero3" else 0)
     a = activation_bytes or w
     act = activation_numbers(cfg)
     layers = cfg["num_hidden_layers"]
@@ -321,23 +331,27 @@ def method_memory(
         "optimizer_state": float(optim),
         "anchor_buffers": float(svd_numbers * anchor_bytes),
         "l2_w0": float(w0_numbers * anchor_bytes),
-        "iw_reference": float(P * (reference_bytes or w)) if spec.needs_reference else 0.0,
+        "anchor_transient": float(transient),
+        "iw_reference": float(P * (reference_bytes or w) / (gpus if sharded else 1)) if spec.needs_reference else 0.0,
         "activations_per_token": float(per_tok),
         "activations_per_token_checkpointed": float(held),
         "recompute_per_token": float(recompute),
         "activations": float(tokens * (held + recompute if checkpointing else per_tok)),
     }
-    keys = ("parameters", "gradients", "optimizer_state", "anchor_buffers", "l2_w0", "iw_reference", "activations")
+    keys = ("parameters", "gradients", "optimizer_state", "anchor_buffers", "l2_w0", "anchor_transient")
+    keys += ("iw_reference", "activations")
     out["total"] = sum(out[k] for k in keys)
     return out
 
 
 def format_method_memory(rows: dict[str, dict], title: str) -> str:
-    """One table: a row per component, a column per method (GB, 1e9 bytes; per token: KB)."""
+    """One table: a row per component, a column per method (GB, 1e9 bytes; per token: KB); its `total` row is the
+    per-GPU total (the one `anchorft train --estimate` prints)."""
     names = list(rows)
     lines = [title, f"  {'component':<36}" + "".join(f"{n:>10}" for n in names)]
     comps = [("parameters", 1e9, "GB"), ("gradients", 1e9, "GB"), ("optimizer_state", 1e9, "GB"),
-             ("anchor_buffers", 1e9, "GB"), ("l2_w0", 1e9, "GB"), ("iw_reference", 1e9, "GB"),
+             ("anchor_buffers", 1e9, "GB"), ("l2_w0", 1e9, "GB"), ("anchor_transient", 1e9, "GB"),
+             ("iw_reference", 1e9, "GB"),
              ("activations_per_token", 1e3, "KB"), ("activations_per_token_checkpointed", 1e3, "KB"),
              ("recompute_per_token", 1e3, "KB"), ("activations", 1e9, "GB"), ("total", 1e9, "GB")]  # fmt: skip
     for key, div, unit in comps:
