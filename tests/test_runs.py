@@ -280,3 +280,20 @@ def test_a_claim_that_fails_keeps_its_error_when_another_launch_took_the_new_fol
     with pytest.raises(ValueError, match="^refused$"):
         claim_output(tmp_path / "new", "test", {})
     assert (tmp_path / "new" / runs.LOCK).read_text() == "another launch"
+
+
+def test_a_refused_rerun_names_the_fields_that_differ(tmp_path, capsys):
+    from anchorft.runs import config_diff
+
+    assert config_diff({"a": 1, "p": {"s": 2, "t": 3}}, {"a": 1, "p": {"s": 5, "t": 3}, "n": None}) == (
+        "n: (unset) -> null; p.s: 2 -> 5"
+    )
+    assert config_diff({"a": 1}, {"a": 1}) == "another config" and config_diff(None, {"a": 1}) == "another config"
+    many = config_diff({f"k{i}": i for i in range(6)}, {f"k{i}": -i for i in range(1, 6)} | {"k0": 9})
+    assert many.endswith("; 2 more") and many.count("->") == 4
+    out = tmp_path / "w"
+    assert cli([*W2S, "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert cli([*W2S, "rho=0.5", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "holds another run ('w2s run' with rho: 0.3 -> 0.5)" in err and len(err.strip().splitlines()) == 1, err

@@ -39,6 +39,7 @@ __all__ = [
     "ASIDE",
     "RunClaim",
     "claim_output",
+    "config_diff",
     "check_output_dir",
     "config_hash",
     "finish",
@@ -75,6 +76,34 @@ def config_hash(config: Any, length: int = 16, separators: tuple[str, str] = (",
     """SHA-256 (`length` hex digits) of `config` as canonical JSON (sorted keys; non-JSON values via str)."""
     text = json.dumps(config, sort_keys=True, default=str, separators=separators)
     return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def config_diff(old: Any, new: Any, limit: int = 4) -> str:
+    """The fields where two run configs differ, "key: old -> new" (nested keys dotted, sorted), the first `limit`
+    of them and how many more; "another config" when the old one is unknown (a marker without it)."""
+    if not isinstance(old, dict):
+        return "another config"
+    a, b = _flat(json.loads(json.dumps(old, default=str))), _flat(json.loads(json.dumps(new, default=str)))
+    missing = object()
+    keys = sorted(k for k in a.keys() | b.keys() if a.get(k, missing) != b.get(k, missing))
+    if not keys:
+        return "another config"
+
+    def show(v: Any) -> str:
+        return "(unset)" if v is missing else json.dumps(v)
+
+    parts = [f"{k}: {show(a.get(k, missing))} -> {show(b.get(k, missing))}" for k in keys[:limit]]
+    more = f"; {len(keys) - limit} more" if len(keys) > limit else ""
+    return "; ".join(parts) + more
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) and v else {f"{prefix}{k}": v})
+    return out
 
 
 def check_output_dir(out: str | os.PathLike, flag: str = "--out") -> Path:
@@ -245,9 +274,12 @@ def _claim_locked(out, command, config, overwrite, flag, ignore, notes, created)
         if same and not overwrite:
             resume, complete = True, marker.get("status") == "complete"
         elif not overwrite:
+            if marker.get("command") != command:
+                what = f"{marker.get('command')!r}, not {command!r}"
+            else:
+                what = f"{command!r} with {config_diff(marker.get('config'), config)}"
             raise UsageError(
-                f"{flag}: {out} holds another run ({marker.get('command')!r}, config {marker.get('config_hash')}; "
-                f"this one: config {digest}); choose another folder or pass --overwrite to replace it"
+                f"{flag}: {out} holds another run ({what}); choose another folder or pass --overwrite to replace it"
             )
         elif foreign:
             raise UsageError(

@@ -54,7 +54,8 @@ def _run(args: argparse.Namespace) -> int:
     from anchorft.w2s.dynamics import NumericalFailure
 
     try:
-        metrics = run_experiment(config, args.out, not args.quiet, header, args.ode, claim=claim)
+        kw = dict(progress=not args.quiet, header=header, ode=args.ode, claim=claim)
+        metrics = run_experiment(config, args.out, **kw)
     except NumericalFailure as e:  # not the user's input (exit 2): the simulator's numbers left the model
         print(f"anchorft w2s run: {e}", file=sys.stderr)
         return 1
