@@ -290,3 +290,25 @@ def test_sigint_exits_130_and_marks_the_run_interrupted(tmp_path):
     assert p.returncode == 130, text[-2000:]
     assert "interrupted" in text.strip().splitlines()[-1] and "Traceback" not in text
     assert json.loads((out / "anchorft-run.json").read_text())["status"] == "interrupted"
+
+
+@pytest.mark.parametrize(
+    "argv, want",
+    [
+        (["train", "--config", "x.yaml", "--learnig_rate", "1e-5"], "--learnig_rate (did you mean --learning_rate?)"),
+        (["train", "--max_step", "2"], "--max_step (did you mean --max_steps?)"),  # no prefix matching
+        (["rl", "--max_step", "2"], "--max_step (did you mean --max_steps?)"),
+        (["w2s", "run", "--out", "o", "--stpes", "3"], "--stpes (did you mean --steps?)"),
+        (["toy", "compare", "--out", "o", "--n-seed", "2"], "--n-seed (did you mean --n-seeds?)"),
+        (["eval", "--model", "m", "--bench", "b.jsonl", "--out", "o", "--temprature", "1"], "--temprature (did you"),
+    ],
+)
+def test_a_misspelt_flag_is_refused_with_the_closest_flag(argv, want, tmp_path, monkeypatch, capsys):
+    """argparse's prefix matching is off (`--max_step 2` is not taken as `--max_steps 2`) and an unknown flag gets
+    a did-you-mean, in the project's parsers and in TRL's (train, rl)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.yaml").write_text("method: sft\n")
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and want in err.splitlines()[0], err  # argparse's parsers add a line pointing to --help
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.yaml"]  # nothing written

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["UsageError", "one_line", "debug_enabled", "read_yaml", "check_jsonl", "check_keys", "check_mapping_types"]
-__all__ += ["EXIT_USAGE", "EXIT_INTERRUPTED", "EXIT_TERMINATED"]
+__all__ += ["EXIT_USAGE", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "did_you_mean"]
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
@@ -161,3 +161,30 @@ def report(prog: str, exc: BaseException) -> int:
         traceback.print_exception(exc)
     print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
     return EXIT_USAGE
+
+
+def did_you_mean(parser, tokens: list[str]) -> str:
+    """Each unknown `--flag` of `tokens` with the closest flag `parser` knows ("--learnig_rate (did you mean
+    --learning_rate?)"); the tokens as they are when none is close."""
+    import difflib
+
+    known = sorted(_long_flags(parser))
+    out = []
+    for tok in tokens:
+        flag = tok.split("=", 1)[0]
+        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75) if flag.startswith("--") else []
+        out.append(f"{tok} (did you mean {close[0]}?)" if close else tok)
+    return " ".join(out)
+
+
+def _long_flags(parser) -> set[str]:
+    """The `--flags` of an argparse parser and of its subcommands' parsers (an unknown flag after a subcommand is
+    reported by the parent)."""
+    import argparse
+
+    flags = {o for o in parser._option_string_actions if o.startswith("--")}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in set(action.choices.values()):
+                flags |= _long_flags(sub)
+    return flags

@@ -17,12 +17,12 @@ from dataclasses import fields
 from pathlib import Path
 
 from anchorft.analysis.config import AnalysisConfig
-from anchorft.commands.flags import add_field_flags, both_spellings, field_values, parse_named
+from anchorft.commands.flags import FlagParser, add_field_flags, both_spellings, field_values, parse_named
 from anchorft.errors import report
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="anchorft analyze", description=__doc__.split("\n")[0])
+    p = FlagParser(prog="anchorft analyze", description=__doc__.split("\n")[0])
     p.add_argument("--base", help="base (pretrained) checkpoint: a directory (config.json + safetensors) or a hub id")
     p.add_argument("--tuned", action="append", default=[], metavar="NAME=DIR", help="a fine-tuned checkpoint")
     p.add_argument("--out", required=True, help="output directory (analysis.json, config.json, PNGs)")

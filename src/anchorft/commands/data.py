@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from anchorft.commands.flags import both_spellings, keyword_defaults
+from anchorft.commands.flags import FlagParser, both_spellings, keyword_defaults
 from anchorft.errors import UsageError, report
 
 LOCAL = (".jsonl", ".json", ".parquet")  # --source names a local file
@@ -30,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
 
     od = keyword_defaults(prepare_openr1_math)  # the release sampler's split and format are the same
 
-    p = argparse.ArgumentParser(prog="anchorft data", description="Prepare fine-tuning data.")
+    p = FlagParser(prog="anchorft data", description="Prepare fine-tuning data.")
     sub = p.add_subparsers(dest="dataset", required=True)
     o = sub.add_parser(
         "openr1-math",

@@ -16,7 +16,14 @@ import argparse
 import json
 import sys
 
-from anchorft.commands.flags import add_sampling_flags, add_timeout_flag, both_spellings, keyword_defaults, pass_k
+from anchorft.commands.flags import (
+    FlagParser,
+    add_sampling_flags,
+    add_timeout_flag,
+    both_spellings,
+    keyword_defaults,
+    pass_k,
+)
 from anchorft.errors import report
 
 # the flags that run_eval and run_lm_eval take as keyword arguments of the same names
@@ -25,7 +32,7 @@ _LM_EVAL_FLAGS = ("include_path", "limit", "batch_size", "num_fewshot", "apply_c
 
 
 def _score_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = FlagParser(
         prog="anchorft eval score",
         description="Score responses produced elsewhere. RESPONSES: one JSON line per item, "
         '{"index": i, "responses": [str, ...]} (optional "greedy": str); i is the 0-based item position '
@@ -42,7 +49,7 @@ def _score_parser() -> argparse.ArgumentParser:
 
 
 def _eval_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = FlagParser(
         prog="anchorft eval",
         description="Evaluate a local model on the paper's JSONL benchmarks (Avg@k, unbiased Pass@k, greedy "
         "accuracy), or run lm-evaluation-harness tasks with --lm-eval. `anchorft eval score --help` "

@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from anchorft.commands.flags import add_sampling_flags, both_spellings, field_values, parse_named, pass_k
+from anchorft.commands.flags import FlagParser, add_sampling_flags, both_spellings, field_values, parse_named, pass_k
 from anchorft.errors import UsageError, report
 
 PRESETS = ("paper",)
@@ -22,7 +22,7 @@ def _parser() -> argparse.ArgumentParser:
     from anchorft.eval.vllm_backend import VLLMOptions
 
     d, v = SuiteSettings(), VLLMOptions()
-    p = argparse.ArgumentParser(
+    p = FlagParser(
         prog="anchorft eval suite",
         description="Run every model on every benchmark of the RPSFT paper's protocol (resumable: rerun the same "
         "command after an interruption) and write the main table (table.json, table.md, table.png).",

@@ -18,6 +18,8 @@ import types
 import typing
 from collections.abc import Callable
 
+from anchorft.errors import did_you_mean
+
 __all__ = [
     "add_field_flags",
     "add_sampling_flags",
@@ -31,7 +33,23 @@ __all__ = [
     "pop_flag",
     "short_or_all_help",
 ]
-__all__ += ["short_help", "field_help", "trl_sections"]
+__all__ += ["short_help", "field_help", "trl_sections", "FlagParser"]
+
+
+class FlagParser(argparse.ArgumentParser):
+    """The commands' parser: no prefix matching (a misspelt flag is an error, never another flag) and a
+    did-you-mean on an unknown flag; subcommand parsers are FlagParsers too."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        prefix = "unrecognized arguments: "
+        if message.startswith(prefix):
+            message = prefix + did_you_mean(self, message[len(prefix) :].split())
+        super().error(message)
+
 
 ALIASES = {
     "--out": "--output_dir",

@@ -8,11 +8,11 @@ import json
 import shutil
 from pathlib import Path
 
-from anchorft.commands.flags import both_spellings
+from anchorft.commands.flags import FlagParser, both_spellings
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="anchorft toy", description="Embedded testbed: a tiny pretrained Llama.")
+    p = FlagParser(prog="anchorft toy", description="Embedded testbed: a tiny pretrained Llama.")
     sub = p.add_subparsers(dest="cmd", required=True)
     pre = sub.add_parser("pretrain", help="pretrain the tiny model (cached by config hash) and copy it to --out")
     pre.add_argument("--out", required=True, help="output directory (model, tokenizer, metrics.json)")

@@ -10,12 +10,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from anchorft.commands.flags import add_field_flags, both_spellings, field_values
+from anchorft.commands.flags import FlagParser, add_field_flags, both_spellings, field_values
 from anchorft.studies.testbed.rl_stage import RLStageSettings
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = FlagParser(
         prog="anchorft toy rl",
         description="DAPO from the fine-tuned models of `anchorft toy compare`, evaluated before and after RL.",
     )

@@ -11,14 +11,13 @@ the flags win (anchorft.rpsft.recipes); `--dry-run` runs a recipe on a stand-in 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
 import tempfile
 from collections.abc import Sequence
 
-from anchorft.commands.flags import NOT_HASHED, add_field_flags, both_spellings, keyword_defaults
+from anchorft.commands.flags import NOT_HASHED, FlagParser, add_field_flags, both_spellings, keyword_defaults
 from anchorft.errors import UsageError, report
 
 
@@ -36,7 +35,7 @@ def _estimate(argv: list[str]) -> int:
     )
 
     why = f"anchor memory and FLOPs, no weights (--anchor_rank: the recipe's, else {AnchorOptions.anchor_rank})"
-    p = argparse.ArgumentParser(prog="anchorft train --estimate", description=why)
+    p = FlagParser(prog="anchorft train --estimate", description=why)
     p.add_argument("--estimate", action="store_true")
     p.add_argument("--config", default=None, help="a recipe: its model config, method, rank, batch, length, dtypes")
     p.add_argument("--model_config", nargs="+", default=None, help="config.json path(s) (or model folders)")
@@ -225,7 +224,7 @@ def dry_run_main(argv: Sequence[str]) -> int:
 
     from anchorft.rpsft.stand_in import dry_run
 
-    p = argparse.ArgumentParser(prog="anchorft train --dry-run")
+    p = FlagParser(prog="anchorft train --dry-run")
     p.add_argument("--config", required=True)
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("--dry_run_steps", "--dry-run-steps", type=int, default=keyword_defaults(dry_run)["steps"])

@@ -7,7 +7,7 @@ import dataclasses
 import json
 import sys
 
-from anchorft.commands.flags import both_spellings
+from anchorft.commands.flags import FlagParser, both_spellings
 from anchorft.errors import report
 
 
@@ -183,7 +183,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="anchorft w2s", description="weak-to-strong simulator (docs/w2s.md)")
+    p = FlagParser(prog="anchorft w2s", description="weak-to-strong simulator (docs/w2s.md)")
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run W2S and SFT (and SFT + anchor) from a preset")
     r.add_argument("--preset", default="paper", help="name in configs/w2s/ or a YAML path (default: paper)")

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from anchorft.dataclass_yaml import resolve_presets
+from anchorft.errors import did_you_mean
 from anchorft.io import write_text
 
 __all__ = ["META_KEYS", "load_recipe", "known_fields", "write_flat_config", "trainer_mapping", "parse_with_config"]
@@ -111,4 +112,8 @@ def parse_with_config(parser, argv: Sequence[str], load: Callable[[str], Mapping
             if unknown:
                 raise ValueError(f"{path}: unknown key(s) {unknown[::2]}")
             break
-    return parser.parse_args_into_dataclasses(args=argv)
+    parser.allow_abbrev = False  # a misspelt flag is an error, never a prefix of another flag
+    *dataclasses_, rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    if rest:
+        raise ValueError(f"unrecognized arguments: {did_you_mean(parser, rest)}")
+    return tuple(dataclasses_)
