@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
 
 import pytest
@@ -74,6 +75,11 @@ def test_kill_before_anchor_is_written_resumes_to_uninterrupted_weights(rp, toke
     for n in wf:
         torch.testing.assert_close(wr[n], wf[n], rtol=1e-5, atol=1e-6, msg=f"parameter {n}")
     assert [p for p in os.listdir(out) if p.startswith("checkpoint")] == ["checkpoint-6"]
+    # log.jsonl tells the attempts apart: the killed one from step 0, the resumed one from the step it resumed at
+    log = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in log if "loss" in r]
+    assert {(r["attempt"], r["resumed_from"]) for r in log} == {(1, 0), (2, 4)}, log
+    assert all(r["step"] > 4 for r in log if r["attempt"] == 2) and max(steps) == 6
 
 
 def test_rebuild_refuses_other_starting_weights(rp, tokenizer, dataset, tmp_path, monkeypatch):

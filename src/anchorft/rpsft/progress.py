@@ -1,5 +1,7 @@
 """Trainer output a person reads: a progress bar and one short line per logging step; the full dicts go to the
-run's log file (`OUTPUT_DIR/log.jsonl`, one JSON object per logging step).
+run's log file (`OUTPUT_DIR/log.jsonl`, one JSON object per logging step, with `attempt` (1 for the first training
+of the folder, one more for each resume) and `resumed_from` (the step the attempt started at), so that the steps an
+interrupted attempt logged and the resumed attempt logged again can be told apart).
 
 transformers' ProgressCallback writes every log dict as text (floats as quoted strings, every key); with two runs
 on one terminal the lines carry no run name. `use_readable_progress(trainer)` swaps it (and PrinterCallback, used
@@ -37,6 +39,21 @@ def short_line(name: str, step: int, max_steps: int, logs: dict) -> str:
     return f"{name} step {step}{total}  " + "  ".join(parts)
 
 
+def _last_attempt(output_dir: str | None) -> int:
+    """The highest `attempt` in OUTPUT_DIR/log.jsonl (0: no log yet, or one written before attempts were counted)."""
+    path = os.path.join(output_dir or "", LOG_FILE)
+    if not output_dir or not os.path.isfile(path):
+        return 0
+    last = 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                last = max(last, int(json.loads(line).get("attempt", 0)))
+            except (ValueError, TypeError, AttributeError):  # a torn line from a killed run
+                continue
+    return last
+
+
 class ReadableProgress(ProgressCallback):
     """ProgressCallback's bar (unless `disable_tqdm`), a short line per log, the full log dict in log.jsonl."""
 
@@ -46,6 +63,7 @@ class ReadableProgress(ProgressCallback):
         return f"[{run if run and run != args.output_dir else out or 'run'}]"
 
     def on_train_begin(self, args, state, control, **kwargs):
+        self._attempt = {"attempt": _last_attempt(args.output_dir) + 1, "resumed_from": state.global_step}
         if not args.disable_tqdm:
             super().on_train_begin(args, state, control, **kwargs)
 
@@ -71,7 +89,8 @@ class ReadableProgress(ProgressCallback):
         if args.output_dir:
             os.makedirs(args.output_dir, exist_ok=True)
             with open(os.path.join(args.output_dir, LOG_FILE), "a", encoding="utf-8") as f:
-                f.write(json.dumps({"step": state.global_step, **logs}, default=str) + "\n")
+                attempt = getattr(self, "_attempt", {})
+                f.write(json.dumps({"step": state.global_step, **attempt, **logs}, default=str) + "\n")
         line = short_line(self._name(args), state.global_step, state.max_steps, logs)
         if self.training_bar is not None:
             self.training_bar.write(line)
