@@ -76,6 +76,27 @@ def test_download_path_checks_each_file(bench_root, tmp_path):
     assert not (tmp_path / "out2" / "ood" / "arc_c.jsonl").exists()
 
 
+def test_offline_download_names_the_url_and_from_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+    """No network: one line naming the file's URL and --from DIR; no folder left behind (here, or in the user data
+    folder when --out is not given)."""
+    import urllib.error
+    import urllib.request
+
+    from anchorft.cli import main
+
+    def offline(*a, **k):
+        raise urllib.error.URLError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    out = tmp_path / "bench"
+    assert main(["data", "benchmarks", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--from DIR" in err and "https://" in err, err
+    assert not out.exists()
+    monkeypatch.setenv("ANCHORFT_BENCHMARKS", str(tmp_path / "default"))
+    assert main(["data", "benchmarks"]) == 2 and not (tmp_path / "default").exists()
+
+
 def test_gpqa_only_by_name(bench_root, tmp_path, capsys):
     rc = main(["data", "benchmarks", "--from", str(bench_root), "--out", str(tmp_path / "o"), "--include", "gpqa"])
     assert rc == 2 and "gpqa" in capsys.readouterr().err  # not in the mirrored copy: asked for, so it is needed

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -113,6 +114,19 @@ def fetch_benchmarks(
             raise ValueError(f"--include {name!r}: not one of {sorted(OPTIONAL)}")
         files.update(OPTIONAL[name])
     root = _source_root(Path(source)) if source is not None else None
+    # the folders this call creates: removed again, when empty, if it fails (nothing left behind)
+    new_dirs = {d for rel in files for d in (out / rel).parents if d == out or out in d.parents}
+    new_dirs = sorted((d for d in new_dirs if not d.exists()), key=lambda d: len(d.parts), reverse=True)
+    try:
+        return _fetch(files, out, root, base_url, overwrite, log)
+    except BaseException:
+        for d in new_dirs:
+            if d.is_dir() and not any(d.iterdir()):
+                d.rmdir()
+        raise
+
+
+def _fetch(files: dict, out: Path, root: Path | None, base_url: str, overwrite: bool, log) -> dict[str, str]:
     done: dict[str, str] = {}
     for i, (rel, (size, digest)) in enumerate(sorted(files.items()), 1):
         dest = out / rel
@@ -134,7 +148,13 @@ def fetch_benchmarks(
             log(f"{step}: copied, SHA-256 checked ({size:,} bytes)")
         else:
             url = f"{base_url}/{rel}"
-            _copy_checked(lambda u=url: urllib.request.urlopen(u, timeout=60), dest, rel, digest, url)  # noqa: S310
+            try:
+                _copy_checked(lambda u=url: urllib.request.urlopen(u, timeout=60), dest, rel, digest, url)  # noqa: S310
+            except urllib.error.URLError as e:  # offline, or the host unreachable: name what failed and the way out
+                raise ValueError(
+                    f"could not download {url} ({getattr(e, 'reason', e)}); without network, copy a folder that holds "
+                    "the release's evaluation/data/ with --from DIR"
+                ) from None
             log(f"{step}: downloaded, SHA-256 checked ({size:,} bytes)")
         done[rel] = digest
     return done
