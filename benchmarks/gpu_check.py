@@ -1,16 +1,22 @@
-"""GPU check on stand-ins of the paper's models (one GPU, no downloads, sized for <= 8 min; not timed here).
+"""GPU check on stand-ins of the paper's models (every visible GPU, no downloads, sized for <= 8 min; not timed here).
 
 Part 1, the real entry points (`--only launch`): `anchorft train` started through `accelerate launch` with
-configs/accelerate/{zero2,zero3,fsdp2}.yaml on a stand-in at the real widths (hidden, intermediate, heads,
-vocabulary) and `--layers` (2) layers, saved to a folder with a stand-in tokenizer, on a few conversational rows:
+configs/accelerate/{zero2,zero3,fsdp2}.yaml, one process per visible GPU (`--nproc`; NCCL), at `--launch_lr`
+(1e-4: the recipes' 1e-6 barely moves bf16 weights, so the anchor would not act) without warm-up, on a
+stand-in at the real widths (hidden, intermediate, heads, vocabulary) and `--layers` (2) layers, saved to a
+folder with a stand-in tokenizer, on a few conversational rows:
 rpsft under ZeRO-2, l2 under ZeRO-3, iw_sft under FSDP2, lora and osf under ZeRO-2 (`--matrix full`: rpsft, l2,
 iw_sft and lora under every config, osf under ZeRO-2), each
 for `--launch_steps` steps with a checkpoint at the end; then rpsft resumed from that checkpoint in a new run
 (anchor read back and fingerprint-checked) to twice the steps. Per run: the exit status, the steps done, the
 final loss, step time (train_runtime / steps), for lora and osf the adapter in the checkpoint and a final model
-without PEFT keys, and the peak GPU memory of process 0 (metrics.json) against the
+without PEFT keys, the final model loaded with strict keys (no missing, unexpected or mismatched weight), for
+rpsft and l2 a penalty that has left 0, and the peak GPU memory of process 0 (metrics.json) against the
 per-component estimate of `anchorft train --estimate` (`anchorft.rpsft.estimate.method_memory`) for the same
-stage, batch and length. With vLLM installed and a GPU: one GRPO step of `anchorft rl --use_vllm true`
+stage, GPU count, batch and length, within `--memory_tolerance` (20 %). The resumed run's first penalty (computed
+on the checkpoint's weights by the engine's processes) is compared with the same penalty computed in this one
+process from the checkpoint's model and anchor (relative error <= 1e-4). `--out` writes every row and a summary.
+With vLLM installed and a GPU: one GRPO step of `anchorft rl --use_vllm true`
 (generation through vLLM). Without a GPU (`--device cpu`), the DeepSpeed and FSDP2 configs are skipped with
 the reason printed and each method runs through the launcher with configs/accelerate/ddp.yaml on one CPU
 process (`--cpu`); the save and the resume run as on the GPU.
@@ -26,6 +32,7 @@ Exit status 1 if a check fails.
 
     python benchmarks/gpu_check.py [--only all|launch|anchor] [--matrix diagonal|full] [--out check.json]
     python benchmarks/gpu_check.py --tiny --device cpu      # the CPU test's tiny configuration (same path)
+    python benchmarks/gpu_check.py --tiny --device cpu --nproc 2 --only launch    # 2 CPU processes (gloo)
 
 lr is 1e-4 in the hand loop (not the recipe's 1e-6): bf16 weights of size ~0.02 do not move under steps of 1e-6,
 and the check needs the penalty to leave 0.
@@ -187,12 +194,19 @@ def launch_rows(n: int) -> list[dict]:
     return [to_conversation(r["problem"], r["generations"][-1] * 4) for r in example_rows(n)]
 
 
-def _stage(cfg_name: str, device: str) -> tuple[str, list[str]]:
-    """(stage for the estimate, launcher flags) of a launcher config on this device."""
+def _stage(cfg_name: str, device: str, nproc: int = 1) -> tuple[str, list[str]]:
+    """(stage for the estimate, launcher flags) of a launcher config on this device, with `nproc` processes (on
+    CUDA one per GPU, NCCL; on the CPU gloo)."""
     if device == "cpu":
-        return "single", ["--config_file", str(ROOT / "configs/accelerate/ddp.yaml"), "--cpu", "--num_processes", "1",
-                          "--mixed_precision", "no"]  # fmt: skip
-    return cfg_name, ["--config_file", str(ROOT / f"configs/accelerate/{cfg_name}.yaml"), "--num_processes", "1"]
+        stage = "single" if nproc == 1 else "ddp"
+        return stage, ["--config_file", str(ROOT / "configs/accelerate/ddp.yaml"), "--cpu", "--num_processes",
+                       str(nproc), "--mixed_precision", "no"]  # fmt: skip
+    return cfg_name, [
+        "--config_file",
+        str(ROOT / f"configs/accelerate/{cfg_name}.yaml"),
+        "--num_processes",
+        str(nproc),
+    ]
 
 
 def skip_reason(cfg_name: str, device: str) -> str | None:
@@ -206,12 +220,13 @@ def skip_reason(cfg_name: str, device: str) -> str | None:
 def launch_train(cfg_name: str, method: str, model: Path, data: Path, out: Path, a, extra: list[str]) -> dict:
     """`accelerate launch ... -m anchorft.cli train` of the recipe's leaf, on the stand-in; the command, its exit
     status, seconds and what metrics.json holds."""
-    stage, flags = _stage(cfg_name, a.device)
+    stage, flags = _stage(cfg_name, a.device, a.nproc)
     recipe = ROOT / "configs" / "rpsft" / RECIPE_MODEL / f"{method}.yaml"
     cmd = [sys.executable, "-m", "accelerate.commands.launch", *flags, "-m", "anchorft.cli", "train",
            "--config", str(recipe), "--model_name_or_path", str(model), "--dataset", str(data),
            "--output_dir", str(out), "--max_steps", str(a.launch_steps), "--save_strategy", "steps",
-           "--save_steps", str(a.launch_steps), "--logging_steps", "1", "--effective_batch_size", "2",
+           "--save_steps", str(a.launch_steps), "--logging_steps", "1", "--effective_batch_size", str(2 * a.nproc),
+           "--learning_rate", str(a.launch_lr), "--warmup_steps", "0",
            "--max_length", str(a.launch_seq), "--anchor_rank", str(a.launch_rank), "--seed", str(a.seed),
            *extra]  # fmt: skip
     shown = "accelerate launch " + " ".join(flags) + " -m anchorft.cli " + " ".join(cmd[cmd.index("train") :])
@@ -219,7 +234,7 @@ def launch_train(cfg_name: str, method: str, model: Path, data: Path, out: Path,
     t0 = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    res = {"config": cfg_name, "stage": stage, "method": method, "rc": proc.returncode,
+    res = {"config": cfg_name, "stage": stage, "method": method, "rc": proc.returncode, "processes": a.nproc,
            "seconds": time.perf_counter() - t0, "command": shown}  # fmt: skip
     if proc.returncode != 0:
         res["error"] = (proc.stderr or proc.stdout)[-3000:]
@@ -230,6 +245,8 @@ def launch_train(cfg_name: str, method: str, model: Path, data: Path, out: Path,
     losses = [h["loss"] for h in hist if "loss" in h]
     runtime = next((h["train_runtime"] for h in hist if "train_runtime" in h), None)
     res.update(global_step=m["global_step"], resumed=f"resuming from {out.parent}" in proc.stdout,
+               penalties={h["step"]: h["anchor/penalty"] for h in hist if "anchor/penalty" in h},
+               strict_load=_strict_load(out),
                loss_last=losses[-1] if losses else None, peak_bytes=m.get("cuda_peak_allocated_bytes"),
                step_s=runtime / max(1, a.launch_steps) if runtime else None,
                anchor_saved=(out / f"checkpoint-{a.launch_steps}" / "anchor").is_dir(),
@@ -247,11 +264,31 @@ def _plain_model(folder: Path) -> bool:
     return bool(keys) and not any(k.startswith("base_model.") or "lora_" in k or "_osf_" in k for k in keys)
 
 
+def _strict_load(folder: Path) -> str | None:
+    """None when the final model folder loads as its architecture with no missing, unexpected or mismatched weights
+    (transformers' loading info), else what did not match (or why it did not load)."""
+    try:
+        _, info = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, output_loading_info=True)
+    except Exception as e:  # noqa: BLE001 - reported in the row, the check fails
+        return f"{type(e).__name__}: {e}"[:300]
+    bad = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
+    return None if not bad else json.dumps(bad, default=str)[:300]
+
+
+def one_process_penalty(checkpoint: Path) -> float:
+    """The anchor's penalty (no lambda) on a checkpoint's weights, in this one process: the saved model and the
+    saved anchor (`checkpoint/anchor`), in fp32. A run resumed from that checkpoint computes the same penalty at its
+    first step, under its own engine and processes."""
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+    anchor = SubspaceAnchor.load(checkpoint / "anchor", model, check_fingerprint=False)
+    return float(anchor.drift(model)["penalty"])
+
+
 def estimate_for(res: dict, cfg: dict, a) -> float:
     from anchorft.rpsft.estimate import method_memory
 
     gpu = res["stage"] != "single"
-    est = method_memory(cfg, res["method"], rank=a.launch_rank, stage=res["stage"], gpus=1, per_device=2,
+    est = method_memory(cfg, res["method"], rank=a.launch_rank, stage=res["stage"], gpus=a.nproc, per_device=2,
                         seq_len=a.launch_seq, weight_bytes=4, activation_bytes=2 if gpu else 4,
                         reference_bytes=2 if gpu else 4, checkpointing=gpu)  # fmt: skip
     return est["total"]
@@ -278,10 +315,16 @@ def check_launch(a) -> tuple[list[dict], bool]:
         if res["rc"] == 0:
             if method not in PEFT:  # the memory estimate covers the full-fine-tuning methods only
                 res["estimate_bytes"] = estimate_for(res, cfg, a)
+                if res.get("peak_bytes"):  # measured on CUDA (process 0): within --memory_tolerance of the estimate
+                    res["memory_ok"] = abs(res["peak_bytes"] / res["estimate_bytes"] - 1) <= a.memory_tolerance
             if method in PEFT:  # the adapter in the checkpoint, a plain model at the end (no PEFT keys)
                 res["ok"] = res["global_step"] == a.launch_steps and res["adapter_saved"] and res["plain_model"]
             else:
                 res["ok"] = res["global_step"] == a.launch_steps and (method == "iw_sft" or res["anchor_saved"])
+            # the final model loads strictly; where the anchor acts (the launch lr), its penalty has left 0
+            res["ok"] = res["ok"] and res["strict_load"] is None and res.get("memory_ok", True)
+            if method in ("rpsft", "l2"):
+                res["ok"] = res["ok"] and max(res["penalties"].values(), default=0.0) > 0
         ok &= bool(res.get("ok"))
         rows.append(res)
     first = next((r for r in rows if r.get("ok") and r["method"] in ("rpsft", "l2")), None)
@@ -292,6 +335,11 @@ def check_launch(a) -> tuple[list[dict], bool]:
                            ["--resume_from_checkpoint", str(ckpt)])  # fmt: skip
         res["method"] = first["method"] + " (resume)"
         res["ok"] = res["rc"] == 0 and res["global_step"] == 2 * a.launch_steps and res["resumed"]
+        if res["rc"] == 0:  # its first step's penalty (on the checkpoint's weights) against one process's
+            got = res["penalties"].get(a.launch_steps + 1)
+            res["penalty_one_process"] = want = one_process_penalty(ckpt)
+            res["penalty_rel_err"] = abs(got - want) / max(abs(want), 1e-30) if got is not None else None
+            res["ok"] = res["ok"] and got is not None and want > 0 and res["penalty_rel_err"] <= 1e-4
         ok &= res["ok"]
         rows.append(res)
     rows += rl_vllm_step(model, work, a)
@@ -358,19 +406,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--launch_steps", type=int, default=4, help="optimiser steps of each launched run")
     p.add_argument("--launch_rank", type=int, default=768, help="anchor rank of the launched runs")
     p.add_argument("--launch_seq", type=int, default=1024, help="max_length of the launched runs")
+    p.add_argument("--launch_lr", type=float, default=1e-4, help="learning rate of the launched runs (the recipes' "
+                   "1e-6 barely moves bf16 weights: the anchor would not act)")  # fmt: skip
+    p.add_argument("--nproc", type=int, default=None, help="processes per launch (default: every visible GPU, NCCL; "
+                   "on the CPU 1; --nproc 2 --device cpu: gloo)")  # fmt: skip
+    p.add_argument("--memory_tolerance", type=float, default=0.2, help="measured peak against the estimate (CUDA)")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     a = p.parse_args(argv)
     if a.tiny:
         a.rank, a.seq, a.launch_rank, a.launch_seq = 4, 32, 4, 256
+    if a.nproc is None:
+        a.nproc = torch.cuda.device_count() if a.device != "cpu" and torch.cuda.is_available() else 1
     device, dtype = torch.device(a.device), getattr(torch, a.dtype)
     ok, report = True, {"args": vars(a)}
     dev = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     if a.only in ("all", "launch"):
         launch_rows_, launch_ok = check_launch(a)
         print(f"anchorft train through the launcher on a {RECIPE_MODEL} stand-in ({a.layers} layers), device {dev}, "
-              f"{a.launch_steps} steps of 2 x {a.launch_seq} tokens at most, k = {a.launch_rank}")  # fmt: skip
+              f"{a.nproc} process(es), {a.launch_steps} steps of 2 x {a.launch_seq} tokens per process at most, "
+              f"k = {a.launch_rank}, lr {a.launch_lr}")  # fmt: skip
         print(launch_table(launch_rows_))
         report["launch"] = launch_rows_
+        report["summary"] = {"processes": a.nproc, "launches": len(launch_rows_),
+                             "failed": [f"{r['config']} {r['method']}" for r in launch_rows_ if not r.get("ok")],
+                             "memory_checked": sum("memory_ok" in r for r in launch_rows_),
+                             "penalty_rel_err": next((r["penalty_rel_err"] for r in launch_rows_
+                                                      if r.get("penalty_rel_err") is not None), None)}  # fmt: skip
         ok &= launch_ok
     if a.only in ("all", "anchor"):
         rows = []
