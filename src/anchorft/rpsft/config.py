@@ -13,6 +13,7 @@ from trl import SFTConfig
 
 from anchorft.dataclass_yaml import check_choices
 from anchorft.rpsft.anchor_options import AnchorOptions
+from anchorft.rpsft.arg_checks import check_trainer_args
 from anchorft.rpsft.methods import METHODS, get_method
 
 __all__ = ["RPSFTConfig", "ScriptArguments", "accumulation_for"]
@@ -155,6 +156,7 @@ class RPSFTConfig(AnchorOptions, SFTConfig):
 
     def __post_init__(self):
         self._validate_rpsft_fields()
+        check_trainer_args(self)
         if self.effective_batch_size is not None:
             self.gradient_accumulation_steps = accumulation_for(
                 self.effective_batch_size,

@@ -22,6 +22,7 @@ from trl import GRPOConfig
 
 from anchorft.dataclass_yaml import check_choices
 from anchorft.rpsft.anchor_options import AnchorOptions
+from anchorft.rpsft.arg_checks import check_trainer_args
 from anchorft.rpsft.methods import RL_ANCHOR_METHODS, get_method
 
 __all__ = ["DAPOConfig", "dapo_schedule", "resolve_vllm"]
@@ -168,6 +169,7 @@ class DAPOConfig(AnchorOptions, GRPOConfig):
         if self.overlong_cache == 0:
             self.overlong_cache = None
         self._validate_dapo_fields()
+        check_trainer_args(self)
         cuda = torch.cuda.is_available()
         world = int(os.environ.get("WORLD_SIZE", "1"))
         derived = dapo_schedule(
