@@ -326,3 +326,14 @@ def test_a_replacement_after_a_killed_replacement_keeps_the_first_run_aside(tmp_
         finish(c)
         assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [MARKER, "c.json"]
         assert same_run(out, "x", {"a": 3}) == "complete" and not (out / ASIDE).exists()
+
+
+def test_an_out_that_cannot_be_created_is_refused_naming_the_flag(tmp_path, monkeypatch):
+    """A read-only file system or parent (faked: root may write anywhere): one line naming the flag and the reason."""
+
+    def denied(self, *a, **k):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(type(tmp_path), "mkdir", denied)
+    with pytest.raises(UsageError, match=r"^--output_dir: .*new cannot be created \(Read-only file system\); choose"):
+        claim_output(tmp_path / "new", "train", {}, flag="--output_dir")

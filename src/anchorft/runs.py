@@ -236,7 +236,11 @@ def claim_output(
     if out.is_dir() and _read_marker(out / MARKER) is None and _entries(out, ignore):
         _refuse_unmarked(out, flag, overwrite)  # before anything is written into a folder that is not anchorft's
     created = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a read-only file system, a parent the user may not write: name the flag
+        why = e.strerror or type(e).__name__
+        raise UsageError(f"{flag}: {out} cannot be created ({why}); choose a folder you can write") from None
     try:
         _lock(out, flag)
         claim = _claim_locked(out, command, config, overwrite, flag, ignore, notes, created)
