@@ -304,7 +304,7 @@ def held(stage: str, out: str) -> None:
     autograd saves for the penalty's backward (ZeRO: the autograd form) or the closed form keeps (FSDP2), beyond the
     weights and W_0 themselves."""
     from anchorft.rpsft.anchor import SubspaceAnchor
-    from anchorft.rpsft.sharding import is_zero3
+    from anchorft.rpsft.sharding import is_zero3, local_rows
     from conftest import tiny_model
 
     kw = dict(hidden=40, inter=51)  # odd sizes: uneven partitions
@@ -353,6 +353,17 @@ def held(stage: str, out: str) -> None:
         with torch.no_grad():
             items, _, _ = anchor._blocks(m, differentiable=False)  # what the closed form holds until it adds grads
         kept = [(False, b.residual.untyped_storage().nbytes()) for b in items if b.residual is not None]
+        # the closed form's gradient on the rows this rank holds: 2 x 3 (W - W_0), D recomputed per matrix
+        x = torch.randint(0, 63, (2, 7), generator=torch.Generator().manual_seed(2))
+        m(input_ids=x).logits.sum().backward()
+        params = dict(m.named_parameters())
+        before = {e.name: params[e.name].grad.to_local().clone() for e in anchor.entries}
+        anchor.add_penalty_grad_(m, 3.0)
+        grad_err = 0.0
+        for e in anchor.entries:
+            w_loc, g_loc, rows, _ = local_rows(params[e.name])
+            want = 6.0 * (w_loc - (e.w0 if rows is None else e.w0[rows]))
+            grad_err = max(grad_err, float((g_loc - before[e.name] - want).abs().max()))
     res = {
         "config": m.config.to_dict(),
         "reference_bytes": ref_bytes,
@@ -360,6 +371,7 @@ def held(stage: str, out: str) -> None:
         "saved_matrices": len(kept),
         "saved_new_bytes": sum(nbytes for known, nbytes in kept if not known),
         "entries": len(anchor.entries),
+        "grad_err": grad_err if stage == "fsdp2" else None,
     }
     with open(os.path.join(out, f"held_{stage}_rank{dist.get_rank()}.json"), "w") as f:
         json.dump(res, f)

@@ -84,7 +84,8 @@ def test_command_prints_one_total_per_gpu(capsys):
 def test_estimate_against_held_on_two_ranks(rp, tmp_path, stage):
     """The estimate's IW-SFT reference and L2 rows against what each of 2 CPU ranks holds (tests/rpsft/dist_worker.py
     `held`): the reference's parameter bytes on the rank (partitioned under ZeRO-3 / FSDP2) within 15 %, W_0 whole
-    on every rank, and no matrix kept for the penalty's backward beyond the weights and W_0."""
+    on every rank, and no matrix kept for the penalty's backward beyond the weights and W_0 (FSDP2, the closed
+    form: no D held, and the gradient it adds to each rank's rows is 2 scale (W - W_0))."""
     import json
 
     pytest.importorskip("deepspeed")
@@ -101,3 +102,5 @@ def test_estimate_against_held_on_two_ranks(rp, tmp_path, stage):
         assert res["saved_new_bytes"] == 0, res
         # autograd (ZeRO): the weight and W_0 of each matrix; the closed form (FSDP2): nothing kept
         assert res["saved_matrices"] == (0 if stage == "fsdp2" else 2 * res["entries"]), res
+        if stage == "fsdp2":  # the closed form's gradient on each rank's rows, D recomputed: 2 x 3 (W - W_0)
+            assert res["grad_err"] < 1e-6, res
