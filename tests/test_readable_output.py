@@ -120,7 +120,7 @@ def test_short_line_per_log_and_full_dicts_in_the_log_file(tmp_path, capsys):
     cb.on_log(args, state, TrainerControl(), logs=dict(logs))
     assert capsys.readouterr().out.strip() == "[run-a] " + short_line("", 10, 100, logs).strip()
     rows = [json.loads(line) for line in (tmp_path / "run-a" / LOG_FILE).read_text().splitlines()]
-    assert rows == [{"step": 10, **logs}]  # every key, numbers as numbers
+    assert rows == [{"step": 10, "attempt": 1, "resumed_from": 10, **logs}]  # every key, numbers as numbers
 
 
 def test_toy_pretrain_writes_its_loss_plot_and_says_when_it_reuses_the_cache(tmp_path, monkeypatch, capsys):

@@ -62,6 +62,7 @@ def _offline_hub(monkeypatch, tmp_path):
 
 W2S_RUN = "anchorft.studies.w2s.experiments.run_experiment"
 
+
 def _fails_late(exc):
     """A stand-in for w2s's run_experiment: it writes into the folder, then fails (or is interrupted)."""
 

@@ -53,7 +53,8 @@ def _eval_parser() -> argparse.ArgumentParser:
         prog="anchorft eval",
         description="Evaluate a local model on the paper's JSONL benchmarks (Avg@k, unbiased Pass@k, greedy "
         "accuracy), or run lm-evaluation-harness tasks with --lm-eval. `anchorft eval score --help` "
-        "scores responses produced elsewhere.",
+        "scores responses produced elsewhere; `anchorft eval suite --help` evaluates several models on the paper's "
+        "whole ID / OOD suite with one table.",
     )
     p.add_argument("--model", required=True, help="local model directory (config.json, weights, tokenizer)")
     p.add_argument("--bench", action="append", default=[], help="benchmark JSONL file; repeat for several")

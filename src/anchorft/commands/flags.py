@@ -131,10 +131,17 @@ def short_or_all_help(argv: list[str], short: Callable[[], str]) -> list[str] | 
 
 
 def field_help(f: dataclasses.Field, default: bool = True, alias: str = "") -> str:
-    """One field of a short help: `--name` (its alias, its default) and the first 100 characters of its help."""
+    """One field of a short help: `--name` (its alias, its default) and its help's first sentence, cut at a word
+    (" ..." marks a cut; `--help-all` prints it whole), wrapped to 112 columns."""
+    import re
+    import textwrap
+
     value = f" (default {f.default!r})" if default else ""
-    text = " ".join(f.metadata.get("help", "").split())[:100]
-    return f"  --{f.name}{alias}{value}\n      {text}"
+    text = " ".join(f.metadata.get("help", "").split())
+    first = re.split(r"(?<=[.!?])\s+(?=[A-Z])", text)[0]  # a sentence ends before a capital, not at "e.g. x"
+    first = textwrap.shorten(first, width=220, placeholder=" ...")
+    body = textwrap.fill(first, width=112, initial_indent=" " * 6, subsequent_indent=" " * 6)
+    return f"  --{f.name}{alias}{value}\n{body}"
 
 
 def trl_sections(title: str, config: type, trl_config: type, order: Callable, common: tuple[str, ...]) -> list[str]:
@@ -256,15 +263,15 @@ def add_sampling_flags(
 ) -> None:
     """The generation and grading flags of `anchorft eval` and `anchorft eval suite` (defaults given by each):
     samples, k, sampling, token limit, seed, item limit, backend, batch size, bad lines, math-verify timeout."""
-    p.add_argument("--n", type=int, default=n, help="samples per item")
+    p.add_argument("--n", type=int, default=n, help="samples per item (default %(default)s)")
     p.add_argument("--k", type=int, default=None, help="k of Avg@k / Pass@k (<= n; default: n)")
-    p.add_argument("--temperature", type=float, default=temperature)
-    p.add_argument("--top_p", type=float, default=top_p)
-    p.add_argument("--max_new_tokens", type=int, default=max_new_tokens)
-    p.add_argument("--seed", type=int, default=seed)
+    p.add_argument("--temperature", type=float, default=temperature, help="sampling temperature (default %(default)s)")
+    p.add_argument("--top_p", type=float, default=top_p, help="nucleus sampling (default %(default)s)")
+    p.add_argument("--max_new_tokens", type=int, default=max_new_tokens, help="per response (default %(default)s)")
+    p.add_argument("--seed", type=int, default=seed, help="sampling seed (default %(default)s)")
     p.add_argument("--limit", type=int, default=None, help="first N items of each file (lm-eval: per task)")
     p.add_argument("--backend", choices=["auto", "hf", "vllm"], default="auto", help="auto: vLLM if installed + GPU")
-    p.add_argument("--batch_size", type=int, default=batch_size, help="rows per batch (transformers; lm-eval)")
+    p.add_argument("--batch_size", type=int, default=batch_size, help="rows per batch (default %(default)s)")
     p.add_argument("--skip-bad", action="store_true", help="skip and count malformed lines instead of failing")
     add_timeout_flag(p)
 
