@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rl": ("anchorft.commands.rl", "DAPO reinforcement learning from an SFT checkpoint"),
     "data": ("anchorft.commands.data", "prepare fine-tuning data (OpenR1-Math)"),
     "analyze": ("anchorft.commands.analyze", "geometry of forgetting: rotation, drift, Fisher overlap"),
+    "configs": ("anchorft.commands.configs", "the shipped configs by name: list, path, copy"),
 }
 # bad input: one line and exit 2 (anything else is a bug and keeps its traceback)
 USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError)

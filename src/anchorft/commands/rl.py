@@ -82,8 +82,10 @@ def _load_config(path: str) -> dict:
     """The `--config` YAML (`preset:` parents merged), its keys and value types checked against the dataclasses."""
     from anchorft.dataclass_yaml import resolve_presets
     from anchorft.errors import check_keys, check_mapping_types
+    from anchorft.resources import config_path
     from anchorft.rpsft.dapo_config import DAPOConfig
 
+    path = str(config_path(path))  # a file, else a shipped config by name (rl/dapo)
     cfg = resolve_presets(path)
     script_keys = {f.name for f in fields(RLScriptArguments)}
     check_keys({k: v for k, v in cfg.items() if k not in script_keys}, DAPOConfig, path)

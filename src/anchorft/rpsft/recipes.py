@@ -25,6 +25,7 @@ import yaml
 from anchorft.dataclass_yaml import resolve_presets
 from anchorft.errors import did_you_mean
 from anchorft.io import write_text
+from anchorft.resources import config_path
 
 __all__ = ["META_KEYS", "load_recipe", "known_fields", "write_flat_config", "trainer_mapping", "parse_with_config"]
 
@@ -47,7 +48,8 @@ def load_recipe(path: str | os.PathLike, validate: bool = True) -> tuple[dict[st
     With `validate`, unknown keys (with the file that set them and close matches) and an unknown method are a
     ValueError before anything is built."""
     origin: dict[str, str] = {}
-    merged = resolve_presets(Path(path), what="recipe", origin=origin)
+    path = config_path(path)  # a file, else a shipped recipe by name (rpsft/qwen2.5-7b-instruct/rpsft)
+    merged = resolve_presets(path, what="recipe", origin=origin)
     if "_model_config_" in merged:
         merged["_model_config_"] = str(
             (Path(origin["_model_config_"]).parent / str(merged["_model_config_"])).resolve()
