@@ -70,18 +70,21 @@ def test_gpu_check_launches_anchorft_train_on_cpu(tmp_path, capsys) -> None:
     """The same path as on a GPU: `accelerate launch ... -m anchorft.cli train` of the recipes (rpsft, l2, iw_sft,
     lora, osf), a checkpoint each (lora and osf: the adapter in it, a plain model at the end), then rpsft resumed
     from its checkpoint to twice the steps; the DeepSpeed / FSDP2 configs are skipped on the CPU with the reason
-    printed. Slow (six launches): `make test-dist` runs it."""
+    printed. Its CPU form: two processes under gloo (`--nproc 2`), as on a node with several GPUs. Slow (six
+    launches): `make test-dist` runs it."""
     gc = _load()
     out = tmp_path / "launch.json"
-    rc = gc.main(["--tiny", "--device", "cpu", "--only", "launch", "--launch_steps", "2", "--out", str(out)])
+    argv = ["--tiny", "--device", "cpu", "--nproc", "2", "--only", "launch", "--launch_steps", "2", "--out", str(out)]
+    rc = gc.main(argv)
     printed = capsys.readouterr().out
     assert rc == 0, printed
     assert printed.count("-m anchorft.cli train --config") == 6
     assert "zero2: skipped on the CPU" in printed and "fsdp2: skipped on the CPU" in printed
     rows = json.loads(out.read_text())["launch"]
     assert [r["method"] for r in rows] == ["rpsft", "l2", "iw_sft", "lora", "osf", "rpsft (resume)"]
-    assert all(r["ok"] and r["rc"] == 0 for r in rows)
+    assert all(r["ok"] and r["rc"] == 0 and r["processes"] == 2 for r in rows)
     assert rows[0]["anchor_saved"] and rows[1]["anchor_saved"]
     assert all(r["adapter_saved"] and r["plain_model"] for r in rows[3:5])  # merged on one process, plain keys
     assert rows[5]["global_step"] == 4 and rows[5]["resumed"]
+    assert rows[5]["penalty_rel_err"] <= 1e-4  # the 2 processes' penalty on the checkpoint equals one process's
     assert all(r["estimate_bytes"] > 0 for r in rows[:3])
