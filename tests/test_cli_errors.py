@@ -312,3 +312,14 @@ def test_a_misspelt_flag_is_refused_with_the_closest_flag(argv, want, tmp_path, 
     err = capsys.readouterr().err
     assert rc == 2 and want in err.splitlines()[0], err  # argparse's parsers add a line pointing to --help
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.yaml"]  # nothing written
+
+
+def test_a_wrong_typed_recipe_value_names_its_file(tmp_path, monkeypatch, capsys):
+    """A recipe's `learning_rate: fast` is reported with the file that set it, not as a flag error."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "base.yaml").write_text("method: sft\nlearning_rate: fast\n")
+    (tmp_path / "r.yaml").write_text("preset: base.yaml\nmax_steps: 3\n")
+    rc = main(["train", "--config", "r.yaml", "--model_name_or_path", "m", "--dataset", "d.jsonl", "--out", "o"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.endswith("base.yaml: learning_rate: expected float, got 'fast' (str)"), err
+    assert len(err.splitlines()) == 1

@@ -70,8 +70,13 @@ def load_recipe(path: str | os.PathLike, validate: bool = True) -> tuple[dict[st
                 if key == "warmup_ratio":
                     hint = "; transformers 5 takes a ratio as a float warmup_steps (e.g. warmup_steps: 0.03)"
                 raise ValueError(f"unknown field {key!r} in {origin.get(key, path)}{hint}")
+        from anchorft.errors import check_mapping_types
+        from anchorft.rpsft.config import RPSFTConfig, ScriptArguments
         from anchorft.rpsft.methods import METHODS
 
+        for dc in (ScriptArguments, RPSFTConfig):  # a wrong-typed value named with the file that set it
+            for key, value in merged.items():
+                check_mapping_types({key: value}, dc, origin.get(key, str(path)))
         method = merged.get("method", "rpsft")
         if method not in METHODS:
             raise ValueError(
