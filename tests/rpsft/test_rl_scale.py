@@ -104,3 +104,15 @@ def test_memory_estimate_at_8b(tmp_path, capsys):
     est = rl_memory_estimate(8_030_261_248, 1)
     assert est["total_gb_per_gpu"] == pytest.approx(8.03 * 18, rel=1e-3) and not est["fits_80gb"]
     assert rl_memory_estimate(8_030_261_248, 8)["fits_80gb"]
+
+
+def test_the_rl_memory_line_shows_small_models_in_their_unit():
+    """A tiny model's estimate is not "0 GB per GPU": sizes and counts in the unit that shows them."""
+    from anchorft.rpsft.estimate import _count, _size, format_memory_estimate
+
+    assert [_size(x) for x in (24.3, 3.21, 0.0412, 0.000512, 0.0)] == ["24 GB", "3.2 GB", "41 MB", "512 kB", "0 GB"]
+    assert [_count(x) for x in (7.62e9, 494e6, 652224, 12)] == ["7.62B", "494M", "652k", "12"]
+    est = {"n_params": 652224, "bytes_per_param": 16, "n_gpus": 1, "model_states_gb": 0.0104,
+           "vllm_weights_gb": 0.0, "total_gb_per_gpu": 0.0104, "fits_80gb": True}  # fmt: skip
+    assert format_memory_estimate(est).endswith("652k parameters x 16 B / 1 GPU(s) = 10 MB + 0 GB colocated vLLM "
+                                                "weights = 10 MB per GPU")  # fmt: skip

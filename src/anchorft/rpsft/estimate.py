@@ -143,12 +143,32 @@ def rl_memory_estimate(n_params: int, n_gpus: int = 1, master_dtype: str = "fp32
     }  # fmt: skip
 
 
+def _size(gb: float) -> str:
+    """A size given in GB, in the unit that shows it: 24 GB, 3.2 GB, 41 MB, 512 kB (never "0 GB" for a small model)."""
+    if gb == 0:
+        return "0 GB"
+    for unit, scale in (("GB", 1.0), ("MB", 1e3), ("kB", 1e6)):
+        v = gb * scale
+        if v >= 1 or unit == "kB":
+            return f"{v:.0f} {unit}" if v >= 10 else f"{v:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def _count(n: float) -> str:
+    """A parameter count: 7.62B, 494M, 1.08M, 652k."""
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.0f}"
+
+
 def format_memory_estimate(est: dict) -> str:
     """One line of `rl_memory_estimate`, with the sharding to use when one 80 GB GPU is not enough."""
+    size = _size
     line = (
-        f"memory estimate (model states only, an estimate): {est['n_params'] / 1e9:.2f}B parameters x "
-        f"{est['bytes_per_param']} B / {est['n_gpus']} GPU(s) = {est['model_states_gb']:.0f} GB"
-        f" + {est['vllm_weights_gb']:.0f} GB colocated vLLM weights = {est['total_gb_per_gpu']:.0f} GB per GPU"
+        f"memory estimate (model states only, an estimate): {_count(est['n_params'])} parameters x "
+        f"{est['bytes_per_param']} B / {est['n_gpus']} GPU(s) = {size(est['model_states_gb'])}"
+        f" + {size(est['vllm_weights_gb'])} colocated vLLM weights = {size(est['total_gb_per_gpu'])} per GPU"
     )
     if not est["fits_80gb"]:
         line += "; over one 80 GB GPU: shard with ZeRO-3 (accelerate + deepspeed) or FSDP2 (accelerate fsdp_version 2)"
