@@ -223,3 +223,13 @@ def test_trainer_given_a_path_resolves_the_release_targets(rp, model_dir, datase
     tr = RPSFTTrainer(model=model_dir, args=args, train_dataset=dataset, processing_class=load_tokenizer(model_dir))
     names = {n.removeprefix("base_model.model.") for n, _ in tuner_layers(tr.model)}
     assert {"model.embed_tokens", "model.layers.0.mlp.down_proj"} <= names and "lm_head" not in names
+
+
+def test_a_lora_rank_past_the_adapted_matrices_is_refused(rp):
+    """`--lora_rank 512` on a width-32 model: one line (it was accepted); a rank past GQA's k/v sides only is not."""
+    base = rp.tiny_model("llama", 60)
+    with pytest.raises(
+        ValueError, match=r"lora_rank=512 exceeds the smaller side of every adapted matrix \(at most 32\)"
+    ):
+        peft_config_for(rp.base_args("unused", method="lora", lora_rank=512), base)
+    assert peft_config_for(rp.base_args("unused", method="lora", lora_rank=32), base).r == 32  # past k/v's 16 only

@@ -94,6 +94,35 @@ def _tied_modules(model: nn.Module) -> dict[str, str]:
     return tied
 
 
+def _targeted(model: nn.Module | None, targets: str | list[str]) -> list[tuple[str, nn.Module]]:
+    """(name, module) of the nn.Linear / nn.Embedding layers `targets` selects as PEFT does ('all-linear': every
+    linear layer but the output layer; a list: the names; a string: a regex matched against whole names)."""
+    import re
+
+    if model is None:
+        return []
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    layers = [(n, m) for n, m in model.named_modules() if isinstance(m, (nn.Linear, nn.Embedding))]
+    if targets == "all-linear":
+        return [(n, m) for n, m in layers if isinstance(m, nn.Linear) and m is not head]
+    if isinstance(targets, str):
+        return [(n, m) for n, m in layers if re.fullmatch(targets, n)]
+    return [(n, m) for n, m in layers if n in set(targets)]
+
+
+def _check_rank(rank: int, layers: list[tuple[str, nn.Module]], flag: str) -> None:
+    """One line when `rank` exceeds the smaller side of every adapted matrix: no update B A can have that rank (a
+    rank past some matrices only, as for GQA's k/v projections, is left to PEFT)."""
+    if not layers:
+        return
+    largest = max(min(m.weight.shape) for _, m in layers)
+    if rank > largest:
+        raise ValueError(
+            f"{flag}={rank} exceeds the smaller side of every adapted matrix (at most {largest}): no update can have "
+            f"that rank; use {flag} <= {largest}"
+        )
+
+
 def peft_config_for(args, model: nn.Module | None = None):
     """The PEFT config of `args.method` (a `RPSFTConfig`): a `LoraConfig` or an `OSFConfig`; None for a method
     without an adapter. `model` (the model to adapt) resolves RELEASE_TARGETS and checks tied weights."""
@@ -106,6 +135,7 @@ def peft_config_for(args, model: nn.Module | None = None):
         raise ImportError(f"method {args.method!r} needs peft: pip install 'anchorft[peft]'") from e
     targets = target_modules(args, model)
     if kind == "lora":
+        _check_rank(args.lora_rank, _targeted(model, targets), "lora_rank")
         return LoraConfig(
             r=args.lora_rank,
             lora_alpha=args.lora_alpha,
