@@ -42,6 +42,20 @@ def known_fields() -> dict[str, str]:
     return fields
 
 
+def _numeric_fields(dc: type) -> set[str]:
+    """The fields of dataclass `dc` typed int, float or bool (or one of them | None)."""
+    import types
+    import typing
+
+    out = set()
+    for name, tp in typing.get_type_hints(dc).items():
+        args = [a for a in typing.get_args(tp) if a is not type(None)] if isinstance(tp, types.UnionType) or (
+            typing.get_origin(tp) is typing.Union) else [tp]  # fmt: skip
+        if len(args) == 1 and args[0] in (int, float, bool):
+            out.add(name)
+    return out
+
+
 def load_recipe(path: str | os.PathLike, validate: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
     """(trainer arguments, metadata) of a recipe with its `preset:` parents merged in.
 
@@ -74,9 +88,11 @@ def load_recipe(path: str | os.PathLike, validate: bool = True) -> tuple[dict[st
         from anchorft.rpsft.config import RPSFTConfig, ScriptArguments
         from anchorft.rpsft.methods import METHODS
 
-        for dc in (ScriptArguments, RPSFTConfig):  # a wrong-typed value named with the file that set it
+        for dc in (ScriptArguments, RPSFTConfig):  # a wrong-typed number or flag named with the file that set it
+            numeric = _numeric_fields(dc)  # (str fields may take a mapping that the config parses: anchor_map)
             for key, value in merged.items():
-                check_mapping_types({key: value}, dc, origin.get(key, str(path)))
+                if key in numeric:
+                    check_mapping_types({key: value}, dc, origin.get(key, str(path)))
         method = merged.get("method", "rpsft")
         if method not in METHODS:
             raise ValueError(
