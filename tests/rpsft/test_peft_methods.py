@@ -233,3 +233,13 @@ def test_a_lora_rank_past_the_adapted_matrices_is_refused(rp):
     ):
         peft_config_for(rp.base_args("unused", method="lora", lora_rank=512), base)
     assert peft_config_for(rp.base_args("unused", method="lora", lora_rank=32), base).r == 32  # past k/v's 16 only
+
+
+def test_the_lora_rank_check_reads_partitioned_weights_whole(rp):
+    """Under ZeRO-3 a weight holds an empty partition and its whole shape in ds_shape: the check reads that (it
+    refused every rank there once)."""
+    base = rp.tiny_model("llama", 60)
+    for p in base.parameters():
+        p.ds_id, p.ds_shape = 0, tuple(p.shape)
+        p.data = torch.empty(0)
+    assert peft_config_for(rp.base_args("unused", method="lora", lora_rank=4), base).r == 4

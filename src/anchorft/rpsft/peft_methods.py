@@ -28,7 +28,7 @@ import os
 import torch
 from torch import nn
 
-from anchorft.rpsft.sharding import full_matrix, unwrap
+from anchorft.rpsft.sharding import full_matrix, logical_shape, unwrap
 
 __all__ = [
     "RELEASE_TARGETS",
@@ -115,7 +115,7 @@ def _check_rank(rank: int, layers: list[tuple[str, nn.Module]], flag: str) -> No
     rank past some matrices only, as for GQA's k/v projections, is left to PEFT)."""
     if not layers:
         return
-    largest = max(min(m.weight.shape) for _, m in layers)
+    largest = max(min(logical_shape(m.weight)) for _, m in layers)  # ZeRO-3 partitions: their whole shape
     if rank > largest:
         raise ValueError(
             f"{flag}={rank} exceeds the smaller side of every adapted matrix (at most {largest}): no update can have "
