@@ -16,13 +16,14 @@ __all__ = ["load_results", "method_rank", "rank_sensitivity", "METRICS"]
 METRICS = ("id_avg@k", "id_pass@k", "id_greedy", "ood_mean")
 
 
-def load_results(compare_dir: str | os.PathLike) -> dict:
-    """results.json of a comparison directory (the file `anchorft toy compare` writes; read as JSON here, so the
-    library does not import the study that writes it); ValueError naming what is missing."""
+def read_comparison_results(path: str | os.PathLike) -> dict:
+    """results.json of a comparison (`path` the file or its folder), its `base` and `methods` checked to be mappings;
+    ValueError naming what is missing. The one reader of the file: the study that writes it
+    (`anchorft.studies.testbed.results`) reads it back through here, so the library imports no study."""
     import json
     from pathlib import Path
 
-    p = Path(compare_dir)
+    p = Path(path)
     p = p / "results.json" if p.is_dir() else p
     if not p.is_file():
         raise ValueError(f"{p} not found (run `anchorft toy compare` first)")
@@ -30,6 +31,12 @@ def load_results(compare_dir: str | os.PathLike) -> dict:
     for key in ("base", "methods"):
         if not isinstance(res.get(key), dict):
             raise ValueError(f"{p}: field {key!r} is missing or not a mapping")
+    return res
+
+
+def load_results(compare_dir: str | os.PathLike) -> dict:
+    """`read_comparison_results` of a comparison directory, with at least one method."""
+    res = read_comparison_results(compare_dir)
     if not res["methods"]:
         raise ValueError(f"--compare: {compare_dir}: field 'methods' is empty")
     return res

@@ -60,17 +60,9 @@ def save_results(results: CompareResults | dict, path: str | os.PathLike) -> Non
 
 def load_results(path: str | os.PathLike) -> CompareResults:
     """The results of a comparison: `path` is its results.json or its folder. ValueError naming what is missing."""
-    import json
+    from anchorft.analysis.rank import read_comparison_results
 
-    p = Path(path)
-    if p.is_dir():
-        p = p / RESULTS_FILE
-    if not p.is_file():
-        raise ValueError(f"{p} not found (run `anchorft toy compare` first)")
-    data = json.loads(p.read_text())
-    for key in ("base", "methods"):
-        if not isinstance(data.get(key), dict):
-            raise ValueError(f"{p}: field {key!r} is missing or not a mapping")
+    data = read_comparison_results(path)
     return CompareResults(data["base"], data["methods"], data.get("settings") or {}, data.get("provenance"))
 
 
