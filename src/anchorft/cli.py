@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import signal
 import sys
@@ -71,6 +72,30 @@ def _quiet_dataset_maps() -> None:
         sys.modules["datasets"].disable_progress_bars()
 
 
+class _StdoutLogsToStderr(logging.Filter):
+    """Moves a logger's handlers that write to stdout over to stderr, the first time it logs anything."""
+
+    def __init__(self, logger: logging.Logger):
+        super().__init__()
+        self.logger = logger
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for h in self.logger.handlers:
+            if type(h) is logging.StreamHandler and h.stream in (sys.stdout, sys.__stdout__):
+                h.setStream(sys.stderr)
+        return True
+
+
+def _library_logs_to_stderr() -> None:
+    """DeepSpeed logs to stdout (importing it, as transformers and accelerate do on the way, prints "Setting
+    accelerator to CPU" on a machine without a GPU): a command's stdout is its result (a JSON line, a path, a
+    summary that scripts read), so that logger writes to stderr instead. A filter on the logger, because DeepSpeed
+    adds its stdout handler when it is imported, which may be never or late in a run; nothing is imported here."""
+    logger = logging.getLogger("DeepSpeed")
+    if not any(isinstance(f, _StdoutLogsToStderr) for f in logger.filters):
+        logger.addFilter(_StdoutLogsToStderr(logger))
+
+
 def _prog(name: str, rest: list[str]) -> str:
     sub = rest[0] if rest and not rest[0].startswith("-") else ""
     return f"anchorft {name} {sub}".rstrip()
@@ -105,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 
     errors._DEBUG_FLAG = debug
     _quiet_dataset_maps()
+    _library_logs_to_stderr()
     restore_signals = stop.install()  # SIGTERM and Ctrl-C: recorded, and raised where the program is
     restore_threads = keep_torch_threads()  # a command's --threads does not outlive it in this process
     old_error, argparse.ArgumentParser.error = argparse.ArgumentParser.error, _short_error
