@@ -103,7 +103,7 @@ def test_mean_t_interval_and_ratio_summary():
 def test_overlap_bisect_finds_each_seeds_boundary_with_single_seed_runs(tmp_path, monkeypatch):
     calls: list = []
     monkeypatch.setattr(sweeps, "run_experiment", _fake_run(calls))
-    monkeypatch.setattr("anchorft.studies.w2s.plots.plot_sweep", lambda result, path: None)
+    monkeypatch.setattr("anchorft.studies.w2s.plots.plot_overlap", lambda result, path, axis: None)
     res = sweeps.run_sweep("overlap", tmp_path / "out", spec_path=_spec(tmp_path), progress=False)
     saved = json.loads((tmp_path / "out" / "sweep.json").read_text())["bisect"]
     assert saved["tol_rho"] == 0.002 and saved["level"] == 0.01

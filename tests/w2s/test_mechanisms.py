@@ -11,7 +11,7 @@ import yaml
 
 from anchorft.commands.w2s import main
 from anchorft.studies.w2s.experiments import run_experiment
-from anchorft.studies.w2s.mechanisms import expand, race_times, validate_mech_spec
+from anchorft.studies.w2s.mechanisms import KINDS, race_times, validate_mech_spec
 from anchorft.studies.w2s.sweeps import load_sweep, run_sweep
 from anchorft.w2s.config import PRESET_DIR, W2SConfig
 from anchorft.w2s.labels import draw_inputs, label_mean, label_report, unit_weak_in_subspace, weak_output
@@ -346,6 +346,13 @@ def test_cli_sweep_bad_input_exits_2(tmp_path, capsys, override):
     assert main(["sweep", "--kind", "ablation", "--out", str(tmp_path / "o"), "--quick", override]) == 2
     assert override.split("=")[0] in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def expand(spec: dict) -> list[dict]:
+    """The points of a mechanism sweep, laid out again by its kind's row."""
+    spec = dict(spec)
+    KINDS[spec["kind"]].prepare(spec, None)
+    return spec["points"]
 
 
 def test_shipped_mechanism_specs_validate():

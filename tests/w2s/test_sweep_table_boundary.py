@@ -17,9 +17,11 @@ def _vals(pt: dict, what: str, n: int = 3) -> list[float]:
 
 
 def test_ablation_table_is_the_per_seed_values_summarised(tmp_path, monkeypatch):
+    import dataclasses
+
     import anchorft.studies.w2s.plots_mech as plots_mech
     from anchorft.studies.w2s import mechanisms
-    from anchorft.studies.w2s.sweeps import run_sweep
+    from anchorft.studies.w2s.sweeps import KINDS, run_sweep
 
     keys = ("target_alignment", "nontarget_alignment", "nontarget_target_alignment")
 
@@ -29,13 +31,13 @@ def test_ablation_table_is_the_per_seed_values_summarised(tmp_path, monkeypatch)
         w2s.update(zip(("labels_mean", "labels_c2", "labels_c2_se", "labels_c4"), labels))
         return {"point": pt, "diverged": None, "w2s": w2s}
 
-    monkeypatch.setattr(mechanisms, "_evaluate", fake_evaluate)
-    monkeypatch.setattr(plots_mech, "plot_mech", lambda result, path: None)
+    monkeypatch.setitem(KINDS, "ablation", dataclasses.replace(KINDS["ablation"], measure=fake_evaluate))
+    monkeypatch.setattr(plots_mech, "plot_ablation", lambda result, path, axis: None)
     res = run_sweep("ablation", tmp_path, quick=True, progress=False)
     saved = json.loads((tmp_path / "results.json").read_text())
     lines = [ln for ln in (tmp_path / "table.md").read_text().splitlines() if ln.startswith("| ")]
     head = [c.strip() for c in lines[0].strip("|").split("|")]
-    assert len(lines) - 1 == len(res["rows"]) == len(saved["rows"]) == len(mechanisms.expand(res["spec"])) > 1
+    assert len(lines) - 1 == len(res["rows"]) == len(saved["rows"]) == len(mechanisms.ablation_points(res["spec"])) > 1
     names = {"target": "target_alignment", "nontarget": "nontarget_alignment",
              "nontarget_to_theta1": "nontarget_target_alignment"}  # fmt: skip
     for line, row in zip(lines[1:], saved["rows"]):

@@ -1,11 +1,14 @@
+import dataclasses
 import hashlib
 import json
+import math
 
 import numpy as np
 import pytest
 import yaml
 
 from anchorft.commands.w2s import main
+from anchorft.studies.grid import RECORD
 from anchorft.studies.w2s import sweeps
 from anchorft.studies.w2s.sweeps import evaluate_point, fit_loglog, load_sweep, median_censored, run_sweep
 from anchorft.w2s.config import W2SConfig, config_hash, load_config
@@ -353,3 +356,83 @@ def test_config_and_point_hashes_are_sha256_of_sorted_json():
         digest({"k": "race", "c": config_hash(paper)}, 20)
         == hashlib.sha256(json.dumps({"c": config_hash(paper), "k": "race"}).encode()).hexdigest()[:20]
     )
+
+
+@pytest.mark.parametrize("name", list(sweeps.KINDS))
+def test_every_sweep_kind_is_a_row_that_carries_its_points_axis_table_and_figure(name, tmp_path):
+    """The contract of a row of KINDS: its shipped file (full and quick) lays out points whose configs build; a kind
+    lies on an axis (each point's x, DIR/sweep.json) or has a table (DIR/results.json, DIR/table.md), not both;
+    the keys its points set are config fields, and overriding one on the command line is refused before any work;
+    its figure's function exists."""
+    k = sweeps.KINDS[name]
+    assert k.name == name
+    config_fields = {f.name for f in dataclasses.fields(W2SConfig)}
+    for quick in (False, True):
+        spec = load_sweep(name, quick=quick)
+        assert spec["kind"] == name and spec["points"]
+        configs = [sweeps.point_config(spec, pt) for pt in spec["points"]]
+        assert (k.axis is None) == (k.table is not None)
+        assert k.results_file == ("results.json" if k.table is not None else "sweep.json")
+        if k.axis is not None:
+            assert k.evaluate is not None
+            assert all(math.isfinite(k.axis.of(c, pt)) for c, pt in zip(configs, spec["points"]))
+        assert k.controlled(spec) <= config_fields
+    for key in sorted(k.controlled(load_sweep(name, quick=True))):
+        value = json.dumps(getattr(W2SConfig(), key))
+        with pytest.raises(ValueError, match="set by the sweep's factors"):
+            run_sweep(name, tmp_path / "out", quick=True, overrides=[f"{key}={value}"], progress=False)
+    assert not (tmp_path / "out").exists()
+    assert callable(k.figure.function())
+
+
+def _saved(folder) -> dict:
+    """sweep.json without its provenance and the points' `cached` flags (whether this run measured them)."""
+    data = json.loads((folder / "sweep.json").read_text())
+    data.pop("provenance")
+    data["points"] = [{k: v for k, v in pt.items() if k != "cached"} for pt in data["points"]]
+    return data
+
+
+def test_a_stopped_sweep_resumes_from_its_grid_without_losing_or_repeating_a_point(tmp_path, monkeypatch):
+    """The points are the cells of a grid (DIR/cells.jsonl): a sweep stopped during its fourth point of six, run
+    again, measures the three it had not finished, each once, and writes what an uninterrupted run writes."""
+    p = _tiny_grid_spec(tmp_path)
+    real = sweeps.KINDS["overlap"]
+    measured: list[tuple] = []
+    stop_at = [3]
+
+    def counted(spec, point, config, cache, shared):
+        if len(measured) == stop_at[0]:
+            raise KeyboardInterrupt  # Ctrl-C in the fourth point
+        measured.append((point["s"], point["rho"]))
+        return real.measure(spec, point, config, cache, shared)
+
+    monkeypatch.setitem(sweeps.KINDS, "overlap", dataclasses.replace(real, measure=counted))
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep("overlap", tmp_path / "out", spec_path=p, progress=False)
+    assert len(measured) == 3 and len((tmp_path / "out" / RECORD).read_text().splitlines()) == 3
+    assert not (tmp_path / "out" / "sweep.json").exists()
+    stop_at[0] = -1
+    resumed = run_sweep("overlap", tmp_path / "out", spec_path=p, progress=False)
+    points = [(pt["s"], pt["rho"]) for pt in load_sweep("overlap", path=p)["points"]]
+    assert len(measured) == 6 and sorted(measured) == sorted(points)  # each point once over the two runs
+    assert [pt["cached"] for pt in resumed["points"]] == [True] * 3 + [False] * 3  # the first three: the record's
+    assert len((tmp_path / "out" / RECORD).read_text().splitlines()) == 6
+    measured.clear()
+    run_sweep("overlap", tmp_path / "fresh", spec_path=p, progress=False)
+    assert len(measured) == 6
+    assert _saved(tmp_path / "out") == _saved(tmp_path / "fresh")
+    measured.clear()
+    run_sweep("overlap", tmp_path / "out", spec_path=p, progress=False)  # finished: every point from the record
+    assert measured == []
+
+
+@pytest.mark.slow
+def test_points_measured_in_spawned_workers_give_what_one_process_gives(tmp_path):
+    p = _tiny_grid_spec(tmp_path)
+    run_sweep("overlap", tmp_path / "one", spec_path=p, progress=False)
+    run_sweep("overlap", tmp_path / "two", spec_path=p, progress=False, workers=2, threads=1)
+    assert _saved(tmp_path / "one") == _saved(tmp_path / "two")
+    with pytest.raises(ValueError, match="workers"):
+        run_sweep("overlap", tmp_path / "zero", spec_path=p, progress=False, workers=0)
+    assert not (tmp_path / "zero").exists()

@@ -147,7 +147,9 @@ def _sweep(args: argparse.Namespace) -> int:
 
     _threads(args.threads)
 
-    try:  # a bad --kind, --spec or sweep file is refused before the output folder is touched
+    try:  # a bad --kind, --spec, --workers or sweep file is refused before the output folder is touched
+        if args.workers < 1:
+            raise ValueError(f"--workers: must be >= 1, got {args.workers}")
         spec = load_sweep(args.kind, args.quick, args.spec)
     except ValueError as e:
         return report("anchorft w2s sweep", e)
@@ -165,6 +167,7 @@ def _sweep(args: argparse.Namespace) -> int:
             overrides=list(args.overrides),
             progress=not args.quiet,
             spec_path=args.spec,
+            workers=args.workers,
         )
     except ValueError as e:
         fail(claim)  # refused before anything was written: no folder left behind
@@ -213,7 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True)
     s.add_argument("--quick", action="store_true", help="the sweep file's quick variant (a small grid)")
     s.add_argument("--spec", default=None, help="a sweep YAML file instead of configs/w2s/sweep-<kind>.yaml")
-    s.add_argument("--threads", type=int, default=1)
+    s.add_argument("--threads", type=int, default=1, help="torch CPU threads per point (0 = torch default)")
+    s.add_argument(
+        "--workers", type=int, default=1, help="points measured at once, each in its own process (default 1)"
+    )
     s.add_argument("--quiet", action="store_true")
     s.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
     s.add_argument("overrides", nargs="*", help="overrides of the sweep's config (every point), key=value")

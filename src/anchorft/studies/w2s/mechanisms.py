@@ -11,8 +11,9 @@
   and the PGR (`risk.risk_report`; docs/w2s.md, "The gain in the field's terms"), with `ceiling_steps` also against
   a ceiling trained for that longer budget (once per sweep run: it does not see the weak model).
 
-Spec files: configs/w2s/sweep-<kind>.yaml (first line: the command; their keys: docs/w2s.md, "Sweeps"), run by the
-one engine of `anchorft.studies.w2s.sweeps`.
+Each kind is a row of `KINDS` (`kinds.SweepKind`: its checks, points, overrides, measurement, rows, table and
+figure), part of the table `anchorft.studies.w2s.sweeps.KINDS` whose one engine runs them. Spec files:
+configs/w2s/sweep-<kind>.yaml (first line: the command; their keys: docs/w2s.md, "Sweeps").
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ import torch
 
 from anchorft.io import write_json
 from anchorft.studies.w2s.experiments import run_experiment
+from anchorft.studies.w2s.kinds import Figure, SweepKind, base_overrides, is_count, is_number, plain_overrides
 from anchorft.w2s.config import W2SConfig, apply_overrides, config_hash
 from anchorft.w2s.dynamics import train
 from anchorft.w2s.modes import SUMMARY_KEYS, prepare_weak, run_modes, summarise
@@ -35,10 +38,11 @@ from anchorft.w2s.problem import build_problem
 from anchorft.w2s.risk import risk_report
 from anchorft.w2s.stats import crossing, digest, mean_std, median_censored
 
-__all__ = ["MECH_KINDS", "FACTORS", "validate_mech_spec", "expand", "point_overrides", "controlled", "race_times"]
-__all__ += ["rows", "table"]
+__all__ = ["KINDS", "MECH_KINDS", "FACTORS", "TABLE_COLS", "validate_mech_spec", "race_times", "measure_full_run"]
+__all__ += ["measure_race", "measure_weak_quality", "ablation_points", "race_points", "weak_quality_points"]
+__all__ += ["ablation_controlled", "race_controlled", "ablation_overrides", "race_overrides", "ablation_rows"]
+__all__ += ["race_rows", "weak_quality_rows", "ablation_table", "race_table", "weak_quality_table"]
 
-MECH_KINDS = ("ablation", "race", "weak-quality")
 CURVES = ("samples", "target_alignment_seeds", "nontarget_alignment_seeds", "nontarget_target_alignment_seeds")
 FACTORS = {  # factor name -> (config key, allowed values); "variant" maps to the spec's `variants`
     "transform": ("transform", ("identity", "zexp")),
@@ -52,18 +56,10 @@ FACTORS = {  # factor name -> (config key, allowed values); "variant" maps to th
 }
 
 
-def _num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _count(v: Any) -> bool:
-    """An integer >= 1 (a bool is not one)."""
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
-
-
 def validate_mech_spec(spec: dict) -> None:
-    """Clear errors before any work: unknown factors or factor values, thresholds outside (0, 1), step-size
-    grids with non-positive values (the engine then validates every point's config)."""
+    """The checks every mechanism kind shares, before any work: unknown factors or factor values, thresholds
+    outside (0, 1), step-size grids with non-positive values, negative overlaps or alignments (each kind's
+    `prepare` adds its own; the engine then validates every point's config)."""
     kind = spec["kind"]
     factors = spec.get("factors") or {}
     variants = spec.get("variants") or {}
@@ -79,116 +75,157 @@ def validate_mech_spec(spec: dict) -> None:
     for name, v in (spec.get("thresholds") or {}).items():
         if name not in ("learn", "turn", "keep"):
             raise ValueError(f"sweep {kind!r}: unknown threshold {name!r} (learn, turn, keep)")
-        if not _num(v) or not (0.0 < v < 1.0):
+        if not is_number(v) or not (0.0 < v < 1.0):
             raise ValueError(f"sweep {kind!r}: threshold {name} must be in (0, 1), got {v!r}")
     for mode, grid in (spec.get("eta") or {}).items():
         if mode not in ("w2s", "sft"):
             raise ValueError(f"sweep {kind!r}: eta grid for unknown mode {mode!r} (w2s, sft)")
-        if not isinstance(grid, list) or not grid or any(not _num(e) or e <= 0 for e in grid):
+        if not isinstance(grid, list) or not grid or any(not is_number(e) or e <= 0 for e in grid):
             raise ValueError(
                 f"sweep {kind!r}: eta grid for {mode} must be a non-empty list of positive numbers, got {grid!r}"
             )
-    if kind == "ablation" and not factors:
-        raise ValueError(f"sweep {kind!r}: factors must list at least one factor")
-    for item in spec.get("exclude") or []:
-        if kind != "ablation" or not isinstance(item, dict) or not item or any(k not in factors for k in item):
-            raise ValueError(
-                f"sweep {kind!r}: exclude (ablation only) takes mappings of factor names to values, got {item!r}"
-            )
-    if kind == "race":
-        for name in ("rho_sqrt_s", "group_sizes", "eta"):
-            if not spec.get(name):
-                raise ValueError(f"sweep {kind!r}: {name} must be non-empty")
-        if not isinstance(spec.get("stop_at_learn", False), bool):
-            raise ValueError(f"sweep {kind!r}: stop_at_learn must be true or false")
-        for mode, n in (spec.get("mode_steps") or {}).items():
-            if mode not in (spec.get("eta") or {}) or not _count(n):
-                raise ValueError(
-                    f"sweep {kind!r}: mode_steps needs a positive integer per swept mode, got {mode}: {n!r}"
-                )
-        for size in spec.get("sizes") or []:
-            if not isinstance(size, list) or len(size) != 2 or not all(_count(v) for v in size):
-                raise ValueError(f"sweep {kind!r}: sizes must be [d, s] pairs of positive integers, got {size!r}")
-    if kind == "weak-quality" and not (spec.get("weak_alignment") or spec.get("weak_steps")):
-        raise ValueError(f"sweep {kind!r}: give weak_alignment and/or weak_steps values")
-    n = spec.get("ceiling_steps")
-    if n is not None and (kind != "weak-quality" or not _count(n)):
-        raise ValueError(f"sweep {kind!r}: ceiling_steps (weak-quality only) must be a positive integer, got {n!r}")
     for name in ("rho_sqrt_s", "weak_alignment"):
         for v in spec.get(name) or []:
-            if not _num(v) or v < 0:
+            if not is_number(v) or v < 0:
                 raise ValueError(f"sweep {kind!r}: {name} values must be finite and >= 0, got {v!r}")
 
 
-def expand(spec: dict) -> list[dict]:
-    """The points of a mechanism sweep: dicts of factor values (ablation), or of race/weak-quality coordinates."""
+def _check_exclude(spec: dict, allowed: bool) -> None:
+    """`exclude:` is the ablation's (combinations of its factors left out); another kind refuses it."""
+    factors = spec.get("factors") or {}
+    for item in spec.get("exclude") or []:
+        if not allowed or not isinstance(item, dict) or not item or any(k not in factors for k in item):
+            raise ValueError(
+                f"sweep {spec['kind']!r}: exclude (ablation only) takes mappings of factor names to values, "
+                f"got {item!r}"
+            )
+
+
+def _check_ceiling(spec: dict, allowed: bool) -> None:
+    """`ceiling_steps:` is weak-quality's (the longer ceiling); another kind refuses it."""
+    n = spec.get("ceiling_steps")
+    if n is not None and (not allowed or not is_count(n)):
+        raise ValueError(
+            f"sweep {spec['kind']!r}: ceiling_steps (weak-quality only) must be a positive integer, got {n!r}"
+        )
+
+
+def _prepare(check: Callable[[dict], None], layout: Callable[[dict], list[dict]]):
+    """A mechanism kind's `prepare`: the shared checks, the kind's own, then its points."""
+
+    def prepare(spec: dict, fixed: set[str] | None) -> None:
+        validate_mech_spec(spec)
+        check(spec)
+        spec["points"] = layout(spec)
+
+    return prepare
+
+
+def _check_ablation(spec: dict) -> None:
+    if not spec.get("factors"):
+        raise ValueError(f"sweep {spec['kind']!r}: factors must list at least one factor")
+    _check_exclude(spec, True)
+    _check_ceiling(spec, False)
+
+
+def _check_race(spec: dict) -> None:
     kind = spec["kind"]
-    if kind == "ablation":
-        factors = spec.get("factors") or {}
-        names = list(factors)
-        pts = [dict(zip(names, vals)) for vals in itertools.product(*(factors[n] for n in names))]
-        excl = spec.get("exclude") or []  # combinations left out (e.g. a trained bias with the correlation loss)
-        return [p for p in pts if not any(all(p.get(k) == v for k, v in e.items()) for e in excl)]
-    if kind == "race":
-        pts = []
-        sizes = spec.get("sizes") or [None]  # [d, s] pairs; None: the base config's d and s
-        for size, (mode, grid) in itertools.product(sizes, (spec.get("eta") or {}).items()):
-            for loss, x, gs, eta in itertools.product(
-                (spec.get("factors") or {}).get("loss", ["correlation"]), spec["rho_sqrt_s"], spec["group_sizes"], grid
-            ):
-                pt = {"mode": mode, "loss": loss, "rho_sqrt_s": x, "group_sizes": gs, "eta": eta}
-                if size is not None:
-                    pt["d"], pt["s"] = size
-                pts.append(pt)
-        return pts
+    _check_exclude(spec, False)
+    for name in ("rho_sqrt_s", "group_sizes", "eta"):
+        if not spec.get(name):
+            raise ValueError(f"sweep {kind!r}: {name} must be non-empty")
+    if not isinstance(spec.get("stop_at_learn", False), bool):
+        raise ValueError(f"sweep {kind!r}: stop_at_learn must be true or false")
+    for mode, n in (spec.get("mode_steps") or {}).items():
+        if mode not in (spec.get("eta") or {}) or not is_count(n):
+            raise ValueError(f"sweep {kind!r}: mode_steps needs a positive integer per swept mode, got {mode}: {n!r}")
+    for size in spec.get("sizes") or []:
+        if not isinstance(size, list) or len(size) != 2 or not all(is_count(v) for v in size):
+            raise ValueError(f"sweep {kind!r}: sizes must be [d, s] pairs of positive integers, got {size!r}")
+    _check_ceiling(spec, False)
+
+
+def _check_weak_quality(spec: dict) -> None:
+    _check_exclude(spec, False)
+    if not (spec.get("weak_alignment") or spec.get("weak_steps")):
+        raise ValueError(f"sweep {spec['kind']!r}: give weak_alignment and/or weak_steps values")
+    _check_ceiling(spec, True)
+
+
+def ablation_points(spec: dict) -> list[dict]:
+    """The ablation's points: the product of its factors' values (dicts of factor values), less `exclude`."""
+    factors = spec.get("factors") or {}
+    names = list(factors)
+    pts = [dict(zip(names, vals)) for vals in itertools.product(*(factors[n] for n in names))]
+    excl = spec.get("exclude") or []  # combinations left out (e.g. a trained bias with the correlation loss)
+    return [p for p in pts if not any(all(p.get(k) == v for k, v in e.items()) for e in excl)]
+
+
+def race_points(spec: dict) -> list[dict]:
+    """The race's points: per size, mode and its step sizes, loss, overlap and group sizes."""
+    pts = []
+    sizes = spec.get("sizes") or [None]  # [d, s] pairs; None: the base config's d and s
+    for size, (mode, grid) in itertools.product(sizes, (spec.get("eta") or {}).items()):
+        for loss, x, gs, eta in itertools.product(
+            (spec.get("factors") or {}).get("loss", ["correlation"]), spec["rho_sqrt_s"], spec["group_sizes"], grid
+        ):
+            pt = {"mode": mode, "loss": loss, "rho_sqrt_s": x, "group_sizes": gs, "eta": eta}
+            if size is not None:
+                pt["d"], pt["s"] = size
+            pts.append(pt)
+    return pts
+
+
+def weak_quality_points(spec: dict) -> list[dict]:
+    """weak-quality's points: the planted weak model at each alignment, then the trained one at each budget."""
     pts = [{"weak": "planted", "weak_alignment": a} for a in spec.get("weak_alignment") or []]
     pts += [{"weak": "trained", "weak_steps": n} for n in spec.get("weak_steps") or []]
     return pts
 
 
-def controlled(spec: dict) -> set[str]:
-    """Config keys that the sweep's points set (a command-line override of one of them would be silently lost)."""
-    if spec["kind"] == "race":
-        keys = {"modes", "loss", "rho", "group_sizes", "eta_w2s", "eta_sft"}
-        return keys | ({"d", "s"} if spec.get("sizes") else set()) | ({"steps"} if spec.get("mode_steps") else set())
-    if spec["kind"] == "weak-quality":
-        return {"weak", "weak_alignment", "weak_steps"}
+def ablation_controlled(spec: dict) -> set[str]:
+    """The config keys the ablation's factors and variants set (a command-line override would be lost)."""
     keys = {FACTORS[n][0] for n in (spec.get("factors") or {}) if n != "variant"}
     for v in (spec.get("variants") or {}).values():
         keys |= set(v)
     return keys
 
 
-def point_overrides(spec: dict, pt: dict) -> dict:
-    """A point's overrides of the preset: its factors (ablation), its race coordinates, or itself (every other kind,
-    the scaling and full-run sweeps too)."""
-    kind = spec["kind"]
-    base = dict(spec["base"])
-    base.pop("preset", None)
-    if kind == "ablation":
-        out = dict(base)
-        for name, v in pt.items():
-            if name == "variant":
-                out.update(spec["variants"][v])
-            else:
-                out[FACTORS[name][0]] = v
-        return out
-    if kind == "race":
-        if "s" in pt:
-            base["d"], base["s"] = pt["d"], pt["s"]
-        if pt["mode"] in (spec.get("mode_steps") or {}):  # a budget per mode (W2S learns in far fewer samples)
-            base["steps"] = spec["mode_steps"][pt["mode"]]
-        s = int(base.get("s", spec.get("s", 16)))
-        eta_key = "eta_w2s" if pt["mode"] == "w2s" else "eta_sft"
-        return {
-            **base,
-            "modes": [pt["mode"]],
-            "loss": pt["loss"],
-            "rho": pt["rho_sqrt_s"] / math.sqrt(s),
-            "group_sizes": pt["group_sizes"],
-            eta_key: pt["eta"],
-        }
-    return {**base, **pt}
+def race_controlled(spec: dict) -> set[str]:
+    """The config keys the race's points set."""
+    keys = {"modes", "loss", "rho", "group_sizes", "eta_w2s", "eta_sft"}
+    return keys | ({"d", "s"} if spec.get("sizes") else set()) | ({"steps"} if spec.get("mode_steps") else set())
+
+
+def ablation_overrides(spec: dict, pt: dict) -> dict:
+    """An ablation point's overrides of the preset: the spec's, then its factors (a variant: its keys)."""
+    out = base_overrides(spec)
+    for name, v in pt.items():
+        if name == "variant":
+            out.update(spec["variants"][v])
+        else:
+            out[FACTORS[name][0]] = v
+    return out
+
+
+def race_overrides(spec: dict, pt: dict) -> dict:
+    """A race point's overrides of the preset: its size, its mode's budget, and one run of its mode at its loss,
+    overlap (rho = rho_sqrt_s / sqrt(s)), group sizes and step size."""
+    base = base_overrides(spec)
+    if "s" in pt:
+        base["d"], base["s"] = pt["d"], pt["s"]
+    if pt["mode"] in (spec.get("mode_steps") or {}):  # a budget per mode (W2S learns in far fewer samples)
+        base["steps"] = spec["mode_steps"][pt["mode"]]
+    s = int(base.get("s", spec.get("s", 16)))
+    eta_key = "eta_w2s" if pt["mode"] == "w2s" else "eta_sft"
+    return {
+        **base,
+        "modes": [pt["mode"]],
+        "loss": pt["loss"],
+        "rho": pt["rho_sqrt_s"] / math.sqrt(s),
+        "group_sizes": pt["group_sizes"],
+        eta_key: pt["eta"],
+    }
 
 
 def race_times(mode_metrics: dict, learn: float, turn: float, keep: float) -> dict:
@@ -208,23 +245,24 @@ def race_times(mode_metrics: dict, learn: float, turn: float, keep: float) -> di
     }
 
 
-def _evaluate(spec: dict, pt: dict, config: W2SConfig, cache: Path, shared: dict) -> dict:
-    """One point's record (from DIR/cache/ when it was measured before): labels, risks and per-seed curves."""
-    key = digest({"c": config_hash(config), "k": spec["kind"]}, 20)
-    if spec["kind"] == "race" and spec.get("stop_at_learn"):
-        key += "-stop"
-    if spec["kind"] == "weak-quality" and spec.get("ceiling_steps"):
-        key += f"-ceiling{spec['ceiling_steps']}"
-    path = cache / f"{key}.json"
+def _point_path(spec: dict, config: W2SConfig, cache: Path, option: str = "") -> Path:
+    """Where a point's record is cached: the hash of its config and kind, `option` appended (a measurement that
+    differs for the same config: the race stopped at learning, weak-quality's longer ceiling)."""
+    return cache / f"{digest({'c': config_hash(config), 'k': spec['kind']}, 20)}{option}.json"
+
+
+def _cached(path: Path, compute: Callable[[], dict]) -> dict:
+    """The record in `path` when the point was measured before, else `compute()`'s, written there."""
     if path.exists():
         return json.loads(path.read_text())
-    if spec["kind"] == "race" and spec.get("stop_at_learn"):
-        return _race_until_learnt(spec, pt, config, path)
-    with torch.no_grad():
-        if spec["kind"] == "weak-quality" and spec.get("ceiling_steps"):
-            m = _weak_quality_point(spec, config, shared)
-        else:
-            m = run_experiment(config, None, progress=False)
+    rec = compute()
+    write_json(path, rec)
+    return rec
+
+
+def _run_record(pt: dict, config: W2SConfig, m: dict) -> dict:
+    """A point's record from a full run's metrics: per mode the per-seed finals, the labels' statistics and the
+    per-seed curves; the risks (and the longer ceiling's, where there is one)."""
     rec: dict[str, Any] = {"point": pt, "config_hash": config_hash(config), "s": config.s, "d": config.d}
     rec["diverged"] = m["diverged"]
     for mode in config.modes:
@@ -251,8 +289,37 @@ def _evaluate(spec: dict, pt: dict, config: W2SConfig, cache: Path, shared: dict
             **{k: m["ceiling_long"][k] for k in ("init", "final_per_seed")},
         }
         rec["risks_long_ceiling"] = m["risks_long_ceiling"]
-    write_json(path, rec)
     return rec
+
+
+def _full_run(config: W2SConfig) -> dict:
+    with torch.no_grad():
+        return run_experiment(config, None, progress=False)
+
+
+def measure_full_run(spec: dict, pt: dict, config: W2SConfig, cache: Path, shared: dict) -> dict:
+    """A point measured by a full run (`run_experiment`, no files), from DIR/cache/ when it was measured before:
+    labels, risks and per-seed curves. The ablation's measurement, and the others' without their options."""
+    return _cached(_point_path(spec, config, cache), lambda: _run_record(pt, config, _full_run(config)))
+
+
+def measure_race(spec: dict, pt: dict, config: W2SConfig, cache: Path, shared: dict) -> dict:
+    """A race point: a full run, or with `stop_at_learn` a run stopped once every seed has learnt."""
+    if not spec.get("stop_at_learn"):
+        return measure_full_run(spec, pt, config, cache, shared)
+    return _cached(_point_path(spec, config, cache, "-stop"), lambda: _race_until_learnt(spec, pt, config))
+
+
+def measure_weak_quality(spec: dict, pt: dict, config: W2SConfig, cache: Path, shared: dict) -> dict:
+    """A weak-quality point: a full run, or with `ceiling_steps` also the longer ceiling and the risks against it."""
+    if not spec.get("ceiling_steps"):
+        return measure_full_run(spec, pt, config, cache, shared)
+
+    def compute() -> dict:
+        with torch.no_grad():
+            return _run_record(pt, config, _weak_quality_point(spec, config, shared))
+
+    return _cached(_point_path(spec, config, cache, f"-ceiling{spec['ceiling_steps']}"), compute)
 
 
 def _long_ceiling(spec: dict, config: W2SConfig, shared: dict):
@@ -280,7 +347,7 @@ def _weak_quality_point(spec: dict, config: W2SConfig, shared: dict) -> dict:
     return m
 
 
-def _race_until_learnt(spec: dict, pt: dict, config: W2SConfig, path: Path) -> dict:
+def _race_until_learnt(spec: dict, pt: dict, config: W2SConfig) -> dict:
     """A race point that stops once every seed's target group has learnt (`stop_at_learn`): the race is decided by
     then, so forgetting later is not needed (it is censored at the stop); no label or risk report."""
     learn = {"learn": 0.5, **(spec.get("thresholds") or {})}["learn"]
@@ -292,7 +359,6 @@ def _race_until_learnt(spec: dict, pt: dict, config: W2SConfig, path: Path) -> d
     rec: dict[str, Any] = {"point": pt, "config_hash": config_hash(config), "s": config.s, "d": config.d}
     rec["diverged"] = None if res.diverged_at is None else {"mode": pt["mode"], "step": res.diverged_at}
     rec[pt["mode"]] = {"curves": curves, "steps_run": res.extra.get("steps_run"), "stopped_at_learn": True}
-    write_json(path, rec)
     return rec
 
 
@@ -476,16 +542,70 @@ TABLE_COLS = {
 }
 
 
-def rows(spec: dict, recs: list[dict], configs: list[W2SConfig]) -> list[dict]:
-    """The table's rows of a mechanism sweep, from its point records (and their configs)."""
-    if spec["kind"] == "ablation":
-        return [_ablation_row(r, c) for r, c in zip(recs, configs)]
-    if spec["kind"] == "race":
-        return _race_rows(spec, recs)
-    return [_wq_row(r) for r in recs]
+def ablation_rows(spec: dict, recs: list[dict], configs: list[W2SConfig]) -> dict:
+    """The ablation's rows: one per point, with its config's population-drift prediction."""
+    return {"rows": [_ablation_row(r, c) for r, c in zip(recs, configs)]}
 
 
-def table(spec: dict, rows: list[dict]) -> str:
-    """table.md: the rows under the kind's columns (an ablation over the student: its own columns)."""
-    by_activation = spec["kind"] == "ablation" and "activation" in (spec.get("factors") or {})
-    return _table(rows, TABLE_COLS["ablation-activation" if by_activation else spec["kind"]])
+def race_rows(spec: dict, recs: list[dict], configs: list[W2SConfig]) -> dict:
+    """The race's rows: one per cell (size, mode, loss, overlap, chi), at its step size that learnt fastest."""
+    return {"rows": _race_rows(spec, recs)}
+
+
+def weak_quality_rows(spec: dict, recs: list[dict], configs: list[W2SConfig]) -> dict:
+    """weak-quality's rows: one per point, its risks, gains and PGRs."""
+    return {"rows": [_wq_row(r) for r in recs]}
+
+
+def ablation_table(spec: dict, rows: list[dict]) -> str:
+    """The ablation's table.md (an ablation over the student, `activation` among its factors: its own columns)."""
+    by_activation = "activation" in (spec.get("factors") or {})
+    return _table(rows, TABLE_COLS["ablation-activation" if by_activation else "ablation"])
+
+
+def race_table(spec: dict, rows: list[dict]) -> str:
+    """The race's table.md."""
+    return _table(rows, TABLE_COLS["race"])
+
+
+def weak_quality_table(spec: dict, rows: list[dict]) -> str:
+    """weak-quality's table.md."""
+    return _table(rows, TABLE_COLS["weak-quality"])
+
+
+KINDS: dict[str, SweepKind] = {
+    k.name: k
+    for k in (
+        SweepKind(
+            "ablation",
+            prepare=_prepare(_check_ablation, ablation_points),
+            overrides=ablation_overrides,
+            measure=measure_full_run,
+            summarise=ablation_rows,
+            figure=Figure("plots_mech", "plot_ablation"),
+            controlled=ablation_controlled,
+            table=ablation_table,
+        ),
+        SweepKind(
+            "race",
+            prepare=_prepare(_check_race, race_points),
+            overrides=race_overrides,
+            measure=measure_race,
+            summarise=race_rows,
+            figure=Figure("plots_mech", "plot_race"),
+            controlled=race_controlled,
+            table=race_table,
+        ),
+        SweepKind(
+            "weak-quality",
+            prepare=_prepare(_check_weak_quality, weak_quality_points),
+            overrides=plain_overrides,
+            measure=measure_weak_quality,
+            summarise=weak_quality_rows,
+            figure=Figure("plots_mech", "plot_weak_quality"),
+            controlled=lambda spec: {"weak", "weak_alignment", "weak_steps"},
+            table=weak_quality_table,
+        ),
+    )
+}
+MECH_KINDS = tuple(KINDS)

@@ -1,4 +1,5 @@
-"""Figures of the weak-to-strong simulator (matplotlib Agg, written atomically)."""
+"""Figures of the weak-to-strong simulator (matplotlib Agg, written atomically): an experiment's alignment curves,
+and the figure of each scaling and full-run sweep kind (its `SweepKind.figure`, drawn against its x-axis)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import numpy as np
 
 from anchorft.io import pyplot
 from anchorft.io import save_figure as _save_figure
+from anchorft.studies.w2s.kinds import XAxis
 
 plt = pyplot()  # the Agg backend, set in anchorft.io
 
-__all__ = ["plot_alignment", "save_figure"]
+__all__ = ["plot_alignment", "save_figure", "plot_scaling", "plot_runs", "plot_overlap", "plot_rpsft"]
 
 TITLES = {
     "w2s": "W2S",
@@ -78,7 +80,7 @@ def _scaling_thresholds(result: dict) -> list[str]:
     return [str(float(t)) for t in (thr if isinstance(thr, list) else [thr])]
 
 
-def _plot_scaling(result: dict, ax: plt.Axes, thr: str | None = None) -> None:
+def _plot_scaling(result: dict, ax: plt.Axes, axis: XAxis, thr: str | None = None) -> None:
     """Hitting samples against the swept axis at threshold `thr` (default the first): per point the median over
     seeds at the best eta (open triangle at the budget: censored), the seeds' range, the fitted line with its
     interval and the theory's slope (dashed)."""
@@ -125,13 +127,13 @@ def _plot_scaling(result: dict, ax: plt.Axes, thr: str | None = None) -> None:
                 )
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("s" if result["kind"] == "s-scaling" else "d")
+    ax.set_xlabel(axis.label)
     ax.set_ylabel(f"samples to alignment {thr} (median; open triangles: censored)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
 
 
-def _plot_summary(result: dict, ax: plt.Axes) -> None:
+def _plot_summary(result: dict, ax: plt.Axes, axis: XAxis) -> None:
     rows = result["summary"]
     for mode, ls in (("w2s", "-"), ("sft", "--")):
         r = sorted([x for x in rows if x["mode"] == mode], key=lambda x: x["x"])
@@ -148,11 +150,9 @@ def _plot_summary(result: dict, ax: plt.Axes) -> None:
             color="C2",
             label=f"{mode}: non-target change of |cos(w, theta_1)|",
         )
-    if result["kind"] == "chi":
+    if axis.log:
         ax.set_xscale("log")
-        ax.set_xlabel("chi_2 = N_1 pi_2 / (N_2 pi_1)")
-    else:
-        ax.set_xlabel("rho sqrt(s)")
+    ax.set_xlabel(axis.label)
     ax.set_ylabel("final alignment (dotted: initial non-target)")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
@@ -240,23 +240,39 @@ def _plot_phase(result: dict) -> plt.Figure:
     return fig
 
 
-def plot_sweep(result: dict, path: str | os.PathLike) -> None:
-    """The figure of a sweep: log-log hitting samples with fit and theory (scaling kinds), final alignments
-    against chi or rho sqrt(s), a phase diagram over rho sqrt(s) and s (overlap with several s), or the SFT /
-    SFT + anchor / W2S curves (rpsft)."""
-    kind = result["kind"]
-    if kind == "overlap" and len({r.get("s") for r in result["summary"]}) > 1:
-        fig = _plot_phase(result)
-    elif kind == "rpsft":
-        fig, axes = plt.subplots(1, 3, figsize=(15, 4), sharey=True)
-        _plot_rpsft(result, axes)
-    elif kind in ("s-scaling", "d-scaling", "d-scaling-w2s"):
-        thrs = _scaling_thresholds(result)
-        fig, axes = plt.subplots(1, len(thrs), figsize=(6.5 * len(thrs), 4.5), squeeze=False)
-        for ax, thr in zip(axes[0], thrs):
-            _plot_scaling(result, ax, thr)
-    else:
-        fig, ax = plt.subplots(figsize=(6.5, 4.5))
-        _plot_summary(result, ax)
-    fig.suptitle(f"sweep {kind}" + (" (quick)" if result.get("quick") else ""), fontsize=10)
+def _save_sweep(fig: plt.Figure, result: dict, path: str | os.PathLike) -> None:
+    fig.suptitle(f"sweep {result['kind']}" + (" (quick)" if result.get("quick") else ""), fontsize=10)
     save_figure(fig, path)
+
+
+def plot_scaling(result: dict, path: str | os.PathLike, axis: XAxis) -> None:
+    """The figure of a scaling sweep: log-log hitting samples against `axis` with the fit and the theory, one
+    panel per threshold."""
+    thrs = _scaling_thresholds(result)
+    fig, axes = plt.subplots(1, len(thrs), figsize=(6.5 * len(thrs), 4.5), squeeze=False)
+    for ax, thr in zip(axes[0], thrs):
+        _plot_scaling(result, ax, axis, thr)
+    _save_sweep(fig, result, path)
+
+
+def plot_runs(result: dict, path: str | os.PathLike, axis: XAxis) -> None:
+    """The figure of a full-run sweep: final alignments and the non-target group's change against `axis`."""
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    _plot_summary(result, ax, axis)
+    _save_sweep(fig, result, path)
+
+
+def plot_overlap(result: dict, path: str | os.PathLike, axis: XAxis) -> None:
+    """The figure of an overlap sweep: a phase diagram over rho sqrt(s) and s when the grid has several s, else
+    the full-run figure."""
+    if len({r.get("s") for r in result["summary"]}) > 1:
+        _save_sweep(_plot_phase(result), result, path)
+    else:
+        plot_runs(result, path, axis)
+
+
+def plot_rpsft(result: dict, path: str | os.PathLike, axis: XAxis | None = None) -> None:
+    """The figure of the rpsft sweep: the SFT / SFT + anchor / W2S curves, one panel per alignment."""
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4), sharey=True)
+    _plot_rpsft(result, axes)
+    _save_sweep(fig, result, path)

@@ -1,17 +1,20 @@
-"""Figures of the mechanism sweeps (ablation, race, weak-quality; anchorft.studies.w2s.mechanisms)."""
+"""Figures of the mechanism sweeps (ablation, race, weak-quality; anchorft.studies.w2s.mechanisms), one per kind
+(its `SweepKind.figure`)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import numpy as np
 
 from anchorft.io import pyplot
+from anchorft.studies.w2s.kinds import XAxis
 from anchorft.studies.w2s.plots import save_figure
 
 plt = pyplot()  # the Agg backend, set in anchorft.io
 
-__all__ = ["plot_mech"]
+__all__ = ["plot_ablation", "plot_race", "plot_weak_quality"]
 
 SHORT = {"identity": "id", "zexp": "zexp", "none": "raw", "mean": "centred", "planted": "planted", "unit": "unit"}
 
@@ -148,15 +151,21 @@ def _weak_quality(result: dict) -> plt.Figure:
     return fig
 
 
-def plot_mech(result: dict, path: str | os.PathLike) -> None:
-    """The figure of a mechanism sweep, written atomically."""
-    kind = result["kind"]
-    if not result["rows"]:
-        fig = plt.figure()
-    elif kind == "ablation":
-        fig = _ablation(result)
-    elif kind == "race":
-        fig = _race(result)
-    else:
-        fig = _weak_quality(result)
-    save_figure(fig, path)
+def _draw(result: dict, path: str | os.PathLike, figure: Callable[[dict], plt.Figure]) -> None:
+    """`figure(result)` written atomically (an empty figure when the sweep has no rows)."""
+    save_figure(figure(result) if result["rows"] else plt.figure(), path)
+
+
+def plot_ablation(result: dict, path: str | os.PathLike, axis: XAxis | None = None) -> None:
+    """The ablation's figure: per loss, the final alignments of each point with their spread over seeds."""
+    _draw(result, path, _ablation)
+
+
+def plot_race(result: dict, path: str | os.PathLike, axis: XAxis | None = None) -> None:
+    """The race's figure: per size, mode and loss, who finished first in each cell, with the medians."""
+    _draw(result, path, _race)
+
+
+def plot_weak_quality(result: dict, path: str | os.PathLike, axis: XAxis | None = None) -> None:
+    """weak-quality's figure: the test risks against the weak model's alignment, and the PGR."""
+    _draw(result, path, _weak_quality)

@@ -2,27 +2,34 @@
 
 A sweep is a YAML file configs/w2s/sweep-<kind>.yaml: `preset:`, `config:` (its overrides for every point), the
 points (or what they are built from), the measurement, and a `quick` variant (how it merges: docs/w2s.md "Sweeps").
-Each kind is a `SweepKind` of `KINDS`:
+Each kind is a row of `KINDS` (`kinds.SweepKind`: its checks, points, measurement, summary, x-axis, table and
+figure); the engine asks the row, never the kind's name:
 
 - s-scaling / d-scaling / d-scaling-w2s: samples until the target alignment reaches `threshold`, per seed, for
-  each `series` (a mode, or "weak"), fitted in log-log with the censored seeds kept (`_scaling_summary`);
+  each `series` (a mode, or "weak"), fitted in log-log against the kind's axis (s or d) with the censored seeds
+  kept (`_scaling_summary`);
 - chi, overlap, rpsft: full runs (`run_experiment`) summarised per point; an overlap `grid` over several s gives a
   phase diagram (`expand_grid`, `phase_boundary`); with `bisect:` an overlap sweep also locates each seed's turn
   boundary in rho by bisection with single-seed runs (`bisect_turns`). These kinds and the scaling ones write
   DIR/sweep.json;
-- ablation, race, weak-quality (`anchorft.studies.w2s.mechanisms`): DIR/results.json (rows, points) and DIR/table.md.
+- ablation, race, weak-quality (rows of `anchorft.studies.w2s.mechanisms.KINDS`): DIR/results.json (rows, points)
+  and DIR/table.md.
 
-Every kind writes DIR/<kind>.png. Every point is cached in DIR/cache/<hash>.json, keyed by the hash of its
-resolved config and measurement. The resolved spec holds the preset and its overrides as one `base` mapping.
+Every kind writes DIR/<kind>.png. The points are the cells of a grid (`anchorft.studies.grid`): each finished
+point is recorded in DIR/cells.jsonl, and a sweep stopped part-way (Ctrl-C, `anchorft.stop`) resumes from there,
+each point measured once; `workers` > 1 measures that many points at once in spawned processes. Every point is
+also cached in DIR/cache/<hash>.json, keyed by the hash of its resolved config and measurement (so a point is
+reused by another sweep that has it too). The resolved spec holds the preset and its overrides as one `base`
+mapping.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +40,10 @@ from anchorft import stop
 from anchorft.errors import read_yaml
 from anchorft.io import write_json, write_text
 from anchorft.provenance import write_metrics
+from anchorft.studies.grid import Cell, Grid, executor_for
 from anchorft.studies.w2s import mechanisms as mech
 from anchorft.studies.w2s.experiments import run_experiment
+from anchorft.studies.w2s.kinds import Figure, SweepKind, XAxis, is_count, plain_overrides
 from anchorft.w2s.config import PRESET_DIR, W2SConfig, apply_overrides, config_hash, load_config
 from anchorft.w2s.dynamics import train, train_weak
 from anchorft.w2s.hermite import information_exponent
@@ -55,27 +64,9 @@ from anchorft.w2s.theory import predicted_slopes
 
 __all__ = ["KINDS", "MECH_KINDS", "SweepKind", "run_sweep", "load_sweep", "point_config", "evaluate_point"]
 __all__ += ["expand_grid", "phase_boundary", "fit_loglog", "median_censored", "crossing", "bisect_turns", "seed_turns"]
+__all__ += ["validate_sweep", "thresholds_of", "sweep_cells"]
 
-SCALING = ("s-scaling", "d-scaling", "d-scaling-w2s")
-MECH_KINDS = mech.MECH_KINDS
 ETA_KEYS = {"w2s": "eta_w2s", "sft": "eta_sft", "weak": "weak_eta"}
-
-
-@dataclass(frozen=True)
-class SweepKind:
-    """One kind of sweep: `prepare(spec, fixed)` lays out and validates its `points` (`fixed`: command-line keys,
-    which win over grid rows); `overrides(spec, point)` of the preset; `measure(spec, point, config, cache,
-    shared)` a point's record (`shared`: one run's); `summarise(spec, records, configs)` the result's fields;
-    `controlled(spec)` keys the points set; `table(spec, rows)` the table.md of a kind summarised by `rows`;
-    `refine(spec, records, configs, cache)` fields found by further runs after the points (overlap: `bisect`)."""
-
-    prepare: Callable[[dict, set[str] | None], None]
-    overrides: Callable[[dict, dict], dict]
-    measure: Callable[[dict, dict, W2SConfig, Path | None, dict], dict]
-    summarise: Callable[[dict, list[dict], list[W2SConfig]], dict]
-    controlled: Callable[[dict], set[str]] = lambda spec: set()
-    table: Callable[[dict, list[dict]], str] | None = None
-    refine: Callable[[dict, list[dict], list[W2SConfig], Path], dict] | None = None
 
 
 def _fold_preset(section: dict, where: str) -> dict:
@@ -119,8 +110,16 @@ def load_sweep(kind: str, quick: bool = False, path: str | os.PathLike | None = 
     spec["kind"] = kind
     spec["quick_run"] = quick
     spec.setdefault("base", {})
-    KINDS[kind].prepare(spec, None)
+    _prepare(spec, None)
     return spec
+
+
+def _prepare(spec: dict, fixed: set[str] | None) -> None:
+    """The kind's `prepare` (its points, its checks), then every point's config built and validated: all before
+    any work."""
+    KINDS[spec["kind"]].prepare(spec, fixed)
+    for pt in spec["points"]:
+        point_config(spec, pt)
 
 
 def expand_grid(grid: dict, fixed: set[str] | frozenset[str] = frozenset()) -> list[dict]:
@@ -134,7 +133,7 @@ def expand_grid(grid: dict, fixed: set[str] | frozenset[str] = frozenset()) -> l
     points = []
     for row in rows:
         s = row.get("s") if isinstance(row, dict) else None
-        if not mech._count(s):
+        if not is_count(s):
             raise ValueError(f"grid.rows: every row needs a positive integer s, got {row!r}")
         for x in xs:
             if not isinstance(x, (int, float)) or isinstance(x, bool) or not math.isfinite(x) or x < 0:
@@ -145,47 +144,58 @@ def expand_grid(grid: dict, fixed: set[str] | frozenset[str] = frozenset()) -> l
     return points
 
 
-def _prepare_runs(spec: dict, fixed: set[str] | None) -> None:
-    if "grid" in spec:
-        if fixed is None and spec.get("points"):
-            raise ValueError(f"sweep {spec['kind']!r}: give either points or grid, not both")
-        spec["points"] = expand_grid(spec["grid"], fixed or frozenset())
-    validate_sweep(spec)
+def _prepare_runs(check: Callable[[dict], None] = lambda spec: None) -> Callable[[dict, set[str] | None], None]:
+    """The `prepare` of a scaling or full-run kind: its `points`, or its overlap `grid` laid out, then
+    `validate_sweep` with the kind's own `check` of its keys."""
+
+    def prepare(spec: dict, fixed: set[str] | None) -> None:
+        if "grid" in spec:
+            if fixed is None and spec.get("points"):
+                raise ValueError(f"sweep {spec['kind']!r}: give either points or grid, not both")
+            spec["points"] = expand_grid(spec["grid"], fixed or frozenset())
+        validate_sweep(spec, check)
+
+    return prepare
 
 
-def validate_sweep(spec: dict) -> None:
-    """Clear errors for an empty grid, a threshold outside (0, 1), unknown series, before any work."""
+def validate_sweep(spec: dict, check: Callable[[dict], None] = lambda spec: None) -> None:
+    """Clear errors for an empty grid, the kind's own keys (`check`), bad phase levels or a `bisect:` its kind does
+    not take, before any work."""
     if not spec.get("points"):
         raise ValueError(f"sweep {spec.get('kind')!r}: empty grid (no points)")
-    if spec["kind"] in SCALING:
-        for thr in thresholds_of(spec):
-            if not isinstance(thr, (int, float)) or isinstance(thr, bool) or not (0.0 < thr < 1.0):
-                raise ValueError(f"sweep {spec['kind']!r}: threshold must be in (0, 1), got {thr!r}")
-        grid = spec.get("eta_grid")
-        if grid is not None:
-            f, w, mw = grid.get("factor", 2.0), grid.get("width", 1), grid.get("max_widen", 2)
-            if not isinstance(f, (int, float)) or not f > 1.0:
-                raise ValueError(f"sweep {spec['kind']!r}: eta_grid.factor must be > 1, got {f!r}")
-            if not isinstance(w, int) or w < 0 or not isinstance(mw, int) or mw < 0:
-                raise ValueError(f"sweep {spec['kind']!r}: eta_grid.width and max_widen must be integers >= 0")
-        for s in spec.get("series", []):
-            if s not in ("w2s", "sft", "weak"):
-                raise ValueError(f"sweep {spec['kind']!r}: unknown series {s!r} (w2s, sft, weak)")
-        if not spec.get("series"):
-            raise ValueError(f"sweep {spec['kind']!r}: series must list at least one of w2s, sft, weak")
+    check(spec)
     for name, v in (spec.get("phase") or {}).items():
         if name not in ("turn", "drop") or not isinstance(v, (int, float)) or not (0.0 < v < 1.0):
             raise ValueError(f"sweep {spec['kind']!r}: phase.{name} must be turn or drop, in (0, 1), got {v!r}")
-    _check_bisect(spec)
-    _check_points(spec)
+    _check_bisect(spec, KINDS[spec["kind"]].bisect)
 
 
-def _check_bisect(spec: dict) -> None:
-    """`bisect: {tol: T}` (overlap sweeps only): the per-seed turn boundary bisected to a width of T in rho."""
+def _check_scaling(spec: dict) -> None:
+    """A scaling sweep's thresholds in (0, 1), its step-size grid, and its series (w2s, sft, weak)."""
+    for thr in thresholds_of(spec):
+        if not isinstance(thr, (int, float)) or isinstance(thr, bool) or not (0.0 < thr < 1.0):
+            raise ValueError(f"sweep {spec['kind']!r}: threshold must be in (0, 1), got {thr!r}")
+    grid = spec.get("eta_grid")
+    if grid is not None:
+        f, w, mw = grid.get("factor", 2.0), grid.get("width", 1), grid.get("max_widen", 2)
+        if not isinstance(f, (int, float)) or not f > 1.0:
+            raise ValueError(f"sweep {spec['kind']!r}: eta_grid.factor must be > 1, got {f!r}")
+        if not isinstance(w, int) or w < 0 or not isinstance(mw, int) or mw < 0:
+            raise ValueError(f"sweep {spec['kind']!r}: eta_grid.width and max_widen must be integers >= 0")
+    for s in spec.get("series", []):
+        if s not in ("w2s", "sft", "weak"):
+            raise ValueError(f"sweep {spec['kind']!r}: unknown series {s!r} (w2s, sft, weak)")
+    if not spec.get("series"):
+        raise ValueError(f"sweep {spec['kind']!r}: series must list at least one of w2s, sft, weak")
+
+
+def _check_bisect(spec: dict, allowed: bool) -> None:
+    """`bisect: {tol: T}` (the kinds that bisect: overlap): the per-seed turn boundary bisected to a width of T in
+    rho."""
     opts = spec.get("bisect")
     if opts is None:
         return
-    if spec["kind"] != "overlap" or not isinstance(opts, dict) or set(opts) - {"tol"}:
+    if not allowed or not isinstance(opts, dict) or set(opts) - {"tol"}:
         raise ValueError(f"sweep {spec['kind']!r}: bisect is {{tol: width in rho}}, for overlap sweeps only")
     tol = opts.get("tol", 0.002)
     if not isinstance(tol, (int, float)) or isinstance(tol, bool) or not (0.0 < tol < 1.0):
@@ -196,11 +206,6 @@ def thresholds_of(spec: dict) -> list:
     """The escape thresholds of a scaling sweep: `thresholds` (a list) or the single `threshold`."""
     thr = spec.get("thresholds", spec.get("threshold"))
     return list(thr) if isinstance(thr, (list, tuple)) else [thr]
-
-
-def _check_points(spec: dict) -> None:
-    for pt in spec["points"]:
-        point_config(spec, pt)  # validates every point's config up front
 
 
 def point_config(spec: dict, point: dict) -> W2SConfig:
@@ -215,7 +220,8 @@ def _point_key(config: W2SConfig, measure: dict) -> str:
 def evaluate_point(
     spec: dict, point: dict, cache_dir: Path | None, progress: bool = False, config: W2SConfig | None = None
 ) -> dict:
-    """Evaluate (or reuse from the cache) one point of a scaling or full-run sweep. Returns the point record."""
+    """Evaluate (or reuse from the cache) one point of a scaling or full-run sweep (its kind's `evaluate`). Returns
+    the point record."""
     config = config if config is not None else point_config(spec, point)
     measure = {"kind": spec["kind"], "threshold": spec.get("threshold"), "series": spec.get("series")}
     if spec.get("thresholds") is not None or spec.get("eta_grid") is not None:
@@ -228,25 +234,34 @@ def evaluate_point(
         return rec
     rec: dict[str, Any] = {"params": point, "key": key, "config_hash": config_hash(config)}
     with torch.no_grad():
-        if spec["kind"] in SCALING:
-            rec["series"] = {
-                series: _scaling_series(spec, config, series, cache_dir, progress) for series in spec["series"]
-            }
-        else:
-            m = run_experiment(config, None, progress=progress)
-            rec["modes"] = {}
-            for mode in config.modes:
-                e = m[mode]
-                rec["modes"][mode] = {
-                    **{k: e[k] for k in ("init", "final", "final_per_seed")},
-                    "init_per_seed": {k: e[f"{k}_seeds"][0] for k in SUMMARY_KEYS},
-                    "groups": {g: {"init": v["mean"][0], "final": v["mean"][-1]} for g, v in e["groups"].items()},
-                    **{k: e[k] for k in ("samples", *SUMMARY_KEYS, "diverged_at")},
-                }
+        rec.update(KINDS[spec["kind"]].evaluate(spec, config, cache_dir, progress))
     rec["cached"] = False
     if path is not None:
         write_json(path, rec, indent=1)
     return rec
+
+
+def _scaling_record(spec: dict, config: W2SConfig, cache_dir: Path | None, progress: bool) -> dict:
+    """A scaling point's measurement: each series' hitting samples (`_scaling_series`)."""
+    return {
+        "series": {series: _scaling_series(spec, config, series, cache_dir, progress) for series in spec["series"]}
+    }
+
+
+def _full_run_record(spec: dict, config: W2SConfig, cache_dir: Path | None, progress: bool) -> dict:
+    """A full-run point's measurement: per mode the initial and final alignments (mean and per seed), the groups'
+    and the logged curves."""
+    m = run_experiment(config, None, progress=progress)
+    modes = {}
+    for mode in config.modes:
+        e = m[mode]
+        modes[mode] = {
+            **{k: e[k] for k in ("init", "final", "final_per_seed")},
+            "init_per_seed": {k: e[f"{k}_seeds"][0] for k in SUMMARY_KEYS},
+            "groups": {g: {"init": v["mean"][0], "final": v["mean"][-1]} for g, v in e["groups"].items()},
+            **{k: e[k] for k in ("samples", *SUMMARY_KEYS, "diverged_at")},
+        }
+    return {"modes": modes}
 
 
 def _hits(config: W2SConfig, series: str, thresholds: list[float], cache_dir: Path | None, progress: bool) -> dict:
@@ -364,16 +379,20 @@ def _scaling_series(spec: dict, config: W2SConfig, series: str, cache_dir: Path 
     return out
 
 
-def _x_of(kind: str, config: W2SConfig, point: dict) -> float:
-    if kind == "s-scaling":
-        return float(config.s)
-    if kind in ("d-scaling", "d-scaling-w2s"):
-        return float(config.d)
-    if kind == "chi":  # chi_k = N_kappa pi_k / (N_k pi_kappa), k = 1 (the non-target task)
-        return config.group_sizes[0] * config.pi[1] / (config.group_sizes[1] * config.pi[0])
-    if kind == "overlap":
-        return config.rho * math.sqrt(config.s)
-    return float(config.anchor_weight) if "sft_anchor" in config.modes else 0.0
+def _chi(config: W2SConfig, point: dict) -> float:
+    """chi_k = N_kappa pi_k / (N_k pi_kappa), k = 1 (the non-target task)."""
+    return config.group_sizes[0] * config.pi[1] / (config.group_sizes[1] * config.pi[0])
+
+
+S_AXIS = XAxis("s", "s", lambda config, point: float(config.s), log=True)
+D_AXIS = XAxis("d", "d", lambda config, point: float(config.d), log=True)
+CHI_AXIS = XAxis("chi", "chi_2 = N_1 pi_2 / (N_2 pi_1)", _chi, log=True)
+RHO_AXIS = XAxis("rho_sqrt_s", "rho sqrt(s)", lambda config, point: config.rho * math.sqrt(config.s))
+ANCHOR_AXIS = XAxis(
+    "anchor_weight",
+    "anchor weight",
+    lambda config, point: float(config.anchor_weight) if "sft_anchor" in config.modes else 0.0,
+)
 
 
 def _scaling_summary(spec: dict, points: list[dict], configs: list[W2SConfig]) -> dict:
@@ -381,22 +400,23 @@ def _scaling_summary(spec: dict, points: list[dict], configs: list[W2SConfig]) -
     its profile-likelihood interval; censored seeds enter as lower bounds), the older median/bootstrap fit
     (censored points left out) beside it, and the theory's slope with p the information exponent of the link."""
     kind = spec["kind"]
+    axis = KINDS[kind].axis.name  # s or d: the swept size
+    other = "d" if axis == "s" else "s"
     ps = {information_exponent(c.link) for c in configs}
     if len(ps) != 1 or None in ps:
         raise ValueError(f"sweep {kind!r}: the points' links must share one information exponent, got {sorted(ps)}")
     p = ps.pop()
     slopes = predicted_slopes(p)
-    # how s moves with the swept axis (d-scaling with s = d: ds = 1), so that the theory's slope is
+    # how the other size moves with the swept one (d-scaling with s = d: ds = 1), so that the theory's slope is
     # slope_d + slope_s * dlog(s)/dlog(d) for d-scaling, slope_s + slope_d * dlog(d)/dlog(s) for s-scaling
-    ds, ss = [c.d for c in configs], [c.s for c in configs]
-    x, y = (ss, ds) if kind == "s-scaling" else (ds, ss)
+    x, y = [getattr(c, axis) for c in configs], [getattr(c, other) for c in configs]
     coupling = loglog_slope(x, y) if np.ptp(np.log(x)) > 0 else 0.0
     thresholds = [float(t) for t in thresholds_of(spec)]
     fits, theory, by_thr, naive = {}, {}, {}, {}
     xs = [pt["x"] for pt in points]
     for series in spec["series"]:
         sl = slopes[series]
-        th = sl["s"] + sl["d"] * coupling if kind == "s-scaling" else sl["d"] + sl["s"] * coupling
+        th = sl[axis] + sl[other] * coupling
         theory[series] = {"slope": round(th, 6), "coupling": round(coupling, 6), "p": p}
         by_thr[series], naive[series] = {}, {}
         for thr in thresholds:
@@ -423,8 +443,7 @@ def _scaling_summary(spec: dict, points: list[dict], configs: list[W2SConfig]) -
 
 
 def _runs_summary(spec: dict, points: list[dict], configs: list[W2SConfig]) -> dict:
-    """Per point and mode: the final alignments and the non-target group's changes; for an overlap grid, the phase
-    boundary (per s; its collapse slope needs two s or more)."""
+    """Per point and mode: the final alignments and the non-target group's changes."""
     rows = []
     for pt in points:
         for mode, e in pt["modes"].items():
@@ -442,9 +461,14 @@ def _runs_summary(spec: dict, points: list[dict], configs: list[W2SConfig]) -> d
                     "nontarget_to_target_change": f["nontarget_target_alignment"] - i["nontarget_target_alignment"],
                 }
             )
-    out: dict[str, Any] = {"summary": rows}
-    if spec["kind"] == "overlap" and rows:
-        out["phase"] = phase_boundary(rows, spec.get("phase", {}))
+    return {"summary": rows}
+
+
+def _overlap_summary(spec: dict, points: list[dict], configs: list[W2SConfig]) -> dict:
+    """The full-run summary and, over the grid of rho and s, the phase boundary (`phase_boundary`)."""
+    out = _runs_summary(spec, points, configs)
+    if out["summary"]:
+        out["phase"] = phase_boundary(out["summary"], spec.get("phase", {}))
     return out
 
 
@@ -559,35 +583,68 @@ def bisect_turns(spec: dict, records: list[dict], configs: list[W2SConfig], cach
 
 
 def _measure_runs(spec: dict, point: dict, config: W2SConfig, cache: Path | None, shared: dict) -> dict:
+    """A scaling or full-run point's record (`evaluate_point`) with its x on the kind's axis, and its s."""
     rec = evaluate_point(spec, point, cache, progress=False, config=config)
-    rec["x"] = _x_of(spec["kind"], config, point)
+    rec["x"] = KINDS[spec["kind"]].axis.of(config, point)
     rec["s"] = config.s
     return rec
 
 
-def _prepare_mech(spec: dict, fixed: set[str] | None) -> None:
-    mech.validate_mech_spec(spec)
-    spec["points"] = mech.expand(spec)
-    _check_points(spec)
+def _scaling_kind(name: str, axis: XAxis) -> SweepKind:
+    return SweepKind(
+        name,
+        prepare=_prepare_runs(_check_scaling),
+        overrides=plain_overrides,
+        measure=_measure_runs,
+        summarise=_scaling_summary,
+        figure=Figure("plots", "plot_scaling"),
+        axis=axis,
+        evaluate=_scaling_record,
+    )
 
 
-_SCALING = SweepKind(_prepare_runs, mech.point_overrides, _measure_runs, _scaling_summary)
-_FULL_RUNS = SweepKind(_prepare_runs, mech.point_overrides, _measure_runs, _runs_summary)
-_OVERLAP = SweepKind(_prepare_runs, mech.point_overrides, _measure_runs, _runs_summary, refine=bisect_turns)
-_MECH = SweepKind(
-    _prepare_mech,
-    mech.point_overrides,
-    lambda *a: mech._evaluate(*a),  # looked up at each call, so that it can be stood in for
-    lambda spec, recs, configs: {"rows": mech.rows(spec, recs, configs)},
-    controlled=mech.controlled,
-    table=mech.table,
-)
+def _full_run_kind(name: str, axis: XAxis, figure: str, summarise: Callable = _runs_summary, **kw: Any) -> SweepKind:
+    return SweepKind(
+        name,
+        prepare=_prepare_runs(),
+        overrides=plain_overrides,
+        measure=_measure_runs,
+        summarise=summarise,
+        figure=Figure("plots", figure),
+        axis=axis,
+        evaluate=_full_run_record,
+        **kw,
+    )
+
+
 KINDS: dict[str, SweepKind] = {
-    **dict.fromkeys(SCALING, _SCALING),
-    **dict.fromkeys(("chi", "rpsft"), _FULL_RUNS),
-    "overlap": _OVERLAP,
-    **dict.fromkeys(MECH_KINDS, _MECH),
+    k.name: k
+    for k in (
+        _scaling_kind("s-scaling", S_AXIS),
+        _scaling_kind("d-scaling", D_AXIS),
+        _scaling_kind("d-scaling-w2s", D_AXIS),
+        _full_run_kind("chi", CHI_AXIS, "plot_runs"),
+        _full_run_kind("overlap", RHO_AXIS, "plot_overlap", summarise=_overlap_summary, bisect=True),
+        _full_run_kind("rpsft", ANCHOR_AXIS, "plot_rpsft"),
+        *mech.KINDS.values(),
+    )
 }
+MECH_KINDS = mech.MECH_KINDS
+
+
+def sweep_cells(spec: dict) -> list[Cell]:
+    """The sweep's points as the cells of its grid: one per point (the seeds of a point run batched in it), named
+    by its index, its spec the point and the hash of its config (a changed preset is a new cell)."""
+    return [
+        Cell(f"point{i}", {"point": pt, "config": config_hash(point_config(spec, pt))})
+        for i, pt in enumerate(spec["points"])
+    ]
+
+
+def _measure_cell(spec: dict, cache: str, shared: dict, cell: Cell) -> dict:
+    """A cell's record: its point measured by the kind (top level, so that spawned workers can run it)."""
+    point = cell.spec["point"]
+    return KINDS[spec["kind"]].measure(spec, point, point_config(spec, point), Path(cache), shared)
 
 
 def run_sweep(
@@ -597,9 +654,17 @@ def run_sweep(
     overrides: list[str] | None = None,
     progress: bool = True,
     spec_path: str | os.PathLike | None = None,
+    workers: int = 1,
+    threads: int | None = None,
 ) -> dict:
-    """Run sweep `kind` (`key=value` overrides of its config for every point), write DIR/sweep.json (mechanism
-    kinds: DIR/results.json and DIR/table.md) and DIR/<kind>.png, return the result."""
+    """Run sweep `kind` (`key=value` overrides of its config for every point), write DIR/sweep.json (a kind with a
+    table: DIR/results.json and DIR/table.md) and DIR/<kind>.png, return the result.
+
+    The points are the cells of a grid in DIR (`sweep_cells`): those recorded in DIR/cells.jsonl by an earlier,
+    stopped run of the same sweep are reused (their records marked `cached`), the others measured, `workers` at a
+    time, each on `threads` torch threads (default: this process's count, so that a point's numbers are those of
+    a run in this process)."""
+    executor = executor_for(workers, threads or torch.get_num_threads())  # a bad value fails before any work
     spec = load_sweep(kind, quick, spec_path)
     k = KINDS[kind]
     if overrides:
@@ -611,30 +676,31 @@ def run_sweep(
                 f"sweep {kind!r}: {', '.join(taken)} set by the sweep's factors; edit the sweep file instead"
             )
         spec["base"] = {**spec["base"], **{key: getattr(extra, key) for key in keys}}
-        k.prepare(spec, set(keys))  # the command line wins over grid rows (steps=6000: one budget for every s)
+        _prepare(spec, set(keys))  # the command line wins over grid rows (steps=6000: one budget for every s)
     out = Path(out_dir)
     cache = out / "cache"
     cache.mkdir(parents=True, exist_ok=True)
-    from tqdm.auto import tqdm
-
-    shared: dict = {}  # results shared between the points of one run (the long ceiling of `weak-quality`)
     configs = [point_config(spec, pt) for pt in spec["points"]]
-    points = tqdm(spec["points"], desc=f"sweep {kind}", disable=not progress)
-    recs = []
-    for pt, cfg in zip(points, configs):
-        stop.check()  # a safe point per sweep point (anchorft.stop): the points finished are in the cache
-        recs.append(k.measure(spec, pt, cfg, cache, shared))
+    cells = sweep_cells(spec)
+    grid = Grid(out, context={"sweep": kind, "spec": spec})
+    recorded = set(grid.finished())
+    shared: dict = {}  # results shared between the points of one process (the long ceiling of `weak-quality`)
+    fn = functools.partial(_measure_cell, spec, str(cache), shared)
+    got = grid.run(cells, fn, executor, progress=progress, desc=f"sweep {kind}")
+    recs = [_reused(got[c.name]) if c.key(grid.context) in recorded else got[c.name] for c in cells]
     fields = k.summarise(spec, recs, configs)
-    if k.refine is not None:
-        fields.update(k.refine(spec, recs, configs, cache))
+    if k.bisect:
+        fields.update(bisect_turns(spec, recs, configs, cache))
     rows = {"rows": fields.pop("rows")} if k.table is not None else {}
     result: dict[str, Any] = {"kind": kind, "quick": quick, "spec": spec, **rows, "points": recs, **fields}
+    write_metrics(out / k.results_file, result, indent=1)
     if k.table is not None:
-        write_metrics(out / "results.json", result)
         write_text(out / "table.md", k.table(spec, rows["rows"]))
-        from anchorft.studies.w2s.plots_mech import plot_mech as plot
-    else:
-        write_metrics(out / "sweep.json", result, indent=1)
-        from anchorft.studies.w2s.plots import plot_sweep as plot
-    plot(result, out / f"{kind}.png")
+    k.figure(result, out / f"{kind}.png", k.axis)
     return result
+
+
+def _reused(rec: dict) -> dict:
+    """A record read back from the grid's record: marked `cached` where the kind's records say whether they were
+    (as a point read back from DIR/cache/ is)."""
+    return {**rec, "cached": True} if "cached" in rec else rec
