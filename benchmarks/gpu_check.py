@@ -6,7 +6,7 @@ configs/accelerate/{zero2,zero3,fsdp2}.yaml, one process per visible GPU (`--npr
 stand-in at the real widths (hidden, intermediate, heads, vocabulary) and `--layers` (2) layers, saved to a
 folder with a stand-in tokenizer, on a few conversational rows:
 rpsft under ZeRO-2, l2 under ZeRO-3, iw_sft under FSDP2, lora and osf under ZeRO-2 (`--matrix full`: rpsft, l2,
-iw_sft and lora under every config, osf under ZeRO-2), each
+iw_sft and lora under every config, osf under ZeRO-2 and FSDP2 (refused under ZeRO-3)), each
 for `--launch_steps` steps with a checkpoint at the end; then rpsft resumed from that checkpoint in a new run
 (anchor read back and fingerprint-checked) to twice the steps. Per run: the exit status, the steps done, the
 final loss, step time (train_runtime / steps), for lora and osf the adapter in the checkpoint and a final model
@@ -167,7 +167,7 @@ def table(rows: list[dict]) -> str:
 
 
 # ---------------------------------------------------------------- part 1: the real entry points through the launcher
-# the LoRA recipes name zero2.yaml; OSF runs under ZeRO-2 only (refused under ZeRO-3 and FSDP2)
+# the LoRA recipes name zero2.yaml; OSF runs under ZeRO-2 and FSDP2 (refused under ZeRO-3)
 DIAGONAL = (("zero2", "rpsft"), ("zero3", "l2"), ("fsdp2", "iw_sft"), ("zero2", "lora"), ("zero2", "osf"))
 PEFT = ("lora", "osf")
 RECIPE_MODEL = "qwen2.5-3b-instruct"  # the stand-in's family and widths (tied embeddings, k/v on the L2 fallback)
@@ -301,7 +301,7 @@ def check_launch(a) -> tuple[list[dict], bool]:
     data = work / "train.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in launch_rows(8)))
     full = tuple((c, m) for c in ("zero2", "zero3", "fsdp2") for m in ("rpsft", "l2", "iw_sft", "lora"))
-    plan = DIAGONAL if a.matrix == "diagonal" else (*full, ("zero2", "osf"))
+    plan = DIAGONAL if a.matrix == "diagonal" else (*full, ("zero2", "osf"), ("fsdp2", "osf"))
     rows, ok, ran = [], True, set()
     for cfg_name, method in plan:
         reason = skip_reason(cfg_name, a.device)

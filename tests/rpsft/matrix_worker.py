@@ -45,9 +45,6 @@ METHODS = {
 # (method, launcher) -> the start of the one-line refusal `check_launch` gives before any model is loaded
 REFUSED = {
     ("osf", "zero3"): "method='osf': OSF cannot run under ZeRO-3",
-    ("osf", "fsdp2"): "method='osf': OSF cannot run under FSDP2",
-    ("lora_anchor", "zero3"): "method='lora' with lora_anchor cannot run under ZeRO-3",
-    ("lora_anchor", "fsdp2"): "method='lora' with lora_anchor cannot run under FSDP2",
 }
 MAX_STEPS, SAVE_STEPS, PER_DEVICE, ACCUM, N_ROWS = 4, 2, 2, 2, 32
 
@@ -74,6 +71,9 @@ def ds_config(stage: int) -> dict:
     zero = {"stage": stage}
     if stage == 3:
         zero["stage3_gather_16bit_weights_on_model_save"] = True
+        # every parameter partitioned, as a large model's matrices are (the default keeps those under 1e5 numbers
+        # whole, which here would be all of them, and no gather would be exercised)
+        zero["stage3_param_persistence_threshold"] = 0
     return {
         "zero_optimization": zero,
         "train_micro_batch_size_per_gpu": "auto",

@@ -89,6 +89,37 @@ def test_gradient_matches_autograd_on_merged_weights(rp, kind, case):
     assert float(anchor.penalty(model).detach()) == pytest.approx(float(ref_pen), rel=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["block", "subspace"])
+def test_regathered_terms_match_autograd(rp, monkeypatch, kind):
+    """The ZeRO-3 form (`_Regathered`: the factors whole only inside `gathered`, gathered again in the backward),
+    with every parameter taken for a partitioned one and the gather counted: the loss form's gradient equals the
+    reference, and the backward gathered each matrix's factors once more."""
+    import contextlib
+
+    from anchorft.rpsft import adapter_anchor as aa
+
+    model = _lora(rp.tiny_model("llama", 60), ["q_proj", "down_proj"])
+    anchor = AdapterAnchor.from_model(model, 4, kind)
+    ref_pen, ref_grads = _reference(model, 4, kind)
+    entered = []
+
+    @contextlib.contextmanager
+    def counted(params):
+        entered.append(len(params))
+        yield
+
+    monkeypatch.setattr(aa, "is_zero3", lambda p: True)
+    monkeypatch.setattr(aa, "gathered", counted)
+    pen = anchor.penalty(model)
+    assert len(entered) == len(anchor.entries)
+    (0.7 * pen).backward()
+    assert len(entered) == 2 * len(anchor.entries)  # the backward gathered each adapter again
+    assert float(pen) == pytest.approx(float(ref_pen), rel=1e-5)
+    for n, p in model.named_parameters():
+        if n in ref_grads:
+            torch.testing.assert_close(p.grad, 0.7 * ref_grads[n], rtol=1e-4, atol=1e-6)
+
+
 def test_penalty_is_the_full_weight_anchor_on_the_merged_model(rp):
     from anchorft.rpsft.anchor import SubspaceAnchor
 

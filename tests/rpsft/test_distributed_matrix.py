@@ -1,8 +1,9 @@
 """Every method under every launcher, 2 processes on CPU (torchrun, gloo): DDP, DeepSpeed ZeRO-2 / ZeRO-3, FSDP2.
 
 One 2-process launch per launcher (`matrix_worker.py`, cached for the module) trains sft, dft, iw_sft, l2, rpsft
-(block), rpsft (subspace kind), rpsft with the remainder L2, lora, osf and lora + anchor (osf and lora + anchor
-refused in one line under ZeRO-3 and FSDP2) through `anchorft.rpsft.train.train`, each with a
+(block), rpsft (subspace kind), rpsft with the remainder L2, lora, osf and lora + anchor (osf refused in one line
+under ZeRO-3; under ZeRO-3 every parameter is partitioned, as a large model's are) through
+`anchorft.rpsft.train.train`, each with a
 checkpoint at step 2 of 4, ends with the final `save_model` (as `anchorft train` does), and resumes each from its
 step-2 checkpoint. Each (method, launcher) cell checks: the engine is the launcher's (DeepSpeedEngine, DTensor
 parameters, DDP); the final weights are a `save_pretrained` folder that loads into a fresh model with every weight;

@@ -69,6 +69,9 @@ def test_train_from_paths_writes_artifacts(rp, model_dir, jsonl, tmp_path):
     assert metrics["method"] == "rpsft" and metrics["anchor"]["penalty"] > 0
     _check_provenance(metrics["provenance"])
     assert any("anchor/drift_max" in h for h in metrics["log_history"])
+    tr.create_model_card()  # what TRL's checkpoint saving calls: OUTPUT_DIR/README.md
+    card = (out / "README.md").read_text()
+    assert "huggingface.co/None" not in card and "the local model `qwen`" in card, card[:400]
 
 
 def test_train_iw_sft_with_copy_reference(rp, tokenizer, dataset, tmp_path):
@@ -181,3 +184,18 @@ def test_memory_per_gpu_formulas():
     assert (d["weights"], d["gradients"], d["optimiser"], d["reference"]) == (4 * p, 4 * p, 8 * p, 0.0)
     with pytest.raises(ValueError, match="stage"):
         memory_per_gpu(cfg, "zero3")
+
+
+def test_run_title_names_the_l2_fallback():
+    """training.png's title: an rpsft run whose every matrix fell back to L2 says so (it is an L2 run); l2 itself,
+    a run without fallback and one without an anchor carry the method alone."""
+    from anchorft.rpsft.train import run_title
+
+    every = {"matrices": 14, "fallback": 14, "fallback_names": []}
+    some = {"matrices": 14, "fallback": 3, "fallback_names": []}
+    want = "method=rpsft (every matrix on the L2 fallback: anchor_rank >= min(m, n))"
+    assert run_title("rpsft", False, every) == want
+    assert "3 of 14 matrices on the L2 fallback" in run_title("rpsft", False, some)
+    assert run_title("l2", True, every) == "method=l2"
+    assert run_title("rpsft", False, {"matrices": 14, "fallback": 0, "fallback_names": []}) == "method=rpsft"
+    assert run_title("sft", False, None) == "method=sft"

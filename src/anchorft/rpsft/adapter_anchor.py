@@ -16,6 +16,14 @@ modules carry a term (every other weight is frozen, its update is 0); at the sta
 The gradient with respect to the adapter's parameters is taken by autograd one matrix at a time
 (`torch.autograd.grad`, so only one Delta is alive at once) and added to their `.grad` once per optimiser step,
 after the step's last backward, as `SubspaceAnchor.add_penalty_grad_` does for full weights.
+
+Sharded engines. The bases come from the whole base weight (`sharding.full_matrix`: gathered under ZeRO-3, made
+whole from FSDP2's row shards, a collective every rank joins in the same module order). Under FSDP2 the adapter's
+factors are row-sharded DTensors: Delta is formed by DTensor arithmetic and made whole (`full_tensor`, whose
+backward hands each rank the rows of the gradient it owns), so every rank computes the same R_l and adds its own
+rows of dR/dtheta. Under ZeRO-3 (autograd mode: the penalty joins the loss) a partitioned factor is whole only
+inside `sharding.gathered`; R_l is then computed by `_Regathered`, which keeps no factor for the backward and
+gathers them again there, as `subspace.l2_penalty` does for a weight.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from anchorft.rpsft.sharding import unwrap
+from anchorft.rpsft.sharding import full_matrix, gathered, is_zero3, unwrap
 from anchorft.subspace import rotation_penalty, top_k_bases
 
 __all__ = ["AdapterAnchor", "AdapterEntry", "adapter_modules", "adapter_delta"]
@@ -68,11 +76,35 @@ def _active(mod: nn.Module) -> list[str]:
 
 
 def adapter_delta(mod: nn.Module) -> torch.Tensor:
-    """Delta = sum over the layer's active adapters of `get_delta_weight` (base weight layout), differentiable."""
+    """Delta = sum over the layer's active adapters of `get_delta_weight` (base weight layout), differentiable; a
+    whole tensor also when the factors are FSDP2 shards (DTensors)."""
     if getattr(mod, "merged", False):
         raise ValueError("adapter anchor: the adapter is merged into the base weight; unmerge it first")
     terms = [mod.get_delta_weight(a) for a in _active(mod)]
-    return torch.stack(terms).sum(0) if len(terms) > 1 else terms[0]
+    delta = torch.stack(terms).sum(0) if len(terms) > 1 else terms[0]
+    return delta.full_tensor() if hasattr(delta, "full_tensor") else delta
+
+
+def _trainable(mod: nn.Module) -> list[torch.Tensor]:
+    return [p for p in mod.parameters() if p.requires_grad]
+
+
+class _Regathered(torch.autograd.Function):
+    """R_l = `fn()` for an adapter whose factors ZeRO-3 partitions. Called while they are gathered (so that autograd
+    records their whole shapes); keeps no factor for the backward, where it gathers them again and differentiates
+    `fn` by autograd. A ZeRO-3 parameter is partitioned again as soon as its gather ends, so a graph built through
+    it would hold empty tensors by the time the engine's backward runs."""
+
+    @staticmethod
+    def forward(ctx, fn, params, *tensors):
+        ctx.fn, ctx.params = fn, params
+        return fn().detach()
+
+    @staticmethod
+    def backward(ctx, grad):
+        with gathered(ctx.params), torch.enable_grad():
+            grads = torch.autograd.grad(ctx.fn(), ctx.params, allow_unused=True)
+        return (None, None, *(None if g is None else g * grad for g in grads))
 
 
 class AdapterAnchor:
@@ -93,7 +125,7 @@ class AdapterAnchor:
         """Top-`rank` bases (exact SVD, fp32) of every adapted module's frozen base weight, stored in `dtype`."""
         entries = []
         for name, mod in adapter_modules(model):
-            w0 = mod.get_base_layer().weight.detach().float()
+            w0 = full_matrix(mod.get_base_layer().weight).float()
             m, n = w0.shape
             if rank >= min(m, n):
                 entries.append(AdapterEntry(name, (m, n), min(m, n), None, None, float(w0.norm())))
@@ -128,7 +160,16 @@ class AdapterAnchor:
 
     def penalty_terms(self, model: nn.Module) -> torch.Tensor:
         """The per-matrix terms R_l (1-D, in `self.entries` order), differentiable in the adapters' parameters."""
-        return torch.stack([self.term(e, adapter_delta(m)) for e, m in zip(self.entries, self._modules(model))])
+        terms = []
+        for e, mod in zip(self.entries, self._modules(model)):
+            params = _trainable(mod)
+            if any(is_zero3(p) for p in params):
+                fn = lambda e=e, mod=mod: self.term(e, adapter_delta(mod))  # noqa: E731
+                with gathered(params):
+                    terms.append(_Regathered.apply(fn, params, *params))
+            else:
+                terms.append(self.term(e, adapter_delta(mod)))
+        return torch.stack(terms)
 
     def penalty(self, model: nn.Module) -> torch.Tensor:
         return self.penalty_terms(model).sum()
@@ -148,7 +189,7 @@ class AdapterAnchor:
         returns `summarize` of the terms."""
         terms = []
         for e, mod in zip(self.entries, self._modules(model)):
-            params = [p for p in mod.parameters() if p.requires_grad]
+            params = _trainable(mod)
             with torch.enable_grad():
                 r = self.term(e, adapter_delta(mod))
                 grads = torch.autograd.grad(r, params, allow_unused=True)

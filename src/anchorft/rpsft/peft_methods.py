@@ -19,6 +19,12 @@ loads as random weights). The update added to each adapted weight is written out
   `fan_in_fan_out` layer and for an embedding (whose weight is (vocabulary, hidden));
 - osf: Delta = U_low diag(S_low) V_low - U_low,0 diag(S_low,0) V_low,0 (PEFT's `get_delta_weight`: the trained
   low part replaces the initial one; the frozen top part stays in W_0).
+
+OSF under FSDP2. PEFT projects OSF's gradients by hooks on its U_low and V_low tensors, which `fully_shard`
+replaces with new sharded parameters: the hooks no longer fire. `osf_project_grads_` applies the same projections
+to the reduced gradients once per optimiser step (before clipping): the projections are linear and idempotent, so
+projecting the accumulated, averaged gradient equals averaging the projected ones, and projecting twice changes
+nothing.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ __all__ = [
     "merge_adapter",
     "save_adapter",
     "tuner_layers",
+    "osf_project_grads_",
     "ADAPTER_DIR",
 ]
 
@@ -168,6 +175,42 @@ def tuner_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
     from peft.tuners.tuners_utils import BaseTunerLayer
 
     return [(n, m) for n, m in unwrap(model).named_modules() if isinstance(m, BaseTunerLayer)]
+
+
+def osf_projection(layer: nn.Module, adapter: str, key: str, grad: torch.Tensor) -> torch.Tensor:
+    """PEFT's OSF projection of the gradient of `key` ("U_low" (m x r) or "V_low" (r x n)), orthogonal to the
+    frozen top subspace: G - U_hi U_hi^T G and G - G V_hi^T V_hi, written, where the factor is square, as
+    U_0 U_0^T G and G V_0^T V_0 with the initial low factors (the complement's basis, PEFT stores no U_hi then)."""
+    if key == "U_low":
+        if adapter in layer._osf_U_high:
+            hi = layer._osf_U_high[adapter].to(grad.dtype)
+            return grad - hi @ (hi.mT @ grad)
+        lo = layer._osf_U_low_init[adapter].to(grad.dtype)
+        return lo @ (lo.mT @ grad)
+    if adapter in layer._osf_V_high:
+        hi = layer._osf_V_high[adapter].to(grad.dtype)
+        return grad - (grad @ hi.mT) @ hi
+    lo = layer._osf_V_low_init[adapter].to(grad.dtype)
+    return (grad @ lo.mT) @ lo
+
+
+@torch.no_grad()
+def osf_project_grads_(model: nn.Module) -> None:
+    """Project every OSF U_low / V_low gradient in place (`osf_projection`), also when it is an FSDP2 row shard:
+    the shard is made whole (a collective: every rank walks the same layers in the same order), projected, and
+    each rank keeps its rows."""
+    from anchorft.rpsft.sharding import local_rows
+
+    for _, layer in tuner_layers(model):
+        for adapter, params in getattr(layer, "osf_svd_params", {}).items():
+            for key in ("U_low", "V_low"):
+                p = params[key]
+                if p.grad is None:
+                    continue
+                _, g_loc, rows, _ = local_rows(p)
+                whole = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+                proj = osf_projection(layer, adapter, key, whole)
+                g_loc.copy_(proj if rows is None else proj[rows])
 
 
 def gather_adapter(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -61,10 +61,9 @@ def check_launch(args, anchored: bool, what: str) -> None:
     """One-line ValueError, before any model is loaded, for a launcher the run cannot work under: a weight anchor
     under FSDP1 (flattened parameters; the anchor needs FSDP2's row-sharded DTensors); OSF under ZeRO-3 (PEFT's OSF
     decomposes each weight when the adapter is created, and a model loaded under ZeRO-3's partitioned init holds
-    empty shards then); OSF under FSDP (its gradient projection is a hook registered on each parameter, which
-    FSDP2's `fully_shard` replaces with new sharded ones: measured, the hook no longer fires); RPSFT's penalty on a
-    LoRA adapter (`lora_anchor`) under ZeRO-3 or FSDP (it takes the SVD of whole base weights and forms B A from
-    whole factors, which it does not gather)."""
+    empty shards then); OSF or `lora_anchor` under FSDP1 (flattened parameters). Under FSDP2 OSF's gradient
+    projection, a hook PEFT registers on each parameter that `fully_shard` replaces, is applied by the trainer
+    instead (`peft_methods.osf_project_grads_`), and the adapter anchor gathers what it needs (`adapter_anchor`)."""
     version = fsdp_version(args)
     if anchored and version is not None and version != 2:
         raise ValueError(
@@ -78,16 +77,10 @@ def check_launch(args, anchored: bool, what: str) -> None:
             f"{what}: OSF cannot run under ZeRO-3: it decomposes each weight when the adapter is created, and "
             "ZeRO-3's partitioned init leaves every rank an empty shard then; use ZeRO-2 (zero2.yaml)"
         )
-    if peft == "osf" and version is not None:
+    if peft is not None and version is not None and version != 2:
         raise ValueError(
-            f"{what}: OSF cannot run under FSDP{version}: its gradient projection is a hook on each parameter, and "
-            "FSDP replaces the parameters with its shards, so the projection would be silently lost; use ZeRO-2 or DDP"
-        )
-    if peft == "lora" and getattr(args, "lora_anchor", False) and (stage == 3 or version is not None):
-        where = "ZeRO-3" if stage == 3 else f"FSDP{version}"
-        raise ValueError(
-            f"{what} with lora_anchor cannot run under {where}: the adapter anchor reads whole base weights and "
-            "LoRA factors, which it does not gather from shards; use ZeRO-2 or DDP"
+            f"{what} cannot run under FSDP{version}: its adapter is read from FSDP2's row-sharded DTensors, not from "
+            "FSDP1's flattened parameters; use fsdp_version: 2 (configs/accelerate/fsdp2.yaml)"
         )
 
 
@@ -139,6 +132,16 @@ _TRAINING_AXES = {
 }
 
 
+def run_title(method: str, full_rank: bool, fallback: dict | None) -> str:
+    """training.png's title: the method, and for a low-rank anchor the share of matrices on the L2 fallback (a run
+    whose every matrix fell back is an L2 run, whatever its method says); `fallback` is `fallback_summary`."""
+    if full_rank or not fallback or not fallback["fallback"]:
+        return f"method={method}"
+    n, total = fallback["fallback"], fallback["matrices"]
+    share = "every matrix" if n == total else f"{n} of {total} matrices"
+    return f"method={method} ({share} on the L2 fallback: anchor_rank >= min(m, n))"
+
+
 def _write_run_artifacts(trainer: RPSFTTrainer, out: str, final_drift: dict | None) -> None:
     """Resolved config, metrics.json (log history + anchor summary) and a PNG of loss / penalty."""
     args = trainer.args
@@ -165,7 +168,8 @@ def _write_run_artifacts(trainer: RPSFTTrainer, out: str, final_drift: dict | No
         ax.set_xlabel("optimiser step")
         ax.set_ylabel(ylabel)
         ax.set_title(k)
-    fig.suptitle(f"method={args.method}")
+    fallback = fallback_summary(trainer._anchor) if trainer._anchor is not None else None
+    fig.suptitle(run_title(args.method, args.method_spec.full_rank, fallback))
     fig.tight_layout()
     save_figure(fig, os.path.join(out, "training.png"), dpi=100)
 

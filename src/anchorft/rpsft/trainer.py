@@ -24,7 +24,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl import SFTTrainer
 from trl.trainer.utils import add_fused_lm_head
 
-from anchorft.io import write_json
+from anchorft.io import write_json, write_text
 from anchorft.rpsft.anchor import SubspaceAnchor, select_parameters
 from anchorft.rpsft.checkpoints import (
     ANCHOR_META,
@@ -45,6 +45,18 @@ logger = logging.getLogger(__name__)
 ANCHOR_DIR = "anchor"
 
 
+NO_BASE_LINK = "[None](https://huggingface.co/None)"  # TRL's card for a base model that is not a hub name
+
+
+def base_model_words(model: nn.Module) -> str:
+    """How the model card names a base model that is not on the hub: its local folder's name, or "a model built
+    from its config"."""
+    from anchorft.rpsft.sharding import unwrap
+
+    name = getattr(getattr(unwrap(model), "config", None), "_name_or_path", "") or ""
+    return f"the local model `{os.path.basename(os.path.normpath(name))}`" if name else "a model built from its config"
+
+
 class AnchorSteps:
     """The anchor's part of a training step (see the module docstring), mixed in before a TRL trainer: `RPSFTTrainer`
     and the RL stage's GRPO trainer (`anchorft.rpsft.rl`). The trainer provides `_active_anchor`, `_anchor_scale`
@@ -52,11 +64,31 @@ class AnchorSteps:
     step's last micro-batch when the anchor applies), and sets `_anchor_last` to None; the anchor's last
     {"penalty", "drift_max"} is added to each training log as `anchor/penalty` and `anchor/drift_max`."""
 
+    _osf_sharded = False  # OSF under FSDP2: project its gradients after the step's last backward
+
+    def create_model_card(self, *args, **kwargs) -> None:
+        """TRL's model card, without its link to "[None](https://huggingface.co/None)" when the base model is a
+        local folder or was built from a config (TRL names a hub model only)."""
+        super().create_model_card(*args, **kwargs)
+        path = os.path.join(self.args.output_dir, "README.md")
+        if not (self.is_world_process_zero() and os.path.isfile(path)):
+            return
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        if NO_BASE_LINK in text:
+            write_text(path, text.replace(NO_BASE_LINK, base_model_words(self.model)))
+
     def training_step(self, model, inputs, num_items_in_batch=None):
         loss = super().training_step(model, inputs, num_items_in_batch)
         if self._anchor_mode == "grad" and self._anchor_due():
             # after the step's last backward (gradients all-reduced), before clipping and optimizer.step()
             self._anchor_last = self._active_anchor.add_penalty_grad_(self.model, self._anchor_scale)
+        if self._osf_sharded and self.model.training and self.accelerator.gradient_state.sync_gradients:
+            # OSF under FSDP2: PEFT's projection hooks sit on the tensors `fully_shard` replaced; project the
+            # reduced gradient here, at the same point (linear and idempotent: the same update)
+            from anchorft.rpsft.peft_methods import osf_project_grads_
+
+            osf_project_grads_(self.model)
         return loss
 
     def _add_anchor_term(self, loss: torch.Tensor, num_items_in_batch) -> torch.Tensor:
@@ -142,6 +174,7 @@ class RPSFTTrainer(AnchorSteps, SFTTrainer):
         add_stop_callback(self)  # SIGTERM / Ctrl-C: every rank stops at the same step, after a checkpoint
         self._anchor_last: dict[str, float] | None = None
         self._anchor_mode = args.anchor_mode
+        self._osf_sharded = args.method_spec.peft == "osf" and self.is_fsdp_enabled
         if args.weight_anchored:
             if self.is_deepspeed_enabled:
                 # DeepSpeed keeps the gradients in its engine (and ZeRO-3 partitions the weights): the penalty
