@@ -591,6 +591,7 @@ def _measure_runs(spec: dict, point: dict, config: W2SConfig, cache: Path | None
 
 
 def _scaling_kind(name: str, axis: XAxis) -> SweepKind:
+    """A scaling kind: hitting samples per point, fitted against `axis` (s or d)."""
     return SweepKind(
         name,
         prepare=_prepare_runs(_check_scaling),
@@ -604,6 +605,7 @@ def _scaling_kind(name: str, axis: XAxis) -> SweepKind:
 
 
 def _full_run_kind(name: str, axis: XAxis, figure: str, summarise: Callable = _runs_summary, **kw: Any) -> SweepKind:
+    """A full-run kind: one `run_experiment` per point, summarised per point and mode against `axis`."""
     return SweepKind(
         name,
         prepare=_prepare_runs(),
