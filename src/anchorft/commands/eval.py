@@ -62,9 +62,14 @@ def _eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-path", action="append", default=[], help="folder of custom lm-eval task YAMLs")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--no-greedy", dest="greedy", action="store_false", help="skip the greedy pass")
-    from anchorft.eval.runner import run_eval
+    from anchorft.commands.prechecks import source_defaults
 
-    d = keyword_defaults(run_eval)
+    # run_eval's defaults, from its source: importing the runner loads torch (seconds before a mistake is reported)
+    d = source_defaults("anchorft.eval.runner", "run_eval")
+    if d is None:
+        from anchorft.eval.runner import run_eval
+
+        d = keyword_defaults(run_eval)
     add_sampling_flags(p, **{k: d[k] for k in ("n", "temperature", "top_p", "max_new_tokens", "seed", "batch_size")})
     p.add_argument("--num-fewshot", type=int, default=None, help="lm-eval: few-shot examples")
     p.add_argument("--apply-chat-template", action="store_true", help="lm-eval: apply the model's chat template")

@@ -78,20 +78,60 @@ def parse(argv: list[str]):
     return parse_with_config(_parser(), normalize_train_argv(argv, _OUT_ALIASES), _load_config)
 
 
-def _load_config(path: str) -> dict:
-    """The `--config` YAML (`preset:` parents merged), its keys and value types checked against the dataclasses."""
+def read_config(path: str, dapo: type) -> tuple[str, dict]:
+    """(file, mapping) of the `--config` YAML (`preset:` parents merged), its keys checked against
+    RLScriptArguments and `dapo` (DAPOConfig, or a stand-in with its field names read before TRL is imported)."""
     from anchorft.dataclass_yaml import resolve_presets
-    from anchorft.errors import check_keys, check_mapping_types
+    from anchorft.errors import check_keys
     from anchorft.resources import config_path
-    from anchorft.rpsft.dapo_config import DAPOConfig
 
     path = str(config_path(path))  # a file, else a shipped config by name (rl/dapo)
     cfg = resolve_presets(path)
     script_keys = {f.name for f in fields(RLScriptArguments)}
-    check_keys({k: v for k, v in cfg.items() if k not in script_keys}, DAPOConfig, path)
+    check_keys({k: v for k, v in cfg.items() if k not in script_keys}, dapo, path)
+    return path, cfg
+
+
+def _load_config(path: str) -> dict:
+    """The `--config` YAML (`preset:` parents merged), its keys and value types checked against the dataclasses."""
+    from anchorft.errors import check_mapping_types
+    from anchorft.rpsft.dapo_config import DAPOConfig
+
+    path, cfg = read_config(path, DAPOConfig)
     check_mapping_types(cfg, RLScriptArguments, path)
     check_mapping_types(cfg, DAPOConfig, path)
     return cfg
+
+
+def precheck(argv: list[str]) -> None:
+    """The command line (--out spellings applied) checked before TRL is imported (`anchorft.commands.prechecks`):
+    the --config file found, read and its keys known; the flags known; learning_rate, max_steps and report_to
+    valid. ValueError: the message TrlParser and DAPOConfig give."""
+    from anchorft.commands.prechecks import (
+        as_number,
+        check_values,
+        given_flags,
+        pop_config,
+        shadow_dataclass,
+        source_fields,
+    )
+
+    argv, config = pop_config(list(argv))
+    script = source_fields(__name__, "RLScriptArguments")
+    dapo = source_fields("anchorft.rpsft.dapo_config", "DAPOConfig")
+    values: dict = {}
+    if config is not None and dapo is not None:
+        values.update(read_config(config, shadow_dataclass("DAPOConfig", list(dapo.values())))[1])
+    elif config is not None:
+        from anchorft.resources import config_path
+
+        config_path(config)
+    if script is not None and dapo is not None:
+        values.update(given_flags(argv, [*script.values(), *dapo.values()], "anchorft rl") or {})
+    lr = as_number(values.get("learning_rate"), float)
+    if lr is not None and lr <= 0:  # DAPOConfig checks the sign before the trainer arguments, in these words
+        raise ValueError("need beta >= 0, learning_rate > 0, temperature > 0")
+    check_values(values)
 
 
 RL_COMMON = ("learning_rate", "lr_scheduler_type", "per_device_train_batch_size", "bf16", "seed", "logging_steps")
@@ -125,6 +165,8 @@ def main(argv: list[str]) -> int:
     if argv is None:
         return 0
     try:
+        if "--help" not in argv:  # --help-all: TrlParser's own help
+            precheck(normalize_train_argv(argv, _OUT_ALIASES))  # what needs no model, before TRL is imported
         script, config = parse(argv)
     except ValueError as e:  # a bad YAML, key or value: DAPOConfig checks every field on construction
         return report("anchorft rl", e)

@@ -91,6 +91,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args, extra = _parser().parse_known_args(argv)
+    if args.cmd in ("pretrain", "compare") and not extra:  # an unknown preset or malformed YAML before torch loads
+        from anchorft.dataclass_yaml import resolve_presets
+        from anchorft.resources import configs_dir
+
+        resolve_presets(args.preset, configs_dir("toy"), "preset")  # as load_config reads it
     if args.threads is None:  # the command's thread policy (anchorft.threads), at most 4
         import torch
 

@@ -286,24 +286,43 @@ def _parse_train_argv(argv: list[str]):
     return parse_with_config(parser, argv, trainer_mapping)
 
 
+def _missing(values: dict) -> list[str]:
+    """The script arguments a fine-tune needs that `values` leaves unset."""
+    return [n for n in ("model_name_or_path", "dataset") if values.get(n) is None]
+
+
 def main(argv: list[str]) -> int:
     from anchorft.commands.flags import normalize_train_argv, pop_flag, short_help, short_or_all_help
 
     argv = short_or_all_help(normalize_train_argv(list(argv)), short_help)
     if argv is None:
         return 0
-    if "--dry-run" in argv:
+    from anchorft.commands.prechecks import check_train_argv, config_given
+
+    mode = next((m for m in ("--dry-run", "--estimate") if m in argv), None)
+    if mode is not None and config_given(argv) is not None:  # a missing recipe before torch and TRL load
+        from anchorft.resources import config_path
+
+        try:
+            config_path(config_given(argv))
+        except ValueError as e:
+            return report(f"anchorft train {mode}", e)
+    if mode == "--dry-run":
         return dry_run_main(argv)
-    if "--estimate" in argv:
+    if mode == "--estimate":
         return _estimate(argv)
     argv, overwrite = pop_flag(argv, "--overwrite")
     try:
+        # what needs no model, checked before TRL is imported (seconds); --help-all is TrlParser's own help
+        given = check_train_argv(argv) if "--help" not in argv else None
+        if given is not None and _missing(given):
+            print(f"anchorft train: missing --{' --'.join(_missing(given))}", file=sys.stderr)
+            return 2
         script, args = _parse_train_argv(argv)
     except (OSError, ValueError) as e:
         return report("anchorft train", e)
-    missing = [n for n in ("model_name_or_path", "dataset") if getattr(script, n) is None]
-    if missing:
-        print(f"anchorft train: missing --{' --'.join(missing)}", file=sys.stderr)
+    if _missing(dataclasses.asdict(script)):
+        print(f"anchorft train: missing --{' --'.join(_missing(dataclasses.asdict(script)))}", file=sys.stderr)
         return 2
     from anchorft.preflight import check_model_source
     from anchorft.rpsft.data import check_sft_source

@@ -27,7 +27,8 @@ from anchorft.errors import did_you_mean
 from anchorft.io import write_text
 from anchorft.resources import config_path
 
-__all__ = ["META_KEYS", "load_recipe", "known_fields", "write_flat_config", "trainer_mapping", "parse_with_config"]
+__all__ = ["META_KEYS", "load_recipe", "read_recipe", "check_recipe_keys", "known_fields", "write_flat_config"]
+__all__ += ["trainer_mapping", "parse_with_config"]
 
 META_KEYS = ("_model_config_",)
 
@@ -56,11 +57,9 @@ def _numeric_fields(dc: type) -> set[str]:
     return out
 
 
-def load_recipe(path: str | os.PathLike, validate: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(trainer arguments, metadata) of a recipe with its `preset:` parents merged in.
-
-    With `validate`, unknown keys (with the file that set them and close matches) and an unknown method are a
-    ValueError before anything is built."""
+def read_recipe(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any], dict[str, str], Path]:
+    """(trainer arguments, metadata, the file that set each key, the recipe's file) of a recipe with its `preset:`
+    parents merged in; the keys are not checked against the trainer's fields (`check_recipe_keys`)."""
     origin: dict[str, str] = {}
     path = config_path(path)  # a file, else a shipped recipe by name (rpsft/qwen2.5-7b-instruct/rpsft)
     merged = resolve_presets(path, what="recipe", origin=origin)
@@ -75,15 +74,29 @@ def load_recipe(path: str | os.PathLike, validate: bool = True) -> tuple[dict[st
         raise ValueError(f"unknown recipe key(s) {unknown_meta} in {origin[unknown_meta[0]]}; known: {META_KEYS}")
     if env is not None:
         meta["env"] = env
+    return merged, meta, origin, path
+
+
+def check_recipe_keys(merged: Mapping[str, Any], origin: Mapping[str, str], path: Path, fields: Sequence[str]) -> None:
+    """Every key of the recipe is one of `fields`, else a ValueError naming the file that set it and close
+    matches (the field names come from the imported configs, or from their source before TRL is imported)."""
+    for key in merged:
+        if key not in fields:
+            close = difflib.get_close_matches(key, list(fields), n=3, cutoff=0.6)
+            hint = f"; did you mean {close}?" if close else ""
+            if key == "warmup_ratio":
+                hint = "; transformers 5 takes a ratio as a float warmup_steps (e.g. warmup_steps: 0.03)"
+            raise ValueError(f"unknown field {key!r} in {origin.get(key, path)}{hint}")
+
+
+def load_recipe(path: str | os.PathLike, validate: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(trainer arguments, metadata) of a recipe with its `preset:` parents merged in.
+
+    With `validate`, unknown keys (with the file that set them and close matches) and an unknown method are a
+    ValueError before anything is built."""
+    merged, meta, origin, path = read_recipe(path)
     if validate:
-        fields = known_fields()
-        for key in merged:
-            if key not in fields:
-                close = difflib.get_close_matches(key, list(fields), n=3, cutoff=0.6)
-                hint = f"; did you mean {close}?" if close else ""
-                if key == "warmup_ratio":
-                    hint = "; transformers 5 takes a ratio as a float warmup_steps (e.g. warmup_steps: 0.03)"
-                raise ValueError(f"unknown field {key!r} in {origin.get(key, path)}{hint}")
+        check_recipe_keys(merged, origin, path, list(known_fields()))
         from anchorft.errors import check_mapping_types
         from anchorft.rpsft.config import RPSFTConfig, ScriptArguments
         from anchorft.rpsft.methods import METHODS

@@ -1,0 +1,359 @@
+"""Checks of `anchorft train` and `anchorft rl` command lines made before torch, transformers or TRL is imported.
+
+Their flags come from TRL's config dataclasses, read by TrlParser, and importing TRL takes seconds (about 5 to 15):
+without these checks a missing `--config` file, a misspelt flag or a learning rate of 0 is reported only after that.
+Here the flags and keys are read from the source of the config dataclasses (`source_fields`, with `ast`; nothing
+is imported) and checked with the code the configs run themselves (`check_trainer_args`, the recipe's and the RL
+config's key checks), so the one-line errors are the same ones. What these checks cannot decide (a value of a
+type they do not convert, a class whose source they cannot find) is left to TrlParser, which checks everything
+again: a check here never refuses a command line that TrlParser accepts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import importlib.util
+import json
+import os
+import types
+from functools import cache
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from anchorft.errors import did_you_mean
+
+__all__ = ["SourceField", "source_fields", "trl_flags_parser", "given_flags", "pop_config", "config_given"]
+__all__ += ["source_defaults", "as_number", "check_values", "shadow_dataclass", "check_train_argv", "lora_rank_limit"]
+
+MISSING = dataclasses.MISSING
+UNKNOWN = object()  # a default that is no literal (a call, a name): never compared with anything
+
+# lazily exported classes (their package's __init__ does not define them): the module that does
+_DEFINED_IN = {
+    ("trl", "SFTConfig"): "trl.trainer.sft_config",
+    ("trl", "GRPOConfig"): "trl.trainer.grpo_config",
+    ("transformers", "TrainingArguments"): "transformers.training_args",
+}
+# dense decoder families whose all-linear layers' largest smaller side follows from config.json alone
+_DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+class SourceField(NamedTuple):
+    """One dataclass field as its source declares it: the annotation's text, the default (MISSING, UNKNOWN when
+    it is no literal), whether `__init__` takes it, and the argparse settings its metadata gives HfArgumentParser
+    (`nargs`, `aliases`)."""
+
+    name: str
+    annotation: str
+    default: Any
+    init: bool
+    nargs: str | int | None = None
+    aliases: tuple[str, ...] = ()
+
+
+class _NotFound(Exception):
+    pass
+
+
+class _Undecided(Exception):
+    """The pre-parse met something it does not decide (TrlParser will report it)."""
+
+
+def _module_file(module: str) -> Path:
+    top, *rest = module.split(".")
+    spec = importlib.util.find_spec(top)  # a top-level name: found without importing the package
+    if spec is None:
+        raise _NotFound(module)
+    if not spec.submodule_search_locations:
+        if rest or spec.origin is None:
+            raise _NotFound(module)
+        return Path(spec.origin)
+    base = Path(next(iter(spec.submodule_search_locations))).joinpath(*rest)
+    for path in (base.parent / f"{base.name}.py", base / "__init__.py"):
+        if path.is_file():
+            return path
+    raise _NotFound(module)
+
+
+@cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), str(path))
+
+
+def _imported(tree: ast.Module, module: str, name: str) -> tuple[str, str] | None:
+    """(module, name) that a top-level `from X import name` of `module` brings in."""
+    package = module.rsplit(".", 1)[0] if not _module_file(module).name == "__init__.py" else module
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if (alias.asname or alias.name) == name:
+                    if node.level:
+                        parts = package.split(".")
+                        base = ".".join(parts[: len(parts) - node.level + 1])
+                        return (f"{base}.{node.module}" if node.module else base), alias.name
+                    return node.module or "", alias.name
+    return None
+
+
+def _literal(node: ast.expr | None) -> Any:
+    if node is None:
+        return MISSING
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return UNKNOWN
+
+
+def _declared(stmt: ast.AnnAssign) -> SourceField:
+    value, init, meta = stmt.value, True, {}
+    default = _literal(value)
+    call = isinstance(value, ast.Call) and ast.unparse(value.func) in ("field", "dataclasses.field")
+    if call:
+        kw = {k.arg: k.value for k in value.keywords}
+        default = _literal(kw["default"]) if "default" in kw else (UNKNOWN if "default_factory" in kw else MISSING)
+        init = _literal(kw["init"]) is not False if "init" in kw else True
+        if isinstance(kw.get("metadata"), ast.Dict):
+            meta = {_literal(k): _literal(v) for k, v in zip(kw["metadata"].keys, kw["metadata"].values) if k}
+    aliases = meta.get("aliases", ())
+    aliases = (aliases,) if isinstance(aliases, str) else tuple(aliases) if isinstance(aliases, (list, tuple)) else ()
+    nargs = meta.get("nargs") if isinstance(meta.get("nargs"), (str, int)) else None
+    return SourceField(stmt.target.id, ast.unparse(stmt.annotation), default, init, nargs, aliases)
+
+
+def _class_fields(module: str, name: str, depth: int = 0) -> dict[str, SourceField]:
+    if depth > 20:
+        raise _NotFound(name)
+    module = _DEFINED_IN.get((module, name), module)
+    tree = _tree(_module_file(module))
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
+    if cls is None:
+        source = _imported(tree, module, name)
+        if source is None:
+            raise _NotFound(f"{module}.{name}")
+        return _class_fields(*source, depth + 1)
+    fields: dict[str, SourceField] = {}
+    for base in reversed(cls.bases):  # dataclasses' order: the bases' fields first (reversed MRO), then its own
+        if not isinstance(base, ast.Name):
+            raise _NotFound(ast.unparse(base))
+        if base.id == "object":
+            continue
+        local = any(isinstance(n, ast.ClassDef) and n.name == base.id for n in tree.body)
+        source = (module, base.id) if local else _imported(tree, module, base.id)
+        if source is None:
+            raise _NotFound(base.id)
+        fields.update(_class_fields(*source, depth + 1))  # an overridden field keeps its place, as in dataclasses
+    if not any("dataclass" in ast.unparse(d) for d in cls.decorator_list):
+        return fields  # a plain base: its annotations are no fields
+    for stmt in cls.body:
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.simple:
+            if not any(v in ast.unparse(stmt.annotation) for v in ("ClassVar", "InitVar")):
+                fields[stmt.target.id] = _declared(stmt)
+    return fields
+
+
+def source_defaults(module: str, name: str) -> dict[str, Any] | None:
+    """{parameter: default} of the function `name` of `module` (as `flags.keyword_defaults` gives them), read from
+    its source without importing the module; None unless every default is a literal there."""
+    try:
+        tree = _tree(_module_file(module))
+    except (_NotFound, OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    if fn is None:
+        return None
+    a = fn.args
+    positional = [*a.posonlyargs, *a.args]
+    pairs = [*zip(positional[len(positional) - len(a.defaults) :], a.defaults)]
+    pairs += [(arg, d) for arg, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+    out = {arg.arg: _literal(d) for arg, d in pairs}
+    return None if any(v is UNKNOWN for v in out.values()) else out
+
+
+def source_fields(module: str, name: str) -> dict[str, SourceField] | None:
+    """The fields of the dataclass `name` of `module` in `dataclasses.fields`' order, read from the source files of
+    it and its bases without importing them; None when a class or a base is not found there (the caller then
+    leaves its checks to the imported classes)."""
+    try:
+        return _class_fields(module, name)
+    except (_NotFound, OSError, SyntaxError, UnicodeDecodeError):
+        return None
+
+
+def _union_members(annotation: str) -> list[str]:
+    node = ast.parse(annotation, mode="eval").body
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return [*_union_members(ast.unparse(node.left)), *_union_members(ast.unparse(node.right))]
+    if isinstance(node, ast.Subscript) and ast.unparse(node.value).split(".")[-1] in ("Optional", "Union"):
+        inner = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        members = [m for e in inner for m in _union_members(ast.unparse(e))]
+        return [*members, "None"] if ast.unparse(node.value).endswith("Optional") else members
+    return ["None" if annotation in ("None", "NoneType") else annotation]
+
+
+def _argparse_shape(f: SourceField) -> tuple[str | None, bool]:
+    """(nargs, whether a `--no_NAME` complement exists) of the field's flag, by HfArgumentParser's rules."""
+    members = _union_members(f.annotation)
+    kind = members[0]
+    if len(members) > 1:
+        if "None" not in members:
+            kind = members[0] if members[1] == "str" else members[1]
+        elif "bool" not in members:
+            kind = members[0] if members[1] == "None" else members[1]
+        else:
+            kind = "bool | None" if sorted(members) == ["None", "bool"] else "union"
+    if kind in ("bool", "bool | None"):
+        takes_one = kind == "bool" or f.default not in (None, MISSING)
+        return ("?" if takes_one else f.nargs), f.default is True
+    if kind.split("[")[0].split(".")[-1] in ("list", "List"):
+        return "+", False
+    return f.nargs, False
+
+
+class _PreParser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise _Undecided(message)
+
+
+def trl_flags_parser(fields: list[SourceField], prog: str) -> argparse.ArgumentParser:
+    """An argparse parser with the flags TrlParser makes of `fields` (`--name`, `--name-with-dashes`, a bool's
+    `--no_name`), each taking as many values as there; values stay strings and only the flags given are set."""
+    p = _PreParser(prog=prog, add_help=False, allow_abbrev=False)
+    p.add_argument("-h", "--help", action="store_true", default=argparse.SUPPRESS)
+    for f in fields:
+        if not f.init:
+            continue
+        nargs, complement = _argparse_shape(f)
+        flags = [f"--{f.name}", *([f"--{f.name.replace('_', '-')}"] if "_" in f.name else []), *f.aliases]
+        kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "nargs": nargs}
+        p.add_argument(*flags, **(kw | ({"const": True} if nargs == "?" else {})))
+        if complement:
+            no = (f"--no_{f.name}", f"--no-{f.name.replace('_', '-')}")
+            p.add_argument(*no, dest=f.name, action="store_false", default=argparse.SUPPRESS)
+    return p
+
+
+def given_flags(argv: list[str], fields: list[SourceField], prog: str) -> dict[str, Any] | None:
+    """The fields the flags of `argv` set (values as typed); None when the parse is left to TrlParser. An unknown
+    flag is TrlParser's one-line error, with its did-you-mean."""
+    parser = trl_flags_parser(fields, prog)
+    try:
+        ns, rest = parser.parse_known_args(argv)
+    except (_Undecided, argparse.ArgumentError):
+        return None
+    if rest:
+        raise ValueError(f"unrecognized arguments: {did_you_mean(parser, rest)}")
+    return vars(ns)
+
+
+def pop_config(argv: list[str]) -> tuple[list[str], str | None]:
+    """argv without its first `--config FILE` (or `--config=FILE`), and FILE, as `parse_with_config` reads it."""
+    for i, a in enumerate(argv):
+        if a == "--config" or a.startswith("--config="):
+            path = a.partition("=")[2] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else "")
+            if not path:
+                raise ValueError("--config needs a YAML file")
+            return argv[:i] + argv[i + (1 if "=" in a else 2) :], path
+    return argv, None
+
+
+def as_number(value: Any, cast: type) -> Any:
+    """A flag's string converted as argparse converts it, a YAML number as it is; None for anything else (bools,
+    strings argparse would refuse, other types: TrlParser's checks report those)."""
+    if isinstance(value, str):
+        try:
+            return cast(value)
+        except ValueError:
+            return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value if cast is float or isinstance(value, int) else None
+
+
+def check_values(values: dict[str, Any]) -> None:
+    """The trainer arguments' own checks (`check_trainer_args`) on the values that are set and of their type."""
+    from anchorft.rpsft.arg_checks import check_trainer_args
+
+    lr, steps = as_number(values.get("learning_rate"), float), as_number(values.get("max_steps"), int)
+    report = values.get("report_to")
+    if not (report is None or isinstance(report, str) or (isinstance(report, list) and all(map(_is_str, report)))):
+        report = None
+    args = types.SimpleNamespace(learning_rate=1.0 if lr is None else lr, max_steps=-1 if steps is None else steps)
+    args.report_to = report
+    check_trainer_args(args)
+
+
+def _is_str(x: Any) -> bool:
+    return isinstance(x, str)
+
+
+def lora_rank_limit(model: str | os.PathLike, targets: str = "all-linear") -> int | None:
+    """The largest smaller side of the matrices LoRA adapts under `targets` "all-linear" (every linear layer but the
+    output layer), from a local config.json of a dense Llama / Mistral / Qwen2 / Qwen3 model; None otherwise (other
+    layouts are checked on the loaded model)."""
+    path = Path(model) / "config.json"
+    if targets != "all-linear" or not path.is_file():
+        return None
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+        if cfg.get("model_type") not in _DENSE_FAMILIES:
+            return None
+        hidden, inter, heads = int(cfg["hidden_size"]), int(cfg["intermediate_size"]), int(cfg["num_attention_heads"])
+        head_dim = int(cfg.get("head_dim") or hidden // heads)
+    except (ValueError, TypeError, KeyError, OSError, ZeroDivisionError):
+        return None
+    return max(min(hidden, heads * head_dim), min(hidden, inter))  # q / o projections, MLP (k, v are smaller)
+
+
+def _check_lora_rank(values: dict[str, Any]) -> None:
+    """lora_rank against the model's matrices, the message `peft_methods` gives after loading it."""
+    if values.get("method") != "lora":
+        return
+    rank, model = as_number(values.get("lora_rank", 32), int), values.get("model_name_or_path")
+    if rank is None or not isinstance(model, str):
+        return
+    largest = lora_rank_limit(model, values.get("lora_target_modules", "all-linear"))
+    if largest is not None and rank > largest:
+        raise ValueError(
+            f"lora_rank={rank} exceeds the smaller side of every adapted matrix (at most {largest}): no update can "
+            f"have that rank; use lora_rank <= {largest}"
+        )
+
+
+def shadow_dataclass(name: str, fields: list[SourceField]) -> type:
+    """A dataclass named `name` with the init fields' names (no types): what the key checks read."""
+    return dataclasses.make_dataclass(name, [(f.name, Any, dataclasses.field(default=None)) for f in fields if f.init])
+
+
+def config_given(argv: list[str]) -> str | None:
+    """The `--config FILE` (or `--config=FILE`) of argv; None when there is none or no FILE after it."""
+    try:
+        return pop_config(list(argv))[1]
+    except ValueError:
+        return None
+
+
+def check_train_argv(argv: list[str]) -> dict[str, Any] | None:
+    """`anchorft train`'s command line (aliases applied, --overwrite removed) checked without TRL: the --config
+    recipe found, read and its keys known; the flags known; learning_rate, max_steps, report_to and a lora run's
+    rank valid (ValueError: TrlParser's message). Returns the fields the recipe and the flags set (flags as typed),
+    None when the flags are left to TrlParser."""
+    from anchorft.rpsft.recipes import check_recipe_keys, read_recipe
+
+    argv, config = pop_config(list(argv))
+    values: dict[str, Any] = {}
+    script = source_fields("anchorft.rpsft.config", "ScriptArguments")
+    trainer = source_fields("anchorft.rpsft.config", "RPSFTConfig")
+    if config is not None:
+        recipe, _, origin, path = read_recipe(config)
+        if script is not None and trainer is not None:
+            check_recipe_keys(recipe, origin, path, [n for n, f in {**script, **trainer}.items() if f.init])
+        values.update(recipe)
+    given = None
+    if script is not None and trainer is not None:
+        given = given_flags(argv, [*script.values(), *trainer.values()], "anchorft train")
+    values.update(given or {})
+    check_values(values)
+    _check_lora_rank(values)
+    return None if given is None else values
