@@ -45,11 +45,14 @@ def evaluate_prompts(
     max_new_tokens: int = 64,
     batch_size: int = 64,
     generator: torch.Generator | None = None,
-) -> dict[str, float]:
+    per_item: bool = False,
+) -> dict:
     """Score `model` on `prompts`; `check(i, completion)` says whether completion answers prompt i.
 
     Returns "greedy" (accuracy of greedy decoding) when `greedy`, and with `n_samples` >= k > 0
-    "avg@k" (mean correctness over all samples) and "pass@k" (unbiased estimator, Chen et al. 2021).
+    "avg@k" (mean correctness over all samples) and "pass@k" (unbiased estimator, Chen et al. 2021). With
+    `per_item`, also "per_item": {"greedy": [0 or 1 per prompt], "correct": [correct samples per prompt]} (each
+    present when its pass ran), the scores a paired comparison resamples.
     """
     if n_samples and not 1 <= k <= n_samples:
         raise ValueError(f"k: need 1 <= k <= n_samples, got k={k}, n_samples={n_samples}")
@@ -63,4 +66,11 @@ def evaluate_prompts(
     if greedy:
         completions = generate(model, tokenizer, prompts, n=1, temperature=0.0, **kw)
         greedy_correct = [check(i, cs[0]) for i, cs in enumerate(completions)]
-    return prompt_metrics(correct, k, greedy_correct)
+    out = prompt_metrics(correct, k, greedy_correct)
+    if per_item:
+        out["per_item"] = {}
+        if greedy_correct is not None:
+            out["per_item"]["greedy"] = [int(c) for c in greedy_correct]
+        if correct is not None:
+            out["per_item"]["correct"] = [int(sum(cs)) for cs in correct]
+    return out

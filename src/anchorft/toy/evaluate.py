@@ -76,9 +76,14 @@ def evaluate_skills(
 
 def greedy_accuracy(model, tokenizer, items: list[sk.Item], batch_size: int, max_new_tokens: int = 16) -> float:
     """Greedy accuracy on testbed items, each graded by its skill's exact checker."""
+    return _greedy(model, tokenizer, items, batch_size, max_new_tokens)["greedy"]
+
+
+def _greedy(model, tokenizer, items: list[sk.Item], batch_size: int, max_new_tokens: int) -> dict:
+    """`evaluate_prompts`' greedy pass on testbed items, with the per-item scores."""
     prompts, check = [it.prompt for it in items], _skill_checker(items)
-    res = evaluate_prompts(model, tokenizer, prompts, check, max_new_tokens=max_new_tokens, batch_size=batch_size)
-    return res["greedy"]
+    kw = dict(max_new_tokens=max_new_tokens, batch_size=batch_size, per_item=True)
+    return evaluate_prompts(model, tokenizer, prompts, check, **kw)
 
 
 def evaluate_toy(
@@ -88,26 +93,31 @@ def evaluate_toy(
     settings: EvalSettings,
     generator: torch.Generator,
     id_skill: str = "math_hard",
+    per_item: bool = False,
 ) -> dict:
-    """The testbed's metrics: ID (`id_skill`) Avg@k, Pass@k, greedy; OOD greedy per skill and mean."""
+    """The testbed's metrics: ID (`id_skill`) Avg@k, Pass@k, greedy; OOD greedy per skill and mean. With
+    `per_item`, also "per_item": {skill: `evaluate_prompts`' per-item scores}, in each set's item order."""
     settings.validate()
     items = eval_sets[id_skill]
     kw = {f: getattr(settings, f) for f in ("n_samples", "k", "temperature", "top_p", "max_new_tokens", "batch_size")}
     res = evaluate_prompts(
-        model, tokenizer, [it.prompt for it in items], _skill_checker(items), **kw, generator=generator
+        model, tokenizer, [it.prompt for it in items], _skill_checker(items), **kw, generator=generator, per_item=True
     )
     ood = {
-        s: greedy_accuracy(model, tokenizer, eval_sets[s], settings.batch_size, settings.max_new_tokens)
+        s: _greedy(model, tokenizer, eval_sets[s], settings.batch_size, settings.max_new_tokens)
         for s in sk.OOD_SKILLS
         if s in eval_sets
     }
-    return {
+    out = {
         "id_avg@k": res["avg@k"],
         "id_pass@k": res["pass@k"],
         "id_greedy": res["greedy"],
-        "ood_mean": float(np.mean(list(ood.values()))),
-        "ood": ood,
+        "ood_mean": float(np.mean([r["greedy"] for r in ood.values()])),
+        "ood": {s: r["greedy"] for s, r in ood.items()},
     }
+    if per_item:
+        out["per_item"] = {id_skill: res["per_item"], **{s: r["per_item"] for s, r in ood.items()}}
+    return out
 
 
 def evaluate_greedy(
@@ -116,12 +126,14 @@ def evaluate_greedy(
     eval_sets: dict[str, list[sk.Item]],
     settings: EvalSettings,
     id_skill: str = "math_hard",
+    per_item: bool = False,
 ) -> dict:
     """Greedy accuracy only (the validation split's metrics): `id_greedy`, `ood_mean` over the OOD skills present
-    and `ood` per skill."""
-    acc = {
-        s: greedy_accuracy(model, tokenizer, items, settings.batch_size, settings.max_new_tokens)
-        for s, items in eval_sets.items()
-    }
-    ood = {s: a for s, a in acc.items() if s != id_skill}
-    return {"id_greedy": acc[id_skill], "ood_mean": float(np.mean(list(ood.values()))), "ood": ood}
+    and `ood` per skill; with `per_item`, "per_item" as `evaluate_toy` gives it."""
+    res = {s: _greedy(model, tokenizer, items, settings.batch_size, settings.max_new_tokens) for s, items in
+           eval_sets.items()}  # fmt: skip
+    ood = {s: r["greedy"] for s, r in res.items() if s != id_skill}
+    out = {"id_greedy": res[id_skill]["greedy"], "ood_mean": float(np.mean(list(ood.values()))), "ood": ood}
+    if per_item:
+        out["per_item"] = {s: r["per_item"] for s, r in res.items()}
+    return out

@@ -252,6 +252,28 @@ def test_scores_are_computed_on_the_recorded_items_and_validation_never_on_repor
             assert got["val"]["id_greedy"] == pytest.approx(exp["id_greedy"])
 
 
+def test_scored_items_hold_each_items_grades_in_the_keys_order(harness):
+    """scored_items.json's per-item scores (what a paired comparison resamples) are the grades the checker gave
+    each item, as logged at generation: greedy 0/1 per item for every skill, and for the ID skill the number of
+    correct samples, in the order of the recorded keys, for the reported and the validation items."""
+    run, log = harness
+    cfg = _config()
+    out = run(cfg)
+    for tag in ["base"] + [f"{r.name}-seed{s}" for r in cfg.runs for s in cfg.seeds]:
+        rec = json.loads((out / "runs" / tag / "scored_items.json").read_text())
+        for split in ("reported", "val"):
+            rows = [r for r in log if r["tag"] == tag and r["phase"] == split]
+            for skill, keys in rec[split].items():
+                greedy = {r["key"]: int(r["ok"][0]) for r in rows if r["skill"] == skill and not r["sampled"]}
+                assert rec["scores"][split][skill]["greedy"] == [greedy[k] for k in keys], (tag, split, skill)
+                sampled = {r["key"]: sum(r["ok"]) for r in rows if r["skill"] == skill and r["sampled"]}
+                if sampled:
+                    assert rec["scores"][split][skill]["correct"] == [sampled[k] for k in keys], (tag, skill)
+                else:
+                    assert "correct" not in rec["scores"][split][skill]
+        assert any(sum(v["greedy"]) not in (0, len(v["greedy"])) for v in rec["scores"]["reported"].values())
+
+
 def test_resumed_comparison_reports_what_an_uninterrupted_one_does(harness, tmp_path):
     """Rerun matrix, toy compare: stopped after its first fine-tune, resumed with the same settings, it keeps
     that fine-tune (no new generation for it) and writes the numbers of an uninterrupted run."""

@@ -171,12 +171,17 @@ def _finetune_job(cfg: CompareConfig, run: RunSpec, seed: int, base_dir: Path, o
 
 def _evaluate_and_save(cfg: CompareConfig, model, tok, sets: tuple[dict, dict], run_dir: Path, save_dir: Path) -> dict:
     """`evaluate_comparison` of `model` on the (reported, validation) `sets`; writes run_dir/scored_items.json,
-    {"reported": {skill: [item keys]}, "val": {skill: [item keys]}} (the items its scores were computed on), and
-    saves the model and its tokenizer to `save_dir`."""
-    metrics = evaluate_comparison(model, tok, cfg, *sets)
+    {"reported": {skill: [item keys]}, "val": {skill: [item keys]}} (the items its scores were computed on) and
+    "scores": {"reported": {skill: per-item scores}, "val": {...}} (`evaluate_prompts`' "per_item": greedy 0/1
+    and, for the ID skill, correct samples of n; in the keys' order), the data a paired comparison resamples; and
+    saves the model and its tokenizer to `save_dir`. The returned metrics carry no per-item scores."""
+    metrics = evaluate_comparison(model, tok, cfg, *sets, per_item=True)
+    scores = {"reported": metrics.pop("per_item")}
+    if "val" in metrics:
+        scores["val"] = metrics["val"].pop("per_item")
     keys = {split: {s: [it.key for it in items] for s, items in part.items()} for split, part in
             zip(("reported", "val"), sets)}  # fmt: skip
-    write_json(run_dir / "scored_items.json", keys, indent=1)
+    write_json(run_dir / "scored_items.json", {**keys, "scores": scores}, indent=1)
     model.save_pretrained(save_dir)
     tok.save_pretrained(save_dir)
     return metrics

@@ -145,13 +145,17 @@ def comparison_val_sets(cfg: CompareConfig, reported: dict | None = None) -> dic
     return sets
 
 
-def evaluate_comparison(model, tokenizer, cfg: CompareConfig, eval_sets: dict, val_sets: dict) -> dict:
+def evaluate_comparison(
+    model, tokenizer, cfg: CompareConfig, eval_sets: dict, val_sets: dict, per_item: bool = False
+) -> dict:
     """A model's metrics in a comparison: `evaluate_toy` on `eval_sets` with the sampling generator seeded by
-    `cfg.eval_seed` (the same stream for every model), and `val`, greedy, on `val_sets` when there are any."""
+    `cfg.eval_seed` (the same stream for every model), and `val`, greedy, on `val_sets` when there are any. With
+    `per_item`, each part also holds its "per_item" scores (`evaluate_toy`)."""
     gen = torch.Generator().manual_seed(cfg.eval_seed)
-    metrics = evaluate_toy(model, tokenizer, eval_sets, cfg.eval, gen, id_skill=cfg.id_skill)
+    kw = dict(id_skill=cfg.id_skill, per_item=per_item)
+    metrics = evaluate_toy(model, tokenizer, eval_sets, cfg.eval, gen, **kw)
     if val_sets:
-        metrics["val"] = evaluate_greedy(model, tokenizer, val_sets, cfg.eval, id_skill=cfg.id_skill)
+        metrics["val"] = evaluate_greedy(model, tokenizer, val_sets, cfg.eval, **kw)
     return metrics
 
 
