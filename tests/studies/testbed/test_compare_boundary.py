@@ -274,6 +274,37 @@ def test_scored_items_hold_each_items_grades_in_the_keys_order(harness):
         assert any(sum(v["greedy"]) not in (0, len(v["greedy"])) for v in rec["scores"]["reported"].values())
 
 
+def test_verdict_estimate_is_the_reports_excess_and_its_interval_pairs_the_draws(harness, tmp_path):
+    """The verdict study reads the per-item grades back: its excess of a run over the front equals the report's
+    `front_table` excess computed from results.json's aggregates (the same comparison, another path through the
+    numbers), and its bootstrap interval covers that estimate; two bases pool by Hartung-Knapp."""
+    from anchorft.studies.testbed.report import front_table
+    from anchorft.studies.testbed.verdict import base_verdict, pooled_verdict
+
+    run, _ = harness
+    cfg = load_config(
+        {
+            "preset": "smoke",
+            "runs": [{"name": n, "method": m} for n, m in (("sft", "sft"), ("l2", "l2"), ("dft", "dft"))],
+            "seeds": [0, 1, 2],
+            "eval": {"n_samples": 4, "k": 2, "id_items": 9, "ood_items": 5, "val_items": 3},
+        }
+    )
+    out = run(cfg, tmp_path / "a")
+    res = json.loads((out / "results.json").read_text())
+    table = {r["run"]: r for r in front_table(res, ["sft", "l2"])}
+    got = base_verdict(out, ["dft"], ["sft", "l2"], n_boot=200)
+    assert got["dft"]["estimate"] == pytest.approx(table["dft"]["excess"], abs=1e-9)
+    assert got["dft"]["low"] <= got["dft"]["estimate"] <= got["dft"]["high"]
+    assert got["dft"]["se"] > 0
+    val = base_verdict(out, ["dft"], ["sft", "l2"], split="val", n_boot=50)
+    assert val["dft"]["estimate"] == pytest.approx({r["run"]: r for r in front_table(res, ["sft", "l2"], "val")}
+                                                   ["dft"]["excess"], abs=1e-9)  # fmt: skip
+    pooled = pooled_verdict([got, {"dft": {**got["dft"], "estimate": got["dft"]["estimate"] + 4.0}}])
+    assert pooled["dft"]["mean"] == pytest.approx(got["dft"]["estimate"] + 2.0)
+    assert pooled["dft"]["bases"] == 2 and pooled["dft"]["df"] == 1
+
+
 def test_resumed_comparison_reports_what_an_uninterrupted_one_does(harness, tmp_path):
     """Rerun matrix, toy compare: stopped after its first fine-tune, resumed with the same settings, it keeps
     that fine-tune (no new generation for it) and writes the numbers of an uninterrupted run."""

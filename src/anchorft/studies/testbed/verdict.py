@@ -1,0 +1,138 @@
+"""Which way of fine-tuning keeps most: each run's excess over a front, paired across methods, pooled over bases.
+
+One comparison per pretrained base (`anchorft toy compare`, every run at the same seeds and on the same items).
+For each base and each judged run, the excess of its ID gain over the front at its OOD retention:
+
+    retention = OOD mean / the base's OOD mean,  gain = 100 (ID greedy - the base's ID greedy)  (points),
+    excess = gain - front(retention),
+
+the front being the upper hull of the base (1, 0) and the front runs' (retention, gain) means, joined by segments
+(`report.front_weights`). Its interval is the paired two-level bootstrap of `anchorft.eval.intervals`: the seeds,
+then the items of each skill, drawn once per replicate for every run and the base, the front refitted inside
+each replicate (so its upward bias as a hull of noisy means is inside the interval). Across bases the per-base
+excesses are pooled by the Hartung-Knapp random-effects mean, a t interval on bases - 1 degrees of freedom, and
+counted: how many bases put the run above the front.
+
+The scores are the per-item grades each fine-tune's evaluation wrote (OUT/runs/RUN-seedS/scored_items.json,
+"scores"), ID greedy 0/1 and each OOD skill's greedy 0/1, on the reported items ("reported") or on the validation
+items ("val", for picking knobs before the reported items are looked at).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from anchorft.analysis.rank import read_comparison_results
+from anchorft.eval.intervals import hartung_knapp, paired_bootstrap, variance_components
+from anchorft.studies.testbed.layout import run_dir
+from anchorft.studies.testbed.report import front_weights, pareto_front
+
+__all__ = ["load_scores", "excess_statistic", "base_verdict", "pooled_verdict", "pilot_components"]
+
+ID = "id"
+
+
+def _scored(path: Path, split: str) -> dict[str, list[int]]:
+    if not path.is_file():
+        raise ValueError(f"{path} not found: the comparison predates per-item scores; run it again")
+    rec = json.loads(path.read_text())
+    if "scores" not in rec or split not in rec["scores"]:
+        raise ValueError(f"{path}: no per-item scores for the {split!r} items; run the comparison again")
+    return {skill: s["greedy"] for skill, s in rec["scores"][split].items()}
+
+
+def load_scores(compare_dir: str | os.PathLike, runs: Sequence[str], split: str = "reported") -> dict:
+    """{run: {set: (seeds, items) array}} of greedy 0/1 grades from a comparison's scored_items.json files, the
+    sets being "id" (its ID skill) and each OOD skill; "base" (one row) too. Every run must have the comparison's
+    seeds (a paired comparison needs them all)."""
+    res = read_comparison_results(compare_dir)
+    id_skill, seeds = res["settings"]["id_skill"], res["settings"]["seeds"]
+    missing = [r for r in runs if r not in res["methods"]]
+    if missing:
+        raise ValueError(f"{compare_dir}: runs {missing} not in the comparison (have {sorted(res['methods'])})")
+
+    def sets(rows: list[dict[str, list[int]]]) -> dict[str, np.ndarray]:
+        return {(ID if s == id_skill else s): np.array([r[s] for r in rows], dtype=float) for s in rows[0]}
+
+    out = {"base": sets([_scored(Path(compare_dir) / "runs" / "base" / "scored_items.json", split)])}
+    for r in runs:
+        out[r] = sets([_scored(run_dir(compare_dir, r, s) / "scored_items.json", split) for s in seeds])
+    return out
+
+
+def _point(means: dict[str, float], base: dict[str, float]) -> tuple[float, float]:
+    ood = [k for k in means if k != ID]
+    retention = float(np.mean([means[k] for k in ood])) / max(float(np.mean([base[k] for k in ood])), 1e-9)
+    return retention, 100.0 * (means[ID] - base[ID])
+
+
+def excess_statistic(run: str, front_runs: Sequence[str]):
+    """statistic(means) -> the excess of `run` over the front of `front_runs` and the base (module docstring); a
+    front run judged against the front of the others. 0 above the front's right end means the run keeps more
+    than every front point; the gain counts there in full."""
+    others = [r for r in front_runs if r != run]
+
+    def statistic(means: dict[str, dict[str, float]]) -> float:
+        base = means["base"]
+        pts = [(1.0, 0.0)] + [_point(means[r], base) for r in others]
+        x, y = _point(means[run], base)
+        front = sum(w * pts[i][1] for i, w in front_weights(pts, x))
+        return y - front
+
+    return statistic
+
+
+def base_verdict(
+    compare_dir: str | os.PathLike,
+    runs: Sequence[str],
+    front_runs: Sequence[str],
+    split: str = "reported",
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> dict[str, dict]:
+    """{run: paired_bootstrap of its excess} on one base (`runs` judged, `front_runs` the front), the same draws for
+    every run (one generator seeded by `seed` per run, so adding a run changes no other run's interval)."""
+    scores = load_scores(compare_dir, sorted({*runs, *front_runs}), split)
+    out = {}
+    for r in runs:
+        keep = {k: scores[k] for k in ("base", r, *front_runs)}
+        out[r] = paired_bootstrap(keep, excess_statistic(r, front_runs), n_boot, np.random.default_rng(seed))
+    return out
+
+
+def pooled_verdict(per_base: Sequence[dict[str, dict]], level: float = 0.95) -> dict[str, dict]:
+    """{run: Hartung-Knapp pooled excess over the bases (each base's bootstrap SE as its within-base SD), the bases'
+    estimates, and how many lie above 0}; one base alone gives its own bootstrap interval."""
+    runs = [r for r in per_base[0] if all(r in b for b in per_base)]
+    out = {}
+    for r in runs:
+        y = [b[r]["estimate"] for b in per_base]
+        if len(per_base) == 1:
+            b = per_base[0][r]
+            pooled = {"mean": b["estimate"], "se": b["se"], "low": b["low"], "high": b["high"], "df": None}
+        else:
+            pooled = hartung_knapp(y, [max(b[r]["se"], 1e-6) ** 2 for b in per_base], level)
+        out[r] = {**pooled, "bases": len(y), "above": int(sum(v > 0 for v in y)), "per_base": y}
+    return out
+
+
+def pilot_components(compare_dirs: Sequence[str | os.PathLike], run: str, reference: str) -> dict[str, float]:
+    """Variance components (`intervals.variance_components`) of the per-item ID difference run - reference, in
+    points, over a pilot's bases x seeds x items: what a power calculation for their paired difference needs."""
+    d = []
+    for folder in compare_dirs:
+        s = load_scores(folder, [run, reference])
+        d.append(100.0 * (s[run][ID] - s[reference][ID]))
+    return variance_components(np.stack(d))
+
+
+def front_points(compare_dir: str | os.PathLike, front_runs: Sequence[str], split: str = "reported") -> list:
+    """The front's points (retention, gain) on the data of one base, the base (1, 0) included, sorted."""
+    scores = load_scores(compare_dir, list(front_runs), split)
+    means = {m: {k: float(a.mean()) for k, a in sets.items()} for m, sets in scores.items()}
+    return pareto_front([(1.0, 0.0)] + [_point(means[r], means["base"]) for r in front_runs])
