@@ -305,6 +305,37 @@ def test_verdict_estimate_is_the_reports_excess_and_its_interval_pairs_the_draws
     assert pooled["dft"]["bases"] == 2 and pooled["dft"]["df"] == 1
 
 
+def test_bases_run_one_whole_comparison_per_pretraining_seed(harness, tmp_path):
+    """`bases: [10, 11]`: OUT/base-seed10 and OUT/base-seed11, each a whole comparison whose base was asked for
+    with that pretraining seed, found again by `layout.base_folders` and pooled by the verdict study."""
+    import yaml
+
+    from anchorft.studies.testbed.layout import base_folders
+    from anchorft.studies.testbed.verdict import base_verdict, pooled_verdict
+
+    run, _ = harness
+    asked = []
+    cfg = load_config(
+        {
+            "preset": "smoke",
+            "runs": [{"name": n, "method": m} for n, m in (("sft", "sft"), ("l2", "l2"), ("dft", "dft"))],
+            "seeds": [0, 1],
+            "bases": [10, 11],
+            "eval": {"n_samples": 4, "k": 2, "id_items": 9, "ood_items": 5},
+        }
+    )
+    out = run(cfg, tmp_path / "study")
+    folders = base_folders(out)
+    assert list(folders) == [10, 11]
+    for folder in folders.values():
+        saved = yaml.safe_load((folder / "config.yaml").read_text())
+        asked.append(saved["pretrain"]["seed"])
+        assert saved["bases"] == [] and (folder / "results.json").is_file()
+    assert asked == [10, 11]
+    pooled = pooled_verdict([base_verdict(f, ["dft"], ["sft", "l2"], n_boot=50) for f in folders.values()])
+    assert pooled["dft"]["bases"] == 2 and pooled["dft"]["low"] <= pooled["dft"]["mean"] <= pooled["dft"]["high"]
+
+
 def test_resumed_comparison_reports_what_an_uninterrupted_one_does(harness, tmp_path):
     """Rerun matrix, toy compare: stopped after its first fine-tune, resumed with the same settings, it keeps
     that fine-tune (no new generation for it) and writes the numbers of an uninterrupted run."""

@@ -39,8 +39,9 @@ from anchorft.studies.testbed.compare_config import (
     evaluate_comparison,
     expand_sweeps,
     load_config,
+    per_base,
 )
-from anchorft.studies.testbed.layout import model_dir, run_dir
+from anchorft.studies.testbed.layout import base_folder, model_dir, run_dir
 from anchorft.studies.testbed.report import write_report, write_tradeoff_plot
 from anchorft.studies.testbed.results import RESULTS_FILE, CompareResults, save_results
 from anchorft.threads import pinned_threads
@@ -227,9 +228,15 @@ def run_compare(
     the testbed's matrices are too small for two threads to halve a step, so two one-thread jobs beat one
     two-thread job), so the results do not depend on `workers` or the machine. With `resume`, the fine-tunes
     recorded in `out_dir`/cells.jsonl are kept, not run again: the same comparison, stopped part-way, picks up
-    where it stopped."""
+    where it stopped.
+
+    With `cfg.bases` (pretraining seeds), one whole comparison per base in OUT/base-seedB (`base_folder`), one base
+    after the other; returns {"bases": {B: that comparison's results}}."""
     executor_for(workers)  # a bad value fails before anything runs
     cfg = resolve_comparison(preset_or_config, methods, sweep)
+    if cfg.bases:
+        kw = dict(progress=progress, workers=workers, resume=resume)
+        return {"bases": {b: run_compare(one, base_folder(out_dir, b), **kw) for b, one in per_base(cfg)}}
     out = Path(out_dir)
     (out / "models").mkdir(parents=True, exist_ok=True)
     head = f"# anchorft toy compare --out {out} --preset <this file>\n"

@@ -60,6 +60,9 @@ class CompareConfig:
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     runs: list[RunSpec] = field(default_factory=list)
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    # pretraining seeds: one base per seed and one whole comparison per base (OUT/base-seedB: `layout.base_folder`),
+    # each pretrained (and cached) with pretrain.seed = B; empty: the single base of pretrain.seed, in OUT itself
+    bases: list[int] = field(default_factory=list)
     id_skill: str = "math_word"  # the fine-tuning and ID evaluation distribution (see skills.ID_SKILLS)
     finetune_items: int = 2000  # size of the fine-tuning set (train split of id_skill)
     learning_rate: float = 5e-4
@@ -109,11 +112,26 @@ class CompareConfig:
             raise ValueError(f"seeds: must be integers in 0 .. 2**32 - 1, got {bad}")
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds: each seed once, got {self.seeds}")
+        bad = [b for b in self.bases if isinstance(b, bool) or not isinstance(b, int) or not 0 <= b < 2**32]
+        if bad or len(set(self.bases)) != len(self.bases):
+            raise ValueError(f"bases: distinct pretraining seeds in 0 .. 2**32 - 1, got {self.bases}")
         for name in ("finetune_items", "max_steps", "batch_size", "calibration_items"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate: must be > 0, got {self.learning_rate}")
+
+
+def per_base(cfg: CompareConfig) -> list[tuple[int | None, CompareConfig]]:
+    """(pretraining seed, the comparison of that base) for each of `cfg.bases`; [(None, cfg)] without bases."""
+    if not cfg.bases:
+        return [(None, cfg)]
+    out = []
+    for b in cfg.bases:
+        one = copy.deepcopy(cfg)
+        one.bases, one.pretrain.seed = [], b
+        out.append((b, one))
+    return out
 
 
 def comparison_eval_sets(cfg: CompareConfig) -> dict:

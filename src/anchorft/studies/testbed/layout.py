@@ -6,6 +6,8 @@
     OUT/models/RUN-seedS        RUN's fine-tune at seed S (any other seed)
     OUT/runs/RUN-seedS          the trainer's own folder of RUN at seed S (config, metrics.json, training.png)
     OUT/runs/base               the base model's scored items
+    OUT/base-seedB              with several pretrained bases (`CompareConfig.bases`): the whole comparison of
+                                the base pretrained at seed B, laid out as above
 
 A saved model's name is therefore RUN (first seed) or RUN-seedS; `parse_model_name` turns it back into (RUN, S).
 """
@@ -16,9 +18,18 @@ import os
 import re
 from pathlib import Path
 
-__all__ = ["model_name", "model_dir", "run_dir", "parse_model_name", "first_seed_models"]
+__all__ = [
+    "model_name",
+    "model_dir",
+    "run_dir",
+    "base_folder",
+    "base_folders",
+    "parse_model_name",
+    "first_seed_models",
+]
 
 _SEEDED = re.compile(r"(.+)-seed(\d+)")
+_BASE = re.compile(r"base-seed(\d+)")
 
 
 def model_name(run: str, seed: int, first_seed: int) -> str:
@@ -34,6 +45,17 @@ def model_dir(out: str | os.PathLike, run: str, seed: int, first_seed: int) -> P
 def run_dir(out: str | os.PathLike, run: str, seed: int) -> Path:
     """The trainer's own folder of `run` at `seed` (every seed named, the first one too)."""
     return Path(out) / "runs" / f"{run}-seed{seed}"
+
+
+def base_folder(out: str | os.PathLike, base_seed: int) -> Path:
+    """The comparison of one base in a study over several (OUT/base-seedB)."""
+    return Path(out) / f"base-seed{base_seed}"
+
+
+def base_folders(out: str | os.PathLike) -> dict[int, Path]:
+    """{B: OUT/base-seedB} of a study over several bases, in seed order; {} for a single comparison."""
+    found = [(int(m.group(1)), d) for d in Path(out).iterdir() if d.is_dir() and (m := _BASE.fullmatch(d.name))]
+    return dict(sorted(found))
 
 
 def parse_model_name(name: str, first_seed: int, runs: set[str] | None = None) -> tuple[str, int]:
