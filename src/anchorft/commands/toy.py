@@ -1,4 +1,5 @@
-"""`anchorft toy pretrain`, `compare`, `report` and `interpolate` (WiSE-FT): the embedded testbed."""
+"""`anchorft toy pretrain`, `compare`, `report` and `interpolate` (WiSE-FT): the embedded testbed; `toy bench`
+writes its held-out math items as benchmark files for `anchorft eval`."""
 
 from __future__ import annotations
 
@@ -74,7 +75,19 @@ def _parser() -> argparse.ArgumentParser:
     itp.add_argument("--alphas", default="0.25,0.5,0.75", help="alpha grid in (0, 1], comma-separated")
     itp.add_argument("--out", required=True, help="output folder (results.json, report.md, tradeoff.png)")
     itp.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
-    for sp in (pre, cmp_, rep, itp):  # the global option is accepted after the subcommand too
+    bench = sub.add_parser(
+        "bench",
+        help="the testbed's held-out math items as benchmark files for `anchorft eval --bench` (CPU)",
+        description="Write OUT/SKILL.jsonl: items of the testbed's evaluation split (never trained on) in the "
+        "paper's benchmark format (prompt messages, reward_model.ground_truth), short enough for the testbed "
+        "model's 128-token context: `anchorft eval` runs on the testbed model with them (docs/eval.md).",
+    )
+    bench.add_argument("--out", required=True, help="output folder (one SKILL.jsonl per skill)")
+    bench.add_argument("--skills", nargs="+", default=None, help="math skills (default: all of them)")
+    bench.add_argument("--items", type=int, default=50, help="items per skill (default %(default)s)")
+    bench.add_argument("--seed", type=int, default=0, help="which items are drawn (default %(default)s)")
+    bench.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
+    for sp in (pre, cmp_, rep, itp, bench):  # the global option is accepted after the subcommand too
         sp.add_argument("--threads", type=int, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub.add_parser("rl", add_help=False, help="DAPO from a comparison's models, evaluated before/after (rl -h)")
     p.add_argument(
@@ -87,6 +100,27 @@ def _parser() -> argparse.ArgumentParser:
     )
     both_spellings(p)
     return p
+
+
+def _bench(args: argparse.Namespace) -> int:
+    """`toy bench`: the files, claimed like every output folder (the same arguments: reused)."""
+    from anchorft.runs import claim_output, finish, reused
+    from anchorft.toy.bench import MATH_SKILLS, bench_rows, write_benches
+
+    skills = tuple(args.skills or MATH_SKILLS)
+    for skill in skills:
+        bench_rows(skill, 1)  # an unknown skill before the folder is claimed
+    if args.items < 1:
+        raise ValueError(f"--items: must be >= 1, got {args.items}")
+    spec = {"skills": list(skills), "items": args.items, "seed": args.seed}
+    claim = claim_output(args.out, "toy bench", spec, overwrite=args.overwrite)
+    if claim.complete:
+        print(reused(claim))
+        return 0
+    paths = write_benches(args.out, skills, args.items, args.seed)
+    finish(claim)
+    print(f"toy bench: {args.items} items per file in {', '.join(map(str, paths))}")
+    return 0
 
 
 def main(argv: list[str]) -> int:
@@ -108,6 +142,8 @@ def main(argv: list[str]) -> int:
         _parser().error(f"unrecognized arguments: {' '.join(extra)}")
     if args.threads < 1:
         raise ValueError(f"--threads: must be >= 1, got {args.threads}")
+    if args.cmd == "bench":
+        return _bench(args)
     import torch
 
     from anchorft.runs import check_output_dir, claim_output, existing_files, finish, reused

@@ -1,0 +1,60 @@
+"""The testbed's held-out math items as benchmark files, in the format `anchorft eval --bench` reads (the paper's
+JSONL: chat messages under `prompt`, the gold answer under `reward_model.ground_truth`).
+
+The paper's evaluation files do not fit the testbed model: their prompts run past its 128-token context, in words
+it has never seen. These files hold items of the testbed's own evaluation split (`skills.sample_items(skill, n,
+"eval", ...)`, never trained on; `toy compare` scores its models on the same split), so `anchorft eval` can be run
+end to end on CPU against the testbed model. The tokenizer's chat template renders one user message as "Q:...\\nA:",
+the prompt of the testbed's own evaluation, so an item gets the same prompt through either path.
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from anchorft.eval.answers import last_boxed
+from anchorft.io import write_jsonl
+from anchorft.toy import skills as sk
+
+__all__ = ["MATH_SKILLS", "bench_rows", "write_benches"]
+
+# the skills whose answer is a boxed number: graded by `anchorft eval` as the paper's math files are
+MATH_SKILLS = tuple(s for s in sk.SKILLS if s.startswith("math_"))
+
+
+def bench_rows(skill: str, n_items: int, seed: int = 0) -> list[dict]:
+    """`n_items` distinct evaluation-split items of the math skill `skill` as benchmark rows; the same (skill,
+    seed) always gives the same items, whichever other skills are written beside it."""
+    if skill not in MATH_SKILLS:
+        raise ValueError(f"--skills: {skill!r} is not a math skill of the testbed; choose from {list(MATH_SKILLS)}")
+    if n_items < 1:
+        raise ValueError(f"--items: must be >= 1, got {n_items}")
+    rng = np.random.default_rng([seed, zlib.crc32(skill.encode())])
+    rows = []
+    for item in sk.sample_items(skill, n_items, "eval", rng, unique=True):
+        question = item.prompt.removeprefix("Q:").removesuffix("\nA:")
+        gold = last_boxed(item.answer)
+        assert sk.format_prompt(question) == item.prompt and gold is not None, item
+        rows.append(
+            {
+                "prompt": [{"role": "user", "content": question}],
+                "reward_model": {"ground_truth": gold},
+                "data_source": f"anchorft-testbed/{skill}",
+                "key": item.key,
+            }
+        )
+    return rows
+
+
+def write_benches(out: str | Path, skills: tuple[str, ...] | list[str], n_items: int, seed: int = 0) -> list[Path]:
+    """OUT/SKILL.jsonl for each skill (`bench_rows`); the paths written."""
+    rows = {s: bench_rows(s, n_items, seed) for s in skills}  # every skill checked before a file is written
+    paths = []
+    for skill, skill_rows in rows.items():
+        path = Path(out) / f"{skill}.jsonl"
+        write_jsonl(path, skill_rows)
+        paths.append(path)
+    return paths
