@@ -115,7 +115,11 @@ def test_suite_end_to_end_resumes_and_writes_the_table(toy_model, bench_dir, tmp
     # same weights, same seeds: both models draw the same samples
     assert gens == (out / "base" / "adds" / "generations.jsonl").read_text().splitlines()
 
-    # interrupted after the first chunk: the rerun regenerates only the rest, and draws what it drew before
+    # interrupted after the first chunk: the rerun regenerates only the rest, and draws what it drew before (an
+    # interrupted model is not in the grid's record, cells.jsonl: only finished models are)
+    cells = (out / "cells.jsonl").read_text().splitlines()
+    assert [json.loads(c)["name"] for c in cells] == ["base", "tuned"]
+    (out / "cells.jsonl").write_text(cells[0] + "\n")
     pair = out / "tuned" / "adds"
     (pair / "metrics.json").unlink()
     (pair / "generations.jsonl").write_text(gens[0] + "\n" + gens[1][: len(gens[1]) // 2])  # a torn line

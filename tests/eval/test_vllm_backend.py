@@ -69,7 +69,7 @@ def test_vllm_greedy_request_and_result_checks():
 
 def test_vllm_backend_through_the_suite_resumes(toy_model_for_suite, tmp_path):
     from anchorft.eval.protocol import SuiteSettings
-    from anchorft.eval.runner import run_suite
+    from anchorft.studies.eval_suite import run_suite
 
     root = tmp_path / "b"
     (root / "id").mkdir(parents=True)

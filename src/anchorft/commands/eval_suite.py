@@ -1,4 +1,5 @@
-"""`anchorft eval suite`: every (model, benchmark) pair of the paper's evaluation, resumable, and the main table.
+"""`anchorft eval suite`: every (model, benchmark) pair of the paper's evaluation, resumable, and the main table
+(`anchorft.studies.eval_suite`: one grid cell per model, recorded in OUT/cells.jsonl).
 
 anchorft eval suite --models base=HUB_ID_OR_DIR sft=DIR rpsft=DIR [--bench-dir DIR] --out runs/suite
                     [--preset paper] [--rl-checkpoint] [--benches aime-24,math500,...] [--prompt file]
@@ -67,8 +68,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     from anchorft.eval.protocol import SuiteSettings, check_models, resolve_benches
-    from anchorft.eval.runner import run_suite
     from anchorft.runs import fail, finish
+    from anchorft.studies.eval_suite import run_suite
 
     claim = None
     try:

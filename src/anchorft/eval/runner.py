@@ -1,12 +1,14 @@
 """The one evaluation runner: every (model, benchmark) pair generated (resuming), graded and summarised.
 
-`run_suite` (`anchorft eval suite`) runs several models on benchmark files named under a folder and writes the
-main table; `run_eval` (`anchorft eval`) is the same runner with one model, files given by path, each file's own
-prompt and a greedy pass. Each pair's folder holds generations.jsonl, settings.json, records.jsonl and
-metrics.json (suite: `out/NAME/BENCH/`; `anchorft eval`: `out/BENCH/`). generations.jsonl is appended after each
-chunk of items, so an interrupted run resumes where it stopped; samples are seeded per (seed, item index,
-sample) (`backend.row_seed`), so the resumed run draws what an uninterrupted one would have, and the two
-commands draw the same samples from the same file and seed.
+The per-model work lives here: `prepare_run` reads and checks every input before a model loads, `run_model` loads
+one model once and runs its benchmarks, `run_pair` one (model, benchmark) pair. `run_eval` (`anchorft eval`) is
+this runner with one model, files given by path, each file's own prompt and a greedy pass; `anchorft eval suite`
+runs several models on benchmark files named under a folder, one cell per model of a study grid
+(`anchorft.studies.eval_suite`), and writes the main table. Each pair's folder holds generations.jsonl,
+settings.json, records.jsonl and metrics.json (suite: `out/NAME/BENCH/`; `anchorft eval`: `out/BENCH/`).
+generations.jsonl is appended after each chunk of items, so an interrupted run resumes where it stopped; samples
+are seeded per (seed, item index, sample) (`backend.row_seed`), so the resumed run draws what an uninterrupted one
+would have, and the two commands draw the same samples from the same file and seed.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from anchorft import stop
 from anchorft.eval.answers import default_checker
@@ -27,12 +30,12 @@ from anchorft.eval.benchmarks import Bench, load_bench, score_bench, summarize
 from anchorft.eval.context import check_prompt_lengths, context_length
 from anchorft.eval.ifeval import ifeval_available
 from anchorft.eval.loading import load_eval_tokenizer
-from anchorft.eval.protocol import SuiteSettings, bench_names, format_prompts, resolve_benches, token_prompts
-from anchorft.eval.report import main_table, plot_metrics, write_table
+from anchorft.eval.protocol import SuiteSettings, bench_names, format_prompts, token_prompts
+from anchorft.eval.report import plot_metrics
 from anchorft.io import write_json, write_jsonl
 from anchorft.provenance import write_metrics
 
-__all__ = ["resolve_backend", "open_backend", "run_pair", "run_suite", "run_eval"]
+__all__ = ["resolve_backend", "open_backend", "run_pair", "RunInputs", "prepare_run", "run_model", "run_eval"]
 
 
 def resolve_backend(backend: str) -> str:
@@ -178,22 +181,40 @@ def _calibrate(backend, tokenizer, benches: Sequence[Bench], s: SuiteSettings, n
     return est
 
 
-def _run(
+@dataclass
+class RunInputs:
+    """What every model of a run shares, read and checked before any model loads (`prepare_run`): the benchmarks,
+    the backend kind, each model's tokenizer and the grader. `backend_factory(model_dir, tokenizer, settings)`
+    replaces the generation backend (tests)."""
+
+    benches: list[Bench]
+    kind: str
+    tokenizers: dict[str, Any]
+    checker: Any
+    backend_factory: Callable | None = None
+
+    def open(self, path: Path, tok, s: SuiteSettings) -> Backend:
+        """This run's backend on the model in `path`."""
+        if self.backend_factory is not None:
+            return self.backend_factory(path, tok, s)
+        return open_backend(self.kind, path, tok, s)
+
+
+def prepare_run(
     models: dict[str, Path],
     specs: Sequence[tuple[str, str, Path]],
     out: Path,
     s: SuiteSettings,
     config: dict,
-    pair_dir: Callable[[str, str], Path],
     *,
     backend: str,
-    backend_factory: Callable | None,
-    checker,
-    log: Callable[[str], None],
+    backend_factory: Callable | None = None,
+    checker=None,
     single: bool = False,
-) -> dict[str, dict[str, dict]]:
-    """{model: {benchmark: metrics}}: inputs all checked before a model loads, then every pair in turn. `single`:
-    `anchorft eval` (one model, given as --model; prompts that do not fit the model's context are refused)."""
+) -> RunInputs:
+    """Read and check every benchmark and every model's tokenizer, then write out/config.json: a bad input fails
+    here, in one line, before any model loads (minutes for a large one). `single`: `anchorft eval` (one model,
+    given as --model; prompts that do not fit the model's context are refused)."""
     loaded = [load_bench(p, skip_bad=s.skip_bad, limit=s.limit, name=nm) for nm, _, p in specs]
     if any(b.items[0].kind == "ifeval" for b in loaded):
         ok, why = ifeval_available()
@@ -212,58 +233,39 @@ def _run(
         tokenizers[name] = tok
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "config.json", {**config, "backend": kind}, indent=2)
-    checker = checker or default_checker()
-    results: dict[str, dict[str, dict]] = {}
-    for mi, (name, path) in enumerate(models.items()):
-        tok = tokenizers[name]
-        kept = {b.name: _kept(pair_dir(name, b.name), b, s) for b in loaded}
-        if all(m is not None for m in kept.values()):  # a rerun: nothing to generate, so the model is not loaded
-            log(f"  {name}: every benchmark done before, kept (model not loaded)")
-            results[name] = kept
-            continue
-        log(f"  {name}: loading {path} ({kind} backend)")  # loading a large model takes minutes: say so first
-        be = backend_factory(path, tok, s) if backend_factory is not None else open_backend(kind, path, tok, s)
-        try:
-            if mi == 0 and s.calibrate:
-                write_json(out / "calibration.json", _calibrate(be, tok, loaded, s, len(models), log), indent=2)
-            results[name] = {
-                b.name: run_pair(be, tok, b, pair_dir(name, b.name), s, checker, log, f"{name}/{b.name}")
-                for b in loaded
-            }
-        finally:
-            be.close()
-    return results
+    return RunInputs(loaded, kind, tokenizers, checker or default_checker(), backend_factory)
 
 
-def run_suite(
-    models: dict[str, Path],
-    bench_dir: str | Path,
-    out_dir: str | Path,
-    settings: SuiteSettings | None = None,
+def run_model(
+    inputs: RunInputs,
+    name: str,
+    path: Path,
+    pair_dir: Callable[[str, str], Path],
+    s: SuiteSettings,
+    log: Callable[[str], None],
     *,
-    benches: Sequence[str] | None = None,
-    backend: str = "auto",
-    backend_factory: Callable | None = None,
-    checker=None,
-    log: Callable[[str], None] = print,
-) -> dict:
-    """Every (model, benchmark) pair, then the main table (`out/table.{json,md,png}`).
-
-    `backend_factory(model_dir, tokenizer, settings)` replaces the generation backend (tests)."""
-    s = settings or SuiteSettings()
-    s.validate()
-    specs = resolve_benches(bench_dir, benches)
-    domains = {nm: dom for nm, dom, _ in specs}
-    out = Path(out_dir)
-    config = dict(
-        models={k: str(v) for k, v in models.items()}, bench_dir=str(bench_dir), benches=list(domains),
-        domains=domains, backend=None, settings=asdict(s), max_new_tokens_used=s.new_tokens,
-    )  # fmt: skip
-    results = _run(models, specs, out, s, config, lambda m, b: out / m / b, backend=backend,
-                   backend_factory=backend_factory, checker=checker, log=log)  # fmt: skip
-    table = main_table(results, domains, base=next(iter(models)))
-    write_table(table, out)
-    return table
+    calibration: Path | None = None,
+    n_models: int = 1,
+) -> dict[str, dict]:
+    """{benchmark: metrics} of one model on every benchmark: the model loaded once for all of them (not at all when
+    every pair was finished before), the pairs run in turn (`run_pair`, each resuming from its saved chunks).
+    `calibration`: first time a short generation and write there the estimate for `n_models` models."""
+    tok = inputs.tokenizers[name]
+    kept = {b.name: _kept(pair_dir(name, b.name), b, s) for b in inputs.benches}
+    if all(m is not None for m in kept.values()):  # a rerun: nothing to generate, so the model is not loaded
+        log(f"  {name}: every benchmark done before, kept (model not loaded)")
+        return kept
+    log(f"  {name}: loading {path} ({inputs.kind} backend)")  # loading a large model takes minutes: say so first
+    be = inputs.open(path, tok, s)
+    try:
+        if calibration is not None:
+            write_json(calibration, _calibrate(be, tok, inputs.benches, s, n_models, log), indent=2)
+        return {
+            b.name: run_pair(be, tok, b, pair_dir(name, b.name), s, inputs.checker, log, f"{name}/{b.name}")
+            for b in inputs.benches
+        }
+    finally:
+        be.close()
 
 
 def run_eval(
@@ -308,8 +310,8 @@ def run_eval(
         backend=None, skip_bad=skip_bad,
     )  # fmt: skip
     log = (lambda m: print(m, file=sys.stderr, flush=True)) if progress else (lambda m: None)
-    results = _run({"model": model_dir}, specs, out, s, config, lambda m, b: out / b, backend=backend,
-                   backend_factory=None, checker=checker, log=log, single=True)["model"]  # fmt: skip
+    inputs = prepare_run({"model": model_dir}, specs, out, s, config, backend=backend, checker=checker, single=True)
+    results = run_model(inputs, "model", model_dir, lambda m, b: out / b, s, log)
     write_metrics(out / "metrics.json", results, indent=2)
     plot_metrics(results, out / "metrics.png")
     return results

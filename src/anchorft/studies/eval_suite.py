@@ -1,0 +1,97 @@
+"""`anchorft eval suite` as a study on the grid runner: one cell per model, run on every benchmark, then the main
+table (`out/table.{json,md,png}`).
+
+Why one cell per model: loading a model is the expensive step (minutes for a 7B model, a GPU's memory), so a model
+is loaded once for all its benchmarks, as the suite always did; a cell is also the unit an executor can hand to
+another process or a cluster's node, and a (model, benchmark) cell would load its model again there. Nothing is
+lost by the coarser record: inside a cell, the library's runner (`anchorft.eval.runner.run_model`) keeps every
+finished pair (its folder's metrics.json) and resumes an interrupted pair from its saved chunks.
+
+- The record: OUT/cells.jsonl, one line per finished model ({benchmark: metrics}); a rerun does not run (or load)
+  a recorded model again. The grid's context is what every pair's metrics depend on beyond the model (the
+  generation settings, `k`, `--limit`, `--skip-bad`); a cell's spec is its model folder and its benchmarks (file,
+  number of items). Another `k` or a model given new benchmarks runs the cell again: its finished pairs are
+  regraded from their saved generations or kept, only what is missing is generated.
+- The folder: the command claims it once (`anchorft.runs.claim_output`); the grid works inside it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from anchorft.eval.protocol import SuiteSettings, resolve_benches
+from anchorft.eval.report import main_table, write_table
+from anchorft.eval.runner import RunInputs, prepare_run, run_model
+from anchorft.studies.grid import Cell, Grid, InProcess
+
+__all__ = ["suite_context", "suite_cells", "run_suite"]
+
+
+def suite_context(s: SuiteSettings) -> dict:
+    """What every cell's metrics depend on beyond its model and benchmarks: the generated samples' settings, the
+    k they are graded at, and which items are read (`--limit`, `--skip-bad`)."""
+    return {"generation": s.generation_key(), "k": s.k, "limit": s.limit, "skip_bad": s.skip_bad}
+
+
+def suite_cells(models: dict[str, Path], inputs: RunInputs) -> list[Cell]:
+    """One cell per model, in `models` order (the first is the table's base)."""
+    benches = [[b.name, str(Path(b.path).resolve()), len(b.items)] for b in inputs.benches]
+    return [Cell(name, {"model": str(Path(path).resolve()), "benches": benches}) for name, path in models.items()]
+
+
+def _model_cell(
+    inputs: RunInputs, models: dict[str, Path], out: Path, s: SuiteSettings, log: Callable[[str], None], cell: Cell
+) -> dict:
+    name = cell.name
+    first = next(iter(models))
+    calibration = out / "calibration.json" if name == first and s.calibrate else None
+    return run_model(inputs, name, models[name], lambda m, b: out / m / b, s, log,
+                     calibration=calibration, n_models=len(models))  # fmt: skip
+
+
+def run_suite(
+    models: dict[str, Path],
+    bench_dir: str | Path,
+    out_dir: str | Path,
+    settings: SuiteSettings | None = None,
+    *,
+    benches: Sequence[str] | None = None,
+    backend: str = "auto",
+    backend_factory: Callable | None = None,
+    checker=None,
+    log: Callable[[str], None] = print,
+) -> dict:
+    """Every (model, benchmark) pair, one grid cell per model, then the main table (`out/table.{json,md,png}`);
+    returns the table. Every input is checked before a model loads.
+
+    `backend_factory(model_dir, tokenizer, settings)` replaces the generation backend (tests)."""
+    import torch
+
+    s = settings or SuiteSettings()
+    s.validate()
+    specs = resolve_benches(bench_dir, benches)
+    domains = {nm: dom for nm, dom, _ in specs}
+    out = Path(out_dir)
+    config = dict(
+        models={k: str(v) for k, v in models.items()}, bench_dir=str(bench_dir), benches=list(domains),
+        domains=domains, backend=None, settings=asdict(s), max_new_tokens_used=s.new_tokens,
+    )  # fmt: skip
+    inputs = prepare_run(models, specs, out, s, config, backend=backend, backend_factory=backend_factory,
+                         checker=checker)  # fmt: skip
+    grid = Grid(out, context=suite_context(s))
+    cells = suite_cells(models, inputs)
+    recorded = set(grid.finished())
+    for c in cells:
+        if c.key(grid.context) in recorded:
+            log(f"  {c.name}: every benchmark done before, kept (model not loaded)")
+    # in this process, on its own torch threads: the checker's worker, the log and the tests' backend factory are
+    # this process's objects, and a model's samples must not depend on a pinned thread count
+    fn = functools.partial(_model_cell, inputs, models, out, s, log)
+    got = grid.run(cells, fn, InProcess(torch.get_num_threads()), progress=False, desc="eval suite")
+    results = {name: {b.name: got[name][b.name] for b in inputs.benches} for name in models}
+    table = main_table(results, domains, base=next(iter(models)))
+    write_table(table, out)
+    return table
