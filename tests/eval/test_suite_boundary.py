@@ -237,3 +237,54 @@ def test_generation_key_is_exactly_what_the_saved_generations_depend_on():
     assert s.generation_key() == {**key, "max_new_tokens": 99}
     s.greedy = True
     assert s.generation_key() == {**key, "max_new_tokens": 99, "greedy": True}
+
+
+def test_suite_stopped_after_the_first_model_resumes_without_losing_or_repeating_a_pair(suite_env, monkeypatch):
+    """A stop (Ctrl-C, anchorft.stop) that lands as the first model's cell finishes: the grid records that model in
+    cells.jsonl and stops before the next loads; the rerun loads only the second model, generates each of its
+    (benchmark, item) pairs once and none of the first's, and writes the table of an uninterrupted run."""
+    import signal
+
+    import anchorft.eval.hf_backend as hf_backend
+    from anchorft import stop
+
+    argv, out, calls = suite_env["argv"], suite_env["out"], suite_env["calls"]
+    fake = hf_backend.HFBackend  # the fixture's stand-in
+    loads: list[str] = []
+    real_init = fake.__init__
+
+    def counting_init(self, *a, **kw):
+        real_init(self, *a, **kw)
+        loads.append(self.name)
+
+    monkeypatch.setattr(fake, "__init__", counting_init)
+    monkeypatch.setattr(fake, "close", lambda self: stop.record(signal.SIGINT) if self.name == "base" else None)
+    assert cli(argv) == 130 and _status(out) == "interrupted"
+    assert loads == ["base"] and not (out / "table.json").exists()
+    assert [json.loads(x)["name"] for x in (out / "cells.jsonl").read_text().splitlines()] == ["base"]
+    first = [(c["model"], b, i) for c in calls for b, i in zip(c["benches"], c["keys"])]
+    assert {m for m, _, _ in first} == {"base"}
+
+    monkeypatch.setattr(fake, "close", lambda self: None)
+    n_before = len(calls)
+    assert cli(argv) == 0 and _status(out) == "complete"
+    assert loads == ["base", "tuned"]  # the recorded model is not loaded again
+    second = [(c["model"], b, i) for c in calls[n_before:] for b, i in zip(c["benches"], c["keys"])]
+    every = {(m, b, i) for m in ("base", "tuned") for files in FILES.values() for b, rows in files.items()
+             for i in range(len(rows))}  # fmt: skip
+    assert len(first) + len(second) == len(set(first) | set(second)) == len(every)  # none twice
+    assert set(first) | set(second) == every  # none lost
+    _check_table(out, k=2)
+    assert [json.loads(x)["name"] for x in (out / "cells.jsonl").read_text().splitlines()] == ["base", "tuned"]
+
+    # the table equals an uninterrupted run's (provenance aside)
+    whole = out.parent / "whole"
+    assert cli(_flag(argv, "--out", str(whole))) == 0
+
+    def table(folder: Path) -> dict:
+        t = json.loads((folder / "table.json").read_text())
+        t.pop("provenance")
+        return t
+
+    assert table(out) == table(whole)
+    assert (out / "table.md").read_text() == (whole / "table.md").read_text()
