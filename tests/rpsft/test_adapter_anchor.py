@@ -200,3 +200,25 @@ def test_lora_anchor_in_training(rp, tokenizer, tmp_path):
 def test_lora_anchor_only_on_lora(rp, tmp_path):
     with pytest.raises(ValueError, match="lora_anchor: only for method 'lora'"):
         rp.base_args(str(tmp_path), method="sft", lora_anchor=True)
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        dict(anchor_rank_rule="energy:0.9"),
+        dict(anchor_map="q_proj: 2"),
+        dict(anchor_layers="0"),
+        dict(anchor_memory=10_000),
+        dict(anchor_lambda_rest=0.5),
+        dict(anchor_targets="q_proj"),
+        dict(anchor_include_embeddings=False),
+    ],
+)
+def test_lora_anchor_refuses_the_options_it_would_not_read(rp, tmp_path, option):
+    """The adapter anchor anchors every adapted matrix at anchor_rank: a rank rule, map, layer selection, budget,
+    remainder weight or target selection set with it is refused in one line naming it, not silently ignored."""
+    name = next(iter(option))
+    with pytest.raises(ValueError, match=rf"lora_anchor: .*{name}=.* would be ignored"):
+        rp.base_args(str(tmp_path), method="lora", lora_anchor=True, anchor_rank=4, **option)
+    read = dict(anchor_rank=4, anchor_lambda=0.1, anchor_kind="subspace")  # what it reads: accepted
+    rp.base_args(str(tmp_path), method="lora", lora_anchor=True, **read)

@@ -21,6 +21,18 @@ __all__ = ["RPSFTConfig", "ScriptArguments", "accumulation_for"]
 logger = logging.getLogger(__name__)
 
 
+# anchor options the adapter anchor (`lora_anchor`) does not read: set with it, they are refused, not ignored
+_ADAPTER_UNREAD = ("anchor_rank_rule", "anchor_map", "anchor_layers", "anchor_memory", "anchor_lambda_rest",
+                   "anchor_targets", "anchor_include_embeddings")  # fmt: skip
+
+
+def adapter_anchor_ignores(options: AnchorOptions) -> list[str]:
+    """The anchor options set away from their defaults that the adapter anchor would not read (it anchors every
+    adapted matrix at anchor_rank with anchor_lambda and anchor_kind)."""
+    defaults = AnchorOptions()
+    return [f"{n}={getattr(options, n)!r}" for n in _ADAPTER_UNREAD if getattr(options, n) != getattr(defaults, n)]
+
+
 @dataclass
 class ScriptArguments:
     """The model and data of `anchorft train` (parsed by TrlParser beside `RPSFTConfig`)."""
@@ -196,6 +208,11 @@ class RPSFTConfig(AnchorOptions, SFTConfig):
             raise ValueError("lora_target_modules='all-linear-embedding': OSF adapts linear layers only")
         if self.lora_anchor and self.method_spec.peft != "lora":
             raise ValueError(f"lora_anchor: only for method 'lora', got method={self.method!r}")
+        if self.lora_anchor and (ignored := adapter_anchor_ignores(self)):
+            raise ValueError(
+                f"lora_anchor: the adapter anchor takes anchor_rank, anchor_lambda and anchor_kind on every adapted "
+                f"matrix; {', '.join(ignored)} would be ignored: leave {'it' if len(ignored) == 1 else 'them'} unset"
+            )
         if not self.iw_temperature > 0:
             raise ValueError(f"iw_temperature must be > 0, got {self.iw_temperature!r}")
         if not self.iw_clip > 0:
