@@ -90,10 +90,15 @@ def _library_logs_to_stderr() -> None:
     """DeepSpeed logs to stdout (importing it, as transformers and accelerate do on the way, prints "Setting
     accelerator to CPU" on a machine without a GPU): a command's stdout is its result (a JSON line, a path, a
     summary that scripts read), so that logger writes to stderr instead. A filter on the logger, because DeepSpeed
-    adds its stdout handler when it is imported, which may be never or late in a run; nothing is imported here."""
+    adds its stdout handler when it is imported, which may be never or late in a run; nothing is imported here.
+    Called when this module is imported, so that the worker processes a command spawns (they import the console
+    script, hence this module, but never run `main`) write to stderr too."""
     logger = logging.getLogger("DeepSpeed")
     if not any(isinstance(f, _StdoutLogsToStderr) for f in logger.filters):
         logger.addFilter(_StdoutLogsToStderr(logger))
+
+
+_library_logs_to_stderr()
 
 
 def _prog(name: str, rest: list[str]) -> str:
@@ -130,7 +135,6 @@ def main(argv: list[str] | None = None) -> int:
 
     errors._DEBUG_FLAG = debug
     _quiet_dataset_maps()
-    _library_logs_to_stderr()
     restore_signals = stop.install()  # SIGTERM and Ctrl-C: recorded, and raised where the program is
     restore_threads = keep_torch_threads()  # a command's --threads does not outlive it in this process
     old_error, argparse.ArgumentParser.error = argparse.ArgumentParser.error, _short_error
