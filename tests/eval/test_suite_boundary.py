@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -288,3 +289,12 @@ def test_suite_stopped_after_the_first_model_resumes_without_losing_or_repeating
 
     assert table(out) == table(whole)
     assert (out / "table.md").read_text() == (whole / "table.md").read_text()
+
+    # a pair folder removed by hand: its model's record no longer stands, and only that pair is generated again
+    gone = sorted(p for p in (out / "tuned").iterdir() if p.is_dir())[0]
+    shutil.rmtree(gone)
+    n_before = len(calls)
+    assert cli(argv) == 0 and loads[-1] == "tuned" and loads.count("base") == 2  # "whole" loaded base once
+    again = {(c["model"], b) for c in calls[n_before:] for b in c["benches"]}
+    assert again == {("tuned", gone.name)}
+    assert table(out) == table(whole)

@@ -77,6 +77,20 @@ def test_records_of_another_context_a_changed_cell_or_a_torn_line_are_not_reused
 
 
 @pytest.mark.slow
+def test_a_recorded_cell_that_no_longer_stands_runs_again(tmp_path):
+    """`kept(cell, result)` rejects a recorded cell (its outputs gone, say): that cell runs again, the others not."""
+    grid = Grid(tmp_path, context={"study": 1})
+    grid.run(_cells(3), square, progress=False)
+    calls: list[str] = []
+
+    def counted(cell: Cell) -> dict:
+        calls.append(cell.name)
+        return square(cell)
+
+    got = grid.run(_cells(3), counted, progress=False, kept=lambda c, r: c.name != "x1")
+    assert calls == ["x1"] and [r["y"] for r in got.values()] == [0, 1, 4]
+
+
 def test_spawned_workers_give_what_one_process_gives(tmp_path):
     """Two spawned workers, each cell on one thread: the same results as in process (slow: spawning imports torch)."""
     fn = functools.partial(square)

@@ -83,14 +83,21 @@ def run_suite(
                          checker=checker)  # fmt: skip
     grid = Grid(out, context=suite_context(s))
     cells = suite_cells(models, inputs)
-    recorded = set(grid.finished())
+    recorded = grid.finished()
+
+    def kept(cell: Cell, result: dict) -> bool:
+        """A recorded model stands while every pair folder still holds its metrics (a pair's folder removed by
+        hand is generated again, as before the record)."""
+        return all((out / cell.name / b[0] / "metrics.json").is_file() for b in cell.spec["benches"])
+
     for c in cells:
-        if c.key(grid.context) in recorded:
+        key = c.key(grid.context)
+        if key in recorded and kept(c, recorded[key]):
             log(f"  {c.name}: every benchmark done before, kept (model not loaded)")
     # in this process, on its own torch threads: the checker's worker, the log and the tests' backend factory are
     # this process's objects, and a model's samples must not depend on a pinned thread count
     fn = functools.partial(_model_cell, inputs, models, out, s, log)
-    got = grid.run(cells, fn, InProcess(torch.get_num_threads()), progress=False, desc="eval suite")
+    got = grid.run(cells, fn, InProcess(torch.get_num_threads()), progress=False, desc="eval suite", kept=kept)
     results = {name: {b.name: got[name][b.name] for b in inputs.benches} for name in models}
     table = main_table(results, domains, base=next(iter(models)))
     write_table(table, out)

@@ -143,9 +143,12 @@ class Grid:
         progress: bool = True,
         desc: str = "grid",
         on_result: Callable[[Cell, dict], None] | None = None,
+        kept: Callable[[Cell, dict], bool] | None = None,
     ) -> dict[str, dict]:
         """Run the cells not recorded yet (all of them without `resume`, the record started afresh); call
-        `on_result(cell, result)` for each recorded and each new result; return {name: result} in `cells` order."""
+        `on_result(cell, result)` for each recorded and each new result; return {name: result} in `cells` order.
+        `kept(cell, result)`, when given, says whether a recorded cell still stands (for example, its output files
+        are still there): a cell it rejects runs again."""
         names = [c.name for c in cells]
         if len(set(names)) != len(names):
             raise ValueError(f"grid: cell names must be unique, got {names}")
@@ -157,7 +160,7 @@ class Grid:
         todo = []
         for c in cells:
             key = c.key(self.context)
-            if key in done:
+            if key in done and (kept is None or kept(c, done[key])):
                 results[c.name] = done[key]
                 if on_result:
                     on_result(c, done[key])
