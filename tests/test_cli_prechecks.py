@@ -175,3 +175,18 @@ def test_eval_flags_take_run_eval_s_defaults_from_its_source():
 
     assert source_defaults("anchorft.eval.runner", "run_eval") == keyword_defaults(run_eval)
     assert source_defaults("anchorft.eval.runner", "no_such_function") is None
+
+
+def test_every_shipped_recipe_and_rl_config_passes_the_prechecks():
+    """The pre-checks refuse nothing the full parse accepts: every shipped recipe (tests/rpsft/test_recipes.py
+    builds each) and the RL config pass them."""
+    from anchorft.commands.prechecks import check_train_argv
+    from anchorft.commands.rl import precheck
+    from anchorft.resources import shipped_configs
+
+    recipes = [n for n in shipped_configs("rpsft") if not n.startswith("rpsft/_base")]
+    assert recipes
+    for name in recipes:
+        assert check_train_argv(["--config", name, "--learning_rate", "1e-5"])["learning_rate"] == "1e-5"
+    for name in shipped_configs("rl"):
+        precheck(["--config", name, "--model", "m", "--dataset", "d.jsonl", "--out", "o"])
