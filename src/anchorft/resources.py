@@ -5,8 +5,9 @@ code imported from a checkout's src/ (PYTHONPATH, an editable install) has no su
 the checkout. Either way `configs_dir("w2s")` is the folder of the w2s presets.
 
 A shipped config is named by its path under configs/ without `.yaml` (`rpsft/qwen2.5-7b-instruct/rpsft`,
-`accelerate/zero2`, `rl/dapo`); `config_path` resolves a name or a path, a file on disk winning over a shipped
-config of the same name, and `anchorft configs list|path|copy` shows them.
+`accelerate/zero2`, `rl/dapo`) or `.sbatch` (the SLURM templates, `slurm/multi-node`); `config_path` resolves a
+name or a path, a file on disk winning over a shipped config of the same name, and `anchorft configs
+list|path|copy|render` shows them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from importlib import resources
 from pathlib import Path
 
 __all__ = ["configs_dir", "shipped_configs", "config_path"]
-_SUFFIXES = (".yaml", ".yml", ".json")
+_SUFFIXES = (".yaml", ".yml", ".json", ".sbatch")
+_DROPPED = (".yaml", ".yml", ".sbatch")  # left out of a config's name (a .json name keeps its suffix)
 
 
 def configs_dir(*parts: str) -> Path:
@@ -28,7 +30,8 @@ def configs_dir(*parts: str) -> Path:
 
 
 def shipped_configs(prefix: str = "") -> list[str]:
-    """The names of the shipped configs (paths under configs/, `.yaml` dropped), sorted; those under `prefix`."""
+    """The names of the shipped configs (paths under configs/, `.yaml` and `.sbatch` dropped), sorted; those under
+    `prefix`."""
     root = configs_dir()
     if not root.is_dir():
         return []
@@ -36,7 +39,7 @@ def shipped_configs(prefix: str = "") -> list[str]:
     for path in root.rglob("*"):
         if path.is_file() and path.suffix in _SUFFIXES:
             rel = path.relative_to(root).as_posix()
-            names.append(rel[: -len(path.suffix)] if path.suffix in (".yaml", ".yml") else rel)
+            names.append(rel[: -len(path.suffix)] if path.suffix in _DROPPED else rel)
     return sorted(n for n in names if n.startswith(prefix.strip("/")))
 
 
