@@ -71,8 +71,11 @@ def test_training_png_labels_and_drift_in_percent(figures, tmp_path):
 
     hist = [{"step": s, "loss": 2.0 / s, "anchor/penalty": 0.1 * s, "anchor/drift_max": 0.01 * s} for s in (1, 2)]
     trainer = SimpleNamespace(
-        args=SimpleNamespace(method="rpsft", to_dict=lambda: {"method": "rpsft"}),
+        args=SimpleNamespace(
+            method="rpsft", to_dict=lambda: {"method": "rpsft"}, method_spec=SimpleNamespace(full_rank=False)
+        ),
         state=SimpleNamespace(log_history=hist, global_step=2),
+        _anchor=None,
     )
     _write_run_artifacts(trainer, str(tmp_path), None)
     axes = figures["training.png"].axes
