@@ -90,6 +90,11 @@ def _parser() -> argparse.ArgumentParser:
     for sp in (pre, cmp_, rep, itp, bench):  # the global option is accepted after the subcommand too
         sp.add_argument("--threads", type=int, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub.add_parser("rl", add_help=False, help="DAPO from a comparison's models, evaluated before/after (rl -h)")
+    sub.add_parser(
+        "verdict",
+        add_help=False,
+        help="each run's excess over a front, paired intervals pooled over bases; or a pilot's power (verdict -h)",
+    )
     p.add_argument(
         "--threads",
         type=int,
@@ -130,6 +135,10 @@ def main(argv: list[str]) -> int:
         from anchorft.resources import configs_dir
 
         resolve_presets(args.preset, configs_dir("toy"), "preset")  # as load_config reads it
+    if args.cmd == "verdict":
+        from anchorft.commands.toy_verdict import main_verdict
+
+        return main_verdict(extra)  # statistics on saved grades: no torch
     if args.threads is None:  # the command's thread policy (anchorft.threads), at most 4
         import torch
 

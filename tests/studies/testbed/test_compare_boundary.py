@@ -335,6 +335,21 @@ def test_bases_run_one_whole_comparison_per_pretraining_seed(harness, tmp_path):
     pooled = pooled_verdict([base_verdict(f, ["dft"], ["sft", "l2"], n_boot=50) for f in folders.values()])
     assert pooled["dft"]["bases"] == 2 and pooled["dft"]["low"] <= pooled["dft"]["mean"] <= pooled["dft"]["high"]
 
+    # the command: the study folder (its base-seedB comparisons found), the same numbers; and a pilot's power
+    from anchorft.cli import main as cli
+
+    v = tmp_path / "verdict"
+    argv = ["toy", "verdict", "--from", str(out), "--runs", "dft", "--front", "sft", "l2", "--boot", "50"]
+    assert cli([*argv, "--out", str(v)]) == 0
+    got = json.loads((v / "verdict.json").read_text())
+    assert got["pooled"]["dft"]["mean"] == pytest.approx(pooled["dft"]["mean"])
+    assert "| dft |" in (v / "verdict.md").read_text()
+    assert cli(["toy", "verdict", "--from", str(out), "--power", "dft=sft", "--out", str(tmp_path / "power")]) == 0
+    power = json.loads((tmp_path / "power" / "power.json").read_text())
+    assert power["pilot_bases"] == 2 and set(power["components"]) == {"base", "seed", "item"}
+    rows = {(r["bases"], r["seeds"]): r["detectable"] for r in power["designs"]}
+    assert rows[4, 5] < rows[4, 3] and rows[8, 3] < rows[4, 3]  # more seeds or bases detect smaller effects
+
 
 def test_resumed_comparison_reports_what_an_uninterrupted_one_does(harness, tmp_path):
     """Rerun matrix, toy compare: stopped after its first fine-tune, resumed with the same settings, it keeps

@@ -136,3 +136,108 @@ def front_points(compare_dir: str | os.PathLike, front_runs: Sequence[str], spli
     scores = load_scores(compare_dir, list(front_runs), split)
     means = {m: {k: float(a.mean()) for k, a in sets.items()} for m, sets in scores.items()}
     return pareto_front([(1.0, 0.0)] + [_point(means[r], means["base"]) for r in front_runs])
+
+
+def comparison_folders(sources: Sequence[str | os.PathLike]) -> list[Path]:
+    """The comparisons of `sources`: each a comparison folder (results.json) or a study over several bases (its
+    base-seedB folders, `layout.base_folders`), in the order given."""
+    from anchorft.studies.testbed.layout import base_folders
+
+    out = []
+    for src in sources:
+        found = base_folders(src) if Path(src).is_dir() else {}
+        if found:
+            out.extend(found.values())
+        elif (Path(src) / "results.json").is_file():
+            out.append(Path(src))
+        else:
+            raise ValueError(f"--from {src}: neither a comparison (results.json) nor a study of base-seedB folders")
+    return out
+
+
+def run_verdict(
+    sources: Sequence[str | os.PathLike],
+    runs: Sequence[str],
+    front_runs: Sequence[str],
+    out: str | os.PathLike,
+    split: str = "reported",
+    n_boot: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> dict:
+    """`base_verdict` on every comparison of `sources`, `pooled_verdict` over them; writes OUT/verdict.json and
+    OUT/verdict.md; returns the verdict."""
+    from anchorft.io import write_json, write_text
+
+    folders = comparison_folders(sources)
+    per_base = [base_verdict(f, runs, front_runs, split, n_boot, seed) for f in folders]
+    pooled = pooled_verdict(per_base, level)
+    verdict = {
+        "split": split,
+        "front": list(front_runs),
+        "level": level,
+        "replicates": n_boot,
+        "bases": [str(f) for f in folders],
+        "pooled": pooled,
+        "per_base": per_base,
+    }
+    write_json(Path(out) / "verdict.json", verdict, indent=1)
+    write_text(Path(out) / "verdict.md", verdict_markdown(verdict))
+    return verdict
+
+
+def verdict_markdown(verdict: dict) -> str:
+    """verdict.md: per run the pooled excess over the front, its interval, how many bases put it above, and each
+    base's estimate with its bootstrap interval."""
+    pct = round(100 * verdict["level"])
+    k = len(verdict["bases"])
+    how = (
+        f"Hartung-Knapp random-effects mean over {k} bases, t interval on {k - 1} degrees of freedom"
+        if k > 1
+        else "one base: its paired bootstrap interval"
+    )
+    lines = [
+        f"# Excess ID gain over the front of {', '.join(verdict['front'])} (and the base)",
+        "",
+        f"Points of greedy ID accuracy above the front at the run's OOD retention, on the {verdict['split']} items; "
+        f"{pct} % intervals: per base a paired bootstrap ({verdict['replicates']} replicates: seeds, then items, "
+        f"the same draws for every run; the front refitted in each), pooled by {how}.",
+        "",
+        f"| run | pooled excess | {pct} % interval | bases above the front | per base: estimate [interval] |",
+        "|---|---|---|---|---|",
+    ]
+    for run, p in verdict["pooled"].items():
+        per = "; ".join(
+            f"{b[run]['estimate']:+.1f} [{b[run]['low']:+.1f}, {b[run]['high']:+.1f}]" for b in verdict["per_base"]
+        )
+        lines.append(
+            f"| {run} | {p['mean']:+.1f} | [{p['low']:+.1f}, {p['high']:+.1f}] | {p['above']} of {p['bases']} | "
+            f"{per} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def power_table(
+    sources: Sequence[str | os.PathLike],
+    run: str,
+    reference: str,
+    bases: Sequence[int] = (4, 6, 8),
+    seeds: Sequence[int] = (3, 5),
+    items: int | None = None,
+    level: float = 0.95,
+    power: float = 0.8,
+) -> dict:
+    """The pilot's variance components of the per-item ID difference `run` - `reference` (points) and the
+    detectable effect (`intervals.detectable_effect`) of each design bases x seeds at the pilot's item count (or
+    `items`)."""
+    from anchorft.eval.intervals import detectable_effect
+
+    folders = comparison_folders(sources)
+    comp = pilot_components(folders, run, reference)
+    n_items = items or load_scores(folders[0], [run])[run][ID].shape[1]
+    rows = [
+        {"bases": b, "seeds": s, "items": n_items, "detectable": detectable_effect(comp, b, s, n_items, level, power)}
+        for b in bases
+        for s in seeds
+    ]
+    return {"run": run, "reference": reference, "pilot_bases": len(folders), "components": comp, "designs": rows}
