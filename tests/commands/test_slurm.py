@@ -60,6 +60,18 @@ def test_templates_ship_by_name_and_say_how_they_run():
         assert 30 < wait < lead
 
 
+def test_one_node_stops_and_requeues_as_multi_node_does():
+    """The simulated job runs multi-node.sbatch; one-node.sbatch has the same TERM forwarding and requeue, word for
+    word (the parts before the srun line and after it)."""
+
+    def parts(name: str) -> tuple[str, str]:
+        text = config_path(name).read_text()
+        trap = text[text.index("stopping=") : text.index("trap forward_term TERM")]
+        return trap, text[text.index("srun_pid=$!") :]
+
+    assert parts("slurm/one-node") == parts("slurm/multi-node")
+
+
 def test_hostnames_expand_slurm_node_lists():
     assert hostnames("gpu[01-03,07],login1") == ["gpu01", "gpu02", "gpu03", "gpu07", "login1"]
     assert hostnames("a1") == ["a1"] and hostnames("n[8-10]-ib") == ["n8-ib", "n9-ib", "n10-ib"]
@@ -207,15 +219,18 @@ def _simulate(job, tmp_path: Path, sim: Path, out: Path, steps: int) -> None:
     log1 = (tmp_path / "job1.log").read_text()
     calls = (sim / "calls.log").read_text()
     assert rc == 143, log1[-4000:]
-    assert "scancel --signal=TERM 4242" in calls and "scontrol requeue 4242" in calls, calls
-    assert "forcing job termination" not in calls  # the step was signalled, not srun
-    assert '--machine_rank "$SLURM_NODEID"' in calls  # srun got the line unexpanded: each node expands its own
+    # what a stop must leave: both nodes' ranks stopped by the signal, the run marked interrupted, a complete
+    # checkpoint (with its anchor) past the one awaited, no final model
+    assert log1.count("anchorft train: terminated") == 2, log1[-4000:]
     assert read_marker(out)["status"] == "interrupted"
     stopped = last_complete_checkpoint(out)
     at = int(Path(stopped).name.split("-")[1])
     assert 4 <= at < steps and not (out / "model.safetensors").exists(), log1[-4000:]
     assert (Path(stopped) / "anchor").is_dir()
-    assert log1.count("anchorft train: terminated") == 2, log1[-4000:]  # both nodes' rank stopped
+    # how: the step's processes signalled (not srun, which would SIGKILL them), the job requeued
+    assert "scancel --signal=TERM 4242" in calls and "scontrol requeue 4242" in calls, calls
+    assert "forcing job termination" not in calls
+    assert '--machine_rank "$SLURM_NODEID"' in calls  # srun got the line unexpanded: each node expands its own
 
     rc = job(tmp_path / "job2.log")  # the requeued job: the same script, environment and folder
     log2 = (tmp_path / "job2.log").read_text()
