@@ -90,8 +90,7 @@ def test_w2s_run_claims_its_folder_once(tmp_path, monkeypatch):
         calls.append(a[1])
         return real(*a, **k)
 
-    monkeypatch.setattr(runs, "claim_output", counted)
-    monkeypatch.setattr(ex, "claim_output", counted)
+    monkeypatch.setattr(runs, "claim_output", counted)  # the one claim of both: `runs.run_claimed`
     assert cli([*W2S, "--out", str(tmp_path / "a")]) == 0
     assert calls == ["w2s run"] and _status(tmp_path / "a") == "complete"
     from anchorft.w2s.config import load_config

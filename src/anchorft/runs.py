@@ -1,7 +1,10 @@
 """Output folders that are never silently overwritten or mixed: checked first, claimed with a run marker.
 
-Every command that writes a folder calls `claim_output(out, command, config)` before it loads a model
-or reads data. The folder must not be a file and must be writable; `out/anchorft-run.json` (the run
+Every command that writes a folder runs its work through `run_claimed(out, command, config, work)`, called after
+its other input checks and before it loads a model or reads data: the folder is claimed (`claim_output`), a finished
+identical run is reused (its line printed, `work` not called), otherwise `work(claim)` runs and the run is marked
+complete (`finish`) or, on an error, failed (`fail`). The life cycle is written once, here, so that no command can
+forget a step of it. The folder must not be a file and must be writable; `out/anchorft-run.json` (the run
 marker) records the command, a hash of its resolved config and the run's status ("running",
 "complete", "interrupted", "failed"). The same command and hash again is the same run: `RunClaim.resume` is
 True and the command picks up where it stopped; `RunClaim.complete` says the run had finished. Another hash,
@@ -26,9 +29,10 @@ import json
 import os
 import shutil
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from anchorft import stop
 from anchorft.errors import UsageError
@@ -44,6 +48,7 @@ __all__ = [
     "config_hash",
     "finish",
     "mark_active",
+    "run_claimed",
 ]
 __all__ += ["same_run", "reused", "existing_files", "fail", "read_marker"]
 
@@ -53,6 +58,7 @@ ASIDE = ".anchorft-replaced"  # the run that --overwrite replaces, until the new
 _INTERNAL = (MARKER, LOCK, ASIDE)
 _ACTIVE: list[RunClaim] = []
 _LOCKS: dict[str, int] = {}  # resolved folder -> file descriptor of its lock held by this process
+T = TypeVar("T")
 
 
 @dataclass
@@ -355,6 +361,43 @@ def finish(claim: RunClaim) -> None:
     if claim in _ACTIVE:
         _ACTIVE.remove(claim)
     _unlock(claim.out)
+
+
+def run_claimed(
+    out: str | os.PathLike,
+    command: str,
+    config: Any,
+    work: Callable[[RunClaim], T],
+    *,
+    overwrite: bool = False,
+    flag: str = "--out",
+    notes: Any = None,
+    rerun_finished: bool = False,
+    ignore: tuple[str, ...] = (),
+) -> T | None:
+    """Claim `out` for `command` with `config` (`claim_output`: the same arguments), run `work(claim)` in it and
+    mark the run complete; `work`'s result, or None when the folder held this run finished (its `reused` line is
+    printed and `work` is not called; with `rerun_finished` it runs again). `work` returns something other than None
+    (True when it has no result), so that the caller tells the two apart.
+
+    An exception from `work` marks the run failed (its partial files kept and listed, or nothing left when it wrote
+    nothing; an --overwrite's old run put back) and propagates: the command, or `anchorft.cli.main`, reports it.
+    A signal (KeyboardInterrupt, anchorft.stop's exceptions, an error raised while a signal was recorded) leaves
+    the run to `cli.main`, which marks it interrupted; `finish` raises a signal that library code swallowed."""
+    claim = claim_output(out, command, config, overwrite, flag, ignore, notes, rerun_finished)
+    if claim.complete and not rerun_finished:
+        print(reused(claim))
+        return None
+    try:
+        result = work(claim)
+        if result is None:
+            raise TypeError(f"{command}: its work returned None, which reads as a reused run; return True")
+    except Exception:
+        if not stop.requested():  # an error that stands for a signal is the interrupt path's (cli.main)
+            fail(claim)
+        raise
+    finish(claim)
+    return result
 
 
 def _stop(claim: RunClaim, status: str) -> bool:

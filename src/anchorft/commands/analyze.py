@@ -54,14 +54,11 @@ def main(argv: list[str]) -> int:
         torch.set_num_threads(args.threads)
     from anchorft.analysis.run import run_analysis
     from anchorft.analysis.streaming import CheckpointError
-    from anchorft.runs import claim_output, finish, reused
+    from anchorft.runs import run_claimed
 
     run = {k: v for k, v in vars(args).items() if k not in ("out", "threads", "overwrite", "device")}
-    claim = claim_output(args.out, "analyze", run, overwrite=args.overwrite)
-    if claim.complete:
-        print(reused(claim))
-        return 0
-    try:
+
+    def work(claim) -> dict:
         tuned = parse_named(args.tuned, "--tuned")
         base = args.base
         if args.compare and (base is None or not tuned):
@@ -94,10 +91,14 @@ def main(argv: list[str]) -> int:
                 args.fisher_ood_data = testbed_ood_fisher_file(folder, seed=args.seed, compare_dir=args.compare)
         # every flag named as a field of the config; the models and prompts as resolved here
         cfg = field_values(args, AnalysisConfig, base=base, tuned=tuned, prompts=prompts)
-        res = run_analysis(AnalysisConfig(**cfg, streaming=not args.in_memory, plots=not args.no_plots))
+        return run_analysis(AnalysisConfig(**cfg, streaming=not args.in_memory, plots=not args.no_plots))
+
+    try:
+        res = run_claimed(args.out, "analyze", run, work, overwrite=args.overwrite)
     except (ValueError, CheckpointError) as e:
         return report("anchorft analyze", e)
-    finish(claim)
+    if res is None:
+        return 0
     print("\n".join(summary_lines(res, Path(args.out))))
     return 0
 

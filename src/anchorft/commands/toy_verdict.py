@@ -59,25 +59,27 @@ def main_verdict(argv: list[str]) -> int:
     from pathlib import Path
 
     from anchorft.io import write_json
-    from anchorft.runs import claim_output, finish, reused
+    from anchorft.runs import run_claimed
     from anchorft.studies.testbed import verdict as study
 
     run = {k: v for k, v in vars(args).items() if k not in ("out", "overwrite")}
     run["sources"] = [str(Path(s).resolve()) for s in args.sources]
-    claim = claim_output(args.out, "toy verdict", run, overwrite=args.overwrite)
-    if claim.complete:
-        print(reused(claim))
+
+    def work(claim) -> dict:
+        if args.power is not None:
+            name, ref = args.power.split("=", 1)
+            table = study.power_table(args.sources, name, ref, args.bases, args.seeds, level=args.level)
+            write_json(Path(args.out) / "power.json", table, indent=1)
+            return table
+        return study.run_verdict(
+            args.sources, args.runs, args.front, args.out, args.split, args.boot, args.seed, args.level
+        )
+
+    result = run_claimed(args.out, "toy verdict", run, work, overwrite=args.overwrite)
+    if result is None:
         return 0
     if args.power is not None:
-        name, ref = args.power.split("=", 1)
-        table = study.power_table(args.sources, name, ref, args.bases, args.seeds, level=args.level)
-        write_json(Path(args.out) / "power.json", table, indent=1)
-        finish(claim)
-        print(json.dumps(table, indent=1))
-        return 0
-    verdict = study.run_verdict(
-        args.sources, args.runs, args.front, args.out, args.split, args.boot, args.seed, args.level
-    )
-    finish(claim)
-    print(study.verdict_markdown(verdict), end="")
+        print(json.dumps(result, indent=1))
+    else:
+        print(study.verdict_markdown(result), end="")
     return 0

@@ -42,24 +42,24 @@ def _run(args: argparse.Namespace) -> int:
             print("anchorft w2s run: device=cuda requested but CUDA is not available", file=sys.stderr)
             return 2
     _threads(args.threads)
-    from anchorft.runs import claim_output, existing_files, finish, reused
+    from anchorft.runs import existing_files, run_claimed
+    from anchorft.studies.w2s.experiments import run_config
 
-    claim = claim_output(args.out, "w2s run", {**config.to_dict(), "ode": args.ode}, overwrite=args.overwrite)
-    if claim.complete:
-        print(reused(claim))
-        return 0
     header = " ".join(["anchorft w2s run", "--preset", args.preset, "--out", args.out, *overrides])
     if args.ode:
         header += " --ode"
     from anchorft.w2s.dynamics import NumericalFailure
 
+    def work(claim) -> dict:  # the experiment inside the command's claim: the folder is claimed once
+        return run_experiment(config, args.out, progress=not args.quiet, header=header, ode=args.ode, claim=claim)
+
     try:
-        kw = dict(progress=not args.quiet, header=header, ode=args.ode, claim=claim)
-        metrics = run_experiment(config, args.out, **kw)
+        metrics = run_claimed(args.out, "w2s run", run_config(config, args.ode), work, overwrite=args.overwrite)
     except NumericalFailure as e:  # not the user's input (exit 2): the simulator's numbers left the model
         print(f"anchorft w2s run: {e}", file=sys.stderr)
         return 1
-    finish(claim)
+    if metrics is None:
+        return 0
     for mode in config.modes:
         if mode in metrics:
             i, f = metrics[mode]["init"], metrics[mode]["final"]
@@ -142,7 +142,7 @@ def _theory(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from anchorft.runs import claim_output, existing_files, fail, finish, reused
+    from anchorft.runs import existing_files, run_claimed
     from anchorft.studies.w2s.sweeps import load_sweep, run_sweep
 
     _threads(args.threads)
@@ -155,12 +155,9 @@ def _sweep(args: argparse.Namespace) -> int:
         return report("anchorft w2s sweep", e)
     # the resolved sweep (an edited sweep file is another run) and the overrides
     run = {"kind": args.kind, "quick": args.quick, "overrides": list(args.overrides), "spec": spec}
-    claim = claim_output(args.out, "w2s sweep", run, overwrite=args.overwrite)
-    if claim.complete:
-        print(reused(claim))
-        return 0
-    try:
-        result = run_sweep(
+
+    def work(claim) -> dict:
+        return run_sweep(
             args.kind,
             args.out,
             quick=args.quick,
@@ -169,10 +166,13 @@ def _sweep(args: argparse.Namespace) -> int:
             spec_path=args.spec,
             workers=args.workers,
         )
-    except ValueError as e:
-        fail(claim)  # refused before anything was written: no folder left behind
+
+    try:
+        result = run_claimed(args.out, "w2s sweep", run, work, overwrite=args.overwrite)
+    except ValueError as e:  # refused before anything was written (the claim, or the sweep): no folder left behind
         return report("anchorft w2s sweep", e)
-    finish(claim)
+    if result is None:
+        return 0
     if "rows" in result:
         from pathlib import Path
 

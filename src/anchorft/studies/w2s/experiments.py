@@ -11,14 +11,20 @@ from typing import Any
 import torch
 
 from anchorft.provenance import write_metrics
-from anchorft.runs import RunClaim, claim_output, finish
+from anchorft.runs import RunClaim, run_claimed
 from anchorft.studies.w2s.plots import plot_alignment
 from anchorft.w2s.config import W2SConfig, config_hash, save_config
 from anchorft.w2s.modes import prepare_weak, run_modes
 from anchorft.w2s.problem import build_problem
 from anchorft.w2s.risk import risk_report
 
-__all__ = ["run_experiment", "ode_metrics"]
+__all__ = ["run_experiment", "run_config", "ode_metrics"]
+
+
+def run_config(config: W2SConfig, ode: bool = False) -> dict:
+    """What defines a run of `anchorft w2s run` (its marker's hash): the resolved config and whether the mean-field
+    prediction is computed; the command and the library entry claim folders with it, so that both name one run."""
+    return {**config.to_dict(), "ode": ode}
 
 
 def run_experiment(
@@ -36,19 +42,21 @@ def run_experiment(
     alignment 0.5) beside the measured ones (`escape_samples_measured`, interpolated in log samples between
     logged steps), drawn dashed on alignment.png.
 
-    With `out_dir`, writes config.yaml (first line `header`), metrics.json and alignment.png there, and the run
-    marker of `anchorft w2s run` (a folder holding another run is refused, as the command refuses it), unless the
-    caller claimed the folder already and passes its `claim` (the command does: the folder is claimed once; the
-    caller then finishes it). If a mode
+    With `out_dir`, writes config.yaml (first line `header`), metrics.json and alignment.png there, inside the
+    folder's claim as `anchorft w2s run` (docs/runs.md): the command claims it and passes its `claim` (the folder is
+    claimed once); without one, this entry claims it itself (a folder holding another run is refused, as the command
+    refuses it; the same run finished is run again). If a mode
     diverges (non-finite loss or weights) the later modes are skipped; metrics["diverged"] names the mode and the
     step, and the metrics logged so far are kept and written.
     """
     config.validate()
     out = Path(out_dir) if out_dir is not None else None
-    own = out is not None and claim is None
-    if own:
-        # the run marker `anchorft w2s run` writes (docs/runs.md): a library run's folder is a run folder too
-        claim = claim_output(out, "w2s run", {**config.to_dict(), "ode": ode}, rerun_finished=True)
+    if out is not None and claim is None:  # a library run's folder is a run folder too
+
+        def work(claim: RunClaim) -> dict:
+            return run_experiment(config, out, progress, header, ode, claim)
+
+        return run_claimed(out, "w2s run", run_config(config, ode), work, rerun_finished=True)
     if out is not None:
         save_config(config, out / "config.yaml", header)
     t0 = time.perf_counter()
@@ -74,8 +82,6 @@ def run_experiment(
     if out is not None:
         write_metrics(out / "metrics.json", metrics, indent=1)
         plot_alignment(metrics, out / "alignment.png", title=f"d={config.d}, s={config.s}, {config.n_seeds} seeds")
-    if own:
-        finish(claim)
     return metrics
 
 
