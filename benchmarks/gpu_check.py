@@ -198,8 +198,11 @@ def _stage(cfg_name: str, device: str, nproc: int = 1) -> tuple[str, list[str]]:
     """(stage for the estimate, launcher flags) of a launcher config on this device, with `nproc` processes (on
     CUDA one per GPU, NCCL; on the CPU gloo)."""
     if device == "cpu":
+        # one process: accelerate's --cpu launcher; several: its torchrun launcher (--cpu would take the simple
+        # launcher, which starts one process whatever --num_processes says), the trainer on gloo (`launch_train`)
         stage = "single" if nproc == 1 else "ddp"
-        return stage, ["--config_file", str(ROOT / "configs/accelerate/ddp.yaml"), "--cpu", "--num_processes",
+        cpu = ["--cpu"] if nproc == 1 else []
+        return stage, ["--config_file", str(ROOT / "configs/accelerate/ddp.yaml"), *cpu, "--num_processes",
                        str(nproc), "--mixed_precision", "no"]  # fmt: skip
     return cfg_name, [
         "--config_file",
@@ -211,7 +214,7 @@ def _stage(cfg_name: str, device: str, nproc: int = 1) -> tuple[str, list[str]]:
 
 def skip_reason(cfg_name: str, device: str) -> str | None:
     if device == "cpu":
-        return f"{cfg_name}: skipped on the CPU (DeepSpeed and FSDP2 need CUDA here); ddp.yaml with --cpu instead"
+        return f"{cfg_name}: skipped on the CPU (DeepSpeed and FSDP2 need CUDA here); ddp.yaml on the CPU instead"
     if cfg_name.startswith("zero") and importlib.util.find_spec("deepspeed") is None:
         return f"{cfg_name}: skipped, DeepSpeed is not installed (pip install 'anchorft[deepspeed]'); ddp.yaml instead"
     return None
@@ -228,7 +231,7 @@ def launch_train(cfg_name: str, method: str, model: Path, data: Path, out: Path,
            "--save_steps", str(a.launch_steps), "--logging_steps", "1", "--effective_batch_size", str(2 * a.nproc),
            "--learning_rate", str(a.launch_lr), "--warmup_steps", "0",
            "--max_length", str(a.launch_seq), "--anchor_rank", str(a.launch_rank), "--seed", str(a.seed),
-           *extra]  # fmt: skip
+           *(["--ddp_backend", "gloo"] if a.device == "cpu" and a.nproc > 1 else []), *extra]  # fmt: skip
     shown = "accelerate launch " + " ".join(flags) + " -m anchorft.cli " + " ".join(cmd[cmd.index("train") :])
     print(f"$ {shown}", flush=True)
     t0 = time.perf_counter()
@@ -251,8 +254,15 @@ def launch_train(cfg_name: str, method: str, model: Path, data: Path, out: Path,
                step_s=runtime / max(1, a.launch_steps) if runtime else None,
                anchor_saved=(out / f"checkpoint-{a.launch_steps}" / "anchor").is_dir(),
                adapter_saved=(out / f"checkpoint-{a.launch_steps}" / "adapter").is_dir(),
+               world=_ranks_saved(out / f"checkpoint-{a.launch_steps}"),
                plain_model=_plain_model(out))  # fmt: skip
     return res
+
+
+def _ranks_saved(checkpoint: Path) -> int:
+    """How many processes the run had: each saves its RNG state in the checkpoint (rng_state_R.pth under several,
+    rng_state.pth alone), so a launch that started fewer processes than asked shows here."""
+    return len(list(checkpoint.glob("rng_state_*.pth"))) or int((checkpoint / "rng_state.pth").is_file())
 
 
 def _plain_model(folder: Path) -> bool:
@@ -321,8 +331,10 @@ def check_launch(a) -> tuple[list[dict], bool]:
                 res["ok"] = res["global_step"] == a.launch_steps and res["adapter_saved"] and res["plain_model"]
             else:
                 res["ok"] = res["global_step"] == a.launch_steps and (method == "iw_sft" or res["anchor_saved"])
-            # the final model loads strictly; where the anchor acts (the launch lr), its penalty has left 0
+            # the final model loads strictly; as many processes ran as were asked; where the anchor acts (the launch
+            # lr), its penalty has left 0
             res["ok"] = res["ok"] and res["strict_load"] is None and res.get("memory_ok", True)
+            res["ok"] = res["ok"] and res["world"] == a.nproc
             if method in ("rpsft", "l2"):
                 res["ok"] = res["ok"] and max(res["penalties"].values(), default=0.0) > 0
         ok &= bool(res.get("ok"))

@@ -83,6 +83,7 @@ def test_gpu_check_launches_anchorft_train_on_cpu(tmp_path, capsys) -> None:
     rows = json.loads(out.read_text())["launch"]
     assert [r["method"] for r in rows] == ["rpsft", "l2", "iw_sft", "lora", "osf", "rpsft (resume)"]
     assert all(r["ok"] and r["rc"] == 0 and r["processes"] == 2 for r in rows)
+    assert all(r["world"] == 2 for r in rows[:5])  # two processes ran (each saved its RNG state), not one
     assert rows[0]["anchor_saved"] and rows[1]["anchor_saved"]
     assert all(r["adapter_saved"] and r["plain_model"] for r in rows[3:5])  # merged on one process, plain keys
     assert rows[5]["global_step"] == 4 and rows[5]["resumed"]
