@@ -19,7 +19,8 @@ process from the checkpoint's model and anchor (relative error <= 1e-4). `--out`
 With vLLM installed and a GPU: one GRPO step of `anchorft rl --use_vllm true`
 (generation through vLLM). Without a GPU (`--device cpu`), the DeepSpeed and FSDP2 configs are skipped with
 the reason printed and each method runs through the launcher with configs/accelerate/ddp.yaml on one CPU
-process (`--cpu`); the save and the resume run as on the GPU.
+process (`--cpu`), or with `--nproc 2` on two gloo processes (torchrun's launcher); the save and the resume run as
+on the GPU.
 
 Part 2, the anchor in a hand loop (`--only anchor`): for each of configs/models/*.json the same stand-in in
 bf16; the anchor built there (exact SVD in fp32 of every matrix, embeddings and lm_head included, k = 768); then
