@@ -109,7 +109,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _bench(args: argparse.Namespace) -> int:
     """`toy bench`: the files, claimed like every output folder (the same arguments: reused)."""
-    from anchorft.runs import claim_output, finish, reused
+    from anchorft.runs import run_claimed
     from anchorft.toy.bench import MATH_SKILLS, bench_rows, write_benches
 
     skills = tuple(args.skills or MATH_SKILLS)
@@ -118,12 +118,12 @@ def _bench(args: argparse.Namespace) -> int:
     if args.items < 1:
         raise ValueError(f"--items: must be >= 1, got {args.items}")
     spec = {"skills": list(skills), "items": args.items, "seed": args.seed}
-    claim = claim_output(args.out, "toy bench", spec, overwrite=args.overwrite)
-    if claim.complete:
-        print(reused(claim))
+    paths = run_claimed(
+        args.out, "toy bench", spec, lambda claim: write_benches(args.out, skills, args.items, args.seed),
+        overwrite=args.overwrite,
+    )  # fmt: skip
+    if paths is None:
         return 0
-    paths = write_benches(args.out, skills, args.items, args.seed)
-    finish(claim)
     print(f"toy bench: {args.items} items per file in {', '.join(map(str, paths))}")
     return 0
 
@@ -155,7 +155,7 @@ def main(argv: list[str]) -> int:
         return _bench(args)
     import torch
 
-    from anchorft.runs import check_output_dir, claim_output, existing_files, finish, reused
+    from anchorft.runs import check_output_dir, existing_files, run_claimed
 
     torch.set_num_threads(args.threads)
     if args.cmd == "report":
@@ -172,21 +172,25 @@ def main(argv: list[str]) -> int:
             if not path.is_file():
                 raise ValueError(f"--from: {path} does not exist")
             parts.append(load_results(path))
-        claim = claim_output(
+        out = Path(args.out)
+
+        def write_report_files(claim) -> dict:
+            merged = merge_results(parts).to_dict()
+            save_results(merged, out / RESULTS_FILE)
+            write_report(merged, out / "report.md")
+            write_tradeoff_plot(merged, out / "tradeoff.png", args.front)
+            if args.front:
+                write_front(merged, args.front, out / "front.md", picks)
+            return merged
+
+        merged = run_claimed(
             args.out,
             "toy report",
             {"sources": [p.to_dict() for p in parts], "front": args.front, "pick": args.pick},
+            write_report_files,
             overwrite=args.overwrite,
             rerun_finished=True,  # recomputed every time (seconds): "running" while its files are rewritten
         )
-        merged = merge_results(parts).to_dict()
-        out = Path(args.out)
-        save_results(merged, out / RESULTS_FILE)
-        write_report(merged, out / "report.md")
-        write_tradeoff_plot(merged, out / "tradeoff.png", args.front)
-        if args.front:
-            write_front(merged, args.front, out / "front.md", picks)
-        finish(claim)
         print(f"report: {out / 'report.md'}  ({len(merged['methods'])} runs from {len(parts)} comparisons)")
         return 0
     if args.cmd == "interpolate":
@@ -194,12 +198,13 @@ def main(argv: list[str]) -> int:
 
         alphas = parse_alphas(args.alphas)
         spec = {"compare": str(Path(args.compare).resolve()), "runs": args.runs, "alphas": alphas}
-        claim = claim_output(args.out, "toy interpolate", spec, overwrite=args.overwrite)
-        if claim.complete:
-            print(reused(claim))
+        res = run_claimed(
+            args.out, "toy interpolate", spec,
+            lambda claim: run_interpolate(args.compare, args.runs, alphas, args.out, resume=claim.resume),
+            overwrite=args.overwrite,
+        )  # fmt: skip
+        if res is None:
             return 0
-        res = run_interpolate(args.compare, args.runs, alphas, args.out, resume=claim.resume)
-        finish(claim)
         print(f"interpolate: {len(res['methods'])} runs in {Path(args.out) / 'results.json'}")
         return 0
     from anchorft.studies.testbed.compare_config import load_config
@@ -212,14 +217,11 @@ def main(argv: list[str]) -> int:
         pre = dataclasses.replace(cfg.pretrain, **overrides)
         pre.validate()
         out = Path(args.out)
-        claim = claim_output(out, "toy pretrain", dataclasses.asdict(pre), overwrite=args.overwrite)
-        if claim.complete:
-            print(reused(claim))
-            return 0
-        if args.no_cache:
-            print(f"toy pretrain: pretraining {pre.steps} steps into {out}", flush=True)
-            metrics = pretrain(pre, out)
-        else:
+
+        def pretrain_into(claim) -> dict:
+            if args.no_cache:
+                print(f"toy pretrain: pretraining {pre.steps} steps into {out}", flush=True)
+                return pretrain(pre, out)
             if (cached := cached_model(pre)) is not None:
                 print(
                     f"toy pretrain: reusing the cached model {cached} (same config and code; --no-cache trains again)"
@@ -232,7 +234,11 @@ def main(argv: list[str]) -> int:
             metrics = json.loads((out / "metrics.json").read_text())
             if not (out / "loss.png").is_file():  # a model cached before the plot was written
                 print("toy pretrain: this cached model has no loss.png (--no-cache pretrains again and draws it)")
-        finish(claim)
+            return metrics
+
+        metrics = run_claimed(out, "toy pretrain", dataclasses.asdict(pre), pretrain_into, overwrite=args.overwrite)
+        if metrics is None:
+            return 0
         acc = metrics["greedy_accuracy"]
         print(f"pretrained model in {out} ({metrics['params']:,} parameters; loss.png: the loss curve)")
         print("greedy accuracy: " + ", ".join(f"{s}={v:.2f}" for s, v in acc.items()))
@@ -251,11 +257,12 @@ def main(argv: list[str]) -> int:
         raise ValueError(f"--workers: must be >= 1, got {workers}")
     resolve_comparison(cfg, args.methods, args.sweep)  # every run's values checked before the folder is claimed
     run = {"config": dataclasses.asdict(cfg), "methods": args.methods, "sweep": args.sweep}  # workers: same results
-    claim = claim_output(args.out, "toy compare", run, overwrite=args.overwrite)
-    if claim.complete:
-        print(reused(claim))
+
+    def compare(claim) -> bool:
+        run_compare(cfg, args.out, methods=args.methods, sweep=args.sweep, workers=workers, resume=claim.resume)
+        return True
+
+    if run_claimed(args.out, "toy compare", run, compare, overwrite=args.overwrite) is None:
         return 0
-    run_compare(cfg, args.out, methods=args.methods, sweep=args.sweep, workers=workers, resume=claim.resume)
-    finish(claim)
     print(f"wrote {existing_files(args.out, 'report.md', 'tradeoff.png', 'results.json')}")
     return 0

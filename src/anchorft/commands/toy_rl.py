@@ -46,15 +46,16 @@ def main_rl(argv: list[str]) -> int:
     settings = RLStageSettings(**field_values(args, RLStageSettings))
     settings.prompt_skills = tuple(settings.prompt_skills)
     settings.validate()
-    from anchorft.runs import claim_output, existing_files, finish, reused
+    from anchorft.runs import existing_files, run_claimed
 
     out = Path(args.out) if args.out else Path(args.compare) / "rl"
     run = {"compare": str(Path(args.compare).resolve()), "methods": args.methods, "settings": vars(settings)}
-    claim = claim_output(out, "toy rl", run, overwrite=args.overwrite)
-    if claim.complete:
-        print(reused(claim))
+
+    def rl_stage(claim) -> bool:
+        run_rl_stage(args.compare, args.out, methods=args.methods, settings=settings, resume=claim.resume)
+        return True
+
+    if run_claimed(out, "toy rl", run, rl_stage, overwrite=args.overwrite) is None:
         return 0
-    run_rl_stage(args.compare, args.out, methods=args.methods, settings=settings, resume=claim.resume)
-    finish(claim)
     print(f"wrote {existing_files(out, 'report.md', 'results.json', 'reward_curve.png')}")
     return 0
