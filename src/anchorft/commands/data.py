@@ -104,7 +104,7 @@ def main(argv: list[str]) -> int:
     if args.dataset == "benchmarks":
         return _benchmarks(args)
     from anchorft.preflight import check_hub_dataset, check_input_file, looks_like_path
-    from anchorft.runs import claim_output, fail, finish, reused
+    from anchorft.runs import run_claimed
 
     if args.dataset == "openr1-math" and args.source is None:
         from anchorft.data.openr1 import HUB_NAME
@@ -116,23 +116,16 @@ def main(argv: list[str]) -> int:
             check_input_file(args.source, "--source")
         elif not (Path(args.source).exists() or looks_like_path(args.source) or args.source.endswith(LOCAL)):
             check_hub_dataset(args.source, "--source")  # a hub name: before the folder is claimed
-        run = {k: v for k, v in vars(args).items() if k not in ("out", "no_progress", "overwrite")}
-        claim = claim_output(args.out, f"data {args.dataset}", run, overwrite=args.overwrite)
     except ValueError as err:
         return report("anchorft data", err)
-    if claim.complete:
-        print(reused(claim))
-        return 0
-    try:
-        metrics = _prepare(args)
+    run = {k: v for k, v in vars(args).items() if k not in ("out", "no_progress", "overwrite")}
+    try:  # a source refused before anything was written leaves no folder behind (the run marked failed)
+        metrics = run_claimed(args.out, f"data {args.dataset}", run, lambda claim: _prepare_from(args),
+                              overwrite=args.overwrite)  # fmt: skip
     except (ValueError, FileNotFoundError) as err:
-        fail(claim)  # a source refused before anything was written leaves no folder behind
         return report("anchorft data", err)
-    except ConnectionError as err:  # the hub, or its cached copy, failed while reading
-        fail(claim)
-        err = UsageError(f"--source: {args.source}: {err}; pass --source PATH (a local copy)")
-        return report("anchorft data", err)
-    finish(claim)
+    if metrics is None:
+        return 0
     print(json.dumps(metrics, indent=2))
     if metrics.get("short_by"):
         print(f"warning: only {metrics['kept']} of {args.size} requested examples verified", file=sys.stderr)
@@ -154,6 +147,14 @@ def _benchmarks(args: argparse.Namespace) -> int:
     if args.out and Path(out).resolve() != benchmarks_dir().resolve():
         print(f"point `anchorft eval suite` at them with --bench-dir {out} or ANCHORFT_BENCHMARKS={out}")
     return 0
+
+
+def _prepare_from(args: argparse.Namespace) -> dict:
+    """`_prepare`, a hub that fails while it is read being the user's input: an error naming --source."""
+    try:
+        return _prepare(args)
+    except ConnectionError as err:  # the hub, or its cached copy, failed while reading
+        raise UsageError(f"--source: {args.source}: {err}; pass --source PATH (a local copy)") from err
 
 
 def _prepare(args: argparse.Namespace) -> dict:

@@ -124,7 +124,7 @@ def main(argv: list[str]) -> int:
         print("anchorft eval: error: give --bench FILE.jsonl (one or more) or --lm-eval TASKS", file=sys.stderr)
         return 2
     from anchorft.preflight import check_input_file, check_model_source
-    from anchorft.runs import claim_output, finish, reused
+    from anchorft.runs import run_claimed
 
     try:
         if args.k is not None and not 1 <= args.k <= args.n and args.bench:
@@ -133,26 +133,25 @@ def main(argv: list[str]) -> int:
         for b in args.bench:
             check_input_file(b, "--bench", jsonl=False)
         run = {k: v for k, v in vars(args).items() if k not in ("out", "overwrite", "timeout")}
-        claim = claim_output(args.out, "eval", run, overwrite=args.overwrite)
-        if claim.complete:
-            print(reused(claim))
-            return 0
-        if args.lm_eval:
-            from anchorft.eval.lm_eval_bridge import run_lm_eval
-
-            kw = {k: vars(args)[k] for k in _LM_EVAL_FLAGS}
-            out = run_lm_eval(args.model, args.lm_eval.split(","), args.out, **kw)
-            finish(claim)
-            print(json.dumps(out["results"], default=str))
-            return 0
-        from anchorft.eval.answers import MathChecker
-        from anchorft.eval.runner import run_eval
-
-        kw = {k: vars(args)[k] for k in _RUN_EVAL_FLAGS} | {"k": pass_k(args), "skip_bad": args.skip_bad}
-        with MathChecker(timeout_s=args.timeout) as checker:
-            metrics = run_eval(args.model, args.bench, args.out, checker=checker, **kw)
+        result = run_claimed(args.out, "eval", run, lambda claim: _evaluate(args), overwrite=args.overwrite)
     except (ValueError, FileNotFoundError, ImportError) as e:
         return report("anchorft eval", e)
-    finish(claim)
-    print(json.dumps(metrics))
+    if result is None:
+        return 0
+    print(json.dumps(result["results"], default=str) if args.lm_eval else json.dumps(result))
     return 0
+
+
+def _evaluate(args: argparse.Namespace) -> dict:
+    """The evaluation into the claimed --out: lm-evaluation-harness's output for --lm-eval, else the metrics."""
+    if args.lm_eval:
+        from anchorft.eval.lm_eval_bridge import run_lm_eval
+
+        kw = {k: vars(args)[k] for k in _LM_EVAL_FLAGS}
+        return run_lm_eval(args.model, args.lm_eval.split(","), args.out, **kw)
+    from anchorft.eval.answers import MathChecker
+    from anchorft.eval.runner import run_eval
+
+    kw = {k: vars(args)[k] for k in _RUN_EVAL_FLAGS} | {"k": pass_k(args), "skip_bad": args.skip_bad}
+    with MathChecker(timeout_s=args.timeout) as checker:
+        return run_eval(args.model, args.bench, args.out, checker=checker, **kw)

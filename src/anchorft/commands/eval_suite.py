@@ -68,10 +68,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     from anchorft.eval.protocol import SuiteSettings, check_models, resolve_benches
-    from anchorft.runs import fail, finish
+    from anchorft.runs import run_claimed
     from anchorft.studies.eval_suite import run_suite
 
-    claim = None
     try:
         if args.preset not in PRESETS:
             raise UsageError(f"--preset: unknown preset {args.preset!r}; choose from {list(PRESETS)}")
@@ -85,31 +84,32 @@ def main(argv: list[str]) -> int:
         models = check_models(parse_named(args.models, "--models"))
         benches = [b.strip() for b in args.benches.split(",") if b.strip()] if args.benches else None
         resolve_benches(args.bench_dir, benches)
-        claim = _claim(args, settings, models)
+        protocol, notes = _run_identity(args, settings, models)
         from anchorft.eval.answers import MathChecker
 
-        with MathChecker(timeout_s=args.timeout) as checker:
-            table = run_suite(
-                models, args.bench_dir, args.out, settings, benches=benches, backend=args.backend, checker=checker,
-                log=lambda m: print(m, file=sys.stderr, flush=True),
-            )  # fmt: skip
+        def suite(claim) -> dict:
+            with MathChecker(timeout_s=args.timeout) as checker:
+                return run_suite(
+                    models, args.bench_dir, args.out, settings, benches=benches, backend=args.backend,
+                    checker=checker, log=lambda m: print(m, file=sys.stderr, flush=True),
+                )  # fmt: skip
+
+        table = run_claimed(args.out, "eval suite", protocol, suite, overwrite=args.overwrite, notes=notes,
+                            rerun_finished=True)  # fmt: skip
     except (ValueError, FileNotFoundError, ImportError) as e:
-        if claim is not None:
-            fail(claim)
         return report("anchorft eval suite", e)
-    finish(claim)
     print(json.dumps({m: {k: v for k, v in r.items() if "mean" in k} for m, r in table["models"].items()}))
     return 0
 
 
-def _claim(args: argparse.Namespace, settings, models: dict):
-    """Claim --out for this protocol: the run's hash is what every saved generation depends on (sampling
+def _run_identity(args: argparse.Namespace, settings, models: dict) -> tuple[dict, dict]:
+    """The run --out is claimed for (its hash, its notes): the hash is what every saved generation depends on (sampling
     settings, prompt, token limit, seed, --limit), so a folder of the same protocol keeps its finished
     (model, benchmark) pairs and takes new models and benchmarks; another protocol is refused unless
     --overwrite. A model name already in the folder must name the same model folder."""
     from pathlib import Path
 
-    from anchorft.runs import claim_output, config_hash, read_marker
+    from anchorft.runs import config_hash, read_marker
 
     protocol = {"generation": settings.generation_key(), "limit": settings.limit}
     dirs = {name: str(Path(path).resolve()) for name, path in models.items()}
@@ -124,5 +124,4 @@ def _claim(args: argparse.Namespace, settings, models: dict):
                 f"--models {name}={path}: {args.out} holds results of {name}={known[name]}; "
                 "give this model another name, or use another --out"
             )
-    notes = {"models": {**known, **dirs}}
-    return claim_output(args.out, "eval suite", protocol, overwrite=args.overwrite, notes=notes, rerun_finished=True)
+    return protocol, {"models": {**known, **dirs}}

@@ -174,7 +174,7 @@ def main(argv: list[str]) -> int:
         return report("anchorft rl", ValueError("--model, --dataset and --out are required (unless --estimate)"))
     from anchorft.preflight import check_input_file, check_model_source
     from anchorft.rpsft.rl import load_rl_dataset, run_rl
-    from anchorft.runs import claim_output, finish, reused
+    from anchorft.runs import run_claimed
 
     try:
         if script.estimate:
@@ -188,17 +188,18 @@ def main(argv: list[str]) -> int:
         run = {"model": script.model, "dataset": script.dataset, "limit": script.limit}
         # every field that can change the result (the anchor's, TRL's sampling and loss ones), not only the summary
         run["settings"] = {k: v for k, v in config.to_dict().items() if k not in NOT_HASHED}
-        claim = claim_output(script.out, "rl", run, overwrite=script.overwrite)
-        if claim.complete:
-            print(reused(claim))
-            return 0
-        if int(os.environ.get("RANK", "0")) == 0:  # before loading, which takes minutes for a large model
-            print(f"anchorft rl: {config.anchor_method} anchor, {script.model} on {script.dataset} -> {script.out}",
-                  flush=True)  # fmt: skip
-        data = load_rl_dataset(script.dataset, skip_bad=script.skip_bad, limit=script.limit)
-        metrics = run_rl(script.model, data, script.out, config)
-        finish(claim)
+
+        def run_in(claim) -> dict:
+            if int(os.environ.get("RANK", "0")) == 0:  # before loading, which takes minutes for a large model
+                print(f"anchorft rl: {config.anchor_method} anchor, {script.model} on {script.dataset} -> "
+                      f"{script.out}", flush=True)  # fmt: skip
+            data = load_rl_dataset(script.dataset, skip_bad=script.skip_bad, limit=script.limit)
+            return run_rl(script.model, data, script.out, config)
+
+        metrics = run_claimed(script.out, "rl", run, run_in, overwrite=script.overwrite)
     except (ValueError, FileNotFoundError) as e:
         return report("anchorft rl", e)
+    if metrics is None:
+        return 0
     print(json.dumps({k: metrics[k] for k in ("reward_first", "reward_last")} | {"out": script.out}))
     return 0
