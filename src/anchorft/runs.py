@@ -423,7 +423,7 @@ def _stop(claim: RunClaim, status: str) -> bool:
 
 
 def fail(claim: RunClaim) -> None:
-    """Mark the run "failed" (a command that reports an error itself calls this; cli.main does it otherwise)."""
+    """Mark the run "failed" (`run_claimed` calls this on an error from the work; cli.main does it otherwise)."""
     _stop(claim, "failed")
 
 

@@ -391,6 +391,9 @@ def _claim(script, args, overwrite: bool):
     status = None if overwrite else same_run(args.output_dir, "train", config)  # the same on every process
     claim = None
     if int(os.environ.get("RANK", "0")) == 0:
+        # the one claim outside runs.run_claimed: every process of a distributed launch runs the work and decides
+        # reuse and resume from the marker (`same_run`), while only process 0 claims (and locks) the folder, and the
+        # run is finished only after every process agreed that no signal arrived during the save
         claim = claim_output(args.output_dir, "train", config, overwrite=overwrite, flag="--output_dir")
     if status == "complete":
         return None, True
