@@ -12,7 +12,7 @@ finished pair (its folder's metrics.json) and resumes an interrupted pair from i
   generation settings, `k`, `--limit`, `--skip-bad`); a cell's spec is its model folder and its benchmarks (file,
   number of items). Another `k` or a model given new benchmarks runs the cell again: its finished pairs are
   regraded from their saved generations or kept, only what is missing is generated.
-- The folder: the command claims it once (`anchorft.runs.claim_output`); the grid works inside it.
+- The folder: the command claims it once (`anchorft.runs.run_claimed`); the grid works inside it.
 """
 
 from __future__ import annotations
