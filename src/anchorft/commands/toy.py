@@ -264,5 +264,8 @@ def main(argv: list[str]) -> int:
 
     if run_claimed(args.out, "toy compare", run, compare, overwrite=args.overwrite) is None:
         return 0
-    print(f"wrote {existing_files(args.out, 'report.md', 'tradeoff.png', 'results.json')}")
+    from anchorft.studies.testbed.layout import base_folders
+
+    for folder in [*base_folders(args.out).values()] or [args.out]:  # one comparison per base, or the one
+        print(f"wrote {existing_files(folder, 'report.md', 'tradeoff.png', 'results.json')}")
     return 0
