@@ -101,6 +101,18 @@ def test_hartung_knapp_between_base_variance_and_weights():
     assert close["mean"] == pytest.approx((1.0 / 1 + 1.1 / 2 + 0.9 / 4) / (1 + 1 / 2 + 1 / 4))
 
 
+def test_hartung_knapp_never_narrower_than_the_weights_allow():
+    """Two bases whose estimates agree by chance: the plain Hartung-Knapp SE shrinks with their distance (to 0 for
+    equal estimates); the modified one stays at the fixed-effect SE sqrt(1 / sum w) (tau^2 = 0 here)."""
+    v = np.array([4.0, 4.0])
+    plain = hartung_knapp(np.array([1.0, 1.1]), v, modified=False)
+    out = hartung_knapp(np.array([1.0, 1.1]), v)
+    assert plain["se"] == pytest.approx(0.05)  # sqrt(sum w (y - mu)^2 / ((k - 1) sum w)) = |y1 - y2| / 2
+    assert out["se"] == pytest.approx(np.sqrt(1 / 0.5)) and out["tau2"] == 0.0
+    wide = hartung_knapp(np.array([-10.0, 10.0]), v)  # q > 1: the modification changes nothing
+    assert wide["se"] == pytest.approx(hartung_knapp(np.array([-10.0, 10.0]), v, modified=False)["se"])
+
+
 def test_variance_components_of_a_design_with_known_mean_squares():
     """Effects that sum to zero inside each group (so the mean squares are exact): bases +-1 (var 2 with ddof 1
     over 2 bases, less the seed share), seeds +-0.5 within each base, items +-0.25 within each seed."""

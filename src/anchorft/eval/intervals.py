@@ -11,6 +11,8 @@ Three tools, each a pure function:
 - `hartung_knapp`: the random-effects mean of per-base estimates y_b with variances v_b (DerSimonian and Laird
   1986 for the between-base variance tau^2), with the Hartung-Knapp variance and a t interval on k - 1 degrees
   of freedom (Hartung and Knapp 2001; IntHout et al. 2014): with 4 bases the 97.5 % point is 3.18, not 1.96.
+  With few bases whose estimates agree by chance the Hartung-Knapp variance can fall below the fixed-effect one;
+  the variance is therefore never taken below it (the ad hoc modification of Roever, Knapp and Friede 2015).
 - `variance_components` and `detectable_effect`: the between-base, between-seed and item variances of a balanced
   pilot (bases x seeds x items, nested ANOVA by the method of moments), and the smallest true effect a design of
   B bases, S seeds and I items finds with the stated power, (t_{1-alpha/2, B-1} + t_{power, B-1}) x SE, with
@@ -103,12 +105,14 @@ def paired_bootstrap(
     }
 
 
-def hartung_knapp(y, v, level: float = 0.95) -> dict[str, float]:
+def hartung_knapp(y, v, level: float = 0.95, modified: bool = True) -> dict[str, float]:
     """Random-effects mean of estimates `y` (one per base) with within-base variances `v`.
 
     tau^2 (DerSimonian-Laird) = max(0, (Q - (k - 1)) / (sum w - sum w^2 / sum w)), w = 1 / v, Q = sum w (y - mu_FE)^2;
     weights w* = 1 / (v + tau^2), mu = sum w* y / sum w*; the Hartung-Knapp variance
-    q = sum w* (y - mu)^2 / ((k - 1) sum w*); interval mu +- t_{(1+level)/2, k-1} sqrt(q). Needs k >= 2 and v > 0."""
+    max(1, q) / sum w*, q = sum w* (y - mu)^2 / (k - 1) (the max: never below the variance 1 / sum w* that the
+    weights themselves give; `modified=False` drops it); interval mu +- t_{(1+level)/2, k-1} SE. Needs k >= 2 and
+    v > 0."""
     y, v = np.asarray(y, dtype=float), np.asarray(v, dtype=float)
     k = y.size
     if k < 2 or v.shape != y.shape:
@@ -121,7 +125,8 @@ def hartung_knapp(y, v, level: float = 0.95) -> dict[str, float]:
     tau2 = max(0.0, (q_stat - (k - 1)) / (np.sum(w) - np.sum(w**2) / np.sum(w)))
     ws = 1.0 / (v + tau2)
     mu = float(np.sum(ws * y) / np.sum(ws))
-    se = float(np.sqrt(np.sum(ws * (y - mu) ** 2) / ((k - 1) * np.sum(ws))))
+    q = float(np.sum(ws * (y - mu) ** 2) / (k - 1))
+    se = float(np.sqrt((max(1.0, q) if modified else q) / np.sum(ws)))
     t = float(stats.t.ppf((1 + level) / 2, k - 1))
     return {"mean": mu, "se": se, "low": mu - t * se, "high": mu + t * se, "tau2": float(tau2), "df": k - 1, "t": t}
 
