@@ -5,7 +5,7 @@ arguments after `verdict`. The study is `anchorft.studies.testbed.verdict`.
 
 anchorft toy verdict --from DIR [DIR ...] --runs RUN [RUN ...] --front RUN [RUN ...] --out DIR
                      [--split reported|val] [--boot N] [--seed S] [--level 0.95]
-anchorft toy verdict --from DIR [DIR ...] --power RUN=REFERENCE --out DIR [--bases 4 6 8] [--seeds 3 5]
+anchorft toy verdict --from DIR [DIR ...] --power RUN=REFERENCE --out DIR [--bases 4 6 8] [--seeds 3 5] [--items N]
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--power", default=None, metavar="RUN=REFERENCE", help="the power calculation of a pilot instead")
     p.add_argument("--bases", type=int, nargs="+", default=[4, 6, 8], help="--power: numbers of bases to size")
     p.add_argument("--seeds", type=int, nargs="+", default=[3, 5], help="--power: fine-tuning seeds per base")
+    p.add_argument("--items", type=int, default=None, help="--power: ID items per model (default: the pilot's)")
     p.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
     both_spellings(p)
     return p
@@ -54,6 +55,8 @@ def main_verdict(argv: list[str]) -> int:
         raise ValueError(f"--level: must be in (0, 1), got {args.level}")
     if args.power is None and not (args.runs and args.front):
         raise ValueError("--runs and --front are needed (or --power RUN=REFERENCE)")
+    if args.items is not None and args.items < 1 or min(args.bases) < 2 or min(args.seeds) < 1:
+        raise ValueError("--items must be >= 1, --bases >= 2 and --seeds >= 1")
     if args.power is not None and "=" not in args.power:
         raise ValueError(f"--power: expected RUN=REFERENCE, got {args.power!r}")
     from pathlib import Path
@@ -68,7 +71,7 @@ def main_verdict(argv: list[str]) -> int:
     def work(claim) -> dict:
         if args.power is not None:
             name, ref = args.power.split("=", 1)
-            table = study.power_table(args.sources, name, ref, args.bases, args.seeds, level=args.level)
+            table = study.power_table(args.sources, name, ref, args.bases, args.seeds, args.items, level=args.level)
             write_json(Path(args.out) / "power.json", table, indent=1)
             return table
         return study.run_verdict(
