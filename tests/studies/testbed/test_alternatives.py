@@ -88,9 +88,29 @@ def test_alternatives_end_to_end(tmp_path, monkeypatch):
     # resumed: every (run, seed, alpha) cell is in the grid's record, none is evaluated again
     from anchorft.studies.testbed import interpolate
 
+    real_cell = interpolate._interpolated_cell
     monkeypatch.setattr(interpolate, "_interpolated_cell", lambda *a: pytest.fail("a recorded cell ran again"))
     again = interpolate.run_interpolate(out, ["sft", "lora"], [0.5, 1.0], itp, progress=False, resume=True)
     assert again["methods"] == got["methods"]
+    # stopped mid-grid (after 2 of its 4 cells), then resumed: the 2 others run, none twice, the same results
+    calls: list[str] = []
+
+    def stopping(*a):
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(a[-1].name)
+        return real_cell(*a)
+
+    monkeypatch.setattr(interpolate, "_interpolated_cell", stopping)
+    part = tmp_path / "itp-part"
+    with pytest.raises(KeyboardInterrupt):
+        interpolate.run_interpolate(out, ["sft", "lora"], [0.5, 1.0], part, progress=False)
+    first = list(calls)
+    calls.clear()
+    monkeypatch.setattr(interpolate, "_interpolated_cell", lambda *a: calls.append(a[-1].name) or real_cell(*a))
+    resumed = interpolate.run_interpolate(out, ["sft", "lora"], [0.5, 1.0], part, progress=False, resume=True)
+    assert len(first) == len(calls) == 2 and not set(first) & set(calls)
+    assert resumed["methods"] == got["methods"]
     rep = tmp_path / "rep"
     pick = "--pick", "wise-sft=sft-wise0.5,sft-wise1"
     assert cli(["toy", "report", "--from", str(out), str(itp), "--out", str(rep), "--front", "sft", *pick]) == 0
