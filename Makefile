@@ -7,13 +7,13 @@ DEV := $(VENV)/.installed-dev
 
 .PHONY: demo test test-wheel test-dist test-slurm test-all lint format bench mutants clean
 
-# CI's budgets on an idle 2-core CPU machine (.ci/run runs the four targets in this order; 16 min in all). A target
-# is stopped at twice its budget (TIMEOUT), so a hang fails in minutes, not at CI's limit; docs/testing.md has the
-# times measured.
-#   test        6 min   the default suite (slow tests deselected)
-#   test-wheel  2 min   the wheel outside the checkout
-#   test-dist   7 min   the distributed matrix, the launcher, every recipe's dry run (slow-marked tests)
-#   test-slurm  1 min   the SLURM templates on a simulated 2-node allocation (slow-marked)
+# CI's budgets on an idle 2-core CPU machine (.ci/run runs the four targets in this order; 10 min in all, the
+# installs included). A target is stopped at twice its budget (TIMEOUT), so a hang fails in minutes, not at CI's
+# limit; docs/testing.md has the times measured.
+#   test        5 min   the default suite (slow tests deselected; 4:27 measured)
+#   test-wheel  1 min   the wheel outside the checkout
+#   test-dist   4 min   the distributed matrix, the launcher, every recipe's dry run (slow-marked tests; 3:49)
+#   test-slurm  1 min   the SLURM templates on a simulated 2-node allocation (slow-marked; 23 s)
 TIMEOUT := timeout --signal=TERM --kill-after=30
 
 # the demo needs the package only; the tests add pytest, ruff and lm-eval (35 s more to install here)
@@ -33,11 +33,11 @@ demo: $(CORE)
 	$(BIN)/python -m anchorft.demo --out runs/demo
 
 test: $(DEV)
-	$(TIMEOUT) 720 $(BIN)/python -m pytest -q
+	$(TIMEOUT) 600 $(BIN)/python -m pytest -q
 
 # the built wheel, unpacked outside the checkout: presets and model configs ship inside it (.ci/test-wheel)
 test-wheel: $(DEV)
-	$(TIMEOUT) 240 .ci/test-wheel $(BIN)/python
+	$(TIMEOUT) 120 .ci/test-wheel $(BIN)/python
 
 # every method under DDP, ZeRO-2, ZeRO-3 and FSDP2 (2 gloo processes on CPU; 40 cells), the anchor's penalty and
 # gradient under ZeRO-2/3, the RL anchor under DeepSpeed, benchmarks/gpu_check.py's launches on the CPU and every
@@ -46,7 +46,7 @@ DIST_TESTS := tests/rpsft/test_distributed_matrix.py tests/rpsft/test_rl_deepspe
 	tests/benchmarks/test_gpu_check.py::test_gpu_check_launches_anchorft_train_on_cpu \
 	tests/rpsft/test_recipes.py::test_dry_run
 test-dist: $(DEV)
-	$(TIMEOUT) 840 $(BIN)/python -m pytest -q -m slow $(DIST_TESTS)
+	$(TIMEOUT) 480 $(BIN)/python -m pytest -q -m slow $(DIST_TESTS)
 
 # the SLURM templates (configs/slurm) on a 2-node allocation simulated on this machine: the template's
 # own two `accelerate launch` lines (gloo, one CPU process a node), a TERM to the batch shell forwarded, the job
