@@ -30,7 +30,7 @@ import numpy as np
 from anchorft.analysis.rank import read_comparison_results
 from anchorft.eval.intervals import hartung_knapp, paired_bootstrap, variance_components
 from anchorft.studies.testbed.layout import run_dir
-from anchorft.studies.testbed.report import front_weights, pareto_front
+from anchorft.studies.testbed.report import front_weights
 
 __all__ = ["load_scores", "excess_statistic", "base_verdict", "pooled_verdict", "pilot_components"]
 
@@ -129,13 +129,6 @@ def pilot_components(compare_dirs: Sequence[str | os.PathLike], run: str, refere
         s = load_scores(folder, [run, reference])
         d.append(100.0 * (s[run][ID] - s[reference][ID]))
     return variance_components(np.stack(d))
-
-
-def front_points(compare_dir: str | os.PathLike, front_runs: Sequence[str], split: str = "reported") -> list:
-    """The front's points (retention, gain) on the data of one base, the base (1, 0) included, sorted."""
-    scores = load_scores(compare_dir, list(front_runs), split)
-    means = {m: {k: float(a.mean()) for k, a in sets.items()} for m, sets in scores.items()}
-    return pareto_front([(1.0, 0.0)] + [_point(means[r], means["base"]) for r in front_runs])
 
 
 def comparison_folders(sources: Sequence[str | os.PathLike]) -> list[Path]:
