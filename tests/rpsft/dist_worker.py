@@ -11,6 +11,7 @@ torchrun --nproc_per_node 2 dist_worker.py signal RANKS_DIR INJECT train ARGS...
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 
@@ -310,6 +311,7 @@ def held(stage: str, out: str) -> None:
     kw = dict(hidden=40, inter=51)  # odd sizes: uneven partitions
     m, ref = tiny_model("llama", 63, **kw), tiny_model("llama", 63, **kw)
     anchor = SubspaceAnchor.from_model(m, rank=10**6)  # method l2: every matrix in the fallback
+    whole_w0 = {e.name: e.w0.clone() for e in anchor.entries}
     with torch.no_grad():
         for p in m.parameters():
             p.add_(0.01)
@@ -332,13 +334,13 @@ def held(stage: str, out: str) -> None:
         kept = []  # (is a weight or W_0, bytes) of each matrix saved, read when saved (a ZeRO-3 weight is whole then)
 
         def pack(t):
-            if t.dim() == 2:
-                ptrs = {q.untyped_storage().data_ptr() for q in [*m.parameters(), *(e.w0 for e in anchor.entries)]}
+            ptrs = {q.untyped_storage().data_ptr() for q in [*m.parameters(), *(e.w0 for e in anchor.entries)]}
+            if t.dim() == 2 or t.untyped_storage().data_ptr() in ptrs:  # (a flat part of W_0 under ZeRO-3)
                 kept.append((t.untyped_storage().data_ptr() in ptrs, t.untyped_storage().nbytes()))
             return t
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            anchor.penalty(m)
+            penalty = float(anchor.penalty(m))
     else:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
@@ -351,7 +353,8 @@ def held(stage: str, out: str) -> None:
             fully_shard(model, mesh=mesh)
         ref_bytes = sum(p.to_local().numel() * p.element_size() for p in ref.parameters())
         with torch.no_grad():
-            items, _, _ = anchor._blocks(m, differentiable=False)  # what the closed form holds until it adds grads
+            items, sq, _ = anchor._blocks(m, differentiable=False)  # what the closed form holds until it adds grads
+        penalty = float(sq.sum())
         kept = [(False, b.residual.untyped_storage().nbytes()) for b in items if b.residual is not None]
         # the closed form's gradient on the rows this rank holds: 2 x 3 (W - W_0), D recomputed per matrix
         x = torch.randint(0, 63, (2, 7), generator=torch.Generator().manual_seed(2))
@@ -362,10 +365,17 @@ def held(stage: str, out: str) -> None:
         grad_err = 0.0
         for e in anchor.entries:
             w_loc, g_loc, rows, _ = local_rows(params[e.name])
-            want = 6.0 * (w_loc - (e.w0 if rows is None else e.w0[rows]))
+            want = 6.0 * (w_loc - whole_w0[e.name][rows if rows is not None else slice(None)])
             grad_err = max(grad_err, float((g_loc - before[e.name] - want).abs().max()))
+    # W_0 held in parts is written whole: every rank gathers, rank 0 writes
+    anchor.save(os.path.join(out, f"anchor_{stage}"), write=dist.get_rank() == 0)
+    dist.barrier()
+    saved = SubspaceAnchor.load(os.path.join(out, f"anchor_{stage}"))
     res = {
         "config": m.config.to_dict(),
+        "penalty": penalty,  # every weight moved by 0.01: 1e-4 a number
+        "numbers": sum(math.prod(e.shape) for e in anchor.entries),
+        "saved_err": max(float((e.w0 - whole_w0[e.name]).abs().max()) for e in saved.entries),
         "reference_bytes": ref_bytes,
         "w0_bytes": sum(e.w0.numel() * e.w0.element_size() for e in anchor.entries),
         "saved_matrices": len(kept),

@@ -28,6 +28,7 @@ STATES = {  # (parameters, gradients, optimizer_state)
     "fsdp2": (4 * P / G, 4 * P / G, 8 * P / G),  # all sharded
 }
 REFERENCE = {"ddp": 2 * P, "zero2": 2 * P, "zero3": 2 * P / G, "fsdp2": 2 * P / G}  # IW-SFT's bf16 frozen copy
+SHARDS = {"ddp": 1, "zero2": 1, "zero3": G, "fsdp2": G}  # W_0 held like the weights: whole, or 1 / G on each GPU
 TRANSIENT = {  # one fp32 matrix (D or a product), + the bf16 weight gathered under ZeRO-3; its rows under FSDP2
     "ddp": 4 * LARGEST, "zero2": 4 * LARGEST, "zero3": 4 * LARGEST + 2 * LARGEST, "fsdp2": 4 * LARGEST / G,
 }  # fmt: skip
@@ -50,7 +51,7 @@ def test_rows_by_hand(stage):
         assert (r["parameters"], r["gradients"], r["optimizer_state"]) == pytest.approx(states), (stage, method)
         want = {
             "iw_reference": REFERENCE[stage] if method == "iw_sft" else 0,
-            "l2_w0": 4 * (MATRICES if method == "l2" else RPSFT_W0 if method == "rpsft" else 0),
+            "l2_w0": 4 * (MATRICES if method == "l2" else RPSFT_W0 if method == "rpsft" else 0) / SHARDS[stage],
             "anchor_buffers": 4 * RPSFT_SVD if method == "rpsft" else 0,
             "anchor_transient": TRANSIENT[stage] if method in ("l2", "rpsft") else 0,
         }
@@ -83,9 +84,11 @@ def test_command_prints_one_total_per_gpu(capsys):
 @pytest.mark.parametrize("stage", ["zero2", "zero3", "fsdp2"])
 def test_estimate_against_held_on_two_ranks(rp, tmp_path, stage):
     """The estimate's IW-SFT reference and L2 rows against what each of 2 CPU ranks holds (tests/rpsft/dist_worker.py
-    `held`): the reference's parameter bytes on the rank (partitioned under ZeRO-3 / FSDP2) within 15 %, W_0 whole
-    on every rank, and no matrix kept for the penalty's backward beyond the weights and W_0 (FSDP2, the closed
-    form: no D held, and the gradient it adds to each rank's rows is 2 scale (W - W_0))."""
+    `held`): the reference's parameter bytes on the rank (partitioned under ZeRO-3 / FSDP2) within 15 %, W_0 held
+    like the weights (whole under ZeRO-2, half on each rank under ZeRO-3 and FSDP2) within 15 %, and no matrix kept
+    for the penalty's backward beyond the weights and W_0 (FSDP2, the closed form: no D held, and the gradient it
+    adds to each rank's rows is 2 scale (W - W_0)); the penalty that of the whole matrices (every weight moved by
+    0.01), and the anchor saved from the parts equal to the whole W_0."""
     import json
 
     pytest.importorskip("deepspeed")
@@ -100,6 +103,8 @@ def test_estimate_against_held_on_two_ranks(rp, tmp_path, stage):
         assert abs(iw["iw_reference"] - res["reference_bytes"]) <= 0.15 * res["reference_bytes"], (rank, res)
         assert abs(l2["l2_w0"] - res["w0_bytes"]) <= 0.15 * res["w0_bytes"], (rank, res)
         assert res["saved_new_bytes"] == 0, res
+        assert res["penalty"] == pytest.approx(1e-4 * res["numbers"], rel=1e-4), res
+        assert res["saved_err"] == 0, res
         # autograd (ZeRO): the weight and W_0 of each matrix; the closed form (FSDP2): nothing kept
         assert res["saved_matrices"] == (0 if stage == "fsdp2" else 2 * res["entries"]), res
         if stage == "fsdp2":  # the closed form's gradient on each rank's rows, D recomputed: 2 x 3 (W - W_0)

@@ -20,17 +20,39 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
 
 from anchorft.rpsft.anchor_plan import plan_anchor, select_parameters, to_json
 from anchorft.rpsft.anchor_store import AnchorEntry, anchor_exists, load_anchor, save_anchor, weights_fingerprint
-from anchorft.rpsft.sharding import all_reduce_sum, full_matrix, gathered, is_zero3, local_rows, logical_shape, unwrap
+from anchorft.rpsft.sharding import (
+    all_reduce_sum,
+    full_matrix,
+    gather_whole,
+    gathered,
+    held_part,
+    is_zero3,
+    l2_penalty_part,
+    local_rows,
+    logical_shape,
+    take_part,
+    unwrap,
+)
 from anchorft.subspace import block_residual, l2_penalty, l2_residual, rotation_penalty, rotation_residuals
 
 __all__ = ["SubspaceAnchor", "AnchorEntry", "select_parameters", "weights_fingerprint"]
+
+
+def _hold_like(e: AnchorEntry, p: torch.Tensor) -> None:
+    """Keep only the part of a fallback's W_0 whose weights this rank holds, when `p` is sharded (ZeRO-3's flat
+    partition, FSDP2's rows; `anchorft.rpsft.sharding.held_part`): W_0 then costs what W costs on a rank, 1 / G of
+    the matrix. Once per entry; the whole W_0 is freed. SVD-branch entries (and their `rest` W_0) stay whole."""
+    if not e.fallback or e.w0_part is not None or (part := held_part(p)) is None:
+        return
+    e.w0_norm = float(e.w0.float().norm())
+    e.w0, e.w0_part = take_part(e.w0, part), part
 
 
 @dataclass
@@ -122,13 +144,13 @@ class SubspaceAnchor:
             weight = 1.0 if lam is None else lam / base_lambda
             aliases = tuple(nm for nm, q in all_named.items() if q is p and nm != name)
             w0 = full_matrix(p).to(compute_dtype)
-            entries.append(
-                AnchorEntry.from_weight(name, w0, k, dtype, aliases=aliases, weight=weight, rest=rest_l, **svd_kwargs)
-            )
+            e = AnchorEntry.from_weight(name, w0, k, dtype, aliases=aliases, weight=weight, rest=rest_l, **svd_kwargs)
+            _hold_like(e, p)  # a sharded parameter's W_0 held like it, never all of them whole at once
+            entries.append(e)
         dist = torch.distributed
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:  # rank 0's bases everywhere
-            for e in entries:
-                for t in e.tensors().values():
+            for e in entries:  # (a part of W_0 is this rank's own, read from the weights every rank shares)
+                for t in [] if e.w0_part is not None else e.tensors().values():
                     dist.broadcast(t, src=0)
         meta = {
             "rank": f"memory:{memory}" if memory is not None else (rank if isinstance(rank, int) else str(rule)),
@@ -267,8 +289,13 @@ class SubspaceAnchor:
                 r_part = torch.zeros((), dtype=cd, device=w_loc.device)
                 if e.fallback:
                     # D = W - W_0 is not kept: l2_penalty's backward recomputes it (regathering a ZeRO-3 weight),
-                    # and the closed form recomputes it per matrix when it adds the gradient
-                    partial = l2_penalty(w_loc, e.w0 if rows is None else e.w0[rows], cd, regather)
+                    # and the closed form recomputes it per matrix when it adds the gradient. W_0 is held like W:
+                    # FSDP2 rows (summed below with the other shards' partials), ZeRO-3's flat part (summed inside)
+                    _hold_like(e, p)
+                    if e.w0_part is not None and not e.w0_part.cols:
+                        partial = l2_penalty_part(w_loc, e.w0, e.w0_part, cd, regather)
+                    else:
+                        partial = l2_penalty(w_loc, e.w0 if rows is None or e.w0_part else e.w0[rows], cd, regather)
                     d = None
                 elif self._extended(e):
                     w = w_loc.to(cd)
@@ -374,10 +401,8 @@ class SubspaceAnchor:
                     raise ValueError(f"anchor: sharded parameter {e.name} has no gradient yet")
                 g_loc = p.grad = torch.zeros_like(b.weight)
             alpha = 2.0 * scale * e.weight
-            if e.fallback:  # D recomputed here, one matrix at a time
-                g_loc.add_(
-                    l2_residual(b.weight, e.w0 if rows is None else e.w0[rows], cd).to(g_loc.dtype), alpha=alpha
-                )
+            if e.fallback:  # D recomputed here, one matrix at a time (W_0 held as the rows, `_blocks`)
+                g_loc.add_(l2_residual(b.weight, e.w0, cd).to(g_loc.dtype), alpha=alpha)
                 continue
             if self._extended(e):
                 proj, full = d
@@ -404,9 +429,14 @@ class SubspaceAnchor:
 
     def _ref_norms(self, device) -> torch.Tensor:
         if getattr(self, "_ref_norm_cache", None) is None or self._ref_norm_cache.device != device:
-            norms = [(e.w0 if e.fallback else e.s_ref).float().norm() for e in self.entries]
-            self._ref_norm_cache = torch.stack([n.to(device) for n in norms]).clamp_min(1e-30)
+            norms = torch.tensor([self._ref_norm(e) for e in self.entries], dtype=torch.float32)
+            self._ref_norm_cache = norms.to(device).clamp_min(1e-30)
         return self._ref_norm_cache
+
+    @staticmethod
+    def _ref_norm(e: AnchorEntry) -> float:
+        """||S_ref||_F, or ||W_0||_F for a fallback (recorded when its W_0 was cut to this rank's part)."""
+        return e.w0_norm if e.w0_norm is not None else float((e.w0 if e.fallback else e.s_ref).float().norm())
 
     def _drift(self, model: nn.Module) -> dict[str, float]:
         """{"penalty": R, "drift_max": max_l sqrt(R_l) / ||S_ref,l||_F} without touching gradients."""
@@ -438,16 +468,26 @@ class SubspaceAnchor:
                 "aliases": list(e.aliases),
             }
             if sq is not None:
-                ref = float((e.w0 if e.fallback else e.s_ref).float().norm())
+                ref = self._ref_norm(e)
                 row["penalty"] = float(sq[i])
                 row["drift"] = math.sqrt(float(sq[i])) / max(ref, 1e-30)
             rows.append(row)
         return rows
 
     # ------------------------------------------------------------------ persistence (`anchor_store`)
-    def save(self, path: str | os.PathLike) -> None:
-        """Write `path`/anchor.safetensors and `path`/anchor.json, each atomically."""
-        save_anchor(path, self.entries, self.meta)
+    def save(self, path: str | os.PathLike, write: bool = True) -> None:
+        """Write `path`/anchor.safetensors and `path`/anchor.json, each atomically (only when `write`).
+
+        A W_0 held in parts (`_hold_like`) is gathered whole, one matrix at a time: then saving is a collective,
+        which every rank calls (the one that writes with `write=True`, the others with False)."""
+        entries = []
+        for e in self.entries:
+            if e.w0_part is not None:
+                whole = gather_whole(e.w0, e.w0_part, e.shape).cpu()
+                e = replace(e, w0=whole, w0_part=None) if write else None
+            entries.append(e)
+        if write:
+            save_anchor(path, entries, self.meta)
 
     exists = staticmethod(anchor_exists)
 
@@ -461,6 +501,8 @@ class SubspaceAnchor:
         anchor = cls(*load_anchor(path))
         if model is not None:
             anchor.check_model(model, check_fingerprint=check_fingerprint)
+            for e, p in zip(anchor.entries, anchor._params(model)):
+                _hold_like(e, p)
             anchor.to(model=model)
         return anchor
 

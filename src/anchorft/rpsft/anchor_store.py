@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 
 from anchorft.io import atomic_path, write_text
 from anchorft.rpsft.anchor_plan import anchor_numbers
-from anchorft.rpsft.sharding import full_matrix
+from anchorft.rpsft.sharding import Part, full_matrix
 from anchorft.subspace import reference_block, top_k_bases
 
 __all__ = ["AnchorEntry", "save_anchor", "load_anchor", "anchor_exists", "weights_fingerprint"]
@@ -31,8 +31,10 @@ _RECORD = ("name", "shape", "rank", "fallback", "aliases", "svd_residual", "weig
 @dataclass
 class AnchorEntry:
     """One anchored matrix. SVD branch: u (m x k), v (n x k), s_ref (k x k) (and w0 when `rest` > 0). Fallback:
-    w0 (m x n). `weight` multiplies its penalty term (a map's lambda over the global lambda); `rest` weights
-    the L2 on the complement of the protected part (anchor_lambda_rest over the global lambda)."""
+    w0 (m x n), or, when its parameter is sharded, only the part whose weights this rank holds (`w0_part`, see
+    `anchorft.rpsft.sharding.held_part`; `w0_norm` keeps ||W_0||_F). `weight` multiplies its penalty term (a map's
+    lambda over the global lambda); `rest` weights the L2 on the complement of the protected part
+    (anchor_lambda_rest over the global lambda)."""
 
     name: str
     shape: tuple[int, int]
@@ -46,6 +48,8 @@ class AnchorEntry:
     svd_residual: float = 0.0
     weight: float = 1.0
     rest: float = 0.0
+    w0_part: Part | None = None
+    w0_norm: float | None = None
 
     @property
     def numel(self) -> int:

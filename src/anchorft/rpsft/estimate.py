@@ -300,8 +300,9 @@ def method_memory(
     - anchor_buffers (an `anchored` row of the methods table, rpsft): per anchored matrix below full rank U_0, V_0,
       S_ref: (m + n) k + k^2 numbers;
     - l2_w0: W_0 of every matrix at full rank (all of them for a `full_rank` row, l2; for rpsft those with
-      k >= min(m, n)): m n;
-      both at `anchor_bytes` a number, on every GPU, under every stage (the anchor keeps them whole);
+      k >= min(m, n)): m n, held like the weights: divided by G under zero3 and fsdp2 (each rank keeps the part
+      of W_0 whose weights it holds, `anchorft.rpsft.sharding.held_part`), whole on every GPU otherwise;
+      both at `anchor_bytes` a number (the bases U_0, V_0, S_ref whole on every GPU);
     - anchor_transient: the one matrix the anchor forms at a time (`anchorft.subspace.l2_penalty` keeps no
       D = W - W_0 for the backward, in autograd and closed form alike): the largest anchored m n in fp32 (fp64 for
       8-byte anchors); under zero3 plus that weight gathered whole (2 bytes a number, bf16); under fsdp2 its rows
@@ -350,7 +351,7 @@ def method_memory(
         "gradients": float(grads),
         "optimizer_state": float(optim),
         "anchor_buffers": float(svd_numbers * anchor_bytes),
-        "l2_w0": float(w0_numbers * anchor_bytes),
+        "l2_w0": float(w0_numbers * anchor_bytes / (gpus if sharded else 1)),
         "anchor_transient": float(transient),
         "iw_reference": float(P * (reference_bytes or w) / (gpus if sharded else 1)) if spec.needs_reference else 0.0,
         "activations_per_token": float(per_tok),

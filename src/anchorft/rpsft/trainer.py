@@ -271,8 +271,8 @@ class RPSFTTrainer(AnchorSteps, SFTTrainer):
                 self._anchor, rebuilt = resume_anchor(
                     resume_from_checkpoint, self.model, self._build_anchor, anchor_dir=ANCHOR_DIR
                 )
-                if rebuilt and self.args.should_save:
-                    self._anchor.save(os.path.join(resume_from_checkpoint, ANCHOR_DIR))
+                if rebuilt:  # every rank: a W_0 held in parts is gathered to be written
+                    self._anchor.save(os.path.join(resume_from_checkpoint, ANCHOR_DIR), write=self.args.should_save)
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
 
     def _save_checkpoint(self, model, trial):
@@ -293,8 +293,8 @@ class RPSFTTrainer(AnchorSteps, SFTTrainer):
             super()._save_checkpoint(model, trial)
         finally:
             self.args.save_total_limit = limit
-        if self._anchor is not None and self.args.should_save:
-            self._anchor.save(os.path.join(folder, ANCHOR_DIR))
+        if self._anchor is not None:  # every rank: a W_0 held in parts is gathered to be written
+            self._anchor.save(os.path.join(folder, ANCHOR_DIR), write=self.args.should_save)
         if self.args.method_spec.peft is not None:
             # the adapter gathered whole (a collective: every rank), whatever the engine's own files hold, so that a
             # checkpoint can be merged into a model on one process as the final save is
