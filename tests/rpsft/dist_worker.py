@@ -187,7 +187,7 @@ def zero3_anchor(out: str) -> None:
     from deepspeed.utils import safe_get_full_grad
 
     from anchorft.rpsft.anchor import SubspaceAnchor
-    from anchorft.rpsft.sharding import is_zero3
+    from anchorft.rpsft.sharding import is_zero3, take_part
 
     deepspeed.init_distributed(dist_backend="gloo")
     from conftest import tiny_model
@@ -206,10 +206,15 @@ def zero3_anchor(out: str) -> None:
     fallback = {r"k_proj|v_proj": 10**6}
     a_ds = SubspaceAnchor.from_model(m, rank=5, rank_map=fallback)  # gathers each matrix
     a_ref = SubspaceAnchor.from_model(ref, rank=5, rank_map=fallback)
+    # a fallback's W_0 is held like its partitioned weight: this rank's part of the whole
+    held = [take_part(r.w0, e.w0_part) if e.w0_part else None for e, r in zip(a_ds.entries, a_ref.entries)]
     bases_err = max(
-        float((t - a_ref.entries[i].tensors()[k]).abs().max())
+        float((t - (held[i] if k == "w0" and e.w0_part else a_ref.entries[i].tensors()[k])).abs().max())
         for i, e in enumerate(a_ds.entries)
         for k, t in e.tensors().items()
+    )
+    w0_held = sum(e.w0.numel() for e in a_ds.entries if e.fallback) / sum(
+        e.w0.numel() for e in a_ref.entries if e.fallback
     )
     # move the weights (same displacement on both), then compare penalty and gradient
     g = torch.Generator().manual_seed(1)
@@ -246,6 +251,7 @@ def zero3_anchor(out: str) -> None:
             "partitioned": partitioned,
             "entries": len(a_ds.entries),
             "fallbacks": sum(e.fallback for e in a_ds.entries),
+            "w0_held": w0_held,
             "fingerprint_equal": a_ds.fingerprint == a_ref.fingerprint,
             "bases_max_abs_err": bases_err,
             "penalty": float(pen),

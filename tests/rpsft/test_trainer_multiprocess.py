@@ -117,6 +117,7 @@ def test_deepspeed_zero3_anchor_on_partitioned_parameters(tmp_path):
     res = json.loads((tmp_path / "zero3_anchor.json").read_text())
     assert res["partitioned"] and res["entries"] == 15 and res["fallbacks"] == 4 and res["grads_compared"] > 0
     assert res["fingerprint_equal"] and res["bases_max_abs_err"] < 1e-6
+    assert 0.45 < res["w0_held"] <= 0.55  # the fallbacks' W_0 held like the weights: about half on each of 2 ranks
     assert res["penalty"] > 0 and res["penalty"] == pytest.approx(res["want_penalty"], rel=1e-5)
     assert res["grad_max_rel_err"] < 1e-4
     assert "ZeRO-3" in res["refused"]
