@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 CORE := $(VENV)/.installed-core
 DEV := $(VENV)/.installed-dev
 
-.PHONY: demo test test-wheel test-dist test-slurm test-all lint format bench mutants clean
+.PHONY: demo test test-wheel test-dist test-slurm test-ray test-all lint format bench mutants clean
 
 # CI's budgets on an idle 2-core CPU machine (.ci/run runs the four targets in this order; 10 min in all, the
 # installs included). A target is stopped at twice its budget (TIMEOUT), so a hang fails in minutes, not at CI's
@@ -14,6 +14,7 @@ DEV := $(VENV)/.installed-dev
 #   test-wheel  1 min   the wheel outside the checkout
 #   test-dist   4 min   the distributed matrix, the launcher, every recipe's dry run (slow-marked tests; 3:49)
 #   test-slurm  1 min   the SLURM templates on a simulated 2-node allocation (slow-marked; 23 s)
+#   test-ray    2 min   the studies on a 2-node Ray cluster started on this machine (Ray installed first)
 TIMEOUT := timeout --signal=TERM --kill-after=30
 
 # the demo needs the package only; the tests add pytest, ruff and lm-eval (35 s more to install here)
@@ -54,6 +55,12 @@ test-dist: $(DEV)
 # requeued and resumed to a model that loads (slow-marked; 29 s measured here)
 test-slurm: $(DEV)
 	$(TIMEOUT) 120 $(BIN)/python -m pytest -q -m slow tests/commands/test_slurm.py
+
+# a Ray head and worker node as processes of this machine (1 CPU each, own temp folders, stopped by their process
+# ids): a W2S sweep and a smoke comparison equal to local processes; a worker node killed mid-study, the study resumed
+test-ray: $(DEV)
+	$(BIN)/pip install -q -e '.[ray]'
+	$(TIMEOUT) 240 $(BIN)/python -m pytest -q -m slow tests/studies/test_grid_ray.py
 
 test-all: $(DEV)
 	$(BIN)/python -m pytest -q -m ''

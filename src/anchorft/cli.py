@@ -24,7 +24,7 @@ import signal
 import sys
 
 from anchorft import stop
-from anchorft.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, debug_enabled
+from anchorft.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, CellLost, debug_enabled
 from anchorft.stop import Terminated
 
 __all__ = ["main", "Terminated", "COMMANDS"]
@@ -159,6 +159,12 @@ def main(argv: list[str] | None = None) -> int:
             return _stopped(name, rest, stop.interrupt_for(stop.requested()))
         mark_active("failed")
         return errors.report(_prog(name, rest), e)
+    except CellLost as e:  # a cluster lost a cell's worker: the cells before it are recorded, the study resumes
+        if stop.requested():
+            return _stopped(name, rest, stop.interrupt_for(stop.requested()))
+        mark_active("failed")
+        errors.report(_prog(name, rest), e)
+        return 1
     except BrokenPipeError:  # `anchorft X --help | head`: the reader left; say nothing more (Python's own advice)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -29,6 +29,11 @@ class UsageError(ValueError):
     """
 
 
+class CellLost(RuntimeError):
+    """A study's cell lost with the cluster worker or node that ran it, after its retries (`anchorft.studies.grid`):
+    one line, exit code 1; the cells finished before it are recorded, and the study resumes."""
+
+
 def one_line(exc: BaseException) -> str:
     """The message of `exc` on a single line (newlines become "; ", blank lines dropped)."""
     text = str(exc) if str(exc) else type(exc).__name__

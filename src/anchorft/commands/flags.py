@@ -6,7 +6,8 @@ TrlParser (HfArgumentParser) already accepts every field as `--snake_case` and `
 several commands share: a dataclass's fields as flags (`add_field_flags`), a function's keyword defaults
 (`keyword_defaults`), NAME=DIR pairs (`parse_named`:
 `analyze --tuned`, `eval suite --models`) and the generation and grading flags of `eval` and `eval suite`
-(`add_sampling_flags`, `pass_k`); the TRL fields outside a run's hash (`NOT_HASHED`).
+(`add_sampling_flags`, `pass_k`); the studies' executor (`add_executor_flags`, `cluster_from`); the TRL fields outside
+a run's hash (`NOT_HASHED`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ __all__ = [
     "pop_flag",
     "short_or_all_help",
 ]
-__all__ += ["short_help", "field_help", "trl_sections", "FlagParser"]
+__all__ += ["short_help", "field_help", "trl_sections", "FlagParser", "add_executor_flags", "cluster_from"]
 
 
 class FlagParser(argparse.ArgumentParser):
@@ -287,3 +288,36 @@ def add_timeout_flag(p: argparse.ArgumentParser) -> None:
 def pass_k(args: argparse.Namespace) -> int:
     """k of Avg@k / Pass@k: --k, or --n when not given."""
     return args.n if args.k is None else args.k
+
+
+def add_executor_flags(p: argparse.ArgumentParser) -> None:
+    """--executor, --address and --retries of a study command (`anchorft.studies.grid`)."""
+    p.add_argument(
+        "--executor", choices=("local", "ray"), default="local",
+        help="where the cells run: local (this machine's processes) or ray (each cell a Ray task on a cluster; "
+        "pip install 'anchorft[ray]'); the record, and so resuming, is the same for both",
+    )  # fmt: skip
+    p.add_argument(
+        "--address", default=None,
+        help="with --executor ray: the cluster's head (HOST:PORT), auto (the cluster this machine joined), or none "
+        "given: a Ray instance started on this machine for the study",
+    )  # fmt: skip
+    p.add_argument(
+        "--retries", type=int, default=None,
+        help="with --executor ray: times a cell lost with its worker or node runs again (default 3)",
+    )  # fmt: skip
+
+
+def cluster_from(args: argparse.Namespace):
+    """The `RayCluster` of --executor ray (None for local); ValueError for --address or --retries without it, a
+    negative --retries, or Ray not installed."""
+    from anchorft.studies.grid import RayCluster
+
+    if args.executor != "ray":
+        given = [f for f, v in (("--address", args.address), ("--retries", args.retries)) if v is not None]
+        if given:
+            raise ValueError(f"{' and '.join(given)}: only with --executor ray")
+        return None
+    if args.retries is not None and args.retries < 0:
+        raise ValueError(f"--retries: must be >= 0, got {args.retries}")
+    return RayCluster(args.address, 3 if args.retries is None else args.retries)

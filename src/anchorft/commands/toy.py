@@ -9,7 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
-from anchorft.commands.flags import FlagParser, both_spellings
+from anchorft.commands.flags import FlagParser, add_executor_flags, both_spellings, cluster_from
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,6 +46,7 @@ def _parser() -> argparse.ArgumentParser:
         help="fine-tunes run at once, one process each (default: --threads); each runs on the config's `threads` "
         "torch threads (default 1), so the results do not depend on it",
     )
+    add_executor_flags(cmp_)
     rep = sub.add_parser(
         "report",
         help="one report.md + tradeoff.png from several comparisons of the same base (a run found in several, "
@@ -75,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     itp.add_argument("--alphas", default="0.25,0.5,0.75", help="alpha grid in (0, 1], comma-separated")
     itp.add_argument("--out", required=True, help="output folder (results.json, report.md, tradeoff.png)")
     itp.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
+    add_executor_flags(itp)
     bench = sub.add_parser(
         "bench",
         help="the testbed's held-out math items as benchmark files for `anchorft eval --bench` (CPU)",
@@ -197,10 +199,12 @@ def main(argv: list[str]) -> int:
         from anchorft.studies.testbed.interpolate import parse_alphas, run_interpolate
 
         alphas = parse_alphas(args.alphas)
+        cluster = cluster_from(args)
         spec = {"compare": str(Path(args.compare).resolve()), "runs": args.runs, "alphas": alphas}
         res = run_claimed(
             args.out, "toy interpolate", spec,
-            lambda claim: run_interpolate(args.compare, args.runs, alphas, args.out, resume=claim.resume),
+            lambda claim: run_interpolate(args.compare, args.runs, alphas, args.out, resume=claim.resume,
+                                          cluster=cluster),
             overwrite=args.overwrite,
         )  # fmt: skip
         if res is None:
@@ -255,11 +259,20 @@ def main(argv: list[str]) -> int:
     workers = args.workers if args.workers is not None else args.threads
     if workers < 1:
         raise ValueError(f"--workers: must be >= 1, got {workers}")
+    cluster = cluster_from(args)  # the executor changes where the cells run, not their results: not in `run`
     resolve_comparison(cfg, args.methods, args.sweep)  # every run's values checked before the folder is claimed
     run = {"config": dataclasses.asdict(cfg), "methods": args.methods, "sweep": args.sweep}  # workers: same results
 
     def compare(claim) -> bool:
-        run_compare(cfg, args.out, methods=args.methods, sweep=args.sweep, workers=workers, resume=claim.resume)
+        run_compare(
+            cfg,
+            args.out,
+            methods=args.methods,
+            sweep=args.sweep,
+            workers=workers,
+            resume=claim.resume,
+            cluster=cluster,
+        )
         return True
 
     if run_claimed(args.out, "toy compare", run, compare, overwrite=args.overwrite) is None:

@@ -10,7 +10,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from anchorft.commands.flags import FlagParser, add_field_flags, both_spellings, field_values
+from anchorft.commands.flags import (
+    FlagParser,
+    add_executor_flags,
+    add_field_flags,
+    both_spellings,
+    cluster_from,
+    field_values,
+)
 from anchorft.studies.testbed.rl_stage import RLStageSettings
 
 
@@ -30,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     add_field_flags(p, RLStageSettings, aliases={"learning_rate": ("--lr",), "prompt_skills": ("--skills",)})
     p.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
+    add_executor_flags(p)
     both_spellings(p)
     return p
 
@@ -44,6 +52,7 @@ def main_rl(argv: list[str]) -> int:
     from anchorft.studies.testbed.rl_stage import run_rl_stage
 
     settings = RLStageSettings(**field_values(args, RLStageSettings))
+    cluster = cluster_from(args)
     settings.prompt_skills = tuple(settings.prompt_skills)
     settings.validate()
     from anchorft.runs import existing_files, run_claimed
@@ -52,7 +61,9 @@ def main_rl(argv: list[str]) -> int:
     run = {"compare": str(Path(args.compare).resolve()), "methods": args.methods, "settings": vars(settings)}
 
     def rl_stage(claim) -> bool:
-        run_rl_stage(args.compare, args.out, methods=args.methods, settings=settings, resume=claim.resume)
+        run_rl_stage(
+            args.compare, args.out, methods=args.methods, settings=settings, resume=claim.resume, cluster=cluster
+        )
         return True
 
     if run_claimed(out, "toy rl", run, rl_stage, overwrite=args.overwrite) is None:

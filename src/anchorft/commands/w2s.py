@@ -7,7 +7,7 @@ import dataclasses
 import json
 import sys
 
-from anchorft.commands.flags import FlagParser, both_spellings
+from anchorft.commands.flags import FlagParser, add_executor_flags, both_spellings, cluster_from
 from anchorft.errors import report
 
 
@@ -150,6 +150,7 @@ def _sweep(args: argparse.Namespace) -> int:
     try:  # a bad --kind, --spec, --workers or sweep file is refused before the output folder is touched
         if args.workers < 1:
             raise ValueError(f"--workers: must be >= 1, got {args.workers}")
+        cluster = cluster_from(args)
         spec = load_sweep(args.kind, args.quick, args.spec)
     except ValueError as e:
         return report("anchorft w2s sweep", e)
@@ -165,6 +166,7 @@ def _sweep(args: argparse.Namespace) -> int:
             progress=not args.quiet,
             spec_path=args.spec,
             workers=args.workers,
+            cluster=cluster,
         )
 
     try:
@@ -223,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quiet", action="store_true")
     s.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
     s.add_argument("overrides", nargs="*", help="overrides of the sweep's config (every point), key=value")
+    add_executor_flags(s)
     s.set_defaults(func=_sweep)
     t = sub.add_parser("theory", help="exponents, predicted sample complexities, the labels' Hermite coefficients")
     t.add_argument("--preset", default=None, help="a preset: its link, T, clip, d, s and its measured labels")

@@ -12,8 +12,10 @@ spawned); `Grid(folder, context).run(cells, fn, executor)` runs the cells not ye
 - Threads: the executor runs every cell on `threads` torch threads (`anchorft.threads.pinned_threads`), whatever
   the number of workers or the machine's cores: a cell's numbers do not depend on how many run at once.
 - Signals: the runner checks for a stop (`anchorft.stop`) between cells; what finished is in the record.
-- Executors: `InProcess` (one cell at a time, in this process) and `LocalProcesses` (`workers` spawned processes).
-  Another executor (a cluster's) only has to implement `Executor.map`.
+- Executors: `InProcess` (one cell at a time, in this process), `LocalProcesses` (`workers` spawned processes) and
+  `RayTasks` (each cell a Ray task on a cluster, `RayCluster`). Another executor only has to implement
+  `Executor.map`. The record stays with the grid, in its folder, whichever executor ran a cell: a study started
+  with one executor resumes with another.
 
 The run folder's life cycle (claim, reuse, finish, interrupt) stays with `anchorft.runs`: the command claims the
 folder once, and the grid works inside it.
@@ -21,6 +23,7 @@ folder once, and the grid works inside it.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -29,9 +32,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from anchorft import stop
+from anchorft.errors import CellLost
 from anchorft.runs import config_hash
 
-__all__ = ["Cell", "Executor", "InProcess", "LocalProcesses", "Grid", "RECORD", "executor_for"]
+__all__ = [
+    "Cell", "Executor", "InProcess", "LocalProcesses", "RayCluster", "RayTasks", "Grid", "RECORD", "executor_for",
+]  # fmt: skip
 
 RECORD = "cells.jsonl"
 CellFn = Callable[["Cell"], dict]
@@ -98,10 +104,84 @@ class LocalProcesses:
                 yield futures[fut], fut.result()
 
 
-def executor_for(workers: int, threads: int = 1) -> Executor:
-    """`InProcess` for one worker, else `LocalProcesses`."""
+@dataclass(frozen=True)
+class RayCluster:
+    """Where `RayTasks` runs a study's cells: the Ray cluster at `address` ("HOST:PORT" of its head, "auto" for the
+    one this machine has joined, None for a Ray instance started on this machine for the study and stopped after
+    it); a cell whose worker process or node dies is run again up to `retries` times."""
+
+    address: str | None = None
+    retries: int = 3
+
+    def __post_init__(self) -> None:
+        if self.retries < 0:
+            raise ValueError(f"retries: must be >= 0, got {self.retries}")
+        if importlib.util.find_spec("ray") is None:
+            raise ValueError("the ray executor needs Ray: pip install 'anchorft[ray]'")
+
+
+def _run_in(folder: str, fn: CellFn, threads: int, cell: Cell) -> dict:
+    """A cell on a Ray worker: in the driver's working folder (relative output paths mean the same there; the
+    folder must exist at the same path on every node, as on a shared filesystem), on `threads` torch threads."""
+    try:
+        os.chdir(folder)
+    except OSError as e:
+        raise ValueError(f"cell {cell.name}: the study's folder {folder} is not on this node ({e.strerror})") from None
+    return _run_pinned(fn, threads, cell)
+
+
+@dataclass
+class RayTasks:
+    """Each cell a Ray task of `threads` CPUs (Ray sets OMP_NUM_THREADS to that number in the worker, and the cell
+    pins torch's threads to it too), on `cluster`; every cell is submitted at once and Ray places them as CPUs free
+    up. A task lost with its worker or node is retried `cluster.retries` times by Ray, then the study stops with a
+    one-line error naming the cell; an error raised by the cell itself is not retried (it would repeat): it stops
+    the study as it does in this process. Cells finished before either are in the record."""
+
+    cluster: RayCluster
+    threads: int = 1
+
+    def map(self, fn: CellFn, cells: list[Cell]) -> Iterator[tuple[Cell, dict]]:
+        import ray  # lazy: an optional extra, needed only here
+
+        started = not ray.is_initialized()
+        if started:  # worker output stays in the cluster's logs (the command's stdout is its results)
+            ray.init(address=self.cluster.address, log_to_driver=False, include_dashboard=False,
+                     configure_logging=False)  # fmt: skip
+        task = ray.remote(_run_in).options(
+            num_cpus=self.threads, max_retries=self.cluster.retries, retry_exceptions=False
+        )
+        refs = {task.remote(os.getcwd(), fn, self.threads, c): c for c in cells}
+        try:
+            while refs:
+                done, _ = ray.wait(list(refs), num_returns=1)
+                cell = refs.pop(done[0])
+                try:
+                    result = ray.get(done[0])
+                except ray.exceptions.RayTaskError as e:  # the cell's own error, as in this process
+                    raise (e.cause if isinstance(e.cause, BaseException) else e) from None
+                except ray.exceptions.RayError as e:
+                    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                    raise CellLost(
+                        f"cell {cell.name} lost after {self.cluster.retries} retries ({type(e).__name__}: {first})"
+                    ) from None
+                yield cell, result
+        finally:  # stopped, failed or done: nothing of this study keeps running on the cluster
+            for ref in refs:
+                ray.cancel(ref, force=True)
+            if started:
+                ray.shutdown()
+
+
+def executor_for(workers: int, threads: int = 1, cluster: RayCluster | None = None) -> Executor:
+    """`RayTasks` on `cluster` when given (where the cluster's CPUs, not `workers`, bound the cells at once);
+    otherwise `InProcess` for one worker, else `LocalProcesses`."""
     if workers < 1:
         raise ValueError(f"workers: must be >= 1, got {workers}")
+    if threads < 1:
+        raise ValueError(f"threads: must be >= 1, got {threads}")
+    if cluster is not None:
+        return RayTasks(cluster, threads)
     return InProcess(threads) if workers == 1 else LocalProcesses(workers, threads)
 
 

@@ -156,7 +156,7 @@ def test_smoke_compare_end_to_end(tmp_path, monkeypatch):
     real = compare.executor_for
     monkeypatch.setattr(compare, "executor_for", lambda *a: made.append(a) or real(*a))
     res = run_compare("smoke", out, progress=False, workers=2)  # the process pool that `make demo` uses
-    assert made[-1] == (2, load_config("smoke").threads)  # each fine-tune on the config's threads
+    assert made[-1] == (2, load_config("smoke").threads, None)  # each fine-tune on the config's threads, locally
     for f in ("results.json", "report.md", "tradeoff.png", "config.yaml"):
         assert (out / f).is_file(), f
     saved = json.loads((out / "results.json").read_text())

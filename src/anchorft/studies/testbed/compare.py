@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from anchorft.errors import one_line
 from anchorft.io import write_json, write_text
 from anchorft.rpsft.methods import METHODS, get_method
-from anchorft.studies.grid import Cell, Grid, executor_for
+from anchorft.studies.grid import Cell, Grid, RayCluster, executor_for
 from anchorft.studies.testbed.compare_config import (
     CompareConfig,
     RunSpec,
@@ -219,12 +219,14 @@ def run_compare(
     progress: bool = True,
     workers: int = 1,
     resume: bool = False,
+    cluster: RayCluster | None = None,
 ) -> dict:
     """Pretrain (cached), fine-tune every run x seed through `anchorft.rpsft.train.train`, evaluate,
     write results.json / report.md / tradeoff.png / models/ under `out_dir`; returns the results.
 
     The fine-tunes are the cells of a grid (`anchorft.studies.grid`): `workers` > 1 runs that many at once in
-    separate processes (spawned). Every fine-tune and evaluation runs on `cfg.threads` torch threads (default 1:
+    separate processes (spawned); with `cluster`, each is a Ray task on it (`anchorft.studies.grid.RayTasks`). Every
+    fine-tune and evaluation runs on `cfg.threads` torch threads (default 1:
     the testbed's matrices are too small for two threads to halve a step, so two one-thread jobs beat one
     two-thread job), so the results do not depend on `workers` or the machine. With `resume`, the fine-tunes
     recorded in `out_dir`/cells.jsonl are kept, not run again: the same comparison, stopped part-way, picks up
@@ -235,7 +237,7 @@ def run_compare(
     executor_for(workers)  # a bad value fails before anything runs
     cfg = resolve_comparison(preset_or_config, methods, sweep)
     if cfg.bases:
-        kw = dict(progress=progress, workers=workers, resume=resume)
+        kw = dict(progress=progress, workers=workers, resume=resume, cluster=cluster)
         return {"bases": {b: run_compare(one, base_folder(out_dir, b), **kw) for b, one in per_base(cfg)}}
     out = Path(out_dir)
     (out / "models").mkdir(parents=True, exist_ok=True)
@@ -299,8 +301,8 @@ def run_compare(
              itertools.product(cfg.runs, cfg.seeds)]  # fmt: skip
     job = functools.partial(_finetune_cell, cfg, base_dir, out)
     grid = Grid(out, context=dataclasses.asdict(cfg))
-    grid.run(cells, job, executor_for(workers, cfg.threads), resume=resume, progress=progress, desc="toy compare",
-             on_result=record)  # fmt: skip
+    executor = executor_for(workers, cfg.threads, cluster)
+    grid.run(cells, job, executor, resume=resume, progress=progress, desc="toy compare", on_result=record)
     # the report lists runs in the config's order
     results.methods = {r.name: results.methods[r.name] for r in cfg.runs if r.name in results.methods}
     save_results(results, out / RESULTS_FILE)

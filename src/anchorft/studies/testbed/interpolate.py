@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from anchorft.studies.grid import Cell, Grid, RayCluster, executor_for
 from anchorft.studies.testbed.results import CompareResults, load_results, save_results
 
 __all__ = ["interpolate_weights", "run_interpolate", "parse_alphas", "wise_name"]
@@ -64,12 +65,12 @@ def run_interpolate(
     out_dir: str | Path,
     progress: bool = True,
     resume: bool = False,
+    cluster: RayCluster | None = None,
 ) -> dict:
     """Evaluate W_0 + alpha (W_ft - W_0) for each run of the comparison in `compare_dir`, each of its seeds (its
     saved models) and each alpha; write results.json, report.md and tradeoff.png (with the curves) to `out_dir`.
     Each (run, seed, alpha) is a cell of the grid runner (`anchorft.studies.grid`, recorded in OUT/cells.jsonl;
-    `resume` keeps the recorded ones)."""
-    from anchorft.studies.grid import Cell, Grid, InProcess
+    `resume` keeps the recorded ones), in this process or, with `cluster`, as Ray tasks on it."""
     from anchorft.studies.testbed.compare_config import load_config
     from anchorft.studies.testbed.layout import model_dir
     from anchorft.studies.testbed.report import write_report, write_tradeoff_plot
@@ -94,7 +95,9 @@ def run_interpolate(
     dst = Path(out_dir)
     grid = Grid(dst, context={"compare": str(src.resolve()), "config": saved, "base": results["base"]})
     job = functools.partial(_interpolated_cell, cfg, str(src / "models" / "base"))
-    got = grid.run(cells, job, InProcess(cfg.threads), resume=resume, progress=progress, desc="toy interpolate")
+    got = grid.run(
+        cells, job, executor_for(1, cfg.threads, cluster), resume=resume, progress=progress, desc="toy interpolate"
+    )
     for run in runs:
         source = results["methods"][run]
         for alpha in alphas:

@@ -27,6 +27,7 @@ from anchorft.io import pyplot, save_figure, write_json, write_text
 from anchorft.provenance import with_provenance
 from anchorft.rpsft.anchor_options import AnchorOptions, anchor_option_names
 from anchorft.rpsft.methods import RL_ANCHOR_METHODS
+from anchorft.studies.grid import Cell, Grid, RayCluster, executor_for
 from anchorft.studies.testbed.compare_config import CompareConfig, comparison_eval_sets, load_config, paper_rank
 from anchorft.studies.testbed.layout import parse_model_name
 from anchorft.studies.testbed.report import _pct  # the testbed tables' one percentage format
@@ -136,12 +137,13 @@ def run_rl_stage(
     settings: RLStageSettings | None = None,
     progress: bool = True,
     resume: bool = False,
+    cluster: RayCluster | None = None,
 ) -> dict:
     """DAPO from each chosen model of a finished comparison, evaluated before and after with the
     comparison's own evaluation; writes results.json, report.md, reward_curve.png under
     `out_dir` (default COMPARE_DIR/rl) and returns the results. Each model is a cell of the grid runner
-    (`anchorft.studies.grid`); `resume` keeps the cells recorded in OUT/cells.jsonl."""
-    from anchorft.studies.grid import Cell, Grid, InProcess
+    (`anchorft.studies.grid`), in this process or, with `cluster`, a Ray task on it; `resume` keeps the cells
+    recorded in OUT/cells.jsonl."""
 
     settings = settings or RLStageSettings()
     settings.validate()
@@ -200,8 +202,8 @@ def run_rl_stage(
     cells = [Cell(name, {"model": str(cdir / "models" / name)}) for name in methods]
     context = {"compare": str(cdir.resolve()), "settings": results["settings"], "eval": results["eval"]}
     job = functools.partial(_rl_cell, cfg, settings, prompts, eval_sets, skill_sets, str(out))
-    Grid(out, context).run(cells, job, InProcess(torch.get_num_threads()), resume=resume, progress=progress,
-                           desc="toy rl", on_result=record)  # fmt: skip
+    executor = executor_for(1, torch.get_num_threads(), cluster)
+    Grid(out, context).run(cells, job, executor, resume=resume, progress=progress, desc="toy rl", on_result=record)
     results["methods"] = {n: results["methods"][n] for n in methods}
     write_json(out / "results.json", with_provenance(results), indent=2)
     write_rl_report(results, out / "report.md")

@@ -40,7 +40,7 @@ from anchorft import stop
 from anchorft.errors import read_yaml
 from anchorft.io import write_json, write_text
 from anchorft.provenance import write_metrics
-from anchorft.studies.grid import Cell, Grid, executor_for
+from anchorft.studies.grid import Cell, Grid, RayCluster, executor_for
 from anchorft.studies.w2s import mechanisms as mech
 from anchorft.studies.w2s.experiments import run_experiment
 from anchorft.studies.w2s.kinds import Figure, SweepKind, XAxis, is_count, plain_overrides
@@ -658,6 +658,7 @@ def run_sweep(
     spec_path: str | os.PathLike | None = None,
     workers: int = 1,
     threads: int | None = None,
+    cluster: RayCluster | None = None,
 ) -> dict:
     """Run sweep `kind` (`key=value` overrides of its config for every point), write DIR/sweep.json (a kind with a
     table: DIR/results.json and DIR/table.md) and DIR/<kind>.png, return the result.
@@ -665,8 +666,8 @@ def run_sweep(
     The points are the cells of a grid in DIR (`sweep_cells`): those recorded in DIR/cells.jsonl by an earlier,
     stopped run of the same sweep are reused (their records marked `cached`), the others measured, `workers` at a
     time, each on `threads` torch threads (default: this process's count, so that a point's numbers are those of
-    a run in this process)."""
-    executor = executor_for(workers, threads or torch.get_num_threads())  # a bad value fails before any work
+    a run in this process); with `cluster`, each point is a Ray task on it (`anchorft.studies.grid.RayTasks`)."""
+    executor = executor_for(workers, threads or torch.get_num_threads(), cluster)  # a bad value fails before any work
     spec = load_sweep(kind, quick, spec_path)
     k = KINDS[kind]
     if overrides:

@@ -1,0 +1,237 @@
+"""The grid runner's Ray executor on a real cluster: a head and a worker node started here as separate processes
+on this machine (`ray start --block`, each with its own temp folder and one CPU, no dashboard), stopped by their
+own process ids, never by `ray stop` (which stops every Ray process on the machine). Slow-marked: `make test-ray`.
+
+A W2S sweep, a smoke comparison and its WiSE-FT interpolation give on the cluster what they give in this machine's
+processes; a worker node killed mid-study stops the study (no retries), and the study resumed loses nothing and
+repeats no finished cell; with retries, the lost cells run again on the node left."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.slow
+ray = pytest.importorskip("ray")
+
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def _pids_with(tag: str, root: int) -> list[int]:
+    """A node's processes: `root` (its `ray start`), those whose command line names `tag` (the node's own temp
+    folder), and all their descendants (the task workers, whose command line Ray rewrites to "ray::...")."""
+    parent, ours = {}, {root}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            parent[int(pid)] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if tag in cmd:
+            ours.add(int(pid))
+    grew = True
+    while grew:
+        new = {pid for pid, pp in parent.items() if pp in ours} - ours
+        ours |= new
+        grew = bool(new)
+    return sorted(ours - {os.getpid()})
+
+
+class Node:
+    """One Ray node as a process group of its own, in its own temp folder (short: Ray's socket paths are limited)."""
+
+    def __init__(self, head_port: int, head: bool):
+        self.tmp = tempfile.mkdtemp(prefix="afr", dir="/tmp")
+        args = ["--head", f"--port={head_port}", "--include-dashboard=false"] if head else [
+            f"--address=127.0.0.1:{head_port}"
+        ]  # fmt: skip
+        env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", OMP_NUM_THREADS="1")
+        self.proc = subprocess.Popen(
+            [RAY, "start", "--block", "--num-cpus=1", f"--temp-dir={self.tmp}", "--node-ip-address=127.0.0.1", *args],
+            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.tmp,
+        )  # fmt: skip
+
+    def kill(self) -> None:
+        """SIGKILL this node's processes (its group and every process naming its temp folder); its folder stays (the
+        driver reads a lost worker's log there) until `remove`."""
+        for pid in _pids_with(self.tmp, self.proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait(30)
+
+    def remove(self) -> None:
+        self.kill()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+class Cluster:
+    """A head and one worker node on 127.0.0.1, one CPU each, joined before use."""
+
+    def __init__(self):
+        with socket.socket() as s:  # a free port now; `ray start` fails at once if another process took it since
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.address, self.port = f"127.0.0.1:{port}", port
+        self.head = Node(port, head=True)
+        self.worker = Node(port, head=False)
+        self.wait_for(nodes=2)
+
+    def new_worker(self) -> None:
+        """Replace a killed worker node by a new one."""
+        self.worker.remove()
+        self.worker = Node(self.port, head=False)
+        self.wait_for(nodes=2)
+
+    def wait_for(self, nodes: int, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if sum(n["Alive"] for n in _nodes(self.address)) >= nodes:
+                return
+            time.sleep(1)
+        raise TimeoutError(f"Ray cluster at {self.address}: fewer than {nodes} nodes alive after {timeout} s")
+
+    def stop(self) -> None:
+        self.worker.remove()
+        self.head.remove()
+
+
+def _nodes(address: str) -> list[dict]:
+    """The cluster's nodes, asked in a child process (this test process stays out of Ray: the commands under test
+    start and stop their own connection)."""
+    code = f"import json, ray; ray.init(address={address!r}, log_to_driver=False); print(json.dumps(ray.nodes()))"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    return json.loads(res.stdout.strip().splitlines()[-1]) if res.returncode == 0 and res.stdout.strip() else []
+
+
+@pytest.fixture
+def cluster():
+    c = Cluster()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def _sweep_spec(tmp_path: Path, steps: int = 60) -> Path:
+    spec = {
+        "config": {"d": 32, "s": 8, "group_sizes": [4, 6], "weak_neurons": 4, "batch_size": 8, "steps": steps,
+                   "n_seeds": 2, "n_log": 4, "chunk": 8, "modes": ["sft", "w2s"], "loss": "correlation"},
+        "grid": {"rows": [{"s": 4, "steps": steps // 2}, {"s": 8, "steps": steps}], "rho_sqrt_s": [0.0, 1.0, 1.5]},
+        "phase": {"turn": 0.05, "drop": 0.05},
+    }  # fmt: skip
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def _sweep_json(folder: Path) -> dict:
+    """sweep.json without its provenance and the points' `cached` flags (whether this run measured them)."""
+    data = json.loads((folder / "sweep.json").read_text())
+    data.pop("provenance")
+    data["points"] = [{k: v for k, v in pt.items() if k != "cached"} for pt in data["points"]]
+    return data
+
+
+def _cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "anchorft", *argv], cwd=cwd, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+
+
+def _record(folder: Path) -> list[str]:
+    return [json.loads(x)["name"] for x in (folder / "cells.jsonl").read_text().splitlines()]
+
+
+def test_a_sweep_and_a_comparison_on_the_cluster_equal_local_processes(cluster, tmp_path):
+    spec = str(_sweep_spec(tmp_path))
+    local = _cli("w2s", "sweep", "--kind", "overlap", "--spec", spec, "--out", "local", "--quiet", cwd=tmp_path)
+    assert local.returncode == 0, local.stderr[-2000:]
+    t0 = time.perf_counter()
+    on_ray = _cli("w2s", "sweep", "--kind", "overlap", "--spec", spec, "--out", "ray", "--quiet",
+                  "--executor", "ray", "--address", cluster.address, cwd=tmp_path)  # fmt: skip
+    assert on_ray.returncode == 0, on_ray.stderr[-2000:]
+    print(f"sweep: 6 cells on the cluster in {time.perf_counter() - t0:.1f} s")
+    assert _sweep_json(tmp_path / "local") == _sweep_json(tmp_path / "ray")  # relative --out: the driver's folder
+    assert sorted(_record(tmp_path / "ray")) == sorted(_record(tmp_path / "local"))
+
+    env = dict(os.environ, ANCHORFT_CACHE=str(tmp_path / "cache"))
+    runs = {}
+    for name, extra in (("local", ["--workers", "2"]), ("ray", ["--executor", "ray", "--address", cluster.address])):
+        res = subprocess.run(
+            [sys.executable, "-m", "anchorft", "toy", "compare", "--preset", "smoke", "--methods", "sft", "rpsft-k2",
+             "--out", f"cmp-{name}", *extra],
+            cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env,
+        )  # fmt: skip
+        assert res.returncode == 0, res.stderr[-2000:]
+        results = json.loads((tmp_path / f"cmp-{name}" / "results.json").read_text())
+        for entry in results["methods"].values():  # every number but the wall times
+            for seed in [entry, *entry["per_seed"]]:
+                seed.pop("train_seconds", None)
+        results.pop("provenance", None)
+        runs[name] = results
+    assert runs["local"] == runs["ray"]
+    # the cells wrote their models in the study's folder (relative to where the command ran), as local ones do
+    assert sorted(os.listdir(tmp_path / "cmp-ray" / "models")) == sorted(os.listdir(tmp_path / "cmp-local" / "models"))
+
+    # WiSE-FT from the comparison's saved models, on the cluster and here
+    itp = {}
+    for name, extra in (("local", []), ("ray", ["--executor", "ray", "--address", cluster.address])):
+        res = _cli("toy", "interpolate", "--compare", "cmp-local", "--runs", "sft", "--alphas", "0.5", "--out",
+                   f"itp-{name}", *extra, cwd=tmp_path)  # fmt: skip
+        assert res.returncode == 0, res.stderr[-2000:]
+        itp[name] = json.loads((tmp_path / f"itp-{name}" / "results.json").read_text())
+        itp[name].pop("provenance", None)
+    assert itp["local"] == itp["ray"]
+
+
+def _study_losing_its_worker(cluster: Cluster, folder: Path, argv: list[str], retries: int):
+    """Start the study on the cluster, kill its worker node once the first cell is recorded (cells are running on
+    both nodes then), and wait for the study: (exit code, stderr)."""
+    proc = subprocess.Popen([sys.executable, "-m", "anchorft", *argv, "--executor", "ray", "--address",
+                             cluster.address, "--retries", str(retries)], cwd=folder, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    record = folder / argv[argv.index("--out") + 1] / "cells.jsonl"
+    deadline = time.monotonic() + 300
+    while not (record.is_file() and record.read_text().strip()) and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        time.sleep(0.2)
+    cluster.worker.kill()  # a worker node lost with a cell running on it
+    _, err = proc.communicate(timeout=300)
+    return proc.returncode, err
+
+
+def test_a_worker_node_killed_mid_study_then_resumed_loses_and_repeats_nothing(cluster, tmp_path):
+    spec = str(_sweep_spec(tmp_path, steps=600))  # points of a few seconds: the kill lands while some run
+    argv = ["w2s", "sweep", "--kind", "overlap", "--spec", spec, "--out", "study", "--quiet"]
+    rc, err = _study_losing_its_worker(cluster, tmp_path, argv, retries=0)
+    finished = _record(tmp_path / "study")
+    assert rc == 1 and 1 <= len(finished) < 6, (rc, finished, err[-2000:])
+    assert "lost after 0 retries" in err and len(err.strip().splitlines()) == 1, err[-2000:]
+
+    resumed = _cli(*argv, cwd=tmp_path)  # the same study, resumed on this machine's processes
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    names = _record(tmp_path / "study")
+    assert names[: len(finished)] == finished and len(names) == len(set(names)) == 6  # nothing lost or repeated
+    whole = _cli(*argv[:-3], "--out", "whole", "--quiet", cwd=tmp_path)
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    assert _sweep_json(tmp_path / "study") == _sweep_json(tmp_path / "whole")
+
+    # with retries, the lost cells run again on the node left, and the study finishes as if nothing happened
+    cluster.new_worker()
+    argv = ["w2s", "sweep", "--kind", "overlap", "--spec", spec, "--out", "retried", "--quiet"]
+    rc, err = _study_losing_its_worker(cluster, tmp_path, argv, retries=2)
+    assert rc == 0, err[-2000:]
+    names = _record(tmp_path / "retried")
+    assert len(names) == len(set(names)) == 6 and _sweep_json(tmp_path / "retried") == _sweep_json(tmp_path / "whole")
