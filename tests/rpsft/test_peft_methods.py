@@ -142,12 +142,12 @@ def test_launch_refusals(rp, kw, launch, line):
 
 
 def test_osf_projection_after_backward_equals_peft_hooks(rp):
-    """`osf_project_grads_` (what the trainer applies under FSDP2, where PEFT's hooks are lost) gives the gradient
+    """OSF's `project_grads_` (what the trainer applies under FSDP2, where PEFT's hooks are lost) gives the gradient
     PEFT's own hooks give, for square and non-square factors (q_proj 32 x 32, down_proj 32 x 64, up_proj 64 x 32);
     without any projection the gradient differs."""
     from peft import get_peft_model
 
-    from anchorft.rpsft.peft_methods import osf_project_grads_
+    from anchorft.rpsft.adapters.osf import project_grads_ as osf_project_grads_
 
     base = rp.tiny_model("llama", 60)
     args = rp.base_args("unused", method="osf", anchor_rank=4, lora_target_modules=r".*\.(q_proj|down_proj|up_proj)")
@@ -280,3 +280,35 @@ def test_the_lora_rank_check_reads_partitioned_weights_whole(rp):
         p.ds_id, p.ds_shape = 0, tuple(p.shape)
         p.data = torch.empty(0)
     assert peft_config_for(rp.base_args("unused", method="lora", lora_rank=4), base).r == 4
+
+
+def test_a_peft_method_is_a_registered_adapter():
+    """The methods table takes a PEFT method only by a registered adapter's name; the merge asks the registry which
+    method owns a layer, and refuses a layer no registered method owns."""
+    import torch
+
+    from anchorft.rpsft.adapters import ADAPTERS, Adapter, get_adapter, register
+    from anchorft.rpsft.methods import Method
+    from anchorft.rpsft.peft_methods import _update
+
+    assert sorted(ADAPTERS) == ["lora", "osf"]
+    with pytest.raises(ValueError, match="registered: \\['lora', 'osf'\\]"):
+        get_adapter("ia3")
+    with pytest.raises(ValueError, match="peft must be None or one of"):
+        Method("x", "a method", peft="ia3")
+
+    class Scaled(torch.nn.Module):
+        pass
+
+    def delta(layer, name, adapter, state):
+        return state[f"{name}.scale.{adapter}"] * torch.eye(2)
+
+    try:
+        register(Adapter("scaled", config=lambda *a: None, owns=lambda layer: isinstance(layer, Scaled), delta=delta))
+        Method("x", "a method", peft="scaled")
+        got = _update(Scaled(), "m", "default", {"m.scale.default": torch.tensor(3.0)})
+        assert torch.equal(got, 3.0 * torch.eye(2))
+    finally:
+        ADAPTERS.pop("scaled", None)
+    with pytest.raises(ValueError, match="Scaled adapter is not merged here"):
+        _update(Scaled(), "m", "default", {})

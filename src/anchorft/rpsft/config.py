@@ -12,6 +12,7 @@ import torch
 from trl import SFTConfig
 
 from anchorft.dataclass_yaml import check_choices
+from anchorft.rpsft.adapters import get_adapter
 from anchorft.rpsft.anchor_options import AnchorOptions
 from anchorft.rpsft.arg_checks import check_trainer_args
 from anchorft.rpsft.methods import METHODS, get_method
@@ -204,8 +205,8 @@ class RPSFTConfig(AnchorOptions, SFTConfig):
             raise ValueError(f"lora_alpha must be > 0, got {self.lora_alpha!r}")
         if not isinstance(self.lora_dropout, (int, float)) or not 0 <= self.lora_dropout < 1:
             raise ValueError(f"lora_dropout must be in [0, 1), got {self.lora_dropout!r}")
-        if self.lora_target_modules == "all-linear-embedding" and self.method_spec.peft == "osf":
-            raise ValueError("lora_target_modules='all-linear-embedding': OSF adapts linear layers only")
+        if self.method_spec.peft and (why := get_adapter(self.method_spec.peft).refuse(self)):
+            raise ValueError(why)
         if self.lora_anchor and self.method_spec.peft != "lora":
             raise ValueError(f"lora_anchor: only for method 'lora', got method={self.method!r}")
         if self.lora_anchor and (ignored := adapter_anchor_ignores(self)):

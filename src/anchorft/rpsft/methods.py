@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from anchorft.rpsft.adapters import ADAPTERS
 from anchorft.rpsft.losses import iw_sft_loss
 
 __all__ = ["Method", "METHODS", "RL_ANCHOR_METHODS", "RUN_KEYS", "get_method", "method_names", "register"]
@@ -64,15 +65,17 @@ class Method:
     loss: LossFn | None = None  # custom loss on per-token log-probabilities (None: TRL's loss_type)
     sweep_keys: tuple[str, ...] = ("learning_rate",)  # RUN_KEYS a comparison sweep applies to
     colour: str = "k"  # in the testbed's trade-off plot
-    peft: str | None = None  # a PEFT adapter method ("lora", "osf"): anchorft.rpsft.peft_methods
+    peft: str | None = None  # a registered PEFT method ("lora", "osf"): anchorft.rpsft.adapters
 
     def __post_init__(self) -> None:
         if self.full_rank and not self.anchored:
             raise ValueError(f"method {self.name!r}: full_rank needs anchored")
         if self.needs_reference and self.loss is None:
             raise ValueError(f"method {self.name!r}: needs_reference needs a custom loss that reads ref_log_probs")
-        if self.peft not in (None, "lora", "osf"):
-            raise ValueError(f"method {self.name!r}: peft must be None, 'lora' or 'osf', got {self.peft!r}")
+        if self.peft is not None and self.peft not in ADAPTERS:
+            raise ValueError(
+                f"method {self.name!r}: peft must be None or one of {sorted(ADAPTERS)}, got {self.peft!r}"
+            )
         if self.peft is not None and self.anchored:
             raise ValueError(f"method {self.name!r}: a PEFT method anchors its adapter itself (lora_anchor)")
         bad = [k for k in self.sweep_keys if k not in RUN_KEYS]

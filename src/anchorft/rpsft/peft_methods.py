@@ -1,30 +1,15 @@
-"""The PEFT methods of the methods table (`Method.peft`): LoRA and PEFT's orthogonal subspace fine-tuning (OSF).
-
-- lora (Hu et al. 2021): W = W_0 + (alpha / r) B A on the adapted modules, A (r x n) random, B (m x r) zero at
-  the start; only A and B train. The release's LoRA baseline: r = 32, alpha = 64, dropout 0.
-- osf (PEFT's `OSFConfig`, orthogonal subspace fine-tuning): each adapted W_0 = U S V^T is split at
-  `effective_rank`; the top singular directions are frozen, the rest (its own U_low S_low V_low) train with
-  gradients projected orthogonal to the frozen subspaces. `effective_rank` is RPSFT's `anchor_rank`, so the two
-  protect the same number of directions per matrix.
+"""What every PEFT method of the methods table (`Method.peft`) shares: the modules an adapter targets, the
+adapter's tensors gathered from any engine, merged into a plain model and saved. Each method's own part (its PEFT
+config, the update it adds to a weight, what it cannot run with) is a small module of `anchorft.rpsft.adapters`:
+LoRA (`adapters/lora.py`) and PEFT's orthogonal subspace fine-tuning (`adapters/osf.py`).
 
 The trainer wraps the model with `peft_config_for(args)` (TRL's SFTTrainer calls `get_peft_model`). Once training
 ends, `anchorft.rpsft.train.train` gathers the adapter's tensors whole from every engine (`gather_adapter`: the
-factors, and OSF's frozen SVD parts) and merges them into the base weights on one process (`merge_adapter`), so
-that what is saved and evaluated is a plain `save_pretrained` model of the base's architecture. The merge never
-runs inside the engine: under ZeRO-3 partitions or FSDP2 shards PEFT's in-place `merge_and_unload` is not reliable,
-and the engine's own state dict of a PEFT model is keyed `base_model.model.*` (a model folder written from it
-loads as random weights). The update added to each adapted weight is written out here, from the tensors alone:
-
-- lora: Delta = scaling B A (scaling = alpha / r, the value PEFT's layer uses in its forward), transposed for a
-  `fan_in_fan_out` layer and for an embedding (whose weight is (vocabulary, hidden));
-- osf: Delta = U_low diag(S_low) V_low - U_low,0 diag(S_low,0) V_low,0 (PEFT's `get_delta_weight`: the trained
-  low part replaces the initial one; the frozen top part stays in W_0).
-
-OSF under FSDP2. PEFT projects OSF's gradients by hooks on its U_low and V_low tensors, which `fully_shard`
-replaces with new sharded parameters: the hooks no longer fire. `osf_project_grads_` applies the same projections
-to the reduced gradients once per optimiser step (before clipping): the projections are linear and idempotent, so
-projecting the accumulated, averaged gradient equals averaging the projected ones, and projecting twice changes
-nothing.
+factors, and OSF's frozen SVD parts) and merges them into the base weights on one process (`merge_adapter`, with
+each method's `Adapter.delta`), so that what is saved and evaluated is a plain `save_pretrained` model of the base's
+architecture. The merge never runs inside the engine: under ZeRO-3 partitions or FSDP2 shards PEFT's in-place
+`merge_and_unload` is not reliable, and the engine's own state dict of a PEFT model is keyed `base_model.model.*` (a
+model folder written from it loads as random weights).
 """
 
 from __future__ import annotations
@@ -34,7 +19,8 @@ import os
 import torch
 from torch import nn
 
-from anchorft.rpsft.sharding import full_matrix, logical_shape, unwrap
+from anchorft.rpsft.adapters import ADAPTERS, get_adapter, tuner_layers
+from anchorft.rpsft.sharding import full_matrix, unwrap
 
 __all__ = [
     "RELEASE_TARGETS",
@@ -46,7 +32,6 @@ __all__ = [
     "merge_adapter",
     "save_adapter",
     "tuner_layers",
-    "osf_project_grads_",
     "ADAPTER_DIR",
 ]
 
@@ -117,41 +102,18 @@ def _targeted(model: nn.Module | None, targets: str | list[str]) -> list[tuple[s
     return [(n, m) for n, m in layers if n in set(targets)]
 
 
-def _check_rank(rank: int, layers: list[tuple[str, nn.Module]], flag: str) -> None:
-    """One line when `rank` exceeds the smaller side of every adapted matrix: no update B A can have that rank (a
-    rank past some matrices only, as for GQA's k/v projections, is left to PEFT)."""
-    if not layers:
-        return
-    largest = max(min(logical_shape(m.weight)) for _, m in layers)  # ZeRO-3 partitions: their whole shape
-    if rank > largest:
-        raise ValueError(
-            f"{flag}={rank} exceeds the smaller side of every adapted matrix (at most {largest}): no update can have "
-            f"that rank; use {flag} <= {largest}"
-        )
-
-
 def peft_config_for(args, model: nn.Module | None = None):
-    """The PEFT config of `args.method` (a `RPSFTConfig`): a `LoraConfig` or an `OSFConfig`; None for a method
-    without an adapter. `model` (the model to adapt) resolves RELEASE_TARGETS and checks tied weights."""
+    """The PEFT config of `args.method` (a `RPSFTConfig`), built by its adapter (`anchorft.rpsft.adapters`); None
+    for a method without an adapter. `model` (the model to adapt) resolves RELEASE_TARGETS and checks tied weights."""
     kind = args.method_spec.peft
     if kind is None:
         return None
     try:
-        from peft import LoraConfig, OSFConfig
+        import peft  # noqa: F401
     except ImportError as e:  # pragma: no cover - the dev and peft extras install it
         raise ImportError(f"method {args.method!r} needs peft: pip install 'anchorft[peft]'") from e
     targets = target_modules(args, model)
-    if kind == "lora":
-        _check_rank(args.lora_rank, _targeted(model, targets), "lora_rank")
-        return LoraConfig(
-            r=args.lora_rank,
-            lora_alpha=args.lora_alpha,
-            lora_dropout=args.lora_dropout,
-            target_modules=targets,
-            bias="none",
-            task_type="CAUSAL_LM",
-        )
-    return OSFConfig(effective_rank=args.anchor_rank, target_modules=targets, task_type="CAUSAL_LM")
+    return get_adapter(kind).config(args, targets, _targeted(model, targets))
 
 
 def is_peft_model(model: nn.Module) -> bool:
@@ -168,49 +130,6 @@ def merge_adapter_model(model: nn.Module) -> nn.Module:
     if not is_peft_model(model):
         return model
     return model.merge_and_unload()
-
-
-def tuner_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """(name, layer) of every PEFT tuner layer, named as in the PEFT model's state dict (`base_model.model.*`)."""
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
-    return [(n, m) for n, m in unwrap(model).named_modules() if isinstance(m, BaseTunerLayer)]
-
-
-def osf_projection(layer: nn.Module, adapter: str, key: str, grad: torch.Tensor) -> torch.Tensor:
-    """PEFT's OSF projection of the gradient of `key` ("U_low" (m x r) or "V_low" (r x n)), orthogonal to the
-    frozen top subspace: G - U_hi U_hi^T G and G - G V_hi^T V_hi, written, where the factor is square, as
-    U_0 U_0^T G and G V_0^T V_0 with the initial low factors (the complement's basis, PEFT stores no U_hi then)."""
-    if key == "U_low":
-        if adapter in layer._osf_U_high:
-            hi = layer._osf_U_high[adapter].to(grad.dtype)
-            return grad - hi @ (hi.mT @ grad)
-        lo = layer._osf_U_low_init[adapter].to(grad.dtype)
-        return lo @ (lo.mT @ grad)
-    if adapter in layer._osf_V_high:
-        hi = layer._osf_V_high[adapter].to(grad.dtype)
-        return grad - (grad @ hi.mT) @ hi
-    lo = layer._osf_V_low_init[adapter].to(grad.dtype)
-    return (grad @ lo.mT) @ lo
-
-
-@torch.no_grad()
-def osf_project_grads_(model: nn.Module) -> None:
-    """Project every OSF U_low / V_low gradient in place (`osf_projection`), also when it is an FSDP2 row shard:
-    the shard is made whole (a collective: every rank walks the same layers in the same order), projected, and
-    each rank keeps its rows."""
-    from anchorft.rpsft.sharding import local_rows
-
-    for _, layer in tuner_layers(model):
-        for adapter, params in getattr(layer, "osf_svd_params", {}).items():
-            for key in ("U_low", "V_low"):
-                p = params[key]
-                if p.grad is None:
-                    continue
-                _, g_loc, rows, _ = local_rows(p)
-                whole = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
-                proj = osf_projection(layer, adapter, key, whole)
-                g_loc.copy_(proj if rows is None else proj[rows])
 
 
 def gather_adapter(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -232,28 +151,13 @@ def gather_adapter(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def _update(layer: nn.Module, name: str, adapter: str, state: dict[str, torch.Tensor]) -> torch.Tensor | None:
-    """Delta of one adapter on one layer (float32, the base weight's layout), from `state`; None when the layer
-    holds no such adapter. Anything but plain LoRA and OSF is refused: its update is not written out here."""
-    if adapter in getattr(layer, "lora_embedding_A", {}):  # an nn.Embedding: Delta = scaling (B A)^T
-        a = state[f"{name}.lora_embedding_A.{adapter}"].float()  # (r, num_embeddings)
-        b = state[f"{name}.lora_embedding_B.{adapter}"].float()  # (embedding_dim, r)
-        return (b @ a).T * float(layer.scaling[adapter])
-    if hasattr(layer, "lora_A"):
-        if adapter not in layer.lora_A:
-            return None
-        if getattr(layer, "use_dora", {}).get(adapter) or getattr(layer, "lora_bias", {}).get(adapter):
-            raise ValueError(f"{name}: DoRA and LoRA biases are not merged here (plain LoRA only)")
-        a = state[f"{name}.lora_A.{adapter}.weight"].float()
-        b = state[f"{name}.lora_B.{adapter}.weight"].float()
-        delta = (b @ a) * float(layer.scaling[adapter])
-        return delta.T if getattr(layer, "fan_in_fan_out", False) else delta
-    if hasattr(layer, "osf_svd_params"):
-        if adapter not in layer.osf_svd_params:
-            return None
-        u, s, v = (state[f"{name}.osf_svd_params.{adapter}.{k}"].float() for k in ("U_low", "S_low", "V_low"))
-        u0, s0, v0 = (state[f"{name}._osf_{k}_low_init.{adapter}"].float() for k in ("U", "S", "V"))
-        return (u * s) @ v - (u0 * s0) @ v0
-    raise ValueError(f"{name}: a {type(layer).__name__} adapter is not merged here (LoRA and OSF only)")
+    """Delta of one adapter on one layer (float32, the base weight's layout), from `state`, by the registered method
+    that owns the layer (`Adapter.delta`); None when the layer holds no such adapter. A layer of another PEFT method
+    is refused: its update is not written out here."""
+    for method in ADAPTERS.values():
+        if method.owns(layer):
+            return method.delta(layer, name, adapter, state)
+    raise ValueError(f"{name}: a {type(layer).__name__} adapter is not merged here (registered: {sorted(ADAPTERS)})")
 
 
 def merge_adapter(
@@ -263,7 +167,7 @@ def merge_adapter(
     layers: list[tuple[str, nn.Module]] | None = None,
 ) -> nn.Module:
     """`base` (a plain model holding the starting weights) with each adapted weight W_0 + Delta, Delta computed from
-    `state` (`gather_adapter`) as the module docstring writes it; `peft_model` (the trained PEFT model, in any
+    `state` (`gather_adapter`) by the layer's method (`Adapter.delta`); `peft_model` (the trained PEFT model, in any
     engine), or its `layers` (`tuner_layers`, taken before an `unload`), supplies only what is not a tensor: which
     layers are adapted, the active adapters, LoRA's scaling. In place on `base`, on one process; returns it."""
     prefix = "base_model.model."

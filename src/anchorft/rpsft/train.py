@@ -14,6 +14,7 @@ from anchorft import stop
 from anchorft.eval.loading import load_tokenizer
 from anchorft.io import save_figure, write_json
 from anchorft.provenance import write_metrics
+from anchorft.rpsft.adapters import get_adapter
 from anchorft.rpsft.anchor import select_parameters
 from anchorft.rpsft.checkpoints import fallback_summary
 from anchorft.rpsft.config import RPSFTConfig
@@ -59,11 +60,12 @@ def zero_stage(args) -> int | None:
 
 def check_launch(args, anchored: bool, what: str) -> None:
     """One-line ValueError, before any model is loaded, for a launcher the run cannot work under: a weight anchor
-    under FSDP1 (flattened parameters; the anchor needs FSDP2's row-sharded DTensors); OSF under ZeRO-3 (PEFT's OSF
-    decomposes each weight when the adapter is created, and a model loaded under ZeRO-3's partitioned init holds
-    empty shards then); OSF or `lora_anchor` under FSDP1 (flattened parameters). Under FSDP2 OSF's gradient
-    projection, a hook PEFT registers on each parameter that `fully_shard` replaces, is applied by the trainer
-    instead (`peft_methods.osf_project_grads_`), and the adapter anchor gathers what it needs (`adapter_anchor`)."""
+    under FSDP1 (flattened parameters; the anchor needs FSDP2's row-sharded DTensors); a PEFT method that cannot
+    run under ZeRO-3 (`Adapter.zero3`: OSF decomposes each weight when the adapter is created, and a model loaded
+    under ZeRO-3's partitioned init holds empty shards then); a PEFT method or `lora_anchor` under FSDP1 (flattened
+    parameters). Under FSDP2 OSF's gradient projection, a hook PEFT registers on each parameter that `fully_shard`
+    replaces, is applied by the trainer instead (`Adapter.project_grads`), and the adapter anchor gathers what it
+    needs (`adapter_anchor`)."""
     version = fsdp_version(args)
     if anchored and version is not None and version != 2:
         raise ValueError(
@@ -72,11 +74,8 @@ def check_launch(args, anchored: bool, what: str) -> None:
         )
     peft = getattr(getattr(args, "method_spec", None), "peft", None)
     stage = zero_stage(args) if peft is not None else None
-    if peft == "osf" and stage == 3:
-        raise ValueError(
-            f"{what}: OSF cannot run under ZeRO-3: it decomposes each weight when the adapter is created, and "
-            "ZeRO-3's partitioned init leaves every rank an empty shard then; use ZeRO-2 (zero2.yaml)"
-        )
+    if stage == 3 and (why := get_adapter(peft).zero3):
+        raise ValueError(f"{what}: {why}")
     if peft is not None and version is not None and version != 2:
         raise ValueError(
             f"{what} cannot run under FSDP{version}: its adapter is read from FSDP2's row-sharded DTensors, not from "

@@ -25,6 +25,7 @@ from trl import SFTTrainer
 from trl.trainer.utils import add_fused_lm_head
 
 from anchorft.io import write_json, write_text
+from anchorft.rpsft.adapters import get_adapter
 from anchorft.rpsft.anchor import SubspaceAnchor, select_parameters
 from anchorft.rpsft.checkpoints import (
     ANCHOR_META,
@@ -64,7 +65,7 @@ class AnchorSteps:
     step's last micro-batch when the anchor applies), and sets `_anchor_last` to None; the anchor's last
     {"penalty", "drift_max"} is added to each training log as `anchor/penalty` and `anchor/drift_max`."""
 
-    _osf_sharded = False  # OSF under FSDP2: project its gradients after the step's last backward
+    _project_grads = None  # an adapter's gradient projection under FSDP2 (OSF): after the step's last backward
 
     def create_model_card(self, *args, **kwargs) -> None:
         """TRL's model card, without its link to "[None](https://huggingface.co/None)" when the base model is a
@@ -83,12 +84,10 @@ class AnchorSteps:
         if self._anchor_mode == "grad" and self._anchor_due():
             # after the step's last backward (gradients all-reduced), before clipping and optimizer.step()
             self._anchor_last = self._active_anchor.add_penalty_grad_(self.model, self._anchor_scale)
-        if self._osf_sharded and self.model.training and self.accelerator.gradient_state.sync_gradients:
+        if self._project_grads and self.model.training and self.accelerator.gradient_state.sync_gradients:
             # OSF under FSDP2: PEFT's projection hooks sit on the tensors `fully_shard` replaced; project the
             # reduced gradient here, at the same point (linear and idempotent: the same update)
-            from anchorft.rpsft.peft_methods import osf_project_grads_
-
-            osf_project_grads_(self.model)
+            self._project_grads(self.model)
         return loss
 
     def _add_anchor_term(self, loss: torch.Tensor, num_items_in_batch) -> torch.Tensor:
@@ -174,7 +173,8 @@ class RPSFTTrainer(AnchorSteps, SFTTrainer):
         add_stop_callback(self)  # SIGTERM / Ctrl-C: every rank stops at the same step, after a checkpoint
         self._anchor_last: dict[str, float] | None = None
         self._anchor_mode = args.anchor_mode
-        self._osf_sharded = args.method_spec.peft == "osf" and self.is_fsdp_enabled
+        peft = args.method_spec.peft
+        self._project_grads = get_adapter(peft).project_grads if peft and self.is_fsdp_enabled else None
         if args.weight_anchored:
             if self.is_deepspeed_enabled:
                 # DeepSpeed keeps the gradients in its engine (and ZeRO-3 partitions the weights): the penalty
