@@ -29,6 +29,11 @@ def _parser() -> argparse.ArgumentParser:
         "(their base-seedB folders)",
     )  # fmt: skip
     p.add_argument("--out", required=True, help="output folder (verdict.json and verdict.md, or power.json)")
+    p.add_argument(
+        "--with", dest="also", nargs="+", default=[], metavar="SUBDIR",
+        help="folders inside each comparison whose runs are judged too, e.g. its WiSE-FT interpolation "
+        "(toy interpolate --out COMPARISON/wise)",
+    )  # fmt: skip
     p.add_argument("--runs", nargs="+", default=None, help="the runs judged")
     p.add_argument("--front", nargs="+", default=None, help="the runs whose upper hull (with the base) is the front")
     p.add_argument(
@@ -75,7 +80,7 @@ def main_verdict(argv: list[str]) -> int:
             write_json(Path(args.out) / "power.json", table, indent=1)
             return table
         return study.run_verdict(
-            args.sources, args.runs, args.front, args.out, args.split, args.boot, args.seed, args.level
+            args.sources, args.runs, args.front, args.out, args.split, args.boot, args.seed, args.level, args.also
         )
 
     result = run_claimed(args.out, "toy verdict", run, work, overwrite=args.overwrite)

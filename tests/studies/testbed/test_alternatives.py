@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -75,7 +76,7 @@ def test_alternatives_end_to_end(tmp_path, monkeypatch):
     assert "AdapterAnchor" in metrics["anchor"]["repr"]
     assert metrics["log_history"][0]["anchor/penalty"] == 0.0  # B = 0 at the first step
 
-    itp = tmp_path / "itp"
+    itp = out / "wise"  # inside the comparison, where `toy verdict --with wise` reads its runs
     argv = ["toy", "--threads", "1", "interpolate", "--compare", str(out), "--runs", "sft", "lora"]
     assert cli([*argv, "--alphas", "0.5,1", "--out", str(itp)]) == 0
     got = json.loads((itp / "results.json").read_text())
@@ -85,6 +86,18 @@ def test_alternatives_end_to_end(tmp_path, monkeypatch):
         assert (one["id_greedy"], one["ood"], one["val"]) == (ft["id_greedy"], ft["ood"], ft["val"])
         assert got["methods"][f"{src}-wise0.5"]["settings"]["wise_from"] == src
     assert (itp / "tradeoff.png").is_file() and "sft-wise0.5" in (itp / "report.md").read_text()
+    # each interpolated model's per-item grades, as a fine-tune's: alpha 1 grades every item as the fine-tune did,
+    # and the verdict judges an interpolation against the comparison's front
+    from anchorft.studies.testbed.verdict import base_verdict, load_scores
+
+    for split in ("reported", "val"):
+        scores = load_scores(out, ["sft", "sft-wise1", "lora", "lora-wise1"], split, also=["wise"])
+        for src in ("sft", "lora"):
+            assert all(np.array_equal(scores[src][k], scores[f"{src}-wise1"][k]) for k in scores[src]), (src, split)
+    judged = base_verdict(out, ["sft-wise0.5"], ["sft", "lora"], n_boot=20, also=["wise"])
+    assert np.isfinite(judged["sft-wise0.5"]["estimate"])
+    with pytest.raises(ValueError, match="not in the comparison"):
+        base_verdict(out, ["sft-wise0.5"], ["sft"], n_boot=20)
     # resumed: every (run, seed, alpha) cell is in the grid's record, none is evaluated again
     from anchorft.studies.testbed import interpolate
 

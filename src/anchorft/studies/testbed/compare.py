@@ -170,12 +170,12 @@ def _finetune_job(cfg: CompareConfig, run: RunSpec, seed: int, base_dir: Path, o
     return run.name, seed, metrics
 
 
-def _evaluate_and_save(cfg: CompareConfig, model, tok, sets: tuple[dict, dict], run_dir: Path, save_dir: Path) -> dict:
+def evaluate_and_score(cfg: CompareConfig, model, tok, sets: tuple[dict, dict], run_dir: Path) -> dict:
     """`evaluate_comparison` of `model` on the (reported, validation) `sets`; writes run_dir/scored_items.json,
     {"reported": {skill: [item keys]}, "val": {skill: [item keys]}} (the items its scores were computed on) and
     "scores": {"reported": {skill: per-item scores}, "val": {...}} (`evaluate_prompts`' "per_item": greedy 0/1
-    and, for the ID skill, correct samples of n; in the keys' order), the data a paired comparison resamples; and
-    saves the model and its tokenizer to `save_dir`. The returned metrics carry no per-item scores."""
+    and, for the ID skill, correct samples of n; in the keys' order), the data a paired comparison resamples
+    (`anchorft.studies.testbed.verdict`). The returned metrics carry no per-item scores."""
     metrics = evaluate_comparison(model, tok, cfg, *sets, per_item=True)
     scores = {"reported": metrics.pop("per_item")}
     if "val" in metrics:
@@ -183,6 +183,12 @@ def _evaluate_and_save(cfg: CompareConfig, model, tok, sets: tuple[dict, dict], 
     keys = {split: {s: [it.key for it in items] for s, items in part.items()} for split, part in
             zip(("reported", "val"), sets)}  # fmt: skip
     write_json(run_dir / "scored_items.json", {**keys, "scores": scores}, indent=1)
+    return metrics
+
+
+def _evaluate_and_save(cfg: CompareConfig, model, tok, sets: tuple[dict, dict], run_dir: Path, save_dir: Path) -> dict:
+    """`evaluate_and_score`, then the model and its tokenizer saved to `save_dir`."""
+    metrics = evaluate_and_score(cfg, model, tok, sets, run_dir)
     model.save_pretrained(save_dir)
     tok.save_pretrained(save_dir)
     return metrics

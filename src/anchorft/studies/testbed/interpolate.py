@@ -94,7 +94,7 @@ def run_interpolate(
     out = CompareResults(base=results["base"], settings=results["settings"])
     dst = Path(out_dir)
     grid = Grid(dst, context={"compare": str(src.resolve()), "config": saved, "base": results["base"]})
-    job = functools.partial(_interpolated_cell, cfg, str(src / "models" / "base"))
+    job = functools.partial(_interpolated_cell, cfg, str(src / "models" / "base"), str(dst))
     got = grid.run(
         cells, job, executor_for(1, cfg.threads, cluster), resume=resume, progress=progress, desc="toy interpolate"
     )
@@ -114,11 +114,14 @@ def run_interpolate(
     return out.to_dict()
 
 
-def _interpolated_cell(cfg, base_dir: str, cell) -> dict:
+def _interpolated_cell(cfg, base_dir: str, out: str, cell) -> dict:
     """One cell: the base and the cell's fine-tuned model mixed at the cell's alpha, evaluated as the comparison
-    evaluates (its items and settings)."""
+    evaluates (its items and settings), its per-item grades in OUT/runs/RUN-wiseA-seedS/scored_items.json as a
+    comparison's fine-tune writes them (so that `toy verdict` judges it)."""
     from anchorft.eval.loading import load_causal_lm, load_tokenizer
-    from anchorft.studies.testbed.compare_config import comparison_eval_sets, comparison_val_sets, evaluate_comparison
+    from anchorft.studies.testbed.compare import evaluate_and_score
+    from anchorft.studies.testbed.compare_config import comparison_eval_sets, comparison_val_sets
+    from anchorft.studies.testbed.layout import run_dir
 
     tok = load_tokenizer(base_dir)
     model = load_causal_lm(base_dir)
@@ -126,7 +129,10 @@ def _interpolated_cell(cfg, base_dir: str, cell) -> dict:
     ft = load_causal_lm(cell.spec["model"]).state_dict()
     model.load_state_dict(interpolate_weights(w0, ft, cell.spec["alpha"]))
     eval_sets = comparison_eval_sets(cfg)
-    metrics = evaluate_comparison(model, tok, cfg, eval_sets, comparison_val_sets(cfg, eval_sets))
+    name, seed = wise_name(cell.spec["run"], cell.spec["alpha"]), cell.spec["seed"]
+    folder = run_dir(out, name, seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    metrics = evaluate_and_score(cfg, model, tok, (eval_sets, comparison_val_sets(cfg, eval_sets)), folder)
     metrics.update(seed=cell.spec["seed"], train_seconds=0.0)
     return metrics
 

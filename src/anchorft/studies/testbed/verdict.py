@@ -46,22 +46,32 @@ def _scored(path: Path, split: str) -> dict[str, list[int]]:
     return {skill: s["greedy"] for skill, s in rec["scores"][split].items()}
 
 
-def load_scores(compare_dir: str | os.PathLike, runs: Sequence[str], split: str = "reported") -> dict:
+def load_scores(
+    compare_dir: str | os.PathLike, runs: Sequence[str], split: str = "reported", also: Sequence[str] = ()
+) -> dict:
     """{run: {set: (seeds, items) array}} of greedy 0/1 grades from a comparison's scored_items.json files, the
-    sets being "id" (its ID skill) and each OOD skill; "base" (one row) too. Every run must have the comparison's
-    seeds (a paired comparison needs them all)."""
+    sets being "id" (its ID skill) and each OOD skill; "base" (one row) too. A run the comparison lacks is read from
+    the first of its folders `also` (relative to it: its WiSE-FT interpolation, `toy interpolate --out COMPARE/wise`)
+    that has it. Every run must have the comparison's seeds (a paired comparison needs them all)."""
     res = read_comparison_results(compare_dir)
     id_skill, seeds = res["settings"]["id_skill"], res["settings"]["seeds"]
-    missing = [r for r in runs if r not in res["methods"]]
+    where = {r: Path(compare_dir) for r in res["methods"]}
+    for sub in also:
+        folder = Path(compare_dir) / sub
+        if not (folder / "results.json").is_file():
+            raise ValueError(f"{folder}: no results.json (--with {sub}: a folder inside each comparison)")
+        for r in read_comparison_results(folder)["methods"]:
+            where.setdefault(r, folder)
+    missing = [r for r in runs if r not in where]
     if missing:
-        raise ValueError(f"{compare_dir}: runs {missing} not in the comparison (have {sorted(res['methods'])})")
+        raise ValueError(f"{compare_dir}: runs {missing} not in the comparison (have {sorted(where)})")
 
     def sets(rows: list[dict[str, list[int]]]) -> dict[str, np.ndarray]:
         return {(ID if s == id_skill else s): np.array([r[s] for r in rows], dtype=float) for s in rows[0]}
 
     out = {"base": sets([_scored(Path(compare_dir) / "runs" / "base" / "scored_items.json", split)])}
     for r in runs:
-        out[r] = sets([_scored(run_dir(compare_dir, r, s) / "scored_items.json", split) for s in seeds])
+        out[r] = sets([_scored(run_dir(where[r], r, s) / "scored_items.json", split) for s in seeds])
     return out
 
 
@@ -94,10 +104,12 @@ def base_verdict(
     split: str = "reported",
     n_boot: int = 2000,
     seed: int = 0,
+    also: Sequence[str] = (),
 ) -> dict[str, dict]:
-    """{run: paired_bootstrap of its excess} on one base (`runs` judged, `front_runs` the front), the same draws for
-    every run (one generator seeded by `seed` per run, so adding a run changes no other run's interval)."""
-    scores = load_scores(compare_dir, sorted({*runs, *front_runs}), split)
+    """{run: paired_bootstrap of its excess} on one base (`runs` judged, `front_runs` the front; runs read as
+    `load_scores` reads them, `also` included), the same draws for every run (one generator seeded by `seed` per
+    run, so adding a run changes no other run's interval)."""
+    scores = load_scores(compare_dir, sorted({*runs, *front_runs}), split, also)
     out = {}
     for r in runs:
         keep = {k: scores[k] for k in ("base", r, *front_runs)}
@@ -157,13 +169,14 @@ def run_verdict(
     n_boot: int = 2000,
     seed: int = 0,
     level: float = 0.95,
+    also: Sequence[str] = (),
 ) -> dict:
-    """`base_verdict` on every comparison of `sources`, `pooled_verdict` over them; writes OUT/verdict.json and
-    OUT/verdict.md; returns the verdict."""
+    """`base_verdict` on every comparison of `sources` (and its folders `also`), `pooled_verdict` over them; writes
+    OUT/verdict.json and OUT/verdict.md; returns the verdict."""
     from anchorft.io import write_json, write_text
 
     folders = comparison_folders(sources)
-    per_base = [base_verdict(f, runs, front_runs, split, n_boot, seed) for f in folders]
+    per_base = [base_verdict(f, runs, front_runs, split, n_boot, seed, also) for f in folders]
     pooled = pooled_verdict(per_base, level)
     verdict = {
         "split": split,
