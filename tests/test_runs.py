@@ -124,7 +124,7 @@ def test_toy_compare_command_resumes_the_same_comparison(tmp_path, monkeypatch, 
 
     calls = []
 
-    def fake(cfg, out, methods=None, sweep=None, workers=1, resume=False):
+    def fake(cfg, out, methods=None, sweep=None, workers=1, resume=False, cluster=None):
         calls.append(resume)
         (Path(out) / "results.json").write_text("{}")
 
