@@ -116,8 +116,8 @@ def _nodes(address: str) -> list[dict]:
     return json.loads(res.stdout.strip().splitlines()[-1]) if res.returncode == 0 and res.stdout.strip() else []
 
 
-@pytest.fixture
-def cluster():
+@pytest.fixture(scope="module")
+def cluster():  # one cluster for the module (about 6 s to start); a test that kills its worker starts a new one
     c = Cluster()
     try:
         yield c
@@ -213,8 +213,10 @@ def _study_losing_its_worker(cluster: Cluster, folder: Path, argv: list[str], re
 
 
 def test_a_worker_node_killed_mid_study_then_resumed_loses_and_repeats_nothing(cluster, tmp_path):
-    spec = str(_sweep_spec(tmp_path, steps=600))  # points of a few seconds: the kill lands while some run
+    spec = str(_sweep_spec(tmp_path, steps=400))  # points of a few seconds: the kill lands while some run
     argv = ["w2s", "sweep", "--kind", "overlap", "--spec", spec, "--out", "study", "--quiet"]
+    if sum(n["Alive"] for n in _nodes(cluster.address)) < 2:  # an earlier test left the cluster short
+        cluster.new_worker()
     rc, err = _study_losing_its_worker(cluster, tmp_path, argv, retries=0)
     finished = _record(tmp_path / "study")
     assert rc == 1 and 1 <= len(finished) < 6, (rc, finished, err[-2000:])
