@@ -80,3 +80,15 @@ def test_gradient_matches_finite_differences():
     p = np.array([0.8, 1.1, math.log(0.5)])
     num = approx_fprime(p, lambda q: censored_lognormal_loglik(q, lx, lt, obs), 1e-7)
     np.testing.assert_allclose(censored_lognormal_grad(p, lx, lt, obs), num, rtol=1e-5, atol=1e-5)
+
+
+def test_a_huge_trial_sigma_scores_as_its_limit_instead_of_overflowing():
+    """An optimiser's line search can try log sigma past exp's float range (it did, in the d-scaling-w2s quick
+    sweep's fit): the log-likelihood is then its limit, z = 0 for every seed, and the gradient finite."""
+    from anchorft.w2s.survival import censored_lognormal_grad
+
+    log_x, log_t = np.log([10.0, 10.0, 20.0]), np.log([5.0, 7.0, 9.0])
+    observed = np.array([True, True, False])
+    got = censored_lognormal_loglik(np.array([0.1, 0.2, 1000.0]), log_x, log_t, observed)
+    assert got == pytest.approx(2 * (-0.5 * math.log(2 * math.pi) - 1000.0) + math.log(0.5))
+    assert np.all(np.isfinite(censored_lognormal_grad(np.array([0.1, 0.2, 1000.0]), log_x, log_t, observed)))

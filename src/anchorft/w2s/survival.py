@@ -23,11 +23,18 @@ __all__ = ["censored_lognormal_loglik", "censored_lognormal_grad", "fit_censored
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
+def _sigma(log_sigma: float) -> float:
+    """exp(log sigma), inf past the float range instead of math.exp's OverflowError: an optimiser's trial step to a
+    huge log sigma then scores as the limit (z = 0, log-likelihood -n_observed log sigma) and is stepped back from."""
+    with np.errstate(over="ignore"):
+        return float(np.exp(log_sigma))
+
+
 def censored_lognormal_loglik(params: np.ndarray, log_x: np.ndarray, log_t: np.ndarray, observed: np.ndarray) -> float:
     """Log-likelihood of (alpha, beta, log sigma): sum over observed of log N(log t; mu, sigma^2) (density of
     log T) and over censored of log P(log T > log t), mu = alpha + beta log x."""
     alpha, beta, log_sigma = params
-    sigma = math.exp(log_sigma)
+    sigma = _sigma(log_sigma)
     zs = (log_t - alpha - beta * log_x) / sigma
     zo, zc = zs[observed], zs[~observed]
     return float(np.sum(-0.5 * zo * zo - _HALF_LOG_2PI - log_sigma) + np.sum(special.log_ndtr(-zc)))
@@ -40,7 +47,7 @@ def censored_lognormal_grad(
     observed terms give dl/dmu = z / sigma, dl/dlog sigma = z^2 - 1; censored ones, with the hazard
     h = phi(z) / Phi_bar(z), give dl/dmu = h / sigma, dl/dlog sigma = h z."""
     alpha, beta, log_sigma = params
-    sigma = math.exp(log_sigma)
+    sigma = _sigma(log_sigma)
     zs = (log_t - alpha - beta * log_x) / sigma
     h = np.exp(-0.5 * zs * zs - _HALF_LOG_2PI - special.log_ndtr(-zs))
     dmu = np.where(observed, zs, h) / sigma
