@@ -23,16 +23,8 @@ from anchorft.errors import UsageError, report
 
 def _estimate(argv: list[str]) -> int:
     from anchorft.rpsft.anchor_options import AnchorOptions
-    from anchorft.rpsft.estimate import (
-        STAGES,
-        estimate,
-        estimated_methods,
-        format_estimate,
-        format_method_memory,
-        memory_per_gpu,
-        method_memory,
-        read_model_config,
-    )
+    from anchorft.rpsft.estimate import STAGES, estimate, memory_per_gpu
+    from anchorft.rpsft.estimate_report import ANCHOR_FLAGS, EstimateInputs, estimate_report
 
     why = f"anchor memory and FLOPs, no weights (--anchor_rank: the recipe's, else {AnchorOptions.anchor_rank})"
     p = FlagParser(prog="anchorft train --estimate", description=why)
@@ -58,118 +50,16 @@ def _estimate(argv: list[str]) -> int:
     )
     # the anchor's own flags, from AnchorOptions (each: the flag, else the recipe's, else AnchorOptions'); rules,
     # maps, layers, budgets and targets other than all-linear are resolved on the weights: --model_config a folder
-    opts = ("anchor_rank", "anchor_rank_rule", "anchor_memory", "anchor_map", "anchor_layers", "anchor_lambda_rest")
-    opts += ("anchor_targets",)
-    add_field_flags(p, AnchorOptions, opts, defaults=dict.fromkeys(opts))
+    add_field_flags(p, AnchorOptions, ANCHOR_FLAGS, defaults=dict.fromkeys(ANCHOR_FLAGS))
     both_spellings(p)
-    a = p.parse_args(argv)
-    recipe, method = {}, None
+    a = vars(p.parse_args(argv))
+    inputs = EstimateInputs(
+        anchor={n: a.pop(n) for n in ANCHOR_FLAGS}, **{k: v for k, v in a.items() if k != "estimate"}
+    )
     try:
-        if a.config:
-            from anchorft.rpsft.recipes import load_recipe
-            from anchorft.rpsft.stand_in import find_model_config
-
-            recipe, meta = load_recipe(a.config)
-            method = recipe.get("method", "rpsft")
-            model = recipe.get("model_name_or_path")
-            local = model if model and os.path.isfile(os.path.join(model, "config.json")) else None  # its weights too
-            mc = meta.get("_model_config_") or local or find_model_config(model)
-            if mc is None:
-                raise UsageError(f"--config {a.config}: no _model_config_ and no configs/models/ file for its model")
-            a.model_config = a.model_config or [mc]
-        if not a.model_config:
-            raise UsageError("--estimate needs --model_config PATH or --config RECIPE")
-        for name in opts:
-            if getattr(a, name) is None:
-                setattr(a, name, recipe.get(name, getattr(AnchorOptions, name)))
-        a.anchor_rank = int(a.anchor_rank)
-        a.no_embeddings = a.no_embeddings or not recipe.get("anchor_include_embeddings", True)
-        a.seq_len = a.seq_len or int(recipe.get("max_length") or md["seq_len"])
-        a.per_device = a.per_device or int(recipe.get("per_device_train_batch_size", md["per_device"]))
-        dtype_bytes = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
-        a.bytes_per_number = a.bytes_per_number or dtype_bytes.get(recipe.get("anchor_dtype", "float32"), 4)
-        resolved = (a.anchor_rank_rule, a.anchor_memory, a.anchor_map, a.anchor_layers)
-        if any(resolved) or a.anchor_targets != "all-linear":
-            return _estimate_resolved(a)
-        bf16 = bool(recipe.get("bf16", a.stage in ("zero2", "zero3")))
-        init = (recipe.get("model_init_kwargs") or {}).get("dtype", "float32")
-        weight_bytes = dtype_bytes.get(init, 4)
-        for path in a.model_config:
-            cfg = read_model_config(path)
-            res = estimate(
-                cfg,
-                rank=a.anchor_rank,
-                tokens_per_step=a.tokens_per_step,
-                seq_len=a.seq_len,
-                bytes_per_number=a.bytes_per_number,
-                include_embeddings=not a.no_embeddings,
-                anchor_every=a.anchor_every,
-            )
-            print(format_estimate(res, name=path))
-            rows = {
-                m: method_memory(cfg, m, rank=a.anchor_rank, stage=a.stage, gpus=a.gpus, per_device=a.per_device,
-                                 seq_len=a.seq_len, weight_bytes=weight_bytes, anchor_bytes=a.bytes_per_number,
-                                 reference_bytes=2 if bf16 else weight_bytes, activation_bytes=2 if bf16 else None,
-                                 include_embeddings=not a.no_embeddings,
-                                 checkpointing=bool(recipe.get("gradient_checkpointing", True)))
-                for m in estimated_methods()
-            }  # fmt: skip
-            mark = f", recipe {a.config}: method {method}" if method else ""
-            title = (f"  bytes per GPU by method ({a.stage}, {a.gpus} GPUs, {a.per_device} x {a.seq_len} tokens, "
-                     f"k = {a.anchor_rank}, formulas{mark}):")  # fmt: skip
-            print(format_method_memory(rows, title))
-            print()
+        print(estimate_report(inputs), end="")
     except ValueError as e:  # a bad recipe, config.json, rule, map or model folder
         return report("anchorft train --estimate", e)
-    return 0
-
-
-def _estimate_resolved(a) -> int:
-    """Per-matrix ranks of the rules / map / budget / layers, resolved on the weights of a model folder (its
-    errors are reported by `_estimate`)."""
-    from anchorft.rpsft.anchor_plan import anchor_numbers, describe, parse_rank_rule
-    from anchorft.rpsft.model_loading import WEIGHT_FILES
-
-    if a.anchor_rank_rule:
-        rule = parse_rank_rule(a.anchor_rank_rule)
-        if rule.kind == "fisher":
-            raise UsageError(
-                "fisher rules need F_ood G from calibration data (anchorft.rpsft.calibration."
-                "fisher_gradient_product); --estimate resolves energy rules, maps, layers and budgets"
-            )
-    for path in a.model_config:
-        names = set(os.listdir(path)) if os.path.isdir(path) else set()
-        if not names & set(WEIGHT_FILES) and not any(n.endswith(".safetensors") for n in names):
-            raise UsageError(
-                f"{path}: rank rules, maps, layers, budgets and anchor_targets are resolved on the weights: pass a "
-                "model folder that holds them (a config.json alone gives only the uniform-rank estimate of all-linear)"
-            )
-        import torch
-
-        from anchorft.eval.loading import load_causal_lm
-        from anchorft.rpsft.anchor import SubspaceAnchor
-
-        model = load_causal_lm(path)
-        bpn = a.bytes_per_number
-        dtype = {4: torch.float32, 2: torch.bfloat16, 8: torch.float64}.get(bpn, torch.float32)
-        planned = SubspaceAnchor.plan(
-            model,
-            a.anchor_rank_rule or a.anchor_rank,
-            targets=a.anchor_targets,
-            include_embeddings=not a.no_embeddings,
-            dtype=dtype,
-            rank_map=a.anchor_map,
-            layers=a.anchor_layers,
-            memory=a.anchor_memory,
-            lambda_rest=a.anchor_lambda_rest,
-        )
-        ranks, shapes = planned.ranks, planned.shapes
-        rest = a.anchor_lambda_rest > 0
-        numbers = sum(anchor_numbers(*shapes[n], k, rest) for n, k in ranks.items())
-        print(f"anchor ranks for {path} (rank {a.anchor_rank_rule or a.anchor_rank}, targets {a.anchor_targets}, "
-              f"map {a.anchor_map}, layers {a.anchor_layers}, memory {a.anchor_memory}):")  # fmt: skip
-        print(describe(ranks, shapes))
-        print(f"  stored: {numbers:,} numbers = {numbers * bpn:,} bytes at {bpn} bytes/number")
     return 0
 
 
