@@ -139,8 +139,8 @@ def test_toy_report_recomputes_and_marks_its_rerun(tmp_path, monkeypatch, capsys
             raise KeyboardInterrupt
 
     monkeypatch.setattr(results, "load_results", lambda path: Parts())
-    monkeypatch.setattr(results, "merge_results", lambda parts: Parts())
-    monkeypatch.setattr(results, "save_results", lambda merged, path: Path(path).write_text("{}"))
+    monkeypatch.setattr(report, "merge_results", lambda parts: Parts())  # as `write_merged_report` reads them
+    monkeypatch.setattr(report, "save_results", lambda merged, path: Path(path).write_text("{}"))
     monkeypatch.setattr(report, "write_report", write_report)
     monkeypatch.setattr(report, "write_tradeoff_plot", lambda *a: None)
     argv = ["toy", "report", "--from", "cmp", "--out", "out"]

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import shutil
 from pathlib import Path
 
 from anchorft.commands.flags import FlagParser, add_executor_flags, both_spellings, cluster_from
@@ -161,8 +159,8 @@ def main(argv: list[str]) -> int:
 
     torch.set_num_threads(args.threads)
     if args.cmd == "report":
-        from anchorft.studies.testbed.report import parse_picks, write_front, write_report, write_tradeoff_plot
-        from anchorft.studies.testbed.results import RESULTS_FILE, load_results, merge_results, save_results
+        from anchorft.studies.testbed.report import parse_picks, write_merged_report
+        from anchorft.studies.testbed.results import RESULTS_FILE, load_results
 
         picks = parse_picks(args.pick)  # before anything is read
         if picks and not args.front:
@@ -177,13 +175,7 @@ def main(argv: list[str]) -> int:
         out = Path(args.out)
 
         def write_report_files(claim) -> dict:
-            merged = merge_results(parts).to_dict()
-            save_results(merged, out / RESULTS_FILE)
-            write_report(merged, out / "report.md")
-            write_tradeoff_plot(merged, out / "tradeoff.png", args.front)
-            if args.front:
-                write_front(merged, args.front, out / "front.md", picks)
-            return merged
+            return write_merged_report(parts, out, args.front, picks)
 
         merged = run_claimed(
             args.out,
@@ -215,32 +207,14 @@ def main(argv: list[str]) -> int:
 
     cfg = load_config(args.preset)
     if args.cmd == "pretrain":
-        from anchorft.toy.pretrain import cache_root, cached_model, pretrain, pretrained_model
+        from anchorft.toy.pretrain import pretrain_into
 
         overrides = {k: v for k, v in (("steps", args.steps), ("seed", args.seed)) if v is not None}
         pre = dataclasses.replace(cfg.pretrain, **overrides)
         pre.validate()
         out = Path(args.out)
-
-        def pretrain_into(claim) -> dict:
-            if args.no_cache:
-                print(f"toy pretrain: pretraining {pre.steps} steps into {out}", flush=True)
-                return pretrain(pre, out)
-            if (cached := cached_model(pre)) is not None:
-                print(
-                    f"toy pretrain: reusing the cached model {cached} (same config and code; --no-cache trains again)"
-                )
-            else:
-                print(f"toy pretrain: pretraining {pre.steps} steps (cached in {cache_root()})", flush=True)
-            src = pretrained_model(pre)
-            if src.resolve() != out.resolve():
-                shutil.copytree(src, out, dirs_exist_ok=True)
-            metrics = json.loads((out / "metrics.json").read_text())
-            if not (out / "loss.png").is_file():  # a model cached before the plot was written
-                print("toy pretrain: this cached model has no loss.png (--no-cache pretrains again and draws it)")
-            return metrics
-
-        metrics = run_claimed(out, "toy pretrain", dataclasses.asdict(pre), pretrain_into, overwrite=args.overwrite)
+        work = lambda claim: pretrain_into(pre, out, args.no_cache)  # noqa: E731
+        metrics = run_claimed(out, "toy pretrain", dataclasses.asdict(pre), work, overwrite=args.overwrite)
         if metrics is None:
             return 0
         acc = metrics["greedy_accuracy"]

@@ -40,7 +40,8 @@ from anchorft.toy import skills as sk
 from anchorft.toy.evaluate import evaluate_skills
 from anchorft.toy.tokenizer import train_tokenizer
 
-__all__ = ["PretrainConfig", "pretrain", "pretrained_model", "cached_model", "cache_root", "code_version"]
+__all__ = ["PretrainConfig", "pretrain", "pretrained_model", "pretrain_into", "cached_model", "cache_root"]
+__all__ += ["code_version"]
 
 # Bumped whenever the documents, the tokenizer or the packing change for the same config, so that no cached model
 # built from the old ones is reused (2: template words one token each, random strings never a template word;
@@ -401,3 +402,23 @@ def pretrained_model(cfg: PretrainConfig, progress: bool = True) -> Path:
     else:
         os.replace(tmp, path)
     return path
+
+
+def pretrain_into(cfg: PretrainConfig, out: str | Path, no_cache: bool = False) -> dict:
+    """`toy pretrain`: the model of `cfg` in `out` (pretrained there with `no_cache`; else the cached one, pretrained
+    into the cache first when missing, copied); returns its metrics. Says on stdout which it did."""
+    out = Path(out)
+    if no_cache:
+        print(f"toy pretrain: pretraining {cfg.steps} steps into {out}", flush=True)
+        return pretrain(cfg, out)
+    if (cached := cached_model(cfg)) is not None:
+        print(f"toy pretrain: reusing the cached model {cached} (same config and code; --no-cache trains again)")
+    else:
+        print(f"toy pretrain: pretraining {cfg.steps} steps (cached in {cache_root()})", flush=True)
+    src = pretrained_model(cfg)
+    if src.resolve() != out.resolve():
+        shutil.copytree(src, out, dirs_exist_ok=True)
+    metrics = json.loads((out / "metrics.json").read_text())
+    if not (out / "loss.png").is_file():  # a model cached before the plot was written
+        print("toy pretrain: this cached model has no loss.png (--no-cache pretrains again and draws it)")
+    return metrics

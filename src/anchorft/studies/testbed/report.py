@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from anchorft.io import pyplot, save_figure, write_text
-from anchorft.studies.testbed.results import sample_std
+from anchorft.studies.testbed.results import RESULTS_FILE, CompareResults, merge_results, sample_std, save_results
 
 __all__ = [
     "write_report",
@@ -19,6 +19,7 @@ __all__ = [
     "pick_on_val",
     "parse_picks",
     "write_front",
+    "write_merged_report",
 ]
 
 COLS = (("id_avg@k", "ID Avg@k"), ("id_pass@k", "ID Pass@k"), ("id_greedy", "ID greedy"), ("ood_mean", "OOD mean"))
@@ -290,3 +291,19 @@ def write_front(
             lines.append(f"| {r['group']} | {cands} | {r['run']} | {_front_cells(r)} |")
     write_text(path, "\n".join(lines) + "\n")
     return rows
+
+
+def write_merged_report(
+    parts: list[CompareResults], out: str | Path, front: list[str] | None = None, picks: dict | None = None
+) -> dict:
+    """`toy report`: the comparisons `parts` merged (`merge_results`: a run found in several pooled over its
+    seeds) into OUT/results.json, report.md, tradeoff.png and, with `front`, front.md (`picks` chosen on the
+    validation items); returns the merged results."""
+    out = Path(out)
+    merged = merge_results(parts).to_dict()
+    save_results(merged, out / RESULTS_FILE)
+    write_report(merged, out / "report.md")
+    write_tradeoff_plot(merged, out / "tradeoff.png", front)
+    if front:
+        write_front(merged, front, out / "front.md", picks)
+    return merged
