@@ -99,6 +99,33 @@ def test_spawned_workers_give_what_one_process_gives(tmp_path):
     assert a == b
 
 
+def mark_and_wait(folder: str, cell: Cell) -> dict:
+    """A cell function for spawned workers: says it started (a file), then takes a second."""
+    import pathlib
+    import time
+
+    pathlib.Path(folder, cell.name).touch()
+    time.sleep(1.0)
+    return {"y": cell.spec["x"]}
+
+
+def test_a_stop_in_spawned_workers_drops_the_queued_cells(tmp_path):
+    """Stopped at the first result (a signal at the grid's safe point), the spawned workers finish the cells they
+    run and start no other: the queued ones are dropped, not run unrecorded until the whole grid is done."""
+    started = tmp_path / "started"
+    started.mkdir()
+
+    def stop_at_first(cell: Cell, result: dict) -> None:
+        raise KeyboardInterrupt
+
+    grid = Grid(tmp_path / "grid")
+    fn = functools.partial(mark_and_wait, str(started))
+    with pytest.raises(KeyboardInterrupt):
+        grid.run(_cells(20), fn, LocalProcesses(workers=2, threads=1), progress=False, on_result=stop_at_first)
+    assert len(grid.finished()) == 1
+    assert len(list(started.iterdir())) <= 8  # of 20: the 2 running and the few the pool had handed out
+
+
 def test_bad_settings_fail_at_once(tmp_path):
     with pytest.raises(ValueError, match="unique"):
         Grid(tmp_path).run([Cell("a"), Cell("a")], square, progress=False)

@@ -98,10 +98,15 @@ class LocalProcesses:
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         run = functools.partial(_run_pinned, fn, self.threads)
-        with ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn")) as pool:
+        pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"))
+        try:
             futures = {pool.submit(run, c): c for c in cells}
             for fut in as_completed(futures):
                 yield futures[fut], fut.result()
+        finally:
+            # stopped (a signal, a failed cell) or done: the queued cells are dropped, not run unrecorded (the
+            # executor's own exit would wait for every one of them); the running ones finish
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 @dataclass(frozen=True)
