@@ -336,6 +336,7 @@ def held(stage: str, out: str) -> None:
                     deepspeed_config = {**cfg, "zero_optimization": dict(cfg["zero_optimization"])}
 
         ref = prepare_deepspeed(ref, _Acc)
+        anchor.to(model=m)  # as the trainers place an anchor once the model is prepared: W_0 held like W
         ref_bytes = sum((p.ds_tensor if is_zero3(p) else p).numel() * p.element_size() for p in ref.parameters())
         kept = []  # (is a weight or W_0, bytes) of each matrix saved, read when saved (a ZeRO-3 weight is whole then)
 
@@ -358,6 +359,7 @@ def held(stage: str, out: str) -> None:
                 fully_shard(layer, mesh=mesh)
             fully_shard(model, mesh=mesh)
         ref_bytes = sum(p.to_local().numel() * p.element_size() for p in ref.parameters())
+        anchor.to(model=m)  # as the trainers place an anchor once the model is prepared: W_0 held like W
         with torch.no_grad():
             items, sq, _ = anchor._blocks(m, differentiable=False)  # what the closed form holds until it adds grads
         penalty = float(sq.sum())

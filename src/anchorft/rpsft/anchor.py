@@ -55,6 +55,11 @@ def _hold_like(e: AnchorEntry, p: torch.Tensor) -> None:
     e.w0, e.w0_part = take_part(e.w0, part), part
 
 
+def _held_w0(e: AnchorEntry, rows: slice | None) -> torch.Tensor:
+    """A fallback's W_0 for this rank's rows of its weight: as held once cut (`_hold_like`), else sliced."""
+    return e.w0 if rows is None or e.w0_part is not None else e.w0[rows]
+
+
 @dataclass
 class _Block:
     """One matrix's terms in `SubspaceAnchor._blocks`: its entry and parameter, the local weight and gradient (the
@@ -238,7 +243,11 @@ class SubspaceAnchor:
                 )
 
     def to(self, device: torch.device | str | None = None, model: nn.Module | None = None) -> SubspaceAnchor:
-        """Move the stored tensors to `device`, or each to its parameter's device when `model` is given."""
+        """Move the stored tensors to `device`, or each to its parameter's device when `model` is given; with a
+        model whose weights are sharded, a fallback's W_0 is first cut to the part this rank holds (`_hold_like`)."""
+        if model is not None:
+            for e, p in zip(self.entries, self._params(model)):
+                _hold_like(e, p)
         devices = [p.device for p in self._params(model)] if model is not None else [device] * len(self.entries)
         for e, d in zip(self.entries, devices):
             if hasattr(d, "type") and d.type == "meta":
@@ -291,11 +300,10 @@ class SubspaceAnchor:
                     # D = W - W_0 is not kept: l2_penalty's backward recomputes it (regathering a ZeRO-3 weight),
                     # and the closed form recomputes it per matrix when it adds the gradient. W_0 is held like W:
                     # FSDP2 rows (summed below with the other shards' partials), ZeRO-3's flat part (summed inside)
-                    _hold_like(e, p)
                     if e.w0_part is not None and not e.w0_part.cols:
                         partial = l2_penalty_part(w_loc, e.w0, e.w0_part, cd, regather)
                     else:
-                        partial = l2_penalty(w_loc, e.w0 if rows is None or e.w0_part else e.w0[rows], cd, regather)
+                        partial = l2_penalty(w_loc, _held_w0(e, rows), cd, regather)
                     d = None
                 elif self._extended(e):
                     w = w_loc.to(cd)
@@ -401,8 +409,8 @@ class SubspaceAnchor:
                     raise ValueError(f"anchor: sharded parameter {e.name} has no gradient yet")
                 g_loc = p.grad = torch.zeros_like(b.weight)
             alpha = 2.0 * scale * e.weight
-            if e.fallback:  # D recomputed here, one matrix at a time (W_0 held as the rows, `_blocks`)
-                g_loc.add_(l2_residual(b.weight, e.w0, cd).to(g_loc.dtype), alpha=alpha)
+            if e.fallback:  # D recomputed here, one matrix at a time
+                g_loc.add_(l2_residual(b.weight, _held_w0(e, rows), cd).to(g_loc.dtype), alpha=alpha)
                 continue
             if self._extended(e):
                 proj, full = d
@@ -501,8 +509,6 @@ class SubspaceAnchor:
         anchor = cls(*load_anchor(path))
         if model is not None:
             anchor.check_model(model, check_fingerprint=check_fingerprint)
-            for e, p in zip(anchor.entries, anchor._params(model)):
-                _hold_like(e, p)
             anchor.to(model=model)
         return anchor
 

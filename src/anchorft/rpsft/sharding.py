@@ -107,7 +107,7 @@ def all_reduce_sum(parts: Sequence[torch.Tensor], group) -> list[torch.Tensor]:
 class Part:
     """The elements [start, stop) of a flattened m x n matrix (`numel` = m n) that one rank holds, when rank r of
     the `group`'s `world` ranks holds [r size, (r + 1) size) (the last ones fewer, or none): DeepSpeed ZeRO-3's flat
-    partition, or FSDP2's rows (`rows`: whole rows of `cols` columns, held as a (rows, cols) matrix)."""
+    partition, or FSDP2's rows (whole rows of `cols` columns, held as a (rows, cols) matrix)."""
 
     start: int
     stop: int
