@@ -57,7 +57,8 @@ test-slurm: $(DEV)
 	$(TIMEOUT) 120 $(BIN)/python -m pytest -q -m slow tests/commands/test_slurm.py
 
 # a Ray head and worker node as processes of this machine (1 CPU each, own temp folders, stopped by their process
-# ids): a W2S sweep and a smoke comparison equal to local processes; a worker node killed mid-study, the study resumed
+# ids): a W2S sweep, a smoke comparison and an evaluation suite equal to local processes; a worker node killed
+# mid-study (its cell recorded as lost, the others run), the study resumed
 test-ray: $(DEV)
 	$(BIN)/pip install -q -e '.[ray]'
 	$(TIMEOUT) 240 $(BIN)/python -m pytest -q -m slow tests/studies/test_grid_ray.py

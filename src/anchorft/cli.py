@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             return _stopped(name, rest, stop.interrupt_for(stop.requested()))
         mark_active("failed")
         return errors.report(_prog(name, rest), e)
-    except CellLost as e:  # a cluster lost a cell's worker: the cells before it are recorded, the study resumes
+    except CellLost as e:  # a cluster lost cells with their workers: the others are recorded, the study resumes
         if stop.requested():
             return _stopped(name, rest, stop.interrupt_for(stop.requested()))
         mark_active("failed")

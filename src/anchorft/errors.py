@@ -30,8 +30,9 @@ class UsageError(ValueError):
 
 
 class CellLost(RuntimeError):
-    """A study's cell lost with the cluster worker or node that ran it, after its retries (`anchorft.studies.grid`):
-    one line, exit code 1; the cells finished before it are recorded, and the study resumes."""
+    """Cells of a study lost with the cluster workers or nodes that ran them, after their retries
+    (`anchorft.studies.grid`): one line, exit code 1, once every other cell ran; those are recorded, and the same
+    command runs the lost ones."""
 
 
 def one_line(exc: BaseException) -> str:

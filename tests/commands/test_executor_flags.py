@@ -15,6 +15,7 @@ STUDIES = {  # each study command, with what it needs besides the executor flags
     "toy interpolate": ["toy", "interpolate", "--compare", "nowhere", "--runs", "sft"],
     "toy rl": ["toy", "rl", "--compare", "nowhere"],
     "w2s sweep": ["w2s", "sweep", "--kind", "overlap", "--quick"],
+    "eval suite": ["eval", "suite", "--models", "base=nowhere"],
 }
 
 
@@ -44,6 +45,23 @@ def test_ray_missing_names_the_extra(command, tmp_path, capsys, monkeypatch):
     assert main([*STUDIES[command], "--out", str(out), "--executor", "ray"]) == 2
     err = capsys.readouterr().err
     assert "pip install 'anchorft[ray]'" in err.splitlines()[0], err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--cell-gpus", "1"], "--cell-gpus: only with --executor ray"),
+        (["--cell-cpus", "2"], "--cell-cpus: only with --executor ray"),
+        (["--executor", "ray", "--cell-cpus", "0"], "--cell-cpus: must be >= 1, got 0"),
+        (["--executor", "ray", "--cell-gpus", "-1"], "gpus: must be >= 0, got -1"),
+    ],
+)
+def test_eval_suite_cell_resources_are_checked_in_one_line(flags, message, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main([*STUDIES["eval suite"], "--out", str(out), *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err.splitlines()[0], err
     assert not out.exists()
 
 

@@ -271,7 +271,7 @@ def test_run_eval_through_the_vllm_backend_with_a_stand_in_engine(tiny_model_dir
             self.kw = kw
 
     real = vllm_backend.VLLMBackend
-    monkeypatch.setattr(runner, "resolve_backend", lambda b: "vllm")
+    monkeypatch.setattr(runner, "resolve_backend", lambda b, here=True: "vllm")
     monkeypatch.setattr(
         vllm_backend, "VLLMBackend", lambda model_dir, options, seed: real(model_dir, options, seed=seed,
                                                                            engine_factory=lambda r: Engine(),

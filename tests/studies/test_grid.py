@@ -9,7 +9,8 @@ import json
 import pytest
 import torch
 
-from anchorft.studies.grid import RECORD, Cell, Grid, InProcess, LocalProcesses, executor_for
+from anchorft.errors import CellLost
+from anchorft.studies.grid import RECORD, Cell, Grid, InProcess, LocalProcesses, Lost, executor_for
 
 
 def square(cell: Cell) -> dict:
@@ -124,6 +125,40 @@ def test_a_stop_in_spawned_workers_drops_the_queued_cells(tmp_path):
         grid.run(_cells(20), fn, LocalProcesses(workers=2, threads=1), progress=False, on_result=stop_at_first)
     assert len(grid.finished()) == 1
     assert len(list(started.iterdir())) <= 8  # of 20: the 2 running and the few the pool had handed out
+
+
+class LosesSome:
+    """An executor that loses the cells named in `lose` (as a cluster does with a dead node, after its retries)."""
+
+    def __init__(self, lose: set[str]):
+        self.lose = lose
+
+    def map(self, fn, cells):
+        for cell in cells:
+            yield cell, Lost("lost after 2 retries (NodeDiedError: gone)") if cell.name in self.lose else fn(cell)
+
+
+def test_lost_cells_are_recorded_as_failed_the_others_run_and_a_rerun_runs_only_the_lost(tmp_path):
+    grid = Grid(tmp_path, context="c")
+    seen: list[str] = []
+    with pytest.raises(CellLost) as err:
+        grid.run(_cells(), square, LosesSome({"x1", "x3"}), progress=False, on_result=lambda c, r: seen.append(c.name))
+    assert str(err.value).startswith("cell x1 and 1 more (x3) lost after 2 retries (NodeDiedError: gone)")
+    assert "\n" not in str(err.value) and seen == ["x0", "x2"]
+    lines = [json.loads(x) for x in (tmp_path / RECORD).read_text().splitlines()]
+    assert [(x["name"], "result" in x, x.get("failed", "")[:10]) for x in lines] == [
+        ("x0", True, ""), ("x1", False, "lost after"), ("x2", True, ""), ("x3", False, "lost after")
+    ]  # fmt: skip
+    assert len(grid.finished()) == 2  # a failed line is no result
+
+    calls: list[str] = []
+
+    def counted(cell: Cell) -> dict:
+        calls.append(cell.name)
+        return square(cell)
+
+    got = grid.run(_cells(), counted, progress=False)
+    assert calls == ["x1", "x3"] and [r["y"] for r in got.values()] == [0, 1, 4, 9]
 
 
 def test_bad_settings_fail_at_once(tmp_path):

@@ -2,9 +2,10 @@
 on this machine (`ray start --block`, each with its own temp folder and one CPU, no dashboard), stopped by their
 own process ids, never by `ray stop` (which stops every Ray process on the machine). Slow-marked: `make test-ray`.
 
-A W2S sweep, a smoke comparison and its WiSE-FT interpolation give on the cluster what they give in this machine's
-processes; a worker node killed mid-study stops the study (no retries), and the study resumed loses nothing and
-repeats no finished cell; with retries, the lost cells run again on the node left."""
+A W2S sweep, a smoke comparison, its WiSE-FT interpolation and an evaluation suite give on the cluster what they give
+in this machine's processes; a cell whose worker node is killed mid-study is lost (no retries): the other cells run,
+the study ends in one line naming it, and the study resumed loses nothing and repeats no finished cell; with retries,
+the lost cells run again on the node left."""
 
 from __future__ import annotations
 
@@ -151,9 +152,10 @@ def _cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def _record(folder: Path) -> list[str]:
-    """The names of the cells recorded in the study's folder, in order (none before its first cell finished)."""
+    """The names of the cells recorded as finished in the study's folder, in order (a lost cell's line aside)."""
     path = folder / "cells.jsonl"
-    return [json.loads(x)["name"] for x in path.read_text().splitlines()] if path.is_file() else []
+    lines = [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
+    return [x["name"] for x in lines if "result" in x]
 
 
 def test_a_sweep_and_a_comparison_on_the_cluster_equal_local_processes(cluster, tmp_path):
@@ -198,6 +200,60 @@ def test_a_sweep_and_a_comparison_on_the_cluster_equal_local_processes(cluster, 
     assert itp["local"] == itp["ray"]
 
 
+def _suite_inputs(root: Path) -> tuple[Path, Path]:
+    """A tiny untrained testbed model (the project's tokenizer and Llama builder) and a benchmark folder."""
+    import numpy as np
+    import torch
+
+    from anchorft.toy.pretrain import PretrainConfig, build_model, build_tokenizer
+
+    torch.set_num_threads(1)
+    tok = build_tokenizer(np.random.default_rng(0))
+    cfg = PretrainConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32)
+    model_dir = root / "model"
+    build_model(cfg, len(tok), tok, seed=0).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    benches = root / "benches"
+    system = {"role": "system", "content": "Put your final answer within \\boxed{}."}
+    for folder, name, items in (("id", "adds", [(f"what is {a} + {a}?", str(2 * a)) for a in range(1, 5)]),
+                                ("ood", "pick_test", [("Which is a fruit? A. apple B. stone", "A")])):  # fmt: skip
+        (benches / folder).mkdir(parents=True, exist_ok=True)
+        rows = [
+            {"prompt": [system, {"role": "user", "content": q}], "reward_model": {"ground_truth": a}} for q, a in items
+        ]
+        (benches / folder / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return model_dir, benches
+
+
+def test_an_evaluation_suite_on_the_cluster_equals_the_local_one(cluster, tmp_path):
+    model, benches = _suite_inputs(tmp_path)
+    argv = ["eval", "suite", "--models", f"base={model}", f"tuned={model}", "--bench-dir", str(benches), "--benches",
+            "adds,pick_test", "--n", "3", "--max-new-tokens", "6", "--backend", "hf", "--no-calibrate"]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1")  # the local run on the cells' one thread
+    local = subprocess.run([sys.executable, "-m", "anchorft", *argv, "--out", "local"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+    assert local.returncode == 0, local.stderr[-2000:]
+    t0 = time.perf_counter()
+    on_ray = _cli(*argv, "--out", "ray", "--executor", "ray", "--address", cluster.address, "--cell-cpus", "1",
+                  cwd=tmp_path)  # fmt: skip
+    assert on_ray.returncode == 0, on_ray.stderr[-2000:]
+    print(f"eval suite: 2 models on the cluster in {time.perf_counter() - t0:.1f} s")
+    tables = {}
+    for name in ("local", "ray"):
+        tables[name] = json.loads((tmp_path / name / "table.json").read_text())
+        tables[name].pop("provenance")
+        for model_name in ("base", "tuned"):  # the samples themselves, not only their grades
+            for bench in ("adds", "pick_test"):
+                gens = (tmp_path / name / model_name / bench / "generations.jsonl").read_text()
+                tables[name][f"{model_name}/{bench}"] = [json.loads(g)["responses"] for g in gens.splitlines()]
+    assert tables["local"] == tables["ray"]
+    assert sorted(_record(tmp_path / "ray")) == ["base", "tuned"]
+    # the models loaded in the cluster's task workers (their logs are the nodes' files), not in the command
+    logs = "".join(f.read_text(errors="replace") for n in (cluster.head, cluster.worker)
+                   for f in Path(n.tmp).glob("session_*/logs/worker-*.err"))  # fmt: skip
+    assert "base: loading" in logs and "tuned: loading" in logs and "loading" not in on_ray.stderr
+
+
 def _running_on(node: Node) -> bool:
     """Whether a cell runs on `node` now: one of its processes is a Ray task executing (Ray titles a worker process
     "ray::FUNCTION" while it runs a task, "ray::IDLE" otherwise)."""
@@ -231,14 +287,18 @@ def test_a_worker_node_killed_mid_study_then_resumed_loses_and_repeats_nothing(c
     if sum(n["Alive"] for n in _nodes(cluster.address)) < 2:  # an earlier test left the cluster short
         cluster.new_worker()
     rc, err = _study_losing_its_worker(cluster, tmp_path, argv, retries=0)
-    finished = _record(tmp_path / "study")
-    assert rc == 1 and len(finished) < 6, (rc, finished, err[-2000:])
+    record = [json.loads(x) for x in (tmp_path / "study" / "cells.jsonl").read_text().splitlines()]
+    finished = [r["name"] for r in record if "result" in r]
+    lost = [r["name"] for r in record if "failed" in r]
+    # the lost cells are recorded as failed, every other cell ran, and the study ended in one line naming them
+    assert rc == 1 and lost and len(set(finished + lost)) == len(finished + lost) == 6, (rc, record)
     assert "lost after 0 retries" in err and len(err.strip().splitlines()) == 1, err[-2000:]
+    assert f"cell {lost[0]}" in err, err[-2000:]
 
-    resumed = _cli(*argv, cwd=tmp_path)  # the same study, resumed on this machine's processes
+    resumed = _cli(*argv, cwd=tmp_path)  # the same study, resumed on this machine's processes: only the lost run
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    names = _record(tmp_path / "study")
-    assert names[: len(finished)] == finished and len(names) == len(set(names)) == 6  # nothing lost or repeated
+    names = _record(tmp_path / "study")  # nothing lost or repeated
+    assert names[: len(finished)] == finished and sorted(names[len(finished) :]) == sorted(lost) and len(names) == 6
     whole = _cli(*argv[:-3], "--out", "whole", "--quiet", cwd=tmp_path)
     assert whole.returncode == 0, whole.stderr[-2000:]
     assert _sweep_json(tmp_path / "study") == _sweep_json(tmp_path / "whole")

@@ -4,6 +4,7 @@
 anchorft eval suite --models base=HUB_ID_OR_DIR sft=DIR rpsft=DIR [--bench-dir DIR] --out runs/suite
                     [--preset paper] [--rl-checkpoint] [--benches aime-24,math500,...] [--prompt file]
                     [--backend auto|hf|vllm] [--tensor-parallel N] [--data-parallel N] [--limit N]
+                    [--executor ray [--address HOST:PORT] [--retries N] [--cell-cpus N] [--cell-gpus N]]
 """
 
 from __future__ import annotations
@@ -12,7 +13,16 @@ import argparse
 import json
 import sys
 
-from anchorft.commands.flags import FlagParser, add_sampling_flags, both_spellings, field_values, parse_named, pass_k
+from anchorft.commands.flags import (
+    FlagParser,
+    add_executor_flags,
+    add_sampling_flags,
+    both_spellings,
+    cluster_from,
+    field_values,
+    parse_named,
+    pass_k,
+)
 from anchorft.errors import UsageError, report
 
 PRESETS = ("paper",)
@@ -61,6 +71,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--data-parallel", dest="dp", type=int, default=None, help="vllm: engines (default: GPUs // tp)")
     p.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false", help="vllm")
     p.add_argument("--no-calibrate", dest="calibrate", action="store_false", help="skip the timing estimate")
+    add_executor_flags(p)
+    p.add_argument(
+        "--cell-cpus", dest="cell_cpus", type=int, default=None,
+        help="with --executor ray: the CPUs (torch threads) each model's task holds (default 1)",
+    )  # fmt: skip
+    p.add_argument(
+        "--cell-gpus", dest="cell_gpus", type=float, default=None,
+        help="with --executor ray: the GPUs each model's task holds (default: --tensor-parallel x --data-parallel "
+        "(1 when not given) with --backend vllm, else 0: give 1 for the hf backend on GPU nodes)",
+    )  # fmt: skip
     both_spellings(p)
     return p
 
@@ -72,6 +92,12 @@ def main(argv: list[str]) -> int:
     from anchorft.studies.eval_suite import run_suite
 
     try:
+        gpus = args.cell_gpus
+        if gpus is None:
+            gpus = args.tp * (args.dp or 1) if args.backend == "vllm" else 0.0
+        if args.cell_cpus is not None and args.cell_cpus < 1:
+            raise ValueError(f"--cell-cpus: must be >= 1, got {args.cell_cpus}")
+        cluster = cluster_from(args, gpus, **{"--cell-cpus": args.cell_cpus, "--cell-gpus": args.cell_gpus})
         if args.preset not in PRESETS:
             raise UsageError(f"--preset: unknown preset {args.preset!r}; choose from {list(PRESETS)}")
         vllm = dict(
@@ -91,7 +117,8 @@ def main(argv: list[str]) -> int:
             with MathChecker(timeout_s=args.timeout) as checker:
                 return run_suite(
                     models, args.bench_dir, args.out, settings, benches=benches, backend=args.backend,
-                    checker=checker, log=lambda m: print(m, file=sys.stderr, flush=True),
+                    checker=checker, log=lambda m: print(m, file=sys.stderr, flush=True), cluster=cluster,
+                    threads=args.cell_cpus or 1,
                 )  # fmt: skip
 
         table = run_claimed(args.out, "eval suite", protocol, suite, overwrite=args.overwrite, notes=notes,

@@ -308,16 +308,18 @@ def add_executor_flags(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def cluster_from(args: argparse.Namespace):
-    """The `RayCluster` of --executor ray (None for local); ValueError for --address or --retries without it, a
-    negative --retries, or Ray not installed."""
+def cluster_from(args: argparse.Namespace, gpus: float = 0.0, **ray_only):
+    """The `RayCluster` of --executor ray, each cell holding `gpus` GPUs (None for local); ValueError for
+    --address, --retries or a flag of `ray_only` ({flag: value, None when not given}) without it, a negative
+    --retries or `gpus`, or Ray not installed."""
     from anchorft.studies.grid import RayCluster
 
     if args.executor != "ray":
-        given = [f for f, v in (("--address", args.address), ("--retries", args.retries)) if v is not None]
+        flags = {"--address": args.address, "--retries": args.retries, **ray_only}
+        given = [f for f, v in flags.items() if v is not None]
         if given:
             raise ValueError(f"{' and '.join(given)}: only with --executor ray")
         return None
     if args.retries is not None and args.retries < 0:
         raise ValueError(f"--retries: must be >= 0, got {args.retries}")
-    return RayCluster(args.address, 3 if args.retries is None else args.retries)
+    return RayCluster(args.address, 3 if args.retries is None else args.retries, gpus)

@@ -38,12 +38,13 @@ from anchorft.provenance import write_metrics
 __all__ = ["resolve_backend", "open_backend", "run_pair", "RunInputs", "prepare_run", "run_model", "run_eval"]
 
 
-def resolve_backend(backend: str) -> str:
-    """ "hf" (transformers), "vllm" (needs the `vllm` extra and a GPU), or "auto" (vLLM when both are there)."""
+def resolve_backend(backend: str, here: bool = True) -> str:
+    """ "hf" (transformers), "vllm" (needs the `vllm` extra and a GPU), or "auto" (vLLM when both are there).
+    `here=False`: the name checked only (the models load on another machine, which resolves it)."""
     if backend not in ("auto", "hf", "vllm"):
         raise ValueError(f"backend must be auto, hf or vllm, got {backend!r}")
-    if backend == "hf":
-        return "hf"
+    if backend == "hf" or not here:
+        return backend
     if backend == "vllm":
         from anchorft.eval.vllm_backend import check_vllm
 
@@ -197,7 +198,7 @@ class RunInputs:
         """This run's backend on the model in `path`."""
         if self.backend_factory is not None:
             return self.backend_factory(path, tok, s)
-        return open_backend(self.kind, path, tok, s)
+        return open_backend(resolve_backend(self.kind), path, tok, s)  # "auto" where the run was prepared elsewhere
 
 
 def prepare_run(
@@ -211,16 +212,18 @@ def prepare_run(
     backend_factory: Callable | None = None,
     checker=None,
     single: bool = False,
+    resolve_backend_here: bool = True,
 ) -> RunInputs:
     """Read and check every benchmark and every model's tokenizer, then write out/config.json: a bad input fails
     here, in one line, before any model loads (minutes for a large one). `single`: `anchorft eval` (one model,
-    given as --model; prompts that do not fit the model's context are refused)."""
+    given as --model; prompts that do not fit the model's context are refused). `resolve_backend_here=False`: the
+    models load on other machines (a cluster's GPU nodes), which resolve "auto" and check vLLM themselves."""
     loaded = [load_bench(p, skip_bad=s.skip_bad, limit=s.limit, name=nm) for nm, _, p in specs]
     if any(b.items[0].kind == "ifeval" for b in loaded):
         ok, why = ifeval_available()
         if not ok:
             raise ValueError(why)
-    kind = "custom" if backend_factory is not None else resolve_backend(backend)
+    kind = "custom" if backend_factory is not None else resolve_backend(backend, here=resolve_backend_here)
     tokenizers = {}
     for name, path in models.items():
         tok = load_eval_tokenizer(path)

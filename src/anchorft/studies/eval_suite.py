@@ -13,19 +13,25 @@ finished pair (its folder's metrics.json) and resumes an interrupted pair from i
   number of items). Another `k` or a model given new benchmarks runs the cell again: its finished pairs are
   regraded from their saved generations or kept, only what is missing is generated.
 - The folder: the command claims it once (`anchorft.runs.run_claimed`); the grid works inside it.
+- Executors: in this process by default (the models one after another, on this process's torch threads); on a Ray
+  cluster (`cluster`) each model is a task holding `threads` CPUs and `cluster.gpus` GPUs, which starts its own
+  math-verify worker and resolves `backend="auto"` where it runs (the node with the GPUs, not this one). The pair
+  folders are written where the cells run: `out` must be on a filesystem every node shares.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
 from pathlib import Path
 
+from anchorft.eval.answers import MathChecker
 from anchorft.eval.protocol import SuiteSettings, resolve_benches
 from anchorft.eval.report import main_table, write_table
 from anchorft.eval.runner import RunInputs, prepare_run, run_model
-from anchorft.studies.grid import Cell, Grid, InProcess
+from anchorft.studies.grid import Cell, Grid, InProcess, RayCluster, RayTasks
 
 __all__ = ["suite_context", "suite_cells", "run_suite"]
 
@@ -52,6 +58,19 @@ def _model_cell(
                      calibration=calibration, n_models=len(models))  # fmt: skip
 
 
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _model_cell_on_worker(
+    inputs: RunInputs, models: dict[str, Path], out: Path, s: SuiteSettings, timeout_s: float, cell: Cell
+) -> dict:
+    """A model's cell on a cluster's worker: its own math-verify worker process (a checker is a process of the
+    machine that started it, not something a task can carry), its log in the worker's output."""
+    with MathChecker(timeout_s=timeout_s) as checker:
+        return _model_cell(dataclasses.replace(inputs, checker=checker), models, out, s, _stderr, cell)
+
+
 def run_suite(
     models: dict[str, Path],
     bench_dir: str | Path,
@@ -63,12 +82,15 @@ def run_suite(
     backend_factory: Callable | None = None,
     checker=None,
     log: Callable[[str], None] = print,
+    cluster: RayCluster | None = None,
+    threads: int = 1,
 ) -> dict:
     """Every (model, benchmark) pair, one grid cell per model, then the main table (`out/table.{json,md,png}`);
     returns the table. Every input is checked before a model loads.
 
-    `backend_factory(model_dir, tokenizer, settings)` replaces the generation backend (tests)."""
-    import torch
+    `backend_factory(model_dir, tokenizer, settings)` replaces the generation backend (tests). `cluster`: each model
+    a Ray task of `threads` CPUs and `cluster.gpus` GPUs (module docstring); `checker`'s timeout is the workers'."""
+    import torch  # lazy: the command reports a bad flag before torch loads
 
     s = settings or SuiteSettings()
     s.validate()
@@ -77,10 +99,10 @@ def run_suite(
     out = Path(out_dir)
     config = dict(
         models={k: str(v) for k, v in models.items()}, bench_dir=str(bench_dir), benches=list(domains),
-        domains=domains, backend=None, settings=asdict(s), max_new_tokens_used=s.new_tokens,
+        domains=domains, backend=None, settings=dataclasses.asdict(s), max_new_tokens_used=s.new_tokens,
     )  # fmt: skip
     inputs = prepare_run(models, specs, out, s, config, backend=backend, backend_factory=backend_factory,
-                         checker=checker)  # fmt: skip
+                         checker=checker, resolve_backend_here=cluster is None)  # fmt: skip
     grid = Grid(out, context=suite_context(s))
     cells = suite_cells(models, inputs)
     recorded = grid.finished()
@@ -94,10 +116,17 @@ def run_suite(
         key = c.key(grid.context)
         if key in recorded and kept(c, recorded[key]):
             log(f"  {c.name}: every benchmark done before, kept (model not loaded)")
-    # in this process, on its own torch threads: the checker's worker, the log and the tests' backend factory are
-    # this process's objects, and a model's samples must not depend on a pinned thread count
-    fn = functools.partial(_model_cell, inputs, models, out, s, log)
-    got = grid.run(cells, fn, InProcess(torch.get_num_threads()), progress=False, desc="eval suite", kept=kept)
+    if cluster is None:
+        # in this process, on its own torch threads: the checker's worker, the log and the tests' backend factory
+        # are this process's objects
+        fn = functools.partial(_model_cell, inputs, models, out, s, log)
+        executor = InProcess(torch.get_num_threads())
+    else:
+        timeout_s = (checker or MathChecker()).timeout_s  # a MathChecker starts its process on first use only
+        fn = functools.partial(_model_cell_on_worker, dataclasses.replace(inputs, checker=None), models, out, s,
+                               timeout_s)  # fmt: skip
+        executor = RayTasks(cluster, threads)
+    got = grid.run(cells, fn, executor, progress=False, desc="eval suite", kept=kept)
     results = {name: {b.name: got[name][b.name] for b in inputs.benches} for name in models}
     table = main_table(results, domains, base=next(iter(models)))
     write_table(table, out)

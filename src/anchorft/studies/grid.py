@@ -9,6 +9,9 @@ spawned); `Grid(folder, context).run(cells, fn, executor)` runs the cells not ye
   the cell returns. A cell's key hashes the grid's `context` (what every cell's result depends on: the study's
   config) with the cell's own spec, so a record is reused only for the same computation; a line cut short by a
   kill is ignored (that cell runs again).
+- Lost cells: a cell an executor loses with its worker (a cluster's node gone, after its retries) is recorded as
+  {"key", "name", "failed": why}; the study runs every other cell, then stops with one line naming the lost ones
+  (`CellLost`). A failed line is not a result: the same command reruns exactly the lost cells.
 - Threads: the executor runs every cell on `threads` torch threads (`anchorft.threads.pinned_threads`), whatever
   the number of workers or the machine's cores: a cell's numbers do not depend on how many run at once.
 - Signals: the runner checks for a stop (`anchorft.stop`) between cells; what finished is in the record.
@@ -36,7 +39,8 @@ from anchorft.errors import CellLost
 from anchorft.runs import config_hash
 
 __all__ = [
-    "Cell", "Executor", "InProcess", "LocalProcesses", "RayCluster", "RayTasks", "Grid", "RECORD", "executor_for",
+    "Cell", "Lost", "Executor", "InProcess", "LocalProcesses", "RayCluster", "RayTasks", "Grid", "RECORD",
+    "executor_for",
 ]  # fmt: skip
 
 RECORD = "cells.jsonl"
@@ -56,6 +60,13 @@ class Cell:
         return config_hash({"context": context, "name": self.name, "spec": self.spec})
 
 
+@dataclass(frozen=True)
+class Lost:
+    """What an executor yields for a cell it lost with its worker (after its retries): why, in one line."""
+
+    why: str
+
+
 def _run_pinned(fn: CellFn, threads: int, cell: Cell) -> dict:
     from anchorft.threads import pinned_threads
 
@@ -64,8 +75,9 @@ def _run_pinned(fn: CellFn, threads: int, cell: Cell) -> dict:
 
 
 class Executor(Protocol):
-    def map(self, fn: CellFn, cells: list[Cell]) -> Iterator[tuple[Cell, dict]]:
-        """Run `fn` on every cell; yield (cell, result) as each finishes (any order)."""
+    def map(self, fn: CellFn, cells: list[Cell]) -> Iterator[tuple[Cell, dict | Lost]]:
+        """Run `fn` on every cell; yield (cell, result) as each finishes (any order), (cell, Lost) for a cell lost
+        with its worker; an error raised by a cell itself propagates."""
         ...
 
 
@@ -113,14 +125,19 @@ class LocalProcesses:
 class RayCluster:
     """Where `RayTasks` runs a study's cells: the Ray cluster at `address` ("HOST:PORT" of its head, "auto" for the
     one this machine has joined, None for a Ray instance started on this machine for the study and stopped after
-    it); a cell whose worker process or node dies is run again up to `retries` times."""
+    it); a cell whose worker process or node dies is run again up to `retries` times. `gpus`: the GPUs each cell
+    holds (Ray places a cell only where they are free and shows it only those, through CUDA_VISIBLE_DEVICES; 0: a
+    CPU cell, which sees no GPU)."""
 
     address: str | None = None
     retries: int = 3
+    gpus: float = 0.0
 
     def __post_init__(self) -> None:
         if self.retries < 0:
             raise ValueError(f"retries: must be >= 0, got {self.retries}")
+        if self.gpus < 0:
+            raise ValueError(f"gpus: must be >= 0, got {self.gpus}")
         if importlib.util.find_spec("ray") is None:
             raise ValueError("the ray executor needs Ray: pip install 'anchorft[ray]'")
 
@@ -137,11 +154,11 @@ def _run_in(folder: str, fn: CellFn, threads: int, cell: Cell) -> dict:
 
 @dataclass
 class RayTasks:
-    """Each cell a Ray task of `threads` CPUs (Ray sets OMP_NUM_THREADS to that number in the worker, and the cell
-    pins torch's threads to it too), on `cluster`; every cell is submitted at once and Ray places them as CPUs free
-    up. A task lost with its worker or node is retried `cluster.retries` times by Ray, then the study stops with a
-    one-line error naming the cell; an error raised by the cell itself is not retried (it would repeat): it stops
-    the study as it does in this process. Cells finished before either are in the record."""
+    """Each cell a Ray task of `threads` CPUs and `cluster.gpus` GPUs (Ray sets OMP_NUM_THREADS to the CPUs in the
+    worker, and the cell pins torch's threads to them too), on `cluster`; every cell is submitted at once and Ray
+    places them as resources free up. A task lost with its worker or node is retried `cluster.retries` times by
+    Ray, then yielded as `Lost` (the other cells go on); an error raised by the cell itself is not retried (it would
+    repeat): it stops the study as it does in this process. Cells finished before it are in the record."""
 
     cluster: RayCluster
     threads: int = 1
@@ -154,7 +171,7 @@ class RayTasks:
             ray.init(address=self.cluster.address, log_to_driver=False, include_dashboard=False,
                      configure_logging=False)  # fmt: skip
         task = ray.remote(_run_in).options(
-            num_cpus=self.threads, max_retries=self.cluster.retries, retry_exceptions=False
+            num_cpus=self.threads, num_gpus=self.cluster.gpus, max_retries=self.cluster.retries, retry_exceptions=False
         )
         refs = {task.remote(os.getcwd(), fn, self.threads, c): c for c in cells}
         try:
@@ -165,11 +182,9 @@ class RayTasks:
                     result = ray.get(done[0])
                 except ray.exceptions.RayTaskError as e:  # the cell's own error, as in this process
                     raise (e.cause if isinstance(e.cause, BaseException) else e) from None
-                except ray.exceptions.RayError as e:
+                except ray.exceptions.RayError as e:  # its worker or node lost, retries spent: the others go on
                     first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-                    raise CellLost(
-                        f"cell {cell.name} lost after {self.cluster.retries} retries ({type(e).__name__}: {first})"
-                    ) from None
+                    result = Lost(f"lost after {self.cluster.retries} retries ({type(e).__name__}: {first})")
                 yield cell, result
         finally:  # stopped, failed or done: nothing of this study keeps running on the cluster
             for ref in refs:
@@ -211,8 +226,9 @@ class Grid:
                 out[rec["key"]] = rec["result"]
         return out
 
-    def _append(self, cell: Cell, result: dict) -> None:
-        line = json.dumps({"key": cell.key(self.context), "name": cell.name, "result": result}, default=str)
+    def _append(self, cell: Cell, result: dict | Lost) -> None:
+        rec = {"failed": result.why} if isinstance(result, Lost) else {"result": result}
+        line = json.dumps({"key": cell.key(self.context), "name": cell.name, **rec}, default=str)
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(line + "\n")
             f.flush()
@@ -254,12 +270,23 @@ class Grid:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(todo), desc=desc, disable=not progress or not todo)
+        lost: dict[str, str] = {}
         for cell, res in (executor or InProcess()).map(fn, todo):
             self._append(cell, res)
-            results[cell.name] = res
-            if on_result:
-                on_result(cell, res)
+            if isinstance(res, Lost):
+                lost[cell.name] = res.why
+            else:
+                results[cell.name] = res
+                if on_result:
+                    on_result(cell, res)
             bar.update()
             stop.check()  # a safe point (anchorft.stop): every cell that finished is in the record
         bar.close()
+        if lost:
+            first, why = next(iter(lost.items()))
+            others = f" and {len(lost) - 1} more ({', '.join(list(lost)[1:])})" if len(lost) > 1 else ""
+            raise CellLost(
+                f"cell {first}{others} {why}; the other cells are recorded in {self.path}: rerun the same command "
+                "to run the lost ones"
+            )
         return {n: results[n] for n in names}
