@@ -22,9 +22,10 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 
 from anchorft import stop
-from anchorft.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, CellLost, debug_enabled
+from anchorft.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, CellLost, MissingExtra, debug_enabled
 from anchorft.stop import Terminated
 
 __all__ = ["main", "Terminated", "COMMANDS"]
@@ -41,7 +42,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "configs": ("anchorft.commands.configs", "the shipped configs by name: list, path, copy"),
 }
 # bad input: one line and exit 2 (anything else is a bug and keeps its traceback)
-USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError)
+USER_ERRORS = (
+    ValueError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError,
+    MissingExtra,
+)  # fmt: skip
 _TRAINING_DEBUG_VALUES = ("underflow_overflow", "tpu_metrics_debug")  # `--debug VALUE` is a TrainingArguments field
 
 
@@ -109,6 +113,12 @@ def _prog(name: str, rest: list[str]) -> str:
 def _short_error(self: argparse.ArgumentParser, message: str):
     """argparse's error without the usage dump: the error, and where the options are."""
     self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\nRun `{self.prog} --help` for the options.\n")
+
+
+def command(name: str) -> Callable[[list[str]], int]:
+    """`anchorft NAME ...` as a function of its arguments, run as the console script runs it (a user error reported
+    in one line with exit code 2, signals, exit codes): for scripts and tests."""
+    return lambda argv: main([name, *argv])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,6 +29,11 @@ class UsageError(ValueError):
     """
 
 
+class MissingExtra(ImportError):
+    """An optional dependency the user asked for is not installed (the message names the extra to install): one
+    line, exit code 2. An ImportError, so that callers that already catch ImportError keep working."""
+
+
 class CellLost(RuntimeError):
     """Cells of a study lost with the cluster workers or nodes that ran them, after their retries
     (`anchorft.studies.grid`): one line, exit code 1, once every other cell ran; those are recorded, and the same

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
-from anchorft.commands.analyze import main
+from anchorft.cli import command
+
+main = command("analyze")  # the command as `anchorft analyze` runs it
 
 
 def test_cli_end_to_end(checkpoints, prompt_files, tmp_path, capsys):

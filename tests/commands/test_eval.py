@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from anchorft.commands.eval import main
+from anchorft.cli import command
+
+main = command("eval")  # the command as `anchorft eval` runs it
 
 
 def _bench(tmp_path):

@@ -2,7 +2,9 @@ import json
 
 import yaml
 
-from anchorft.commands.w2s import main
+from anchorft.cli import command
+
+main = command("w2s")  # the command as `anchorft w2s` runs it
 
 
 def _tiny_args(out):

@@ -8,9 +8,11 @@ import json
 
 import pytest
 
-from anchorft.commands.w2s import main
+from anchorft.cli import command
 from anchorft.w2s import dynamics
 from anchorft.w2s.config import MODES
+
+main = command("w2s")  # the command as `anchorft w2s` runs it
 
 SUBSETS = [list(c) for k in range(1, len(MODES) + 1) for c in itertools.combinations(MODES, k)]
 TINY = ["d=32", "s=8", "group_sizes=4,6", "weak_neurons=4", "batch_size=8", "n_log=4", "chunk=8", "anchor_rank=4"]

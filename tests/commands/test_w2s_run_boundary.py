@@ -10,7 +10,9 @@ import re
 import numpy as np
 import pytest
 
-from anchorft.commands.w2s import main
+from anchorft.cli import command
+
+main = command("w2s")  # the command as `anchorft w2s` runs it
 
 KEYS = ("target_alignment", "nontarget_alignment", "nontarget_target_alignment")
 

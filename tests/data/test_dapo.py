@@ -45,7 +45,9 @@ def test_rows_in_both_schemas():
 
 
 def test_command_writes_rl_prompts_and_counts(tmp_path, capsys):
-    from anchorft.commands.data import main
+    from anchorft.cli import command
+
+    main = command("data")
     from anchorft.rpsft.rl import load_rl_dataset
 
     rows = [

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from anchorft.commands.data import main as data_main
+from anchorft.cli import command
 from anchorft.data.openr1 import SYSTEM_PROMPT, candidate_traces, last_boxed, prepare_openr1_math, select_verified
+
+data_main = command("data")  # the command as `anchorft data` runs it
 
 PAPER_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
 

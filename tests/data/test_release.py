@@ -8,7 +8,7 @@ from pathlib import Path
 import datasets
 import pytest
 
-from anchorft.commands.data import main as data_main
+from anchorft.cli import command
 from anchorft.data.openr1 import SYSTEM_PROMPT
 from anchorft.data.release import (
     check_release_columns,
@@ -17,6 +17,8 @@ from anchorft.data.release import (
     release_question,
     release_trace,
 )
+
+data_main = command("data")  # the command as `anchorft data` runs it
 
 
 def _row(i: int, question: str, trace: str, system: bool = False) -> dict:
@@ -99,6 +101,6 @@ def test_other_schemas_are_refused_in_one_line(tmp_path: Path, capsys: pytest.Ca
     raw.write_text(json.dumps({"problem": "p", "answer": "1", "solution": "s", "generations": ["g"]}) + "\n")
     rc = data_main(["openr1-math", "--out", str(tmp_path / "o"), "--source", str(raw)])
     err = capsys.readouterr().err
-    ours = [line for line in err.splitlines() if line.startswith("anchorft data:")]
+    ours = [line for line in err.splitlines() if line.startswith("anchorft data openr1-math:")]
     assert rc == 2 and len(ours) == 1 and "--sampler verified" in ours[0]
     assert not (tmp_path / "o").exists()

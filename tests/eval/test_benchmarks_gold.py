@@ -20,7 +20,9 @@ def test_every_shipped_file_is_covered():
 
 @pytest.mark.parametrize("path", FILES, ids=[f"{p.parent.name}/{p.stem}" for p in FILES])
 def test_gold_answers_score_100_percent(path, tmp_path, capsys):
-    from anchorft.commands.eval import main
+    from anchorft.cli import command
+
+    main = command("eval")
 
     bench = load_bench(path)
     kinds = {it.kind for it in bench.items}

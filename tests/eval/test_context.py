@@ -8,8 +8,10 @@ import shutil
 
 import pytest
 
-from anchorft.commands.eval import main
+from anchorft.cli import command
 from anchorft.eval.context import check_prompt_lengths, context_length
+
+main = command("eval")  # the command as `anchorft eval` runs it
 
 
 class WordTokenizer:

@@ -64,7 +64,9 @@ def test_custom_task_on_tiny_model_skips_builtin_index(tiny_model_dir, tmp_path,
 
 @needs_lm_eval
 def test_eval_command_lm_eval(tiny_model_dir, tmp_path, monkeypatch, capsys):
-    from anchorft.commands.eval import main
+    from anchorft.cli import command
+
+    main = command("eval")
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")

@@ -52,7 +52,9 @@ def bench_dir(tmp_path) -> Path:
 
 
 def _run(argv: list[str]) -> int:
-    from anchorft.commands.eval import main
+    from anchorft.cli import command
+
+    main = command("eval")
 
     return main(argv)
 

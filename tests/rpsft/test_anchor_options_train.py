@@ -64,7 +64,9 @@ def test_layers_and_map_reach_the_trainer_anchor(rp, tokenizer, dataset, tmp_pat
 
 
 def test_estimate_prints_resolved_ranks_from_a_model_folder(rp, tmp_path, capsys):
-    from anchorft.commands.train import main
+    from anchorft.cli import command
+
+    main = command("train")
 
     model = rp.tiny_model("llama", 64)
     model.save_pretrained(tmp_path / "m")
@@ -81,7 +83,9 @@ def test_estimate_prints_resolved_ranks_from_a_model_folder(rp, tmp_path, capsys
 
 
 def test_estimate_takes_the_targets_and_the_recipes_anchor_options(rp, tmp_path, capsys):
-    from anchorft.commands.train import main
+    from anchorft.cli import command
+
+    main = command("train")
 
     model = rp.tiny_model("llama", 64)
     model.save_pretrained(tmp_path / "m")
@@ -112,7 +116,9 @@ def test_estimate_takes_the_targets_and_the_recipes_anchor_options(rp, tmp_path,
 def test_cli_train_with_a_fisher_rule_and_a_map_in_yaml(rp, tokenizer_dir, tmp_path):
     import json
 
-    from anchorft.commands.train import main
+    from anchorft.cli import command
+
+    main = command("train")
     from anchorft.eval.loading import load_tokenizer
 
     tok = load_tokenizer(tokenizer_dir)

@@ -102,7 +102,9 @@ def test_activations_per_token(model):
 
 def test_estimate_command_reads_a_recipe(capsys):
     """`anchorft train --estimate --config RECIPE`: every method's components; L2's W0 is 4 bytes a matrix entry."""
-    from anchorft.commands.train import main
+    from anchorft.cli import command
+
+    main = command("train")
     from anchorft.rpsft.estimate import model_matrices, read_model_config
 
     recipe = str(ROOT / "configs/rpsft/llama-3.1-8b-instruct/l2.yaml")

@@ -65,7 +65,9 @@ def test_command_prints_one_total_per_gpu(capsys):
     """`--estimate` prints the table's total and no second, differently counted one; the IW-SFT reference of
     Llama-3.1-8B (2 bytes x P) divided over 8 GPUs under ZeRO-3."""
 
-    from anchorft.commands.train import main
+    from anchorft.cli import command
+
+    main = command("train")
     from anchorft.rpsft.estimate import read_model_config
 
     path = Path(__file__).resolve().parents[2] / "configs/models/llama-3.1-8b-instruct.json"

@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from anchorft.commands.train import dry_run_main
+from anchorft.cli import command
 from anchorft.rpsft import methods as methods_table
 from anchorft.rpsft import recipes, stand_in
 from anchorft.rpsft.recipes import load_recipe, write_flat_config
@@ -264,6 +264,7 @@ def test_find_model_config() -> None:
 
 
 def test_dry_run_main_and_overrides(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    dry_run_main = command("train")  # with --dry-run in the arguments
     leaf = RPSFT / "qwen2.5-3b-instruct" / "sft.yaml"
     argv = ["--config", str(leaf), "--dry-run", "--output_dir", str(tmp_path), "--effective_batch_size", "2"]
     rc = dry_run_main(argv)  # the recipe's data/train_openr1_4k/train.jsonl is not there
@@ -374,8 +375,9 @@ def test_train_command_runs_a_resolved_recipe(tmp_path: Path, method: str) -> No
     """The path a user takes: data command -> recipe read by `anchorft train`'s own parser
     and trainer, with a saved stand-in as the model (no hub access here). lora (with its adapter anchor): the saved
     model is the merged one, a plain `save_pretrained` folder."""
-    from anchorft.commands.data import main as data_main
-    from anchorft.commands.train import main as train_main
+    from anchorft.cli import command
+
+    data_main, train_main = command("data"), command("train")
 
     rows = stand_in.example_rows(12, seed=1)
     src = tmp_path / "openr1.jsonl"

@@ -116,7 +116,9 @@ def test_one_dapo_step_moves_the_weights_only_when_rewards_differ(tiny_model_dir
 
 
 def test_rl_command(tiny_model_dir, tmp_path, capsys):
-    from anchorft.commands.rl import main
+    from anchorft.cli import command
+
+    main = command("rl")
 
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"prompt": p["prompt"], "answer": p["answer"]}) + "\n" for p in _prompts(2)))

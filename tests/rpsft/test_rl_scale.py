@@ -90,7 +90,9 @@ def test_mini_batched_updates_run(tiny_model_dir, tmp_path):
 def test_memory_estimate_at_8b(tmp_path, capsys):
     from transformers import LlamaConfig
 
-    from anchorft.commands.rl import main
+    from anchorft.cli import command
+
+    main = command("rl")
 
     # Llama-3.1-8B's shapes (config only: the command counts parameters on the meta device)
     shapes = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32)

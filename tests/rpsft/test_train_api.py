@@ -8,9 +8,11 @@ import os
 import datasets
 import pytest
 
-from anchorft.commands.train import main as train_main
+from anchorft.cli import command
 from anchorft.rpsft.config import RPSFTConfig
 from anchorft.rpsft.train import train
+
+train_main = command("train")  # the command as `anchorft train` runs it
 
 
 def _check_provenance(prov: dict) -> None:

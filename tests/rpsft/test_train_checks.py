@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from anchorft.commands.train import main as train_main
+from anchorft.cli import command
 from anchorft.rpsft.config import RPSFTConfig, accumulation_for
+
+train_main = command("train")  # the command as `anchorft train` runs it
 
 ROOT = Path(__file__).resolve().parents[2]
 LEAF = ROOT / "configs" / "rpsft" / "qwen2.5-3b-instruct" / "rpsft.yaml"

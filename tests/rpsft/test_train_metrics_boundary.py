@@ -10,7 +10,9 @@ import math
 import pytest
 from safetensors.torch import load_file
 
-from anchorft.commands.train import main as train_main
+from anchorft.cli import command
+
+train_main = command("train")  # the command as `anchorft train` runs it
 
 
 def test_train_metrics_are_the_log_and_the_weights_summarised(rp, tokenizer_dir, tmp_path):

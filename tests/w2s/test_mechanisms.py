@@ -9,7 +9,7 @@ import pytest
 import torch
 import yaml
 
-from anchorft.commands.w2s import main
+from anchorft.cli import command
 from anchorft.studies.w2s.experiments import run_experiment
 from anchorft.studies.w2s.mechanisms import KINDS, race_times, validate_mech_spec
 from anchorft.studies.w2s.sweeps import load_sweep, run_sweep
@@ -19,6 +19,8 @@ from anchorft.w2s.modes import prepare_weak
 from anchorft.w2s.problem import build_problem
 from anchorft.w2s.risk import pgr, risk_report
 from anchorft.w2s.stats import crossing as first_crossing
+
+main = command("w2s")  # the command as `anchorft w2s` runs it
 
 TINY = {"d": 48, "s": 8, "group_sizes": [4, 6], "weak_neurons": 4, "batch_size": 8, "n_log": 8, "chunk": 8}
 

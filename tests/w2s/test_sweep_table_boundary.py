@@ -63,7 +63,9 @@ def test_ablation_table_is_the_per_seed_values_summarised(tmp_path, monkeypatch)
 
 
 def _sweep(tmp_path, kind: str, spec: str) -> tuple[dict, list[dict]]:
-    from anchorft.commands.w2s import main
+    from anchorft.cli import command
+
+    main = command("w2s")
 
     path = tmp_path / f"sweep-{kind}.yaml"
     path.write_text(spec)

@@ -7,12 +7,14 @@ import numpy as np
 import pytest
 import yaml
 
-from anchorft.commands.w2s import main
+from anchorft.cli import command
 from anchorft.studies.grid import RECORD
 from anchorft.studies.w2s import sweeps
 from anchorft.studies.w2s.sweeps import evaluate_point, fit_loglog, load_sweep, median_censored, run_sweep
 from anchorft.w2s.config import W2SConfig, config_hash, load_config
 from anchorft.w2s.stats import digest
+
+main = command("w2s")  # the command as `anchorft w2s` runs it
 
 
 def test_fit_recovers_a_known_slope():

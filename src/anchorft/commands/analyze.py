@@ -18,7 +18,6 @@ from pathlib import Path
 
 from anchorft.analysis.config import AnalysisConfig
 from anchorft.commands.flags import FlagParser, add_field_flags, both_spellings, field_values, parse_named
-from anchorft.errors import report
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,7 +52,6 @@ def main(argv: list[str]) -> int:
 
         torch.set_num_threads(args.threads)
     from anchorft.analysis.run import run_analysis
-    from anchorft.analysis.streaming import CheckpointError
     from anchorft.runs import run_claimed
 
     run = {k: v for k, v in vars(args).items() if k not in ("out", "threads", "overwrite", "device")}
@@ -93,10 +91,7 @@ def main(argv: list[str]) -> int:
         cfg = field_values(args, AnalysisConfig, base=base, tuned=tuned, prompts=prompts)
         return run_analysis(AnalysisConfig(**cfg, streaming=not args.in_memory, plots=not args.no_plots))
 
-    try:
-        res = run_claimed(args.out, "analyze", run, work, overwrite=args.overwrite)
-    except (ValueError, CheckpointError) as e:
-        return report("anchorft analyze", e)
+    res = run_claimed(args.out, "analyze", run, work, overwrite=args.overwrite)  # a user error: by anchorft.cli
     if res is None:
         return 0
     print("\n".join(summary_lines(res, Path(args.out))))

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from anchorft.commands.flags import FlagParser, both_spellings, keyword_defaults
-from anchorft.errors import UsageError, report
+from anchorft.errors import UsageError, one_line
 
 LOCAL = (".jsonl", ".json", ".parquet")  # --source names a local file
 
@@ -111,19 +111,15 @@ def main(argv: list[str]) -> int:
         from anchorft.data.release import RELEASE_HUB_NAME
 
         args.source = RELEASE_HUB_NAME if args.sampler == "release" else HUB_NAME
-    try:
-        if args.source.lower().endswith(".jsonl"):
-            check_input_file(args.source, "--source")
-        elif not (Path(args.source).exists() or looks_like_path(args.source) or args.source.endswith(LOCAL)):
-            check_hub_dataset(args.source, "--source")  # a hub name: before the folder is claimed
-    except ValueError as err:
-        return report("anchorft data", err)
+    # a user error here and below: one line, by anchorft.cli
+    if args.source.lower().endswith(".jsonl"):
+        check_input_file(args.source, "--source")
+    elif not (Path(args.source).exists() or looks_like_path(args.source) or args.source.endswith(LOCAL)):
+        check_hub_dataset(args.source, "--source")  # a hub name: before the folder is claimed
     run = {k: v for k, v in vars(args).items() if k not in ("out", "no_progress", "overwrite")}
-    try:  # a source refused before anything was written leaves no folder behind (the run marked failed)
-        metrics = run_claimed(args.out, f"data {args.dataset}", run, lambda claim: _prepare_from(args),
-                              overwrite=args.overwrite)  # fmt: skip
-    except (ValueError, FileNotFoundError) as err:
-        return report("anchorft data", err)
+    # a source refused before anything was written leaves no folder behind (the run marked failed)
+    metrics = run_claimed(args.out, f"data {args.dataset}", run, lambda claim: _prepare_from(args),
+                          overwrite=args.overwrite)  # fmt: skip
     if metrics is None:
         return 0
     print(json.dumps(metrics, indent=2))
@@ -141,8 +137,8 @@ def _benchmarks(args: argparse.Namespace) -> int:
     try:
         files = fetch_benchmarks(out, source=args.source, include=args.include, overwrite=args.overwrite,
                                  log=lambda line: print(line, flush=True))  # fmt: skip
-    except (ValueError, FileNotFoundError, OSError) as err:
-        return report("anchorft data benchmarks", err)
+    except OSError as err:  # a download or a write that failed: the user's network or disk, reported in one line
+        raise UsageError(one_line(err)) from err
     print(f"{len(files)} files in {out}, each SHA-256 equal to the release's")
     if args.out and Path(out).resolve() != benchmarks_dir().resolve():
         print(f"point `anchorft eval suite` at them with --bench-dir {out} or ANCHORFT_BENCHMARKS={out}")

@@ -24,7 +24,7 @@ from anchorft.commands.flags import (
     keyword_defaults,
     pass_k,
 )
-from anchorft.errors import report
+from anchorft.errors import UsageError
 
 # the flags that run_eval and run_lm_eval take as keyword arguments of the same names
 _RUN_EVAL_FLAGS = ("n", "temperature", "top_p", "max_new_tokens", "batch_size", "limit", "seed", "greedy", "backend")
@@ -62,7 +62,7 @@ def _eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-path", action="append", default=[], help="folder of custom lm-eval task YAMLs")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--no-greedy", dest="greedy", action="store_false", help="skip the greedy pass")
-    from anchorft.commands.prechecks import source_defaults
+    from anchorft.rpsft.prechecks import source_defaults
 
     # run_eval's defaults, from its source: importing the runner loads torch (seconds before a mistake is reported)
     d = source_defaults("anchorft.eval.runner", "run_eval")
@@ -83,18 +83,15 @@ def _score(argv: list[str]) -> int:
     from anchorft.eval.answers import MathChecker
     from anchorft.eval.benchmarks import load_bench, read_responses, score_bench, summarize
 
-    try:
-        bench = load_bench(args.bench, skip_bad=args.skip_bad)
-        resp, bad = read_responses(args.responses, skip_bad=args.skip_bad)
-        if not resp:
-            raise ValueError(f"{args.responses}: no valid response lines")
-        greedy = {i: r["greedy"] for i, r in resp.items() if "greedy" in r} or None
-        with MathChecker(timeout_s=args.timeout) as checker:
-            records = score_bench(bench, {i: r["responses"] for i, r in resp.items()}, greedy, checker)
-            metrics = summarize(records, args.k)
-            metrics["n_timeouts"] = checker.n_timeouts
-    except (ValueError, FileNotFoundError) as e:
-        return report("anchorft eval score", e)
+    bench = load_bench(args.bench, skip_bad=args.skip_bad)  # a user error here and below: one line, by anchorft.cli
+    resp, bad = read_responses(args.responses, skip_bad=args.skip_bad)
+    if not resp:
+        raise ValueError(f"{args.responses}: no valid response lines")
+    greedy = {i: r["greedy"] for i, r in resp.items() if "greedy" in r} or None
+    with MathChecker(timeout_s=args.timeout) as checker:
+        records = score_bench(bench, {i: r["responses"] for i, r in resp.items()}, greedy, checker)
+        metrics = summarize(records, args.k)
+        metrics["n_timeouts"] = checker.n_timeouts
     metrics.update(
         n_missing=len(bench.items) - len(records), n_bad_bench_lines=bench.n_bad, n_bad_response_lines=len(bad)
     )
@@ -120,22 +117,18 @@ def main(argv: list[str]) -> int:
 
         return suite_main(argv[1:])
     args = _eval_parser().parse_args(argv)
-    if bool(args.bench) == bool(args.lm_eval):
-        print("anchorft eval: error: give --bench FILE.jsonl (one or more) or --lm-eval TASKS", file=sys.stderr)
-        return 2
+    if bool(args.bench) == bool(args.lm_eval):  # a user error here and below: one line, by anchorft.cli
+        raise UsageError("give --bench FILE.jsonl (one or more) or --lm-eval TASKS")
     from anchorft.preflight import check_input_file, check_model_source
     from anchorft.runs import run_claimed
 
-    try:
-        if args.k is not None and not 1 <= args.k <= args.n and args.bench:
-            raise ValueError(f"--k: must be in 1..--n ({args.n}), got {args.k}")
-        check_model_source(args.model, "--model")
-        for b in args.bench:
-            check_input_file(b, "--bench", jsonl=False)
-        run = {k: v for k, v in vars(args).items() if k not in ("out", "overwrite", "timeout")}
-        result = run_claimed(args.out, "eval", run, lambda claim: _evaluate(args), overwrite=args.overwrite)
-    except (ValueError, FileNotFoundError, ImportError) as e:
-        return report("anchorft eval", e)
+    if args.k is not None and not 1 <= args.k <= args.n and args.bench:
+        raise ValueError(f"--k: must be in 1..--n ({args.n}), got {args.k}")
+    check_model_source(args.model, "--model")
+    for b in args.bench:
+        check_input_file(b, "--bench", jsonl=False)
+    run = {k: v for k, v in vars(args).items() if k not in ("out", "overwrite", "timeout")}
+    result = run_claimed(args.out, "eval", run, lambda claim: _evaluate(args), overwrite=args.overwrite)
     if result is None:
         return 0
     print(json.dumps(result["results"], default=str) if args.lm_eval else json.dumps(result))

@@ -23,7 +23,7 @@ from anchorft.commands.flags import (
     parse_named,
     pass_k,
 )
-from anchorft.errors import UsageError, report
+from anchorft.errors import UsageError
 
 PRESETS = ("paper",)
 
@@ -91,40 +91,36 @@ def main(argv: list[str]) -> int:
     from anchorft.runs import run_claimed
     from anchorft.studies.eval_suite import run_suite
 
-    try:
-        gpus = args.cell_gpus
-        if gpus is None:
-            gpus = args.tp * (args.dp or 1) if args.backend == "vllm" else 0.0
-        if args.cell_cpus is not None and args.cell_cpus < 1:
-            raise ValueError(f"--cell-cpus: must be >= 1, got {args.cell_cpus}")
-        cluster = cluster_from(args, gpus, **{"--cell-cpus": args.cell_cpus, "--cell-gpus": args.cell_gpus})
-        if args.preset not in PRESETS:
-            raise UsageError(f"--preset: unknown preset {args.preset!r}; choose from {list(PRESETS)}")
-        vllm = dict(
-            tensor_parallel_size=args.tp, data_parallel_size=args.dp, enable_prefix_caching=args.prefix_caching
-        )
-        settings = SuiteSettings(**field_values(args, SuiteSettings, k=pass_k(args), extra={"vllm": vllm}))
-        settings.validate()
-        if args.limit is not None and args.limit < 1:
-            raise ValueError(f"--limit must be >= 1, got {args.limit}")
-        models = check_models(parse_named(args.models, "--models"))
-        benches = [b.strip() for b in args.benches.split(",") if b.strip()] if args.benches else None
-        resolve_benches(args.bench_dir, benches)
-        protocol, notes = _run_identity(args, settings, models)
-        from anchorft.eval.answers import MathChecker
+    # a user error here and below: one line, by anchorft.cli
+    gpus = args.cell_gpus
+    if gpus is None:
+        gpus = args.tp * (args.dp or 1) if args.backend == "vllm" else 0.0
+    if args.cell_cpus is not None and args.cell_cpus < 1:
+        raise ValueError(f"--cell-cpus: must be >= 1, got {args.cell_cpus}")
+    cluster = cluster_from(args, gpus, **{"--cell-cpus": args.cell_cpus, "--cell-gpus": args.cell_gpus})
+    if args.preset not in PRESETS:
+        raise UsageError(f"--preset: unknown preset {args.preset!r}; choose from {list(PRESETS)}")
+    vllm = dict(tensor_parallel_size=args.tp, data_parallel_size=args.dp, enable_prefix_caching=args.prefix_caching)
+    settings = SuiteSettings(**field_values(args, SuiteSettings, k=pass_k(args), extra={"vllm": vllm}))
+    settings.validate()
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {args.limit}")
+    models = check_models(parse_named(args.models, "--models"))
+    benches = [b.strip() for b in args.benches.split(",") if b.strip()] if args.benches else None
+    resolve_benches(args.bench_dir, benches)
+    protocol, notes = _run_identity(args, settings, models)
+    from anchorft.eval.answers import MathChecker
 
-        def suite(claim) -> dict:
-            with MathChecker(timeout_s=args.timeout) as checker:
-                return run_suite(
-                    models, args.bench_dir, args.out, settings, benches=benches, backend=args.backend,
-                    checker=checker, log=lambda m: print(m, file=sys.stderr, flush=True), cluster=cluster,
-                    threads=args.cell_cpus or 1,
-                )  # fmt: skip
+    def suite(claim) -> dict:
+        with MathChecker(timeout_s=args.timeout) as checker:
+            return run_suite(
+                models, args.bench_dir, args.out, settings, benches=benches, backend=args.backend,
+                checker=checker, log=lambda m: print(m, file=sys.stderr, flush=True), cluster=cluster,
+                threads=args.cell_cpus or 1,
+            )  # fmt: skip
 
-        table = run_claimed(args.out, "eval suite", protocol, suite, overwrite=args.overwrite, notes=notes,
-                            rerun_finished=True)  # fmt: skip
-    except (ValueError, FileNotFoundError, ImportError) as e:
-        return report("anchorft eval suite", e)
+    table = run_claimed(args.out, "eval suite", protocol, suite, overwrite=args.overwrite, notes=notes,
+                        rerun_finished=True)  # fmt: skip
     print(json.dumps({m: {k: v for k, v in r.items() if "mean" in k} for m, r in table["models"].items()}))
     return 0
 

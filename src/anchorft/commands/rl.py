@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field, fields
 
 from anchorft.commands.flags import NOT_HASHED, field_help, normalize_train_argv, short_or_all_help, trl_sections
-from anchorft.errors import report
+from anchorft.errors import UsageError
 
 
 @dataclass
@@ -104,10 +104,10 @@ def _load_config(path: str) -> dict:
 
 
 def precheck(argv: list[str]) -> None:
-    """The command line (--out spellings applied) checked before TRL is imported (`anchorft.commands.prechecks`):
+    """The command line (--out spellings applied) checked before TRL is imported (`anchorft.rpsft.prechecks`):
     the --config file found, read and its keys known; the flags known; learning_rate, max_steps and report_to
     valid. ValueError: the message TrlParser and DAPOConfig give."""
-    from anchorft.commands.prechecks import (
+    from anchorft.rpsft.prechecks import (
         as_number,
         check_values,
         given_flags,
@@ -164,41 +164,37 @@ def main(argv: list[str]) -> int:
     argv = short_or_all_help(list(argv), short_help)
     if argv is None:
         return 0
-    try:
-        if "--help" not in argv:  # --help-all: TrlParser's own help
-            precheck(normalize_train_argv(argv, _OUT_ALIASES))  # what needs no model, before TRL is imported
-        script, config = parse(argv)
-    except ValueError as e:  # a bad YAML, key or value: DAPOConfig checks every field on construction
-        return report("anchorft rl", e)
+    # a user error here and below (a bad YAML, key or value: DAPOConfig checks every field on construction): one
+    # line, by anchorft.cli
+    if "--help" not in argv:  # --help-all: TrlParser's own help
+        precheck(normalize_train_argv(argv, _OUT_ALIASES))  # what needs no model, before TRL is imported
+    script, config = parse(argv)
     if script.model is None or (not script.estimate and (script.dataset is None or script.out is None)):
-        return report("anchorft rl", ValueError("--model, --dataset and --out are required (unless --estimate)"))
+        raise UsageError("--model, --dataset and --out are required (unless --estimate)")
     from anchorft.preflight import check_input_file, check_model_source
     from anchorft.rpsft.rl import load_rl_dataset, run_rl
     from anchorft.runs import run_claimed
 
-    try:
-        if script.estimate:
-            print("\n".join(_estimate(script.model, config)))
-            return 0
-        from anchorft.rpsft.train import check_launch
+    if script.estimate:
+        print("\n".join(_estimate(script.model, config)))
+        return 0
+    from anchorft.rpsft.train import check_launch
 
-        check_launch(config, config.anchor_spec is not None, f"--anchor_method {config.anchor_method}")
-        check_input_file(script.dataset, "--dataset", jsonl=not script.skip_bad)
-        check_model_source(script.model, "--model")
-        run = {"model": script.model, "dataset": script.dataset, "limit": script.limit}
-        # every field that can change the result (the anchor's, TRL's sampling and loss ones), not only the summary
-        run["settings"] = {k: v for k, v in config.to_dict().items() if k not in NOT_HASHED}
+    check_launch(config, config.anchor_spec is not None, f"--anchor_method {config.anchor_method}")
+    check_input_file(script.dataset, "--dataset", jsonl=not script.skip_bad)
+    check_model_source(script.model, "--model")
+    run = {"model": script.model, "dataset": script.dataset, "limit": script.limit}
+    # every field that can change the result (the anchor's, TRL's sampling and loss ones), not only the summary
+    run["settings"] = {k: v for k, v in config.to_dict().items() if k not in NOT_HASHED}
 
-        def run_in(claim) -> dict:
-            if int(os.environ.get("RANK", "0")) == 0:  # before loading, which takes minutes for a large model
-                print(f"anchorft rl: {config.anchor_method} anchor, {script.model} on {script.dataset} -> "
-                      f"{script.out}", flush=True)  # fmt: skip
-            data = load_rl_dataset(script.dataset, skip_bad=script.skip_bad, limit=script.limit)
-            return run_rl(script.model, data, script.out, config)
+    def run_in(claim) -> dict:
+        if int(os.environ.get("RANK", "0")) == 0:  # before loading, which takes minutes for a large model
+            print(f"anchorft rl: {config.anchor_method} anchor, {script.model} on {script.dataset} -> "
+                  f"{script.out}", flush=True)  # fmt: skip
+        data = load_rl_dataset(script.dataset, skip_bad=script.skip_bad, limit=script.limit)
+        return run_rl(script.model, data, script.out, config)
 
-        metrics = run_claimed(script.out, "rl", run, run_in, overwrite=script.overwrite)
-    except (ValueError, FileNotFoundError) as e:
-        return report("anchorft rl", e)
+    metrics = run_claimed(script.out, "rl", run, run_in, overwrite=script.overwrite)
     if metrics is None:
         return 0
     print(json.dumps({k: metrics[k] for k in ("reward_first", "reward_last")} | {"out": script.out}))

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Sequence
 
 from anchorft.commands.flags import NOT_HASHED, FlagParser, add_field_flags, both_spellings, keyword_defaults
-from anchorft.errors import UsageError, report
+from anchorft.errors import UsageError
 
 
 def _estimate(argv: list[str]) -> int:
@@ -56,10 +56,7 @@ def _estimate(argv: list[str]) -> int:
     inputs = EstimateInputs(
         anchor={n: a.pop(n) for n in ANCHOR_FLAGS}, **{k: v for k, v in a.items() if k != "estimate"}
     )
-    try:
-        print(estimate_report(inputs), end="")
-    except ValueError as e:  # a bad recipe, config.json, rule, map or model folder
-        return report("anchorft train --estimate", e)
+    print(estimate_report(inputs), end="")  # a bad recipe, config.json, rule, map or model folder: by anchorft.cli
     return 0
 
 
@@ -132,25 +129,13 @@ def dry_run_main(argv: Sequence[str]) -> int:
         p.error(f"overrides must be --field value pairs, got {rest}")
     overrides = {k[2:]: yaml.safe_load(v) for k, v in zip(rest[::2], rest[1::2])}
     if ns.data_check and ns.dataset is None:
-        try:
-            _check_recipe_data(ns.config, overrides)
-        except (ValueError, OSError) as err:
-            return report("anchorft train --dry-run", err)
+        _check_recipe_data(ns.config, overrides)  # a user error here and below: one line, by anchorft.cli
     out = ns.output_dir or tempfile.mkdtemp(prefix="anchorft-dry-run-")
     import torch
 
     torch.set_num_threads(ns.threads)
-    try:
-        s = dry_run(
-            ns.config,
-            out,
-            steps=ns.dry_run_steps,
-            overrides=overrides,
-            dataset=ns.dataset,
-            model_config=ns.model_config,
-        )
-    except ValueError as err:
-        return report("anchorft train --dry-run", err)
+    s = dry_run(ns.config, out, steps=ns.dry_run_steps, overrides=overrides, dataset=ns.dataset,
+                model_config=ns.model_config)  # fmt: skip
     si = s["stand_in"]
     print(
         f"dry run OK: {s['config']} ({s['method']}, {s['family']}) on a stand-in of {s['parameters']:,} parameters "
@@ -187,53 +172,43 @@ def main(argv: list[str]) -> int:
     argv = short_or_all_help(normalize_train_argv(list(argv)), short_help)
     if argv is None:
         return 0
-    from anchorft.commands.prechecks import check_train_argv, config_given
+    from anchorft.rpsft.prechecks import check_train_argv, config_given
 
     mode = next((m for m in ("--dry-run", "--estimate") if m in argv), None)
     if mode is not None and config_given(argv) is not None:  # a missing recipe before torch and TRL load
         from anchorft.resources import config_path
 
-        try:
-            config_path(config_given(argv))
-        except ValueError as e:
-            return report(f"anchorft train {mode}", e)
+        config_path(config_given(argv))  # a user error here and below: one line, by anchorft.cli
     if mode == "--dry-run":
         return dry_run_main(argv)
     if mode == "--estimate":
         return _estimate(argv)
     argv, overwrite = pop_flag(argv, "--overwrite")
-    try:
-        # what needs no model, checked before TRL is imported (seconds); --help-all is TrlParser's own help
-        given = check_train_argv(argv) if "--help" not in argv else None
-        if given is not None and _missing(given):
-            print(f"anchorft train: missing --{' --'.join(_missing(given))}", file=sys.stderr)
-            return 2
-        script, args = _parse_train_argv(argv)
-    except (OSError, ValueError) as e:
-        return report("anchorft train", e)
+    # what needs no model, checked before TRL is imported (seconds); --help-all is TrlParser's own help
+    given = check_train_argv(argv) if "--help" not in argv else None
+    if given is not None and _missing(given):
+        raise UsageError(f"missing --{' --'.join(_missing(given))}")
+    script, args = _parse_train_argv(argv)
     if _missing(dataclasses.asdict(script)):
-        print(f"anchorft train: missing --{' --'.join(_missing(dataclasses.asdict(script)))}", file=sys.stderr)
-        return 2
+        raise UsageError(f"missing --{' --'.join(_missing(dataclasses.asdict(script)))}")
     from anchorft.preflight import check_model_source
     from anchorft.rpsft.data import check_sft_source
     from anchorft.rpsft.train import check_launch, check_model_folder, train
     from anchorft.runs import check_output_dir, finish
 
-    try:  # everything the user named is checked before a model is loaded
-        check_launch(args, args.anchored, f"--method {args.method}")
-        check_sft_source(script.dataset, "--dataset")
-        check_sft_source(script.eval_dataset, "--eval_dataset")
-        check_model_source(script.model_name_or_path, "--model_name_or_path")
-        check_model_source(script.tokenizer_name_or_path, "--tokenizer_name_or_path", what="tokenizer")
-        if args.iw_ref_model not in (None, "copy"):
-            check_model_source(args.iw_ref_model, "--iw_ref_model")
-        check_output_dir(args.output_dir, "--output_dir")
-        check_model_folder(script.model_name_or_path, "--model_name_or_path")  # weights, not only config.json
-        if args.iw_ref_model not in (None, "copy"):
-            check_model_folder(args.iw_ref_model, "--iw_ref_model")
-        claim, complete = _claim(script, args, overwrite)
-    except (ValueError, OSError) as e:
-        return report("anchorft train", e)
+    # everything the user named is checked before a model is loaded
+    check_launch(args, args.anchored, f"--method {args.method}")
+    check_sft_source(script.dataset, "--dataset")
+    check_sft_source(script.eval_dataset, "--eval_dataset")
+    check_model_source(script.model_name_or_path, "--model_name_or_path")
+    check_model_source(script.tokenizer_name_or_path, "--tokenizer_name_or_path", what="tokenizer")
+    if args.iw_ref_model not in (None, "copy"):
+        check_model_source(args.iw_ref_model, "--iw_ref_model")
+    check_output_dir(args.output_dir, "--output_dir")
+    check_model_folder(script.model_name_or_path, "--model_name_or_path")  # weights, not only config.json
+    if args.iw_ref_model not in (None, "copy"):
+        check_model_folder(args.iw_ref_model, "--iw_ref_model")
+    claim, complete = _claim(script, args, overwrite)
     if complete:
         print(f"anchorft train: {args.output_dir} already holds this finished run (same config); --overwrite to redo")
         return 0
@@ -246,15 +221,10 @@ def main(argv: list[str]) -> int:
         print(f"anchorft train: {args.method} on {script.model_name_or_path} -> {args.output_dir}", flush=True)
         if args.resume_from_checkpoint not in (None, False, "false", "False"):
             print(f"anchorft train: resuming from {args.resume_from_checkpoint}", flush=True)
-    try:
-        model, fisher = script.model_name_or_path, None
-        if args.anchored and str(args.anchor_rank_rule or "").startswith("fisher"):
-            model, tok, fisher = _fisher_calibration(args, script, tok)
-        trainer = train(
-            args, model, script.dataset, tokenizer=tok, eval_dataset=script.eval_dataset, anchor_fisher=fisher
-        )
-    except ValueError as e:
-        return report("anchorft train", e)
+    model, fisher = script.model_name_or_path, None
+    if args.anchored and str(args.anchor_rank_rule or "").startswith("fisher"):
+        model, tok, fisher = _fisher_calibration(args, script, tok)
+    trainer = train(args, model, script.dataset, tokenizer=tok, eval_dataset=script.eval_dataset, anchor_fisher=fisher)
     trainer.save_model(args.output_dir)  # on every rank: Trainer saves from the main process (gathers under FSDP)
     from anchorft import stop
 

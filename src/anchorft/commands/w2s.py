@@ -8,7 +8,6 @@ import json
 import sys
 
 from anchorft.commands.flags import FlagParser, add_executor_flags, both_spellings, cluster_from
-from anchorft.errors import report
 
 
 def _threads(n: int) -> None:
@@ -24,23 +23,19 @@ def _run(args: argparse.Namespace) -> int:
 
     flags = {"n_seeds": args.n_seeds, "steps": args.steps, "device": args.device}
     overrides = [*args.overrides, *(f"{k}={v}" for k, v in flags.items() if v is not None)]
-    try:
-        config = load_config(args.preset, overrides)
-    except ValueError as e:
-        return report("anchorft w2s run", e)
+    config = load_config(args.preset, overrides)  # a user error here and below: one line, by anchorft.cli
     if args.ode:
         from anchorft.w2s.meanfield import check_supported
 
         try:
             check_supported(config)
         except ValueError as e:
-            return report("anchorft w2s run", ValueError(f"--ode: {e}"))
+            raise ValueError(f"--ode: {e}") from None
     if config.device.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
-            print("anchorft w2s run: device=cuda requested but CUDA is not available", file=sys.stderr)
-            return 2
+            raise ValueError("device=cuda requested but CUDA is not available")
     _threads(args.threads)
     from anchorft.runs import existing_files, run_claimed
     from anchorft.studies.w2s.experiments import run_config
@@ -126,17 +121,14 @@ def _theory(args: argparse.Namespace) -> int:
 
     keys = ("link", "transform", "clip", "d", "s")
     given = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
-    try:
-        if args.preset is not None:
-            extra = [f"{k}={v}" for k, v in given.items()]
-            result = preset_theory_report(args.preset, [*args.overrides, *extra], n_seeds=args.n_seeds)
-        else:
-            if args.overrides:
-                raise ValueError("key=value overrides need --preset")
-            config = dataclasses.replace(W2SConfig(), **given)
-            result = theory_report(*(getattr(config, k) for k in keys))
-    except ValueError as e:
-        return report("anchorft w2s theory", e)
+    if args.preset is not None:
+        extra = [f"{k}={v}" for k, v in given.items()]
+        result = preset_theory_report(args.preset, [*args.overrides, *extra], n_seeds=args.n_seeds)
+    else:
+        if args.overrides:
+            raise ValueError("key=value overrides need --preset")
+        config = dataclasses.replace(W2SConfig(), **given)
+        result = theory_report(*(getattr(config, k) for k in keys))
     print(json.dumps(result, indent=1) if args.json else _theory_text(result))
     return 0
 
@@ -147,13 +139,11 @@ def _sweep(args: argparse.Namespace) -> int:
 
     _threads(args.threads)
 
-    try:  # a bad --kind, --spec, --workers or sweep file is refused before the output folder is touched
-        if args.workers < 1:
-            raise ValueError(f"--workers: must be >= 1, got {args.workers}")
-        cluster = cluster_from(args)
-        spec = load_sweep(args.kind, args.quick, args.spec)
-    except ValueError as e:
-        return report("anchorft w2s sweep", e)
+    # a bad --kind, --spec, --workers or sweep file is refused before the output folder is touched
+    if args.workers < 1:
+        raise ValueError(f"--workers: must be >= 1, got {args.workers}")
+    cluster = cluster_from(args)
+    spec = load_sweep(args.kind, args.quick, args.spec)
     # the resolved sweep (an edited sweep file is another run) and the overrides
     run = {"kind": args.kind, "quick": args.quick, "overrides": list(args.overrides), "spec": spec}
 
@@ -169,10 +159,7 @@ def _sweep(args: argparse.Namespace) -> int:
             cluster=cluster,
         )
 
-    try:
-        result = run_claimed(args.out, "w2s sweep", run, work, overwrite=args.overwrite)
-    except ValueError as e:  # refused before anything was written (the claim, or the sweep): no folder left behind
-        return report("anchorft w2s sweep", e)
+    result = run_claimed(args.out, "w2s sweep", run, work, overwrite=args.overwrite)
     if result is None:
         return 0
     if "rows" in result:

@@ -22,6 +22,8 @@ import functools
 import io
 from collections.abc import Iterator, Sequence
 
+from anchorft.errors import MissingExtra
+
 __all__ = ["ifeval_available", "punkt_sentence_tokenizer", "ifeval_follows"]
 
 # A short English text for PunktTrainer (written for this module) and abbreviations it should know.
@@ -89,7 +91,7 @@ def ifeval_follows(response: str, instructions: Sequence[dict], prompt: str) -> 
     message (the `combination:repeat_prompt` check and instructions that read the prompt use it)."""
     ok, why = ifeval_available()
     if not ok:
-        raise ImportError(why)
+        raise MissingExtra(why)
     with _quiet():
         from lm_eval.tasks.ifeval.instructions_registry import INSTRUCTION_DICT
         from lm_eval.tasks.ifeval.utils import InputExample, test_instruction_following_loose

@@ -14,6 +14,7 @@ import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
 
+from anchorft.errors import MissingExtra
 from anchorft.io import write_json
 from anchorft.provenance import with_provenance
 
@@ -79,7 +80,7 @@ def run_lm_eval(
 ) -> dict:
     """Evaluate a local HF model on lm-eval tasks; writes out_dir/lm_eval_results.json, returns its dict."""
     if not lm_eval_available():
-        raise ImportError("the lm-eval bridge needs lm-evaluation-harness: pip install 'anchorft[lmeval]'")
+        raise MissingExtra("the lm-eval bridge needs lm-evaluation-harness: pip install 'anchorft[lmeval]'")
     model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file():
         raise ValueError(f"--model {model_dir}: no config.json there (a local model directory is needed)")

@@ -8,7 +8,7 @@ The anchor's maths lives one floor down, in `anchorft.subspace`.
 
 The names are imported on first use (PEP 562), and so are submodules reached as attributes: the light modules
 here (`recipes`, `arg_checks`) serve the command line's checks before torch and TRL are imported
-(`anchorft.commands.prechecks`), and importing this package must not load them.
+(`anchorft.rpsft.prechecks`), and importing this package must not load them.
 """
 
 from __future__ import annotations

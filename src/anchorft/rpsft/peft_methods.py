@@ -19,6 +19,7 @@ import os
 import torch
 from torch import nn
 
+from anchorft.errors import MissingExtra
 from anchorft.rpsft.adapters import ADAPTERS, get_adapter, tuner_layers
 from anchorft.rpsft.sharding import full_matrix, unwrap
 
@@ -111,7 +112,7 @@ def peft_config_for(args, model: nn.Module | None = None):
     try:
         import peft  # noqa: F401
     except ImportError as e:  # pragma: no cover - the dev and peft extras install it
-        raise ImportError(f"method {args.method!r} needs peft: pip install 'anchorft[peft]'") from e
+        raise MissingExtra(f"method {args.method!r} needs peft: pip install 'anchorft[peft]'") from e
     targets = target_modules(args, model)
     return get_adapter(kind).config(args, targets, _targeted(model, targets))
 

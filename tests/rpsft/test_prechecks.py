@@ -87,8 +87,8 @@ def test_mistakes_are_reported_before_torch_transformers_and_trl_load(files, arg
 def test_the_early_message_is_the_full_parse_s(files, argv, monkeypatch, capsys):
     """Each pre-checked mistake gets, word for word, the message the full parse (TrlParser, the configs' checks,
     the loaded model's rank check) gives with the pre-checks off."""
-    import anchorft.commands.prechecks as pc
     import anchorft.commands.rl as rl
+    import anchorft.rpsft.prechecks as pc
 
     assert main(list(argv)) == 2
     early = capsys.readouterr().err
@@ -117,7 +117,7 @@ def test_the_flags_read_from_source_are_trlparser_s(command):
     """Every flag TrlParser makes of the config dataclasses, with as many values, from their source alone."""
     from trl import TrlParser
 
-    from anchorft.commands.prechecks import source_fields, trl_flags_parser
+    from anchorft.rpsft.prechecks import source_fields, trl_flags_parser
 
     if command == "train":
         from anchorft.rpsft.config import RPSFTConfig as Config
@@ -155,7 +155,7 @@ def test_lora_rank_limit_from_config_json_is_the_loaded_model_s(tmp_path, family
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from anchorft.commands.prechecks import lora_rank_limit
+    from anchorft.rpsft.prechecks import lora_rank_limit
 
     cfg = AutoConfig.for_model(family, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
                                num_hidden_layers=1, vocab_size=64, **extra)  # fmt: skip
@@ -170,8 +170,8 @@ def test_lora_rank_limit_from_config_json_is_the_loaded_model_s(tmp_path, family
 def test_eval_flags_take_run_eval_s_defaults_from_its_source():
     """`anchorft eval` builds its parser without importing the runner (torch); the defaults are still run_eval's."""
     from anchorft.commands.flags import keyword_defaults
-    from anchorft.commands.prechecks import source_defaults
     from anchorft.eval.runner import run_eval
+    from anchorft.rpsft.prechecks import source_defaults
 
     assert source_defaults("anchorft.eval.runner", "run_eval") == keyword_defaults(run_eval)
     assert source_defaults("anchorft.eval.runner", "no_such_function") is None
@@ -180,9 +180,9 @@ def test_eval_flags_take_run_eval_s_defaults_from_its_source():
 def test_every_shipped_recipe_and_rl_config_passes_the_prechecks():
     """The pre-checks refuse nothing the full parse accepts: every shipped recipe (tests/rpsft/test_recipes.py
     builds each) and the RL config pass them."""
-    from anchorft.commands.prechecks import check_train_argv
     from anchorft.commands.rl import precheck
     from anchorft.resources import shipped_configs
+    from anchorft.rpsft.prechecks import check_train_argv
 
     recipes = [n for n in shipped_configs("rpsft") if not n.startswith("rpsft/_base")]
     assert recipes

@@ -6,7 +6,7 @@ Here the flags and keys are read from the source of the config dataclasses (`sou
 is imported) and checked with the code the configs run themselves (`check_trainer_args`, the recipe's and the RL
 config's key checks), so the one-line errors are the same ones. What these checks cannot decide (a value of a
 type they do not convert, a class whose source they cannot find) is left to TrlParser, which checks everything
-again: a check here refuses only what the full run refuses too, in the same words (tests/test_cli_prechecks.py).
+again: a check here refuses only what the full run refuses too, in the same words (tests/rpsft/test_prechecks.py).
 """
 
 from __future__ import annotations
