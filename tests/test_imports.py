@@ -20,6 +20,7 @@ KERNELS = (
     "anchorft.provenance",
     "anchorft.subspace",
     "anchorft.dataclass_yaml",
+    "anchorft.dataclass_flags",
     "anchorft.eval.metrics",
     "anchorft.errors",
     "anchorft.stop",

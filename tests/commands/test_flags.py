@@ -54,34 +54,6 @@ def test_train_aliases():
     ]
 
 
-def test_field_values_are_the_flags_named_as_fields():
-    """A command hands its parsed flags to a config by field name: other flags stay out, `override` wins."""
-    import argparse
-    import dataclasses
-
-    from anchorft.commands.flags import field_values
-
-    @dataclasses.dataclass
-    class Config:
-        a: int = 0
-        b: str = "x"
-        c: bool = False  # no flag of this name
-
-    args = argparse.Namespace(a=3, b="y", out="o")
-    assert field_values(args, Config) == {"a": 3, "b": "y"}
-    assert field_values(args, Config, b="z", c=True) == {"a": 3, "b": "z", "c": True}
-
-
-def test_parse_named_pairs_in_order_and_errors():
-    from anchorft.commands.flags import parse_named
-
-    assert list(parse_named(["b=x", "a=y=z"], "--tuned").items()) == [("b", "x"), ("a", "y=z")]
-    with pytest.raises(ValueError, match="--models must be NAME=DIR"):
-        parse_named(["noequals"], "--models")
-    with pytest.raises(ValueError, match="the name 'a' is given twice"):
-        parse_named(["a=x", "a=y"], "--tuned")
-
-
 def test_rl_short_help_lists_the_project_flags_first(capsys):
     """`anchorft rl --help` has the same layout as `anchorft train --help`: the script's and DAPOConfig's own fields
     first, TRL's full list behind --help-all."""
@@ -190,9 +162,9 @@ def test_command_flags_take_the_library_functions_and_configs_defaults():
     from anchorft.analysis.config import AnalysisConfig
     from anchorft.commands import analyze, data
     from anchorft.commands import eval as eval_cmd
-    from anchorft.commands.flags import keyword_defaults
     from anchorft.data.dapo import prepare_dapo_math
     from anchorft.data.openr1 import prepare_openr1_math
+    from anchorft.dataclass_flags import keyword_defaults
     from anchorft.eval.runner import run_eval
 
     def check(ns, defaults, names):

@@ -169,7 +169,7 @@ def test_lora_rank_limit_from_config_json_is_the_loaded_model_s(tmp_path, family
 
 def test_eval_flags_take_run_eval_s_defaults_from_its_source():
     """`anchorft eval` builds its parser without importing the runner (torch); the defaults are still run_eval's."""
-    from anchorft.commands.flags import keyword_defaults
+    from anchorft.dataclass_flags import keyword_defaults
     from anchorft.eval.runner import run_eval
     from anchorft.rpsft.prechecks import source_defaults
 

@@ -17,7 +17,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from anchorft.analysis.config import AnalysisConfig
-from anchorft.commands.flags import FlagParser, add_field_flags, both_spellings, field_values, parse_named
+from anchorft.dataclass_flags import FlagParser, add_field_flags, both_spellings, field_values, parse_named
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from anchorft.commands.flags import FlagParser
+from anchorft.dataclass_flags import FlagParser
 from anchorft.resources import config_path, shipped_configs
 
 __all__ = ["main", "render", "hostnames"]

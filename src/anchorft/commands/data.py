@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from anchorft.commands.flags import FlagParser, both_spellings, keyword_defaults
+from anchorft.dataclass_flags import FlagParser, both_spellings, keyword_defaults
 from anchorft.errors import UsageError, one_line
 
 LOCAL = (".jsonl", ".json", ".parquet")  # --source names a local file

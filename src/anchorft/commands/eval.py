@@ -16,14 +16,8 @@ import argparse
 import json
 import sys
 
-from anchorft.commands.flags import (
-    FlagParser,
-    add_sampling_flags,
-    add_timeout_flag,
-    both_spellings,
-    keyword_defaults,
-    pass_k,
-)
+from anchorft.commands.flags import add_sampling_flags, add_timeout_flag, pass_k
+from anchorft.dataclass_flags import FlagParser, both_spellings, keyword_defaults
 from anchorft.errors import UsageError
 
 # the flags that run_eval and run_lm_eval take as keyword arguments of the same names

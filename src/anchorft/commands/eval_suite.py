@@ -13,16 +13,8 @@ import argparse
 import json
 import sys
 
-from anchorft.commands.flags import (
-    FlagParser,
-    add_executor_flags,
-    add_sampling_flags,
-    both_spellings,
-    cluster_from,
-    field_values,
-    parse_named,
-    pass_k,
-)
+from anchorft.commands.flags import add_executor_flags, add_sampling_flags, cluster_from, pass_k
+from anchorft.dataclass_flags import FlagParser, both_spellings, field_values, parse_named
 from anchorft.errors import UsageError
 
 PRESETS = ("paper",)

@@ -15,7 +15,8 @@ import json
 import os
 from dataclasses import dataclass, field, fields
 
-from anchorft.commands.flags import NOT_HASHED, field_help, normalize_train_argv, short_or_all_help, trl_sections
+from anchorft.commands.flags import NOT_HASHED, normalize_train_argv, short_or_all_help, trl_sections
+from anchorft.dataclass_flags import field_help
 from anchorft.errors import UsageError
 
 

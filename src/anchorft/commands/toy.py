@@ -7,7 +7,8 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from anchorft.commands.flags import FlagParser, add_executor_flags, both_spellings, cluster_from
+from anchorft.commands.flags import add_executor_flags, cluster_from
+from anchorft.dataclass_flags import FlagParser, both_spellings
 
 
 def _parser() -> argparse.ArgumentParser:

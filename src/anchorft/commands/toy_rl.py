@@ -10,14 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from anchorft.commands.flags import (
-    FlagParser,
-    add_executor_flags,
-    add_field_flags,
-    both_spellings,
-    cluster_from,
-    field_values,
-)
+from anchorft.commands.flags import add_executor_flags, cluster_from
+from anchorft.dataclass_flags import FlagParser, add_field_flags, both_spellings, field_values
 from anchorft.studies.testbed.rl_stage import RLStageSettings
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from anchorft.commands.flags import FlagParser, both_spellings
+from anchorft.dataclass_flags import FlagParser, both_spellings
 
 
 def _parser() -> argparse.ArgumentParser:

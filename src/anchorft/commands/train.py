@@ -17,7 +17,8 @@ import sys
 import tempfile
 from collections.abc import Sequence
 
-from anchorft.commands.flags import NOT_HASHED, FlagParser, add_field_flags, both_spellings, keyword_defaults
+from anchorft.commands.flags import NOT_HASHED
+from anchorft.dataclass_flags import FlagParser, add_field_flags, both_spellings, keyword_defaults
 from anchorft.errors import UsageError
 
 
@@ -167,7 +168,8 @@ def _missing(values: dict) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    from anchorft.commands.flags import normalize_train_argv, pop_flag, short_help, short_or_all_help
+    from anchorft.commands.flags import normalize_train_argv, short_help, short_or_all_help
+    from anchorft.dataclass_flags import pop_flag
 
     argv = short_or_all_help(normalize_train_argv(list(argv)), short_help)
     if argv is None:
