@@ -18,6 +18,10 @@ from pathlib import Path
 
 from anchorft.analysis.config import AnalysisConfig
 from anchorft.dataclass_flags import FlagParser, add_field_flags, both_spellings, field_values, parse_named
+from anchorft.preflight import resolve_model_folder
+from anchorft.runs import run_claimed
+from anchorft.studies.testbed.analysis import testbed_ood_fisher_file, testbed_prompt_files
+from anchorft.studies.testbed.layout import first_seed_models
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,7 +56,6 @@ def main(argv: list[str]) -> int:
 
         torch.set_num_threads(args.threads)
     from anchorft.analysis.run import run_analysis
-    from anchorft.runs import run_claimed
 
     run = {k: v for k, v in vars(args).items() if k not in ("out", "threads", "overwrite", "device")}
 
@@ -64,22 +67,17 @@ def main(argv: list[str]) -> int:
             if base is None and (models / "base").is_dir():
                 base = str(models / "base")
             if not tuned and models.is_dir():
-                from anchorft.studies.testbed.layout import first_seed_models
-
                 found = {n: str(d) for n, d in first_seed_models(args.compare).items()}
                 results = Path(args.compare) / "results.json"
                 order = list(json.loads(results.read_text()).get("methods", {})) if results.is_file() else []
                 tuned = {n: found[n] for n in order if n in found} | {n: p for n, p in found.items() if n not in order}
         if base is None:
             raise ValueError("--base is required (or --compare DIR with DIR/models/base)")
-        from anchorft.preflight import resolve_model_folder
 
         base = resolve_model_folder(base, "--base")  # a folder, or a hub id's snapshot in the hub cache
         tuned = {n: resolve_model_folder(d, f"--tuned {n}") for n, d in tuned.items()}
         prompts = list(args.prompts)
         if args.testbed:
-            from anchorft.studies.testbed.analysis import testbed_ood_fisher_file, testbed_prompt_files
-
             folder = Path(args.out) / "testbed_prompts"
             tb_sets, tb_fisher = testbed_prompt_files(folder, seed=args.seed, compare_dir=args.compare)
             prompts += tb_sets

@@ -18,26 +18,27 @@ import json
 import sys
 from pathlib import Path
 
+from anchorft.data import dapo, openr1, release  # called as module.function: a test may stand in for one
+from anchorft.data.benchmarks import OPTIONAL, RELEASE_COMMIT, RELEASE_REPO, fetch_benchmarks
 from anchorft.dataclass_flags import FlagParser, both_spellings, keyword_defaults
 from anchorft.errors import UsageError, one_line
+from anchorft.preflight import check_hub_dataset, check_input_file, looks_like_path
+from anchorft.runs import run_claimed
 
 LOCAL = (".jsonl", ".json", ".parquet")  # --source names a local file
 
 
 def _parser() -> argparse.ArgumentParser:
-    from anchorft.data.openr1 import FORMATS, HUB_NAME, prepare_openr1_math
-    from anchorft.data.release import RELEASE_HUB_NAME
-
-    od = keyword_defaults(prepare_openr1_math)  # the release sampler's split and format are the same
+    od = keyword_defaults(openr1.prepare_openr1_math)  # the release sampler's split and format are the same
 
     p = FlagParser(prog="anchorft data", description="Prepare fine-tuning data.")
     sub = p.add_subparsers(dest="dataset", required=True)
     o = sub.add_parser(
         "openr1-math",
         help="OpenR1-Math traces in the RPSFT paper's conversational format",
-        description=f"--sampler release (default): every row of {RELEASE_HUB_NAME} (or --source in its schema), "
-        "converted as the paper's release converts it. --sampler verified: a seeded subset of --size rows of "
-        f"{HUB_NAME} whose trace's last \\boxed{{}} verifies (math-verify) against `answer`. Both write "
+        description=f"--sampler release (default): every row of {release.RELEASE_HUB_NAME} (or --source in its "
+        "schema), converted as the paper's release converts it. --sampler verified: a seeded subset of --size rows of "
+        f"{openr1.HUB_NAME} whose trace's last \\boxed{{}} verifies (math-verify) against `answer`. Both write "
         "DIR/train.jsonl, config.json, metrics.json, lengths.png.",
     )
     o.add_argument("--out", required=True, help="output folder")
@@ -45,20 +46,19 @@ def _parser() -> argparse.ArgumentParser:
     o.add_argument(
         "--source",
         default=None,
-        help=f"hub dataset name or local .jsonl/.parquet/folder (default: {RELEASE_HUB_NAME} for the release "
-        f"sampler, {HUB_NAME} for the verified one)",
+        help=f"hub dataset name or local .jsonl/.parquet/folder (default: {release.RELEASE_HUB_NAME} for the release "
+        f"sampler, {openr1.HUB_NAME} for the verified one)",
     )
     o.add_argument("--subset", default=od["subset"], help="hub config name (default: %(default)s)")
     o.add_argument("--split", default=od["split"])
     o.add_argument("--size", type=int, default=od["size"], help="verified sampler: examples to keep (paper: about 4k)")
     o.add_argument("--seed", type=int, default=od["seed"], help="verified sampler: order in which rows are visited")
     o.add_argument("--limit", type=int, default=None, help="read only the first N source rows")
-    o.add_argument("--format", dest="fmt", choices=FORMATS, default=od["fmt"])
+    o.add_argument("--format", dest="fmt", choices=openr1.FORMATS, default=od["fmt"])
     o.add_argument("--no-progress", action="store_true")
     o.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
-    from anchorft.data.dapo import prepare_dapo_math
 
-    dd = keyword_defaults(prepare_dapo_math)
+    dd = keyword_defaults(dapo.prepare_dapo_math)
 
     d = sub.add_parser(
         "dapo-math",
@@ -81,7 +81,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     d.add_argument("--keep-duplicates", dest="dedupe", action="store_false")
     d.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
-    from anchorft.data.benchmarks import OPTIONAL, RELEASE_COMMIT, RELEASE_REPO
     from anchorft.eval.benchmarks import benchmarks_dir
 
     b = sub.add_parser(
@@ -103,14 +102,9 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.dataset == "benchmarks":
         return _benchmarks(args)
-    from anchorft.preflight import check_hub_dataset, check_input_file, looks_like_path
-    from anchorft.runs import run_claimed
 
     if args.dataset == "openr1-math" and args.source is None:
-        from anchorft.data.openr1 import HUB_NAME
-        from anchorft.data.release import RELEASE_HUB_NAME
-
-        args.source = RELEASE_HUB_NAME if args.sampler == "release" else HUB_NAME
+        args.source = release.RELEASE_HUB_NAME if args.sampler == "release" else openr1.HUB_NAME
     # a user error here and below: one line, by anchorft.cli
     if args.source.lower().endswith(".jsonl"):
         check_input_file(args.source, "--source")
@@ -129,7 +123,6 @@ def main(argv: list[str]) -> int:
 
 
 def _benchmarks(args: argparse.Namespace) -> int:
-    from anchorft.data.benchmarks import fetch_benchmarks
     from anchorft.eval.benchmarks import benchmarks_dir
 
     out = args.out or str(benchmarks_dir())
@@ -155,15 +148,12 @@ def _prepare_from(args: argparse.Namespace) -> dict:
 
 def _prepare(args: argparse.Namespace) -> dict:
     if args.dataset == "dapo-math":
-        from anchorft.data.dapo import prepare_dapo_math
-
-        return prepare_dapo_math(args.out, source=args.source, split=args.split, limit=args.limit,
+        return dapo.prepare_dapo_math(args.out, source=args.source, split=args.split, limit=args.limit,
                                  prompt_style=args.prompt_style, dedupe=args.dedupe)  # fmt: skip
     if args.sampler == "release":
-        from anchorft.data.release import prepare_release_set
-
-        return prepare_release_set(args.out, source=args.source, limit=args.limit, fmt=args.fmt, split=args.split)
-    from anchorft.data.openr1 import prepare_openr1_math
+        return release.prepare_release_set(
+            args.out, source=args.source, limit=args.limit, fmt=args.fmt, split=args.split
+        )
 
     same = {k: vars(args)[k] for k in ("source", "size", "seed", "limit", "fmt", "subset", "split")}
-    return prepare_openr1_math(args.out, progress=not args.no_progress, **same)
+    return openr1.prepare_openr1_math(args.out, progress=not args.no_progress, **same)

@@ -16,9 +16,16 @@ import argparse
 import json
 import sys
 
+from anchorft.commands.eval_suite import main as suite_main
 from anchorft.commands.flags import add_sampling_flags, add_timeout_flag, pass_k
 from anchorft.dataclass_flags import FlagParser, both_spellings, keyword_defaults
 from anchorft.errors import UsageError
+from anchorft.eval.answers import MathChecker
+from anchorft.eval.lm_eval_bridge import run_lm_eval
+from anchorft.io import write_jsonl
+from anchorft.preflight import check_input_file, check_model_source
+from anchorft.rpsft.prechecks import source_defaults
+from anchorft.runs import run_claimed
 
 # the flags that run_eval and run_lm_eval take as keyword arguments of the same names
 _RUN_EVAL_FLAGS = ("n", "temperature", "top_p", "max_new_tokens", "batch_size", "limit", "seed", "greedy", "backend")
@@ -56,7 +63,6 @@ def _eval_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-path", action="append", default=[], help="folder of custom lm-eval task YAMLs")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--no-greedy", dest="greedy", action="store_false", help="skip the greedy pass")
-    from anchorft.rpsft.prechecks import source_defaults
 
     # run_eval's defaults, from its source: importing the runner loads torch (seconds before a mistake is reported)
     d = source_defaults("anchorft.eval.runner", "run_eval")
@@ -74,7 +80,6 @@ def _eval_parser() -> argparse.ArgumentParser:
 
 def _score(argv: list[str]) -> int:
     args = _score_parser().parse_args(argv)
-    from anchorft.eval.answers import MathChecker
     from anchorft.eval.benchmarks import load_bench, read_responses, score_bench, summarize
 
     bench = load_bench(args.bench, skip_bad=args.skip_bad)  # a user error here and below: one line, by anchorft.cli
@@ -96,8 +101,6 @@ def _score(argv: list[str]) -> int:
             file=sys.stderr,
         )
     if args.records:
-        from anchorft.io import write_jsonl
-
         write_jsonl(args.records, records)
     print(json.dumps(metrics))
     return 0
@@ -107,14 +110,10 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "score":
         return _score(argv[1:])
     if argv and argv[0] == "suite":
-        from anchorft.commands.eval_suite import main as suite_main
-
         return suite_main(argv[1:])
     args = _eval_parser().parse_args(argv)
     if bool(args.bench) == bool(args.lm_eval):  # a user error here and below: one line, by anchorft.cli
         raise UsageError("give --bench FILE.jsonl (one or more) or --lm-eval TASKS")
-    from anchorft.preflight import check_input_file, check_model_source
-    from anchorft.runs import run_claimed
 
     if args.k is not None and not 1 <= args.k <= args.n and args.bench:
         raise ValueError(f"--k: must be in 1..--n ({args.n}), got {args.k}")
@@ -132,11 +131,8 @@ def main(argv: list[str]) -> int:
 def _evaluate(args: argparse.Namespace) -> dict:
     """The evaluation into the claimed --out: lm-evaluation-harness's output for --lm-eval, else the metrics."""
     if args.lm_eval:
-        from anchorft.eval.lm_eval_bridge import run_lm_eval
-
         kw = {k: vars(args)[k] for k in _LM_EVAL_FLAGS}
         return run_lm_eval(args.model, args.lm_eval.split(","), args.out, **kw)
-    from anchorft.eval.answers import MathChecker
     from anchorft.eval.runner import run_eval
 
     kw = {k: vars(args)[k] for k in _RUN_EVAL_FLAGS} | {"k": pass_k(args), "skip_bad": args.skip_bad}

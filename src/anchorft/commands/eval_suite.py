@@ -12,17 +12,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from anchorft.commands.flags import add_executor_flags, add_sampling_flags, cluster_from, pass_k
 from anchorft.dataclass_flags import FlagParser, both_spellings, field_values, parse_named
 from anchorft.errors import UsageError
+from anchorft.eval.answers import MathChecker
+from anchorft.eval.vllm_backend import VLLMOptions
+from anchorft.runs import config_hash, read_marker, run_claimed
 
 PRESETS = ("paper",)
 
 
 def _parser() -> argparse.ArgumentParser:
     from anchorft.eval.protocol import SuiteSettings
-    from anchorft.eval.vllm_backend import VLLMOptions
 
     d, v = SuiteSettings(), VLLMOptions()
     p = FlagParser(
@@ -80,7 +83,6 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     from anchorft.eval.protocol import SuiteSettings, check_models, resolve_benches
-    from anchorft.runs import run_claimed
     from anchorft.studies.eval_suite import run_suite
 
     # a user error here and below: one line, by anchorft.cli
@@ -101,7 +103,6 @@ def main(argv: list[str]) -> int:
     benches = [b.strip() for b in args.benches.split(",") if b.strip()] if args.benches else None
     resolve_benches(args.bench_dir, benches)
     protocol, notes = _run_identity(args, settings, models)
-    from anchorft.eval.answers import MathChecker
 
     def suite(claim) -> dict:
         with MathChecker(timeout_s=args.timeout) as checker:
@@ -122,9 +123,6 @@ def _run_identity(args: argparse.Namespace, settings, models: dict) -> tuple[dic
     settings, prompt, token limit, seed, --limit), so a folder of the same protocol keeps its finished
     (model, benchmark) pairs and takes new models and benchmarks; another protocol is refused unless
     --overwrite. A model name already in the folder must name the same model folder."""
-    from pathlib import Path
-
-    from anchorft.runs import config_hash, read_marker
 
     protocol = {"generation": settings.generation_key(), "limit": settings.limit}
     dirs = {name: str(Path(path).resolve()) for name, path in models.items()}

@@ -15,6 +15,8 @@ import dataclasses
 from collections.abc import Callable
 
 from anchorft.dataclass_flags import field_help, keyword_defaults, pop_flag
+from anchorft.eval.answers import MathChecker
+from anchorft.studies.grid import RayCluster
 
 __all__ = ["normalize_train_argv", "short_or_all_help", "short_help", "trl_sections", "NOT_HASHED", "COMMON_TRL"]
 __all__ += ["add_sampling_flags", "add_timeout_flag", "pass_k", "add_executor_flags", "cluster_from"]
@@ -146,7 +148,6 @@ def add_sampling_flags(
 
 def add_timeout_flag(p: argparse.ArgumentParser) -> None:
     """--timeout: math-verify's time per check, MathChecker's default."""
-    from anchorft.eval.answers import MathChecker
 
     default = keyword_defaults(MathChecker)["timeout_s"]
     p.add_argument("--timeout", type=float, default=default, help="math-verify timeout per check, seconds")
@@ -179,7 +180,6 @@ def cluster_from(args: argparse.Namespace, gpus: float = 0.0, **ray_only):
     """The `RayCluster` of --executor ray, each cell holding `gpus` GPUs (None for local); ValueError for
     --address, --retries or a flag of `ray_only` ({flag: value, None when not given}) without it, a negative
     --retries or `gpus`, or Ray not installed."""
-    from anchorft.studies.grid import RayCluster
 
     if args.executor != "ray":
         flags = {"--address": args.address, "--retries": args.retries, **ray_only}

@@ -14,10 +14,19 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 
 from anchorft.commands.flags import NOT_HASHED, normalize_train_argv, short_or_all_help, trl_sections
 from anchorft.dataclass_flags import field_help
-from anchorft.errors import UsageError
+from anchorft.dataclass_yaml import resolve_presets
+from anchorft.errors import UsageError, check_keys, check_mapping_types
+from anchorft.preflight import check_input_file, check_model_source
+from anchorft.resources import config_path
+from anchorft.rpsft.anchor_options import anchor_option_names
+from anchorft.rpsft.estimate import format_memory_estimate, rl_memory_estimate
+from anchorft.rpsft.prechecks import as_number, check_values, given_flags, pop_config, shadow_dataclass, source_fields
+from anchorft.rpsft.recipes import parse_with_config
+from anchorft.runs import run_claimed
 
 
 @dataclass
@@ -42,12 +51,8 @@ class RLScriptArguments:
 
 
 def _estimate(model_dir: str, config) -> list[str]:
-    from pathlib import Path
-
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
-
-    from anchorft.rpsft.estimate import format_memory_estimate, rl_memory_estimate
 
     if not (Path(model_dir) / "config.json").is_file():
         raise ValueError(f"--model {model_dir}: no config.json there")
@@ -74,7 +79,6 @@ _OUT_ALIASES = {"--output_dir": "--out", "--output-dir": "--out"}
 def parse(argv: list[str]):
     """(RLScriptArguments, DAPOConfig) from argv: TrlParser, with `--config` YAML read, its keys and value types
     checked (one-line errors naming the file), then set as the parser's defaults."""
-    from anchorft.rpsft.recipes import parse_with_config
 
     return parse_with_config(_parser(), normalize_train_argv(argv, _OUT_ALIASES), _load_config)
 
@@ -82,9 +86,6 @@ def parse(argv: list[str]):
 def read_config(path: str, dapo: type) -> tuple[str, dict]:
     """(file, mapping) of the `--config` YAML (`preset:` parents merged), its keys checked against
     RLScriptArguments and `dapo` (DAPOConfig, or a stand-in with its field names read before TRL is imported)."""
-    from anchorft.dataclass_yaml import resolve_presets
-    from anchorft.errors import check_keys
-    from anchorft.resources import config_path
 
     path = str(config_path(path))  # a file, else a shipped config by name (rl/dapo)
     cfg = resolve_presets(path)
@@ -95,7 +96,6 @@ def read_config(path: str, dapo: type) -> tuple[str, dict]:
 
 def _load_config(path: str) -> dict:
     """The `--config` YAML (`preset:` parents merged), its keys and value types checked against the dataclasses."""
-    from anchorft.errors import check_mapping_types
     from anchorft.rpsft.dapo_config import DAPOConfig
 
     path, cfg = read_config(path, DAPOConfig)
@@ -108,14 +108,6 @@ def precheck(argv: list[str]) -> None:
     """The command line (--out spellings applied) checked before TRL is imported (`anchorft.rpsft.prechecks`):
     the --config file found, read and its keys known; the flags known; learning_rate, max_steps and report_to
     valid. ValueError: the message TrlParser and DAPOConfig give."""
-    from anchorft.rpsft.prechecks import (
-        as_number,
-        check_values,
-        given_flags,
-        pop_config,
-        shadow_dataclass,
-        source_fields,
-    )
 
     argv, config = pop_config(list(argv))
     script = source_fields(__name__, "RLScriptArguments")
@@ -124,8 +116,6 @@ def precheck(argv: list[str]) -> None:
     if config is not None and dapo is not None:
         values.update(read_config(config, shadow_dataclass("DAPOConfig", list(dapo.values())))[1])
     elif config is not None:
-        from anchorft.resources import config_path
-
         config_path(config)
     if script is not None and dapo is not None:
         values.update(given_flags(argv, [*script.values(), *dapo.values()], "anchorft rl") or {})
@@ -143,7 +133,6 @@ def short_help() -> str:
     rest (the same layout as `anchorft train --help`)."""
     from trl import GRPOConfig
 
-    from anchorft.rpsft.anchor_options import anchor_option_names
     from anchorft.rpsft.dapo_config import DAPOConfig
 
     lines = [
@@ -172,9 +161,7 @@ def main(argv: list[str]) -> int:
     script, config = parse(argv)
     if script.model is None or (not script.estimate and (script.dataset is None or script.out is None)):
         raise UsageError("--model, --dataset and --out are required (unless --estimate)")
-    from anchorft.preflight import check_input_file, check_model_source
     from anchorft.rpsft.rl import load_rl_dataset, run_rl
-    from anchorft.runs import run_claimed
 
     if script.estimate:
         print("\n".join(_estimate(script.model, config)))

@@ -8,7 +8,15 @@ import dataclasses
 from pathlib import Path
 
 from anchorft.commands.flags import add_executor_flags, cluster_from
+from anchorft.commands.toy_verdict import main_verdict
 from anchorft.dataclass_flags import FlagParser, both_spellings
+from anchorft.dataclass_yaml import resolve_presets
+from anchorft.resources import configs_dir
+from anchorft.runs import check_output_dir, existing_files, run_claimed
+from anchorft.studies.testbed import report as testbed_report  # module.function: a test may stand in for one
+from anchorft.studies.testbed import results as testbed_results
+from anchorft.studies.testbed.layout import base_folders
+from anchorft.toy.bench import MATH_SKILLS, bench_rows, write_benches
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -110,8 +118,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def _bench(args: argparse.Namespace) -> int:
     """`toy bench`: the files, claimed like every output folder (the same arguments: reused)."""
-    from anchorft.runs import run_claimed
-    from anchorft.toy.bench import MATH_SKILLS, bench_rows, write_benches
 
     skills = tuple(args.skills or MATH_SKILLS)
     for skill in skills:
@@ -132,13 +138,8 @@ def _bench(args: argparse.Namespace) -> int:
 def main(argv: list[str]) -> int:
     args, extra = _parser().parse_known_args(argv)
     if args.cmd in ("pretrain", "compare") and not extra:  # an unknown preset or malformed YAML before torch loads
-        from anchorft.dataclass_yaml import resolve_presets
-        from anchorft.resources import configs_dir
-
         resolve_presets(args.preset, configs_dir("toy"), "preset")  # as load_config reads it
     if args.cmd == "verdict":
-        from anchorft.commands.toy_verdict import main_verdict
-
         return main_verdict(extra)  # statistics on saved grades: no torch
     if args.threads is None:  # the command's thread policy (anchorft.threads), at most 4
         import torch
@@ -156,27 +157,22 @@ def main(argv: list[str]) -> int:
         return _bench(args)
     import torch
 
-    from anchorft.runs import check_output_dir, existing_files, run_claimed
-
     torch.set_num_threads(args.threads)
     if args.cmd == "report":
-        from anchorft.studies.testbed.report import parse_picks, write_merged_report
-        from anchorft.studies.testbed.results import RESULTS_FILE, load_results
-
-        picks = parse_picks(args.pick)  # before anything is read
+        picks = testbed_report.parse_picks(args.pick)  # before anything is read
         if picks and not args.front:
             raise ValueError("--pick: needs --front (the knobs are chosen against the front)")
         check_output_dir(args.out)  # before the sources are read
         parts = []
         for src in args.sources:
-            path = Path(src) / RESULTS_FILE
+            path = Path(src) / testbed_results.RESULTS_FILE
             if not path.is_file():
                 raise ValueError(f"--from: {path} does not exist")
-            parts.append(load_results(path))
+            parts.append(testbed_results.load_results(path))
         out = Path(args.out)
 
         def write_report_files(claim) -> dict:
-            return write_merged_report(parts, out, args.front, picks)
+            return testbed_report.write_merged_report(parts, out, args.front, picks)
 
         merged = run_claimed(
             args.out,
@@ -252,7 +248,6 @@ def main(argv: list[str]) -> int:
 
     if run_claimed(args.out, "toy compare", run, compare, overwrite=args.overwrite) is None:
         return 0
-    from anchorft.studies.testbed.layout import base_folders
 
     for folder in [*base_folders(args.out).values()] or [args.out]:  # one comparison per base, or the one
         print(f"wrote {existing_files(folder, 'report.md', 'tradeoff.png', 'results.json')}")

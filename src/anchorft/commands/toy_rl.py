@@ -12,6 +12,7 @@ from pathlib import Path
 
 from anchorft.commands.flags import add_executor_flags, cluster_from
 from anchorft.dataclass_flags import FlagParser, add_field_flags, both_spellings, field_values
+from anchorft.runs import existing_files, run_claimed
 from anchorft.studies.testbed.rl_stage import RLStageSettings
 
 
@@ -49,7 +50,6 @@ def main_rl(argv: list[str]) -> int:
     cluster = cluster_from(args)
     settings.prompt_skills = tuple(settings.prompt_skills)
     settings.validate()
-    from anchorft.runs import existing_files, run_claimed
 
     out = Path(args.out) if args.out else Path(args.compare) / "rl"
     run = {"compare": str(Path(args.compare).resolve()), "methods": args.methods, "settings": vars(settings)}

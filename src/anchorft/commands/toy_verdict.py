@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from anchorft.dataclass_flags import FlagParser, both_spellings
+from anchorft.io import write_json
+from anchorft.runs import run_claimed
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -64,10 +67,7 @@ def main_verdict(argv: list[str]) -> int:
         raise ValueError("--items must be >= 1, --bases >= 2 and --seeds >= 1")
     if args.power is not None and "=" not in args.power:
         raise ValueError(f"--power: expected RUN=REFERENCE, got {args.power!r}")
-    from pathlib import Path
 
-    from anchorft.io import write_json
-    from anchorft.runs import run_claimed
     from anchorft.studies.testbed import verdict as study
 
     run = {k: v for k, v in vars(args).items() if k not in ("out", "overwrite")}

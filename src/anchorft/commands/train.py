@@ -17,16 +17,25 @@ import sys
 import tempfile
 from collections.abc import Sequence
 
-from anchorft.commands.flags import NOT_HASHED
-from anchorft.dataclass_flags import FlagParser, add_field_flags, both_spellings, keyword_defaults
+import yaml
+
+from anchorft import stop
+from anchorft.commands.flags import NOT_HASHED, normalize_train_argv, short_help, short_or_all_help
+from anchorft.dataclass_flags import FlagParser, add_field_flags, both_spellings, keyword_defaults, pop_flag
 from anchorft.errors import UsageError
+from anchorft.eval.loading import load_tokenizer
+from anchorft.preflight import check_model_source
+from anchorft.resources import config_path
+from anchorft.rpsft.anchor_options import AnchorOptions
+from anchorft.rpsft.estimate import STAGES, estimate, memory_per_gpu
+from anchorft.rpsft.estimate_report import ANCHOR_FLAGS, EstimateInputs, estimate_report
+from anchorft.rpsft.prechecks import check_train_argv, config_given
+from anchorft.rpsft.recipes import load_recipe, parse_with_config, trainer_mapping
+from anchorft.rpsft.stand_in import dry_run
+from anchorft.runs import check_output_dir, claim_output, config_hash, finish, same_run
 
 
 def _estimate(argv: list[str]) -> int:
-    from anchorft.rpsft.anchor_options import AnchorOptions
-    from anchorft.rpsft.estimate import STAGES, estimate, memory_per_gpu
-    from anchorft.rpsft.estimate_report import ANCHOR_FLAGS, EstimateInputs, estimate_report
-
     why = f"anchor memory and FLOPs, no weights (--anchor_rank: the recipe's, else {AnchorOptions.anchor_rank})"
     p = FlagParser(prog="anchorft train --estimate", description=why)
     p.add_argument("--estimate", action="store_true")
@@ -64,7 +73,6 @@ def _estimate(argv: list[str]) -> int:
 def _fisher_calibration(args, script, tok):
     """(model, tokenizer, {name: F_ood G}) for a fisher:F rank rule, from the calibration JSONL files."""
     from anchorft.analysis.fisher import fisher_product_from_files
-    from anchorft.eval.loading import load_tokenizer
     from anchorft.rpsft.anchor import select_parameters
     from anchorft.rpsft.anchor_plan import select_layers
     from anchorft.rpsft.train import load_model
@@ -90,7 +98,6 @@ _NOT_HASHED = (*NOT_HASHED, "resume_from_checkpoint")  # a resumed run is the sa
 def _check_recipe_data(config: str, overrides: dict) -> None:
     """The dataset the recipe (or an override) names exists: a local file is read, a hub name left to training."""
     from anchorft.rpsft.data import check_sft_source
-    from anchorft.rpsft.recipes import load_recipe
 
     data = overrides.get("dataset", load_recipe(config)[0].get("dataset"))
     if data is None:
@@ -108,9 +115,6 @@ def dry_run_main(argv: Sequence[str]) -> int:
     """`anchorft train --config X.yaml --dry-run [--dry_run_steps N] [--output_dir D] [--field value ...]`.
 
     Any other `--field value` pair overrides the recipe (validated like the recipe's own keys)."""
-    import yaml
-
-    from anchorft.rpsft.stand_in import dry_run
 
     p = FlagParser(prog="anchorft train --dry-run")
     p.add_argument("--config", required=True)
@@ -156,7 +160,6 @@ def _parse_train_argv(argv: list[str]):
     from trl import TrlParser
 
     from anchorft.rpsft.config import RPSFTConfig, ScriptArguments
-    from anchorft.rpsft.recipes import parse_with_config, trainer_mapping
 
     parser = TrlParser((ScriptArguments, RPSFTConfig), prog="anchorft train")
     return parse_with_config(parser, argv, trainer_mapping)
@@ -168,18 +171,12 @@ def _missing(values: dict) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    from anchorft.commands.flags import normalize_train_argv, short_help, short_or_all_help
-    from anchorft.dataclass_flags import pop_flag
-
     argv = short_or_all_help(normalize_train_argv(list(argv)), short_help)
     if argv is None:
         return 0
-    from anchorft.rpsft.prechecks import check_train_argv, config_given
 
     mode = next((m for m in ("--dry-run", "--estimate") if m in argv), None)
     if mode is not None and config_given(argv) is not None:  # a missing recipe before torch and TRL load
-        from anchorft.resources import config_path
-
         config_path(config_given(argv))  # a user error here and below: one line, by anchorft.cli
     if mode == "--dry-run":
         return dry_run_main(argv)
@@ -193,10 +190,8 @@ def main(argv: list[str]) -> int:
     script, args = _parse_train_argv(argv)
     if _missing(dataclasses.asdict(script)):
         raise UsageError(f"missing --{' --'.join(_missing(dataclasses.asdict(script)))}")
-    from anchorft.preflight import check_model_source
     from anchorft.rpsft.data import check_sft_source
     from anchorft.rpsft.train import check_launch, check_model_folder, train
-    from anchorft.runs import check_output_dir, finish
 
     # everything the user named is checked before a model is loaded
     check_launch(args, args.anchored, f"--method {args.method}")
@@ -214,7 +209,6 @@ def main(argv: list[str]) -> int:
     if complete:
         print(f"anchorft train: {args.output_dir} already holds this finished run (same config); --overwrite to redo")
         return 0
-    from anchorft.eval.loading import load_tokenizer
 
     tok = None
     if script.tokenizer_name_or_path:
@@ -228,7 +222,6 @@ def main(argv: list[str]) -> int:
         model, tok, fisher = _fisher_calibration(args, script, tok)
     trainer = train(args, model, script.dataset, tokenizer=tok, eval_dataset=script.eval_dataset, anchor_fisher=fisher)
     trainer.save_model(args.output_dir)  # on every rank: Trainer saves from the main process (gathers under FSDP)
-    from anchorft import stop
 
     stop.check(agree=True)  # a signal during the save: every rank stops (marked interrupted), none finishes
     if trainer.is_world_process_zero():
@@ -244,7 +237,6 @@ def _claim(script, args, overwrite: bool):
     """Check and claim the output folder (process 0 only): (claim or None, whether the same run had finished).
     The same config unfinished: resume from its last complete checkpoint."""
     from anchorft.rpsft.checkpoints import last_complete_checkpoint
-    from anchorft.runs import check_output_dir, claim_output, config_hash, same_run
 
     # what defines the run (its marker's hash): script arguments and training fields, output-only ones aside
     fields = {k: v for k, v in args.to_dict().items() if k not in _NOT_HASHED}

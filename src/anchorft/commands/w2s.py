@@ -6,9 +6,12 @@ import argparse
 import dataclasses
 import json
 import sys
+from pathlib import Path
 
 from anchorft.commands.flags import add_executor_flags, cluster_from
 from anchorft.dataclass_flags import FlagParser, both_spellings
+from anchorft.errors import UsageError
+from anchorft.runs import existing_files, run_claimed
 
 
 def _threads(n: int) -> None:
@@ -38,8 +41,7 @@ def _run(args: argparse.Namespace) -> int:
         if not torch.cuda.is_available():
             raise ValueError("device=cuda requested but CUDA is not available")
     _threads(args.threads)
-    from anchorft.runs import existing_files, run_claimed
-    from anchorft.studies.w2s.experiments import run_config
+    from anchorft.studies.w2s.experiments import run_config, summary_lines
 
     header = " ".join(["anchorft w2s run", "--preset", args.preset, "--out", args.out, *overrides])
     if args.ode:
@@ -56,21 +58,7 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     if metrics is None:
         return 0
-    for mode in config.modes:
-        if mode in metrics:
-            i, f = metrics[mode]["init"], metrics[mode]["final"]
-            print(
-                f"{mode:>10}: target {i['target_alignment']:.3f} -> {f['target_alignment']:.3f}   "
-                f"non-target (own theta) {i['nontarget_alignment']:.3f} -> {f['nontarget_alignment']:.3f}   "
-                f"non-target (theta_kappa) {i['nontarget_target_alignment']:.3f} -> "
-                f"{f['nontarget_target_alignment']:.3f}   [{metrics[mode]['wall_s']:.1f} s]"
-            )
-    for mode, e in metrics.get("ode", {}).items():
-        if "escape_samples_per_seed" in e:
-            print(
-                f"{mode:>10}: escape (target 0.5) samples per seed: mean-field {e['escape_samples_per_seed']}, "
-                f"measured {e['escape_samples_measured']}"
-            )
+    print("\n".join(summary_lines(metrics, config.modes)))
     print(f"wrote {existing_files(args.out, 'config.yaml', 'metrics.json', 'alignment.png')}")
     if metrics["diverged"] is not None:
         dv = metrics["diverged"]
@@ -83,42 +71,9 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _theory_text(r: dict) -> str:
-    lines = [
-        f"link {r['link']}, transform {r['transform']}, clip {r['clip']}, d = {r['d']}, s = {r['s']}",
-        f"information exponent of the link: {r['information_exponent']}",
-        f"information exponent of T(clip(link)) for this T: {r['transformed_information_exponent']}",
-        f"generative exponent (min over {r['generative_exponent_class']}): {r['generative_exponent']}"
-        f" (attained by {r['generative_exponent_attained_by']})",
-    ]
-    for k, v in r["predicted_sample_complexity"].items():
-        lines.append(f"predicted samples {k:>4}: {v['formula']:<20} = {v['value']:.3g} (up to constants and logs)")
-    if lab := r.get("labels"):
-        m = lab["measured"]
-        lines.append(f"label coefficients c_n = E[y He_n(z)]/n!, n = 0..{len(m['c']) - 1}:")
-        lines.append("  idealised " + " ".join(f"{c:+.4f}" for c in lab["idealised"]["c"]))
-        lines.append("  measured  " + " ".join(f"{c:+.4f}" for c in m["c"]))
-        lines.append("  (se)      " + " ".join(f"{c:.4f} " for c in m["se"]))
-        lines.append(
-            f"  measured on {m['n_seeds']} seed(s) x {m['n_samples_per_seed']} inputs; weak {m['weak']}, "
-            f"norm {m['weak_norm']}, bound {m['weak_bound']}, centring {m['label_center']}; lowest degree above "
-            f"3 se: {m['lowest_significant_degree']}"
-        )
-    if star := r.get("rho_star_detail"):
-        if star["rho_star"] is not None:
-            lines.append(
-                f"non-target turn boundary (population drift, {star['activation']}, {star['loss']} loss): "
-                f"m* = {star['m_star']:.3f}, rho* = {star['rho_star']:.3f}; at the preset's overlap "
-                f"(m = {star['m_init']:.3f}): {star['predicted_at_init']}"
-            )
-        else:
-            lines.append(f"non-target turn boundary: none ({star['reason']})")
-    return "\n".join(lines)
-
-
 def _theory(args: argparse.Namespace) -> int:
     from anchorft.w2s.config import W2SConfig
-    from anchorft.w2s.theory import preset_theory_report, theory_report
+    from anchorft.w2s.theory import preset_theory_report, theory_report, theory_text
 
     keys = ("link", "transform", "clip", "d", "s")
     given = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
@@ -130,12 +85,11 @@ def _theory(args: argparse.Namespace) -> int:
             raise ValueError("key=value overrides need --preset")
         config = dataclasses.replace(W2SConfig(), **given)
         result = theory_report(*(getattr(config, k) for k in keys))
-    print(json.dumps(result, indent=1) if args.json else _theory_text(result))
+    print(json.dumps(result, indent=1) if args.json else theory_text(result))
     return 0
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from anchorft.runs import existing_files, run_claimed
     from anchorft.studies.w2s.sweeps import load_sweep, run_sweep
 
     _threads(args.threads)
@@ -164,8 +118,6 @@ def _sweep(args: argparse.Namespace) -> int:
     if result is None:
         return 0
     if "rows" in result:
-        from pathlib import Path
-
         print((Path(args.out) / "table.md").read_text(), end="")
         print(f"wrote {existing_files(args.out, 'results.json', 'table.md', args.kind + '.png')}")
         return 0
@@ -236,8 +188,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "seeds", None) is not None:  # the count's old spelling; --seeds is a list of seeds elsewhere
-        from anchorft.errors import UsageError
-
         n = args.seeds[0] if len(args.seeds) == 1 else "N"
         raise UsageError(
             f"--seeds: in anchorft the seeds are a list (`toy compare --seeds 0 1 2`); the number of seeds here is "

@@ -27,6 +27,7 @@ from anchorft.w2s.hermite import (
 )
 
 __all__ = ["theory_report", "predicted_slopes", "preset_theory_report", "first_significant", "rho_star_report"]
+__all__ += ["theory_text"]
 
 N_COEF = 6
 MAX_POWER = 6
@@ -195,3 +196,37 @@ def rho_star_report(config, c: list[float], se: list[float], k: float = 3.0, tar
     if fp["m_star"] is not None and out["rho_star"] is None:
         out["reason"] = f"m* = {fp['m_star']:.3f} needs an overlap m* / pretrained_alignment >= 1"
     return out
+
+
+def theory_text(r: dict) -> str:
+    """`theory_report` / `preset_theory_report`'s result as the lines `anchorft w2s theory` prints."""
+    lines = [
+        f"link {r['link']}, transform {r['transform']}, clip {r['clip']}, d = {r['d']}, s = {r['s']}",
+        f"information exponent of the link: {r['information_exponent']}",
+        f"information exponent of T(clip(link)) for this T: {r['transformed_information_exponent']}",
+        f"generative exponent (min over {r['generative_exponent_class']}): {r['generative_exponent']}"
+        f" (attained by {r['generative_exponent_attained_by']})",
+    ]
+    for k, v in r["predicted_sample_complexity"].items():
+        lines.append(f"predicted samples {k:>4}: {v['formula']:<20} = {v['value']:.3g} (up to constants and logs)")
+    if lab := r.get("labels"):
+        m = lab["measured"]
+        lines.append(f"label coefficients c_n = E[y He_n(z)]/n!, n = 0..{len(m['c']) - 1}:")
+        lines.append("  idealised " + " ".join(f"{c:+.4f}" for c in lab["idealised"]["c"]))
+        lines.append("  measured  " + " ".join(f"{c:+.4f}" for c in m["c"]))
+        lines.append("  (se)      " + " ".join(f"{c:.4f} " for c in m["se"]))
+        lines.append(
+            f"  measured on {m['n_seeds']} seed(s) x {m['n_samples_per_seed']} inputs; weak {m['weak']}, "
+            f"norm {m['weak_norm']}, bound {m['weak_bound']}, centring {m['label_center']}; lowest degree above "
+            f"3 se: {m['lowest_significant_degree']}"
+        )
+    if star := r.get("rho_star_detail"):
+        if star["rho_star"] is not None:
+            lines.append(
+                f"non-target turn boundary (population drift, {star['activation']}, {star['loss']} loss): "
+                f"m* = {star['m_star']:.3f}, rho* = {star['rho_star']:.3f}; at the preset's overlap "
+                f"(m = {star['m_init']:.3f}): {star['predicted_at_init']}"
+            )
+        else:
+            lines.append(f"non-target turn boundary: none ({star['reason']})")
+    return "\n".join(lines)

@@ -18,7 +18,7 @@ from anchorft.w2s.modes import prepare_weak, run_modes
 from anchorft.w2s.problem import build_problem
 from anchorft.w2s.risk import risk_report
 
-__all__ = ["run_experiment", "run_config", "ode_metrics"]
+__all__ = ["run_experiment", "run_config", "ode_metrics", "summary_lines"]
 
 
 def run_config(config: W2SConfig, ode: bool = False) -> dict:
@@ -108,3 +108,25 @@ def ode_metrics(config: W2SConfig, problem, metrics: dict, threshold: float = 0.
         pred["wall_s"] = time.perf_counter() - t1
         out[mode] = pred
     return out
+
+
+def summary_lines(metrics: dict, modes: list[str]) -> list[str]:
+    """An experiment's metrics as the lines `anchorft w2s run` prints: each mode's alignments from start to end,
+    and the mean-field escape times (`--ode`)."""
+    lines = []
+    for mode in modes:
+        if mode in metrics:
+            i, f = metrics[mode]["init"], metrics[mode]["final"]
+            lines.append(
+                f"{mode:>10}: target {i['target_alignment']:.3f} -> {f['target_alignment']:.3f}   "
+                f"non-target (own theta) {i['nontarget_alignment']:.3f} -> {f['nontarget_alignment']:.3f}   "
+                f"non-target (theta_kappa) {i['nontarget_target_alignment']:.3f} -> "
+                f"{f['nontarget_target_alignment']:.3f}   [{metrics[mode]['wall_s']:.1f} s]"
+            )
+    for mode, e in metrics.get("ode", {}).items():
+        if "escape_samples_per_seed" in e:
+            lines.append(
+                f"{mode:>10}: escape (target 0.5) samples per seed: mean-field {e['escape_samples_per_seed']}, "
+                f"measured {e['escape_samples_measured']}"
+            )
+    return lines
