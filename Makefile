@@ -54,7 +54,7 @@ test-dist: $(DEV)
 # own two `accelerate launch` lines (gloo, one CPU process a node), a TERM to the batch shell forwarded, the job
 # requeued and resumed to a model that loads (slow-marked; 29 s measured here)
 test-slurm: $(DEV)
-	$(TIMEOUT) 120 $(BIN)/python -m pytest -q -m slow tests/commands/test_slurm.py
+	$(TIMEOUT) 120 $(BIN)/python -m pytest -q -m slow tests/test_slurm.py
 
 # a Ray head and worker node as processes of this machine (1 CPU each, own temp folders, stopped by their process
 # ids): a W2S sweep, a smoke comparison and an evaluation suite equal to local processes; a worker node killed

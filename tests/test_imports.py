@@ -28,6 +28,7 @@ KERNELS = (
     "anchorft.preflight",
     "anchorft.resources",
     "anchorft.threads",
+    "anchorft.slurm",
 )
 LAYERS: list[tuple[str, ...]] = [
     KERNELS,

@@ -1,4 +1,4 @@
-"""Stand-ins for SLURM's `srun`, `scancel` and `scontrol` on one machine, for tests/commands/test_slurm.py's
+"""Stand-ins for SLURM's `srun`, `scancel` and `scontrol` on one machine, for tests/test_slurm.py's
 simulated allocation: each keeps the behaviour the templates rely on.
 
     srun [OPTIONS] CMD...        CMD once per node (SLURM_NNODES), at once, with that node's SLURM_NODEID /

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from anchorft.cli import main as cli
-from anchorft.commands.configs import hostnames, render
 from anchorft.resources import config_path, configs_dir, shipped_configs
+from anchorft.slurm import hostnames, render
 
 TEMPLATES = ("slurm/one-node", "slurm/multi-node")
 DEFAULT_TRAIN = ["-m", "anchorft.cli", "train", "--config", "rpsft/qwen2.5-7b-instruct/rpsft"]
