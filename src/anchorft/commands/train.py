@@ -21,14 +21,20 @@ import yaml
 
 from anchorft import stop
 from anchorft.commands.flags import NOT_HASHED, normalize_train_argv, short_help, short_or_all_help
-from anchorft.dataclass_flags import FlagParser, add_field_flags, both_spellings, keyword_defaults, pop_flag
+from anchorft.dataclass_flags import (
+    FlagParser,
+    add_field_flags,
+    both_spellings,
+    field_values,
+    keyword_defaults,
+    pop_flag,
+)
 from anchorft.errors import UsageError
 from anchorft.eval.loading import load_tokenizer
 from anchorft.preflight import check_model_source
 from anchorft.resources import config_path
 from anchorft.rpsft.anchor_options import AnchorOptions
-from anchorft.rpsft.estimate import STAGES, estimate, memory_per_gpu
-from anchorft.rpsft.estimate_report import ANCHOR_FLAGS, EstimateInputs, estimate_report
+from anchorft.rpsft.estimate_report import ANCHOR_FLAGS, EstimateInputs, estimate_flags, estimate_report
 from anchorft.rpsft.prechecks import check_train_argv, config_given
 from anchorft.rpsft.recipes import load_recipe, parse_with_config, trainer_mapping
 from anchorft.rpsft.stand_in import dry_run
@@ -39,33 +45,14 @@ def _estimate(argv: list[str]) -> int:
     why = f"anchor memory and FLOPs, no weights (--anchor_rank: the recipe's, else {AnchorOptions.anchor_rank})"
     p = FlagParser(prog="anchorft train --estimate", description=why)
     p.add_argument("--estimate", action="store_true")
-    p.add_argument("--config", default=None, help="a recipe: its model config, method, rank, batch, length, dtypes")
-    p.add_argument("--model_config", nargs="+", default=None, help="config.json path(s) (or model folders)")
-    ed, md = keyword_defaults(estimate), keyword_defaults(memory_per_gpu)
-    p.add_argument(
-        "--tokens_per_step", type=int, default=ed["tokens_per_step"], help="tokens in one optimiser step (assumption)"
-    )
-    p.add_argument("--seq_len", type=int, default=None, help="tokens per sequence (default: the recipe's max_length, "
-                   f"else {md['seq_len']})")  # fmt: skip
-    p.add_argument("--anchor_every", type=int, default=ed["anchor_every"])
-    p.add_argument("--bytes_per_number", type=int, default=None, help="4 = fp32 bases (default), 2 = bf16")
-    p.add_argument("--no_embeddings", action="store_true", help="exclude embeddings and lm_head")
-    p.add_argument("--stage", choices=STAGES, default=md["stage"], help="memory per GPU: how the state is split")
-    p.add_argument("--gpus", type=int, default=md["gpus"], help="memory per GPU: GPUs sharing the partitions")
-    p.add_argument(
-        "--per_device",
-        type=int,
-        default=None,
-        help=f"sequences per device (default: the recipe's, else {md['per_device']})",
-    )
+    names, shown = estimate_flags()
+    add_field_flags(p, EstimateInputs, names, defaults=shown)
     # the anchor's own flags, from AnchorOptions (each: the flag, else the recipe's, else AnchorOptions'); rules,
     # maps, layers, budgets and targets other than all-linear are resolved on the weights: --model_config a folder
     add_field_flags(p, AnchorOptions, ANCHOR_FLAGS, defaults=dict.fromkeys(ANCHOR_FLAGS))
     both_spellings(p)
-    a = vars(p.parse_args(argv))
-    inputs = EstimateInputs(
-        anchor={n: a.pop(n) for n in ANCHOR_FLAGS}, **{k: v for k, v in a.items() if k != "estimate"}
-    )
+    a = p.parse_args(argv)
+    inputs = EstimateInputs(**field_values(a, EstimateInputs), anchor={n: getattr(a, n) for n in ANCHOR_FLAGS})
     print(estimate_report(inputs), end="")  # a bad recipe, config.json, rule, map or model folder: by anchorft.cli
     return 0
 

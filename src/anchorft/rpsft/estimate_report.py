@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import inspect
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from anchorft.errors import UsageError
 from anchorft.rpsft.anchor_options import AnchorOptions
 from anchorft.rpsft.estimate import (
+    STAGES,
     estimate,
     estimated_methods,
     format_estimate,
@@ -22,7 +23,7 @@ from anchorft.rpsft.estimate import (
     read_model_config,
 )
 
-__all__ = ["EstimateInputs", "ANCHOR_FLAGS", "estimate_report"]
+__all__ = ["EstimateInputs", "ANCHOR_FLAGS", "estimate_flags", "estimate_report"]
 
 # the anchor options `--estimate` takes as flags (each: the flag, else the recipe's, else AnchorOptions')
 ANCHOR_FLAGS = ("anchor_rank", "anchor_rank_rule", "anchor_memory", "anchor_map", "anchor_layers",
@@ -30,26 +31,46 @@ ANCHOR_FLAGS = ("anchor_rank", "anchor_rank_rule", "anchor_memory", "anchor_map"
 _DTYPE_BYTES = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
 
 
+def _defaults(fn) -> dict[str, Any]:
+    return {k: p.default for k, p in inspect.signature(fn).parameters.items() if p.default is not p.empty}
+
+
+_MD = _defaults(memory_per_gpu)
+
+
 @dataclass
 class EstimateInputs:
     """The flags of `anchorft train --estimate` (None: the recipe's value, else the default of `estimate` /
-    `memory_per_gpu` / AnchorOptions)."""
+    `memory_per_gpu` / AnchorOptions); `anchor`: the anchor options given as flags (`ANCHOR_FLAGS`)."""
 
-    model_config: list[str] | None = None
-    config: str | None = None
-    tokens_per_step: int | None = None
-    seq_len: int | None = None
-    anchor_every: int | None = None
-    bytes_per_number: int | None = None
-    no_embeddings: bool = False
-    stage: str | None = None
-    gpus: int | None = None
-    per_device: int | None = None
+    config: str | None = field(
+        default=None, metadata={"help": "a recipe: its model config, method, rank, batch, length, dtypes"}
+    )
+    model_config: list[str] | None = field(default=None, metadata={"help": "config.json path(s) (or model folders)"})
+    tokens_per_step: int | None = field(default=None, metadata={"help": "tokens in one optimiser step (assumption)"})
+    seq_len: int | None = field(
+        default=None, metadata={"help": f"tokens per sequence (None: the recipe's max_length, else {_MD['seq_len']})"}
+    )
+    anchor_every: int | None = field(default=None, metadata={"help": "optimiser steps between two anchor terms"})
+    bytes_per_number: int | None = field(default=None, metadata={"help": "4 = fp32 bases (None: 4), 2 = bf16"})
+    no_embeddings: bool = field(default=False, metadata={"help": "exclude embeddings and lm_head"})
+    stage: str | None = field(default=None, metadata={"help": "memory per GPU: how the state is split",
+                                                      "choices": STAGES})  # fmt: skip
+    gpus: int | None = field(default=None, metadata={"help": "memory per GPU: GPUs sharing the partitions"})
+    per_device: int | None = field(
+        default=None, metadata={"help": f"sequences per device (None: the recipe's, else {_MD['per_device']})"}
+    )
     anchor: dict[str, Any] = field(default_factory=dict)
 
 
-def _defaults(fn) -> dict[str, Any]:
-    return {k: p.default for k, p in inspect.signature(fn).parameters.items() if p.default is not p.empty}
+def estimate_flags() -> tuple[tuple[str, ...], dict[str, Any]]:
+    """The fields of `EstimateInputs` that are flags, and the defaults the flags show: the functions' own where the
+    flag's value is theirs (`estimate`'s tokens per step and anchor interval, `memory_per_gpu`'s stage and GPUs)."""
+    ed = _defaults(estimate)
+    names = tuple(f.name for f in fields(EstimateInputs) if f.name != "anchor")
+    shown = {"tokens_per_step": ed["tokens_per_step"], "anchor_every": ed["anchor_every"], "stage": _MD["stage"],
+             "gpus": _MD["gpus"]}  # fmt: skip
+    return names, shown
 
 
 def estimate_report(inp: EstimateInputs) -> str:
