@@ -124,3 +124,17 @@ def test_check_choices_reads_the_fields_choices_and_leaves_a_base_class_its_own(
         check_choices(Child(kind="z"), Base)
     with pytest.raises(ValueError, match=r"^level must be one of \['a', 'b'\], got None$"):
         check_choices(Child())
+
+
+def test_overrides_are_key_value_tokens_or_flags_in_one_parser():
+    from anchorft.dataclass_yaml import parse_overrides
+
+    got = parse_overrides(["a=1", "--b", "x,y", "--c=[1, 2]", "d==e", "a=2"])
+    assert got == {"a": "2", "b": "x,y", "c": "[1, 2]", "d": "=e"}  # in order, a later one winning
+    for bad, message in (
+        (["x"], "must look like key=value"),
+        (["--flag"], "needs a value"),
+        (["--a", "--b", "1"], "needs a value"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            parse_overrides(bad)

@@ -52,13 +52,25 @@ def unknown_key_error(key: str, known: list[str], what: str) -> ValueError:
 
 
 def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, str]:
-    """`["a=1", "b=x,y"]` -> {"a": "1", "b": "x,y"} (values are coerced later, by field type)."""
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise ValueError(f"override {item!r} must look like key=value")
-        k, v = item.split("=", 1)
-        out[k.strip()] = v
+    """The one parser of overrides on a command line: `key=value` tokens (`anchorft w2s run ... eta=0.1`) and
+    `--key value` / `--key=value` flags (`anchorft train --dry-run ... --max_steps 3`), in order, a later one
+    winning: `["a=1", "--b", "x,y"]` -> {"a": "1", "b": "x,y"}. The values stay text, read later by the field's type
+    (`coerce`) or as YAML; a token of neither form is a ValueError."""
+    out, items, i = {}, list(items), 0
+    while i < len(items):
+        item = items[i]
+        if item.startswith("--"):
+            key, eq, value = item[2:].partition("=")
+            if not eq:
+                if i + 1 == len(items) or items[i + 1].startswith("--"):
+                    raise ValueError(f"override {item}: needs a value (--key value)")
+                i, value = i + 1, items[i + 1]
+        elif "=" in item:
+            key, value = item.split("=", 1)
+        else:
+            raise ValueError(f"override {item!r} must look like key=value or --key value")
+        out[key.strip()] = value
+        i += 1
     return out
 
 

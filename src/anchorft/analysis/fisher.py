@@ -26,7 +26,12 @@ from __future__ import annotations
 
 import torch
 
+from anchorft.errors import UsageError
+from anchorft.eval.loading import load_tokenizer
+from anchorft.rpsft.anchor import select_parameters
+from anchorft.rpsft.anchor_plan import select_layers
 from anchorft.rpsft.calibration import example_grads, fisher_gradient_product, named_parameters
+from anchorft.rpsft.model_loading import load_model
 from anchorft.subspace import cumulative_block_energy
 
 __all__ = [
@@ -36,6 +41,7 @@ __all__ = [
     "fisher_product_from_files",
     "fisher_overlap",
     "fisher_projected_overlap",
+    "anchor_fisher_inputs",
 ]
 
 
@@ -180,3 +186,23 @@ def fisher_overlap(
     model.zero_grad(set_to_none=True)
     model.train(was_training)
     return {name: _entry(params[name].shape, total[name], block[name], rblock[name], ks) for name in names}
+
+
+def anchor_fisher_inputs(args, model_name_or_path: str, dataset: str | None, tok=None) -> tuple:
+    """(model, tokenizer, {name: F_ood G}) for `anchorft train`'s fisher:F rank rule (`args`: its RPSFTConfig): the
+    model loaded, and the product from the calibration JSONL files (`--anchor_calibration`, out of domain;
+    `--anchor_calibration_id`, else the training `dataset`, in domain)."""
+
+    if not args.anchor_calibration:
+        raise UsageError("anchor_rank_rule fisher:F needs --anchor_calibration (a JSONL of out-of-domain rows)")
+    id_path = args.anchor_calibration_id or dataset
+    if not str(id_path).endswith(".jsonl"):
+        raise UsageError("fisher:F: set --anchor_calibration_id to a JSONL of in-domain rows")
+    model = load_model(model_name_or_path, args)
+    tok = tok or load_tokenizer(model_name_or_path, trust_remote_code=bool(args.trust_remote_code))
+    names = [n for n, _ in select_parameters(model, args.anchor_targets, args.anchor_include_embeddings)]
+    names = select_layers(names, args.anchor_layers)
+    fisher = fisher_product_from_files(
+        model, tok, id_path, args.anchor_calibration, names, args.anchor_calibration_samples, args.max_length or 512
+    )
+    return model, tok, fisher

@@ -18,7 +18,7 @@ from anchorft.dataclass_flags import field_help, keyword_defaults, pop_flag
 from anchorft.eval.answers import MathChecker
 from anchorft.studies.grid import RayCluster
 
-__all__ = ["normalize_train_argv", "short_or_all_help", "short_help", "trl_sections", "NOT_HASHED", "COMMON_TRL"]
+__all__ = ["normalize_train_argv", "short_or_all_help", "short_help", "trl_sections", "COMMON_TRL"]
 __all__ += ["add_sampling_flags", "add_timeout_flag", "pass_k", "add_executor_flags", "cluster_from"]
 
 
@@ -29,17 +29,6 @@ ALIASES = {
     "--eval_dataset_name": "--eval_dataset",
     "--eval-dataset-name": "--eval_dataset",
 }
-# TRL / transformers fields that name where output goes or how it is shown, not what is computed: left out of the
-# hash of a run's marker (`anchorft rl`; `anchorft train` also leaves out resume_from_checkpoint)
-NOT_HASHED = (
-    "output_dir",
-    "logging_dir",
-    "run_name",
-    "disable_tqdm",
-    "report_to",
-    "dataloader_num_workers",
-    "hub_token",
-)
 # TRL / transformers fields a fine-tune usually sets, shown in the short help after the project's own
 COMMON_TRL = (
     "learning_rate",

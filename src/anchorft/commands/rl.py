@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from anchorft.commands.flags import NOT_HASHED, normalize_train_argv, short_or_all_help, trl_sections
+from anchorft.commands.flags import normalize_train_argv, short_or_all_help, trl_sections
 from anchorft.dataclass_flags import field_help
 from anchorft.dataclass_yaml import resolve_presets
 from anchorft.errors import UsageError, check_keys, check_mapping_types
@@ -25,7 +25,7 @@ from anchorft.resources import config_path
 from anchorft.rpsft.anchor_options import anchor_option_names
 from anchorft.rpsft.estimate import format_memory_estimate, rl_memory_estimate
 from anchorft.rpsft.prechecks import as_number, check_values, given_flags, pop_config, shadow_dataclass, source_fields
-from anchorft.rpsft.recipes import parse_with_config
+from anchorft.rpsft.recipes import NOT_HASHED, parse_with_config
 from anchorft.runs import run_claimed
 
 

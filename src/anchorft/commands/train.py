@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import yaml
 
 from anchorft import stop
-from anchorft.commands.flags import NOT_HASHED, normalize_train_argv, short_help, short_or_all_help
+from anchorft.commands.flags import normalize_train_argv, short_help, short_or_all_help
 from anchorft.dataclass_flags import (
     FlagParser,
     add_field_flags,
@@ -29,16 +29,16 @@ from anchorft.dataclass_flags import (
     keyword_defaults,
     pop_flag,
 )
+from anchorft.dataclass_yaml import parse_overrides
 from anchorft.errors import UsageError
 from anchorft.eval.loading import load_tokenizer
-from anchorft.preflight import check_model_source
 from anchorft.resources import config_path
 from anchorft.rpsft.anchor_options import AnchorOptions
 from anchorft.rpsft.estimate_report import ANCHOR_FLAGS, EstimateInputs, estimate_flags, estimate_report
 from anchorft.rpsft.prechecks import check_train_argv, config_given
-from anchorft.rpsft.recipes import load_recipe, parse_with_config, trainer_mapping
-from anchorft.rpsft.stand_in import dry_run
-from anchorft.runs import check_output_dir, claim_output, config_hash, finish, same_run
+from anchorft.rpsft.recipes import parse_with_config, trainer_mapping
+from anchorft.rpsft.stand_in import check_recipe_data, dry_run, dry_run_summary
+from anchorft.runs import finish
 
 
 def _estimate(argv: list[str]) -> int:
@@ -55,47 +55,6 @@ def _estimate(argv: list[str]) -> int:
     inputs = EstimateInputs(**field_values(a, EstimateInputs), anchor={n: getattr(a, n) for n in ANCHOR_FLAGS})
     print(estimate_report(inputs), end="")  # a bad recipe, config.json, rule, map or model folder: by anchorft.cli
     return 0
-
-
-def _fisher_calibration(args, script, tok):
-    """(model, tokenizer, {name: F_ood G}) for a fisher:F rank rule, from the calibration JSONL files."""
-    from anchorft.analysis.fisher import fisher_product_from_files
-    from anchorft.rpsft.anchor import select_parameters
-    from anchorft.rpsft.anchor_plan import select_layers
-    from anchorft.rpsft.train import load_model
-
-    if not args.anchor_calibration:
-        raise UsageError("anchor_rank_rule fisher:F needs --anchor_calibration (a JSONL of out-of-domain rows)")
-    id_path = args.anchor_calibration_id or script.dataset
-    if not str(id_path).endswith(".jsonl"):
-        raise UsageError("fisher:F: set --anchor_calibration_id to a JSONL of in-domain rows")
-    model = load_model(script.model_name_or_path, args)
-    tok = tok or load_tokenizer(script.model_name_or_path, trust_remote_code=bool(args.trust_remote_code))
-    names = [n for n, _ in select_parameters(model, args.anchor_targets, args.anchor_include_embeddings)]
-    names = select_layers(names, args.anchor_layers)
-    fisher = fisher_product_from_files(
-        model, tok, id_path, args.anchor_calibration, names, args.anchor_calibration_samples, args.max_length or 512
-    )
-    return model, tok, fisher
-
-
-_NOT_HASHED = (*NOT_HASHED, "resume_from_checkpoint")  # a resumed run is the same run
-
-
-def _check_recipe_data(config: str, overrides: dict) -> None:
-    """The dataset the recipe (or an override) names exists: a local file is read, a hub name left to training."""
-    from anchorft.rpsft.data import check_sft_source
-
-    data = overrides.get("dataset", load_recipe(config)[0].get("dataset"))
-    if data is None:
-        return
-    try:
-        check_sft_source(str(data), f"dataset (from {config})")
-    except UsageError as err:
-        raise UsageError(
-            f"{err}; prepare it first (the recipe's comments name the command), give --dataset FILE, or pass "
-            "--no-data-check to check the recipe alone"
-        ) from err
 
 
 def dry_run_main(argv: Sequence[str]) -> int:
@@ -117,26 +76,16 @@ def dry_run_main(argv: Sequence[str]) -> int:
     )  # fmt: skip
     both_spellings(p)
     ns, rest = p.parse_known_args(list(argv))
-    if len(rest) % 2 or not all(r.startswith("--") for r in rest[::2]):
-        p.error(f"overrides must be --field value pairs, got {rest}")
-    overrides = {k[2:]: yaml.safe_load(v) for k, v in zip(rest[::2], rest[1::2])}
+    overrides = {k: yaml.safe_load(v) for k, v in parse_overrides(rest).items()}  # recipe values, as YAML reads them
     if ns.data_check and ns.dataset is None:
-        _check_recipe_data(ns.config, overrides)  # a user error here and below: one line, by anchorft.cli
+        check_recipe_data(ns.config, overrides)  # a user error here and below: one line, by anchorft.cli
     out = ns.output_dir or tempfile.mkdtemp(prefix="anchorft-dry-run-")
     import torch
 
     torch.set_num_threads(ns.threads)
     s = dry_run(ns.config, out, steps=ns.dry_run_steps, overrides=overrides, dataset=ns.dataset,
                 model_config=ns.model_config)  # fmt: skip
-    si = s["stand_in"]
-    print(
-        f"dry run OK: {s['config']} ({s['method']}, {s['family']}) on a stand-in of {s['parameters']:,} parameters "
-        f"(hidden {si['hidden_size']}, {si['num_hidden_layers']} layers, {si['num_attention_heads']}/"
-        f"{si['num_key_value_heads']} heads, intermediate {si['intermediate_size']}, vocab {si['vocab_size']}); "
-        f"anchor_rank {s['anchor_rank']['recipe']} -> {s['anchor_rank']['stand_in']}; "
-        f"{s['global_step']} steps, losses {[round(x, 4) for x in s['losses']]}; {s['seconds']:.1f} s; "
-        f"summary in {out}/dry_run.json"
-    )
+    print(dry_run_summary(s, out))
     if not s["same_branches_as_real"]:
         print(f"note: SVD/fallback branch differs from full size for {s['branch_mismatches']}", file=sys.stderr)
     return 0
@@ -177,22 +126,10 @@ def main(argv: list[str]) -> int:
     script, args = _parse_train_argv(argv)
     if _missing(dataclasses.asdict(script)):
         raise UsageError(f"missing --{' --'.join(_missing(dataclasses.asdict(script)))}")
-    from anchorft.rpsft.data import check_sft_source
-    from anchorft.rpsft.train import check_launch, check_model_folder, train
+    from anchorft.rpsft.train import check_train_inputs, claim_training_run, train
 
-    # everything the user named is checked before a model is loaded
-    check_launch(args, args.anchored, f"--method {args.method}")
-    check_sft_source(script.dataset, "--dataset")
-    check_sft_source(script.eval_dataset, "--eval_dataset")
-    check_model_source(script.model_name_or_path, "--model_name_or_path")
-    check_model_source(script.tokenizer_name_or_path, "--tokenizer_name_or_path", what="tokenizer")
-    if args.iw_ref_model not in (None, "copy"):
-        check_model_source(args.iw_ref_model, "--iw_ref_model")
-    check_output_dir(args.output_dir, "--output_dir")
-    check_model_folder(script.model_name_or_path, "--model_name_or_path")  # weights, not only config.json
-    if args.iw_ref_model not in (None, "copy"):
-        check_model_folder(args.iw_ref_model, "--iw_ref_model")
-    claim, complete = _claim(script, args, overwrite)
+    check_train_inputs(script, args)  # everything the user named, before a model is loaded
+    claim, complete = claim_training_run(script, args, overwrite)
     if complete:
         print(f"anchorft train: {args.output_dir} already holds this finished run (same config); --overwrite to redo")
         return 0
@@ -206,7 +143,9 @@ def main(argv: list[str]) -> int:
             print(f"anchorft train: resuming from {args.resume_from_checkpoint}", flush=True)
     model, fisher = script.model_name_or_path, None
     if args.anchored and str(args.anchor_rank_rule or "").startswith("fisher"):
-        model, tok, fisher = _fisher_calibration(args, script, tok)
+        from anchorft.analysis.fisher import anchor_fisher_inputs
+
+        model, tok, fisher = anchor_fisher_inputs(args, script.model_name_or_path, script.dataset, tok)
     trainer = train(args, model, script.dataset, tokenizer=tok, eval_dataset=script.eval_dataset, anchor_fisher=fisher)
     trainer.save_model(args.output_dir)  # on every rank: Trainer saves from the main process (gathers under FSDP)
 
@@ -218,29 +157,3 @@ def main(argv: list[str]) -> int:
         files = ", ".join(n for n in names if os.path.exists(os.path.join(args.output_dir, n)))
         print(f"done: {trainer.state.global_step} steps; {files} in {args.output_dir}")
     return 0
-
-
-def _claim(script, args, overwrite: bool):
-    """Check and claim the output folder (process 0 only): (claim or None, whether the same run had finished).
-    The same config unfinished: resume from its last complete checkpoint."""
-    from anchorft.rpsft.checkpoints import last_complete_checkpoint
-
-    # what defines the run (its marker's hash): script arguments and training fields, output-only ones aside
-    fields = {k: v for k, v in args.to_dict().items() if k not in _NOT_HASHED}
-    config = {"script": dataclasses.asdict(script), "args": fields}
-    check_output_dir(args.output_dir, "--output_dir")
-    status = None if overwrite else same_run(args.output_dir, "train", config)  # the same on every process
-    claim = None
-    if int(os.environ.get("RANK", "0")) == 0:
-        # the one claim outside runs.run_claimed: every process of a distributed launch runs the work and decides
-        # reuse and resume from the marker (`same_run`), while only process 0 claims (and locks) the folder, and the
-        # run is finished only after every process agreed that no signal arrived during the save
-        claim = claim_output(args.output_dir, "train", config, overwrite=overwrite, flag="--output_dir")
-    if status == "complete":
-        return None, True
-    if status is not None and args.resume_from_checkpoint is None:
-        last = last_complete_checkpoint(args.output_dir)
-        if last is not None:
-            print(f"anchorft train: same run (config {config_hash(config)}) in {args.output_dir}; resuming {last}")
-            args.resume_from_checkpoint = last
-    return claim, False

@@ -28,9 +28,22 @@ from anchorft.io import write_text
 from anchorft.resources import config_path
 
 __all__ = ["META_KEYS", "load_recipe", "read_recipe", "check_recipe_keys", "known_fields", "write_flat_config"]
-__all__ += ["trainer_mapping", "parse_with_config"]
+__all__ += ["trainer_mapping", "parse_with_config", "NOT_HASHED"]
 
 META_KEYS = ("_model_config_",)
+
+
+# TRL / transformers fields that name where output goes or how it is shown, not what is computed: left out of the
+# hash of a run's marker (`anchorft rl`; `anchorft train` also leaves out resume_from_checkpoint)
+NOT_HASHED = (
+    "output_dir",
+    "logging_dir",
+    "run_name",
+    "disable_tqdm",
+    "report_to",
+    "dataloader_num_workers",
+    "hub_token",
+)
 
 
 def known_fields() -> dict[str, str]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from anchorft.errors import UsageError
 from anchorft.provenance import write_metrics
 from anchorft.resources import configs_dir
 from anchorft.rpsft.recipes import known_fields, load_recipe
@@ -368,3 +369,32 @@ def dry_run(
         raise RuntimeError(f"dry run of {config}: non-finite or missing losses {losses}")
     write_metrics(Path(output_dir) / "dry_run.json", summary, indent=1, default=str)
     return summary
+
+
+def check_recipe_data(config: str, overrides: dict) -> None:
+    """The dataset the recipe (or an override) names exists: a local file is read, a hub name left to training."""
+    from anchorft.rpsft.data import check_sft_source  # lazy: loads `datasets` (seconds)
+
+    data = overrides.get("dataset", load_recipe(config)[0].get("dataset"))
+    if data is None:
+        return
+    try:
+        check_sft_source(str(data), f"dataset (from {config})")
+    except UsageError as err:
+        raise UsageError(
+            f"{err}; prepare it first (the recipe's comments name the command), give --dataset FILE, or pass "
+            "--no-data-check to check the recipe alone"
+        ) from err
+
+
+def dry_run_summary(s: dict[str, Any], out: str | os.PathLike) -> str:
+    """`dry_run`'s summary `s` in one line (what `anchorft train --dry-run` prints)."""
+    si = s["stand_in"]
+    return (
+        f"dry run OK: {s['config']} ({s['method']}, {s['family']}) on a stand-in of {s['parameters']:,} parameters "
+        f"(hidden {si['hidden_size']}, {si['num_hidden_layers']} layers, {si['num_attention_heads']}/"
+        f"{si['num_key_value_heads']} heads, intermediate {si['intermediate_size']}, vocab {si['vocab_size']}); "
+        f"anchor_rank {s['anchor_rank']['recipe']} -> {s['anchor_rank']['stand_in']}; "
+        f"{s['global_step']} steps, losses {[round(x, 4) for x in s['losses']]}; {s['seconds']:.1f} s; "
+        f"summary in {out}/dry_run.json"
+    )

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
+from typing import Any
 
 import datasets
 import torch
@@ -13,16 +15,20 @@ from transformers import PreTrainedModel
 from anchorft import stop
 from anchorft.eval.loading import load_tokenizer
 from anchorft.io import save_figure, write_json
+from anchorft.preflight import check_model_source
 from anchorft.provenance import write_metrics
 from anchorft.rpsft.adapters import get_adapter
 from anchorft.rpsft.anchor import select_parameters
-from anchorft.rpsft.checkpoints import fallback_summary
+from anchorft.rpsft.checkpoints import fallback_summary, last_complete_checkpoint
 from anchorft.rpsft.config import RPSFTConfig
-from anchorft.rpsft.data import load_sft_dataset, validate_sft_dataset
+from anchorft.rpsft.data import check_sft_source, load_sft_dataset, validate_sft_dataset
 from anchorft.rpsft.model_loading import check_model_folder, load_model
+from anchorft.rpsft.recipes import NOT_HASHED
 from anchorft.rpsft.trainer import RPSFTTrainer, frozen_copy
+from anchorft.runs import check_output_dir, claim_output, config_hash, same_run
 
 __all__ = ["train", "load_model", "check_model_folder", "check_launch", "zero_stage", "merge_peft_run"]
+__all__ += ["check_train_inputs", "claim_training_run"]
 
 logger = logging.getLogger(__name__)
 
@@ -291,3 +297,45 @@ def train(
         _write_run_artifacts(trainer, args.output_dir, final_drift)
     stop.check(agree=True)
     return trainer
+
+
+def check_train_inputs(script, args) -> None:
+    """Everything a fine-tune's user named (`ScriptArguments` and `RPSFTConfig`), checked before a model is loaded
+    (minutes for a large one): the launch, the datasets, the model sources and their weights, the reference model,
+    the output folder. A one-line ValueError naming the flag."""
+    check_launch(args, args.anchored, f"--method {args.method}")
+    check_sft_source(script.dataset, "--dataset")
+    check_sft_source(script.eval_dataset, "--eval_dataset")
+    check_model_source(script.model_name_or_path, "--model_name_or_path")
+    check_model_source(script.tokenizer_name_or_path, "--tokenizer_name_or_path", what="tokenizer")
+    if args.iw_ref_model not in (None, "copy"):
+        check_model_source(args.iw_ref_model, "--iw_ref_model")
+    check_output_dir(args.output_dir, "--output_dir")
+    check_model_folder(script.model_name_or_path, "--model_name_or_path")  # weights, not only config.json
+    if args.iw_ref_model not in (None, "copy"):
+        check_model_folder(args.iw_ref_model, "--iw_ref_model")
+
+
+def claim_training_run(script, args, overwrite: bool) -> tuple[Any, bool]:
+    """Check and claim `args.output_dir` for `anchorft train` (process 0 only): (claim or None, whether the same run
+    had finished). The same config unfinished: `args.resume_from_checkpoint` set to its last complete checkpoint."""
+    # what defines the run (its marker's hash): script arguments and training fields, output-only ones aside
+    skip = (*NOT_HASHED, "resume_from_checkpoint")  # a resumed run is the same run
+    fields = {k: v for k, v in args.to_dict().items() if k not in skip}
+    config = {"script": dataclasses.asdict(script), "args": fields}
+    check_output_dir(args.output_dir, "--output_dir")
+    status = None if overwrite else same_run(args.output_dir, "train", config)  # the same on every process
+    claim = None
+    if int(os.environ.get("RANK", "0")) == 0:
+        # the one claim outside runs.run_claimed: every process of a distributed launch runs the work and decides
+        # reuse and resume from the marker (`same_run`), while only process 0 claims (and locks) the folder, and the
+        # run is finished only after every process agreed that no signal arrived during the save
+        claim = claim_output(args.output_dir, "train", config, overwrite=overwrite, flag="--output_dir")
+    if status == "complete":
+        return None, True
+    if status is not None and args.resume_from_checkpoint is None:
+        last = last_complete_checkpoint(args.output_dir)
+        if last is not None:
+            print(f"anchorft train: same run (config {config_hash(config)}) in {args.output_dir}; resuming {last}")
+            args.resume_from_checkpoint = last
+    return claim, False
