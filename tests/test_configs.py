@@ -30,12 +30,12 @@ def test_a_file_on_disk_wins_and_an_unknown_name_is_one_line(tmp_path, monkeypat
 
 
 def test_recipes_and_rl_configs_load_by_name():
-    from anchorft.commands.rl import _load_config
+    from anchorft.rpsft.dapo_config import load_rl_config
     from anchorft.rpsft.recipes import load_recipe
 
     args, _ = load_recipe("rpsft/qwen2.5-7b-instruct/rpsft")
     assert args["method"] == "rpsft" and args["anchor_rank"] == 768
-    assert _load_config("rl/dapo")["learning_rate"] > 0
+    assert load_rl_config("rl/dapo")["learning_rate"] > 0
 
 
 def test_configs_command(tmp_path, capsys):

@@ -87,13 +87,13 @@ def test_mistakes_are_reported_before_torch_transformers_and_trl_load(files, arg
 def test_the_early_message_is_the_full_parse_s(files, argv, monkeypatch, capsys):
     """Each pre-checked mistake gets, word for word, the message the full parse (TrlParser, the configs' checks,
     the loaded model's rank check) gives with the pre-checks off."""
-    import anchorft.commands.rl as rl
     import anchorft.rpsft.prechecks as pc
 
     assert main(list(argv)) == 2
     early = capsys.readouterr().err
-    monkeypatch.setattr(pc, "check_train_argv", lambda argv: None)
-    monkeypatch.setattr(rl, "precheck", lambda argv: None)
+    off: list = []  # the pre-checks the command called, turned off (so the full parse below is not pre-checked)
+    monkeypatch.setattr(pc, "check_train_argv", lambda argv: off.append(argv))
+    monkeypatch.setattr(pc, "check_rl_argv", lambda argv: off.append(argv))
     if "lora" in argv:  # the full path reports the rank after loading the model: build it from its config
         pytest.importorskip("peft")
         from transformers import LlamaConfig, LlamaForCausalLM
@@ -110,6 +110,7 @@ def test_the_early_message_is_the_full_parse_s(files, argv, monkeypatch, capsys)
         return
     assert main(list(argv)) == 2
     assert early == capsys.readouterr().err
+    assert off, "the command did not call the pre-check that was turned off: the comparison above proves nothing"
 
 
 @pytest.mark.parametrize("command", ["train", "rl"])
@@ -125,10 +126,10 @@ def test_the_flags_read_from_source_are_trlparser_s(command):
 
         specs = [("anchorft.rpsft.config", "ScriptArguments"), ("anchorft.rpsft.config", "RPSFTConfig")]
     else:
-        from anchorft.commands.rl import RLScriptArguments as Script
         from anchorft.rpsft.dapo_config import DAPOConfig as Config
+        from anchorft.rpsft.dapo_config import RLScriptArguments as Script
 
-        specs = [("anchorft.commands.rl", "RLScriptArguments"), ("anchorft.rpsft.dapo_config", "DAPOConfig")]
+        specs = [("anchorft.rpsft.dapo_config", "RLScriptArguments"), ("anchorft.rpsft.dapo_config", "DAPOConfig")]
     read = [source_fields(*spec) for spec in specs]
     assert all(r is not None for r in read)
     for fields, cls in zip(read, (Script, Config)):
@@ -180,13 +181,12 @@ def test_eval_flags_take_run_eval_s_defaults_from_its_source():
 def test_every_shipped_recipe_and_rl_config_passes_the_prechecks():
     """The pre-checks refuse nothing the full parse accepts: every shipped recipe (tests/rpsft/test_recipes.py
     builds each) and the RL config pass them."""
-    from anchorft.commands.rl import precheck
     from anchorft.resources import shipped_configs
-    from anchorft.rpsft.prechecks import check_train_argv
+    from anchorft.rpsft.prechecks import check_rl_argv, check_train_argv
 
     recipes = [n for n in shipped_configs("rpsft") if not n.startswith("rpsft/_base")]
     assert recipes
     for name in recipes:
         assert check_train_argv(["--config", name, "--learning_rate", "1e-5"])["learning_rate"] == "1e-5"
     for name in shipped_configs("rl"):
-        precheck(["--config", name, "--model", "m", "--dataset", "d.jsonl", "--out", "o"])
+        check_rl_argv(["--config", name, "--model", "m", "--dataset", "d.jsonl", "--out", "o"])

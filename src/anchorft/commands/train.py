@@ -33,9 +33,9 @@ from anchorft.dataclass_yaml import parse_overrides
 from anchorft.errors import UsageError
 from anchorft.eval.loading import load_tokenizer
 from anchorft.resources import config_path
+from anchorft.rpsft import prechecks  # module.function: a test may turn a check off
 from anchorft.rpsft.anchor_options import AnchorOptions
 from anchorft.rpsft.estimate_report import ANCHOR_FLAGS, EstimateInputs, estimate_flags, estimate_report
-from anchorft.rpsft.prechecks import check_train_argv, config_given
 from anchorft.rpsft.recipes import parse_with_config, trainer_mapping
 from anchorft.rpsft.stand_in import check_recipe_data, dry_run, dry_run_summary
 from anchorft.runs import finish
@@ -112,15 +112,15 @@ def main(argv: list[str]) -> int:
         return 0
 
     mode = next((m for m in ("--dry-run", "--estimate") if m in argv), None)
-    if mode is not None and config_given(argv) is not None:  # a missing recipe before torch and TRL load
-        config_path(config_given(argv))  # a user error here and below: one line, by anchorft.cli
+    if mode is not None and prechecks.config_given(argv) is not None:  # a missing recipe before torch and TRL load
+        config_path(prechecks.config_given(argv))  # a user error here and below: one line, by anchorft.cli
     if mode == "--dry-run":
         return dry_run_main(argv)
     if mode == "--estimate":
         return _estimate(argv)
     argv, overwrite = pop_flag(argv, "--overwrite")
     # what needs no model, checked before TRL is imported (seconds); --help-all is TrlParser's own help
-    given = check_train_argv(argv) if "--help" not in argv else None
+    given = prechecks.check_train_argv(argv) if "--help" not in argv else None
     if given is not None and _missing(given):
         raise UsageError(f"missing --{' --'.join(_missing(given))}")
     script, args = _parse_train_argv(argv)

@@ -18,14 +18,25 @@ import os
 from dataclasses import dataclass, field
 
 import torch
-from trl import GRPOConfig
+from trl import GRPOConfig, TrlParser
 
 from anchorft.dataclass_yaml import check_choices
+from anchorft.errors import check_mapping_types
 from anchorft.rpsft.anchor_options import AnchorOptions
 from anchorft.rpsft.arg_checks import check_trainer_args
 from anchorft.rpsft.methods import RL_ANCHOR_METHODS, get_method
+from anchorft.rpsft.prechecks import read_rl_config
+from anchorft.rpsft.recipes import parse_with_config
 
-__all__ = ["DAPOConfig", "dapo_schedule", "resolve_vllm"]
+__all__ = [
+    "DAPOConfig",
+    "RLScriptArguments",
+    "dapo_schedule",
+    "resolve_vllm",
+    "load_rl_config",
+    "parse_rl_argv",
+    "rl_parser",
+]
 
 # the TRL fields that DAPOConfig derives, with the RL-step field to set instead
 _DERIVED = {
@@ -233,3 +244,44 @@ class DAPOConfig(AnchorOptions, GRPOConfig):
     def anchor_spec(self):
         """The methods-table row of `anchor_method` (None for "none")."""
         return None if self.anchor_method == "none" else get_method(self.anchor_method)
+
+
+@dataclass
+class RLScriptArguments:
+    """The model, data and output of `anchorft rl` (parsed by TrlParser beside `DAPOConfig`)."""
+
+    model: str | None = field(default=None, metadata={"help": "Local SFT checkpoint directory."})
+    dataset: str | None = field(
+        default=None, metadata={"help": "JSONL prompts with gold answers (required unless --estimate)."}
+    )
+    out: str | None = field(default=None, metadata={"help": "Output directory (required unless --estimate)."})
+    limit: int | None = field(default=None, metadata={"help": "Use the first N prompts."})
+    skip_bad: bool = field(default=False, metadata={"help": "Skip and count malformed dataset lines."})
+    overwrite: bool = field(default=False, metadata={"help": "Replace an output folder that holds another run."})
+    estimate: bool = field(
+        default=False,
+        metadata={
+            "help": "Print the memory estimate for --model (parameters counted from config.json, no weights "
+            "loaded) on 1 and 8 GPUs, and exit."
+        },
+    )
+
+
+def load_rl_config(path: str) -> dict:
+    """The `--config` YAML (`preset:` parents merged), its keys and value types checked against the dataclasses."""
+    path, cfg = read_rl_config(path, DAPOConfig)
+    check_mapping_types(cfg, RLScriptArguments, path)
+    check_mapping_types(cfg, DAPOConfig, path)
+    return cfg
+
+
+def parse_rl_argv(argv: list[str]) -> tuple:
+    """(RLScriptArguments, DAPOConfig) from `anchorft rl`'s arguments: TrlParser over both (every field a flag, as
+    --snake_case or --kebab-case), with the `--config` YAML read, its keys and value types checked (one-line errors
+    naming the file), then set as the parser's defaults."""
+    return parse_with_config(rl_parser(), argv, load_rl_config)
+
+
+def rl_parser() -> TrlParser:
+    """TrlParser over (RLScriptArguments, DAPOConfig): every field a flag, as --snake_case or --kebab-case."""
+    return TrlParser((RLScriptArguments, DAPOConfig), prog="anchorft rl")

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 __all__ = ["model_matrices", "estimate", "format_estimate", "memory_per_gpu", "format_memory", "read_model_config"]
 __all__ += ["parameter_count", "activation_numbers", "method_memory", "format_method_memory", "STAGES"]
-__all__ += ["estimated_methods", "state_bytes", "rl_memory_estimate", "format_memory_estimate"]
+__all__ += ["estimated_methods", "state_bytes", "rl_memory_estimate", "format_memory_estimate", "rl_memory_lines"]
 
 
 def model_matrices(cfg: dict, include_embeddings: bool = True) -> list[tuple[str, int, int, int]]:
@@ -379,3 +380,18 @@ def format_method_memory(rows: dict[str, dict], title: str) -> str:
         label = f"{key} ({unit})"
         lines.append(f"  {label:<36}" + "".join(f"{rows[n][key] / div:>10.2f}" for n in names))
     return "\n".join(lines)
+
+
+def rl_memory_lines(model_dir: str, config) -> list[str]:
+    """`anchorft rl --estimate`: the memory of DAPO (`config`) on 1 and 8 GPUs for the model in `model_dir`, its
+    parameters counted on the meta device from config.json (no weights loaded)."""
+    import torch  # lazy: the rest of this module is read before torch loads (`anchorft train --estimate`)
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if not (Path(model_dir) / "config.json").is_file():
+        raise ValueError(f"--model {model_dir}: no config.json there")
+    cfg = AutoConfig.from_pretrained(model_dir, trust_remote_code=False)
+    with torch.device("meta"):
+        n = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())
+    colocate = config.vllm_requested != "false"  # the GPU node's choice, not this machine's
+    return [format_memory_estimate(rl_memory_estimate(n, g, config.master_dtype, colocate)) for g in (1, 8)]

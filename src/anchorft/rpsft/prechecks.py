@@ -22,10 +22,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from anchorft.errors import did_you_mean
+from anchorft.dataclass_yaml import resolve_presets
+from anchorft.errors import check_keys, did_you_mean
+from anchorft.resources import config_path
 
 __all__ = ["SourceField", "source_fields", "trl_flags_parser", "given_flags", "pop_config", "config_given"]
 __all__ += ["source_defaults", "as_number", "check_values", "shadow_dataclass", "check_train_argv", "lora_rank_limit"]
+__all__ += ["read_rl_config", "check_rl_argv"]
 
 MISSING = dataclasses.MISSING
 UNKNOWN = object()  # a default that is no literal (a call, a name): never compared with anything
@@ -357,3 +360,35 @@ def check_train_argv(argv: list[str]) -> dict[str, Any] | None:
     check_values(values)
     _check_lora_rank(values)
     return None if given is None else values
+
+
+def read_rl_config(path: str, dapo: type) -> tuple[str, dict]:
+    """(file, mapping) of `anchorft rl`'s `--config` YAML (`preset:` parents merged), its keys checked against
+    RLScriptArguments and `dapo` (DAPOConfig, or a stand-in with its field names read before TRL is imported)."""
+
+    path = str(config_path(path))  # a file, else a shipped config by name (rl/dapo)
+    cfg = resolve_presets(path)
+    script_keys = set(source_fields("anchorft.rpsft.dapo_config", "RLScriptArguments") or ())
+    check_keys({k: v for k, v in cfg.items() if k not in script_keys}, dapo, path)
+    return path, cfg
+
+
+def check_rl_argv(argv: list[str]) -> None:
+    """`anchorft rl`'s command line (--out spellings applied) checked before TRL is imported: the --config file
+    found, read and its keys known; the flags known; learning_rate, max_steps and report_to valid. ValueError: the
+    message TrlParser and DAPOConfig give."""
+
+    argv, config = pop_config(list(argv))
+    script = source_fields("anchorft.rpsft.dapo_config", "RLScriptArguments")
+    dapo = source_fields("anchorft.rpsft.dapo_config", "DAPOConfig")
+    values: dict = {}
+    if config is not None and dapo is not None:
+        values.update(read_rl_config(config, shadow_dataclass("DAPOConfig", list(dapo.values())))[1])
+    elif config is not None:
+        config_path(config)
+    if script is not None and dapo is not None:
+        values.update(given_flags(argv, [*script.values(), *dapo.values()], "anchorft rl") or {})
+    lr = as_number(values.get("learning_rate"), float)
+    if lr is not None and lr <= 0:  # DAPOConfig checks the sign before the trainer arguments, in these words
+        raise ValueError("need beta >= 0, learning_rate > 0, temperature > 0")
+    check_values(values)
