@@ -138,7 +138,7 @@ def test_toy_report_recomputes_and_marks_its_rerun(tmp_path, monkeypatch, capsys
         if state["stop"]:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(results, "load_results", lambda path: Parts())
+    monkeypatch.setattr(report, "load_results", lambda path: Parts())
     monkeypatch.setattr(report, "merge_results", lambda parts: Parts())  # as `write_merged_report` reads them
     monkeypatch.setattr(report, "save_results", lambda merged, path: Path(path).write_text("{}"))
     monkeypatch.setattr(report, "write_report", write_report)

@@ -12,11 +12,10 @@ from anchorft.commands.toy_verdict import main_verdict
 from anchorft.dataclass_flags import FlagParser, both_spellings
 from anchorft.dataclass_yaml import resolve_presets
 from anchorft.resources import configs_dir
-from anchorft.runs import check_output_dir, existing_files, run_claimed
+from anchorft.runs import existing_files
 from anchorft.studies.testbed import report as testbed_report  # module.function: a test may stand in for one
-from anchorft.studies.testbed import results as testbed_results
 from anchorft.studies.testbed.layout import base_folders
-from anchorft.toy.bench import MATH_SKILLS, bench_rows, write_benches
+from anchorft.toy.bench import bench_into
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -116,25 +115,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _bench(args: argparse.Namespace) -> int:
-    """`toy bench`: the files, claimed like every output folder (the same arguments: reused)."""
-
-    skills = tuple(args.skills or MATH_SKILLS)
-    for skill in skills:
-        bench_rows(skill, 1)  # an unknown skill before the folder is claimed
-    if args.items < 1:
-        raise ValueError(f"--items: must be >= 1, got {args.items}")
-    spec = {"skills": list(skills), "items": args.items, "seed": args.seed}
-    paths = run_claimed(
-        args.out, "toy bench", spec, lambda claim: write_benches(args.out, skills, args.items, args.seed),
-        overwrite=args.overwrite,
-    )  # fmt: skip
-    if paths is None:
-        return 0
-    print(f"toy bench: {args.items} items per file in {', '.join(map(str, paths))}")
-    return 0
-
-
 def main(argv: list[str]) -> int:
     args, extra = _parser().parse_known_args(argv)
     if args.cmd in ("pretrain", "compare") and not extra:  # an unknown preset or malformed YAML before torch loads
@@ -142,11 +122,11 @@ def main(argv: list[str]) -> int:
     if args.cmd == "verdict":
         return main_verdict(extra)  # statistics on saved grades: no torch
     if args.threads is None:  # the command's thread policy (anchorft.threads), at most 4
-        import torch
+        import torch  # lazy: loads torch (seconds); the lines above need none
 
         args.threads = max(1, min(4, torch.get_num_threads()))
     if args.cmd == "rl":
-        from anchorft.commands.toy_rl import main_rl
+        from anchorft.commands.toy_rl import main_rl  # lazy: the RL stage loads TRL
 
         return main_rl(["--threads", str(args.threads), *extra])
     if extra:
@@ -154,71 +134,41 @@ def main(argv: list[str]) -> int:
     if args.threads < 1:
         raise ValueError(f"--threads: must be >= 1, got {args.threads}")
     if args.cmd == "bench":
-        return _bench(args)
-    import torch
+        if (paths := bench_into(args.out, args.skills, args.items, args.seed, args.overwrite)) is not None:
+            print(f"toy bench: {args.items} items per file in {', '.join(map(str, paths))}")
+        return 0
+    if args.cmd == "report":
+        merged = testbed_report.report_into(args.sources, args.out, args.front, args.pick, args.overwrite)
+        print(f"report: {Path(args.out) / 'report.md'}  ({len(merged['methods'])} runs from {len(args.sources)} "
+              "comparisons)")  # fmt: skip
+        return 0
+    import torch  # lazy: each branch below loads it (pretraining, fine-tuning, interpolating)
 
     torch.set_num_threads(args.threads)
-    if args.cmd == "report":
-        picks = testbed_report.parse_picks(args.pick)  # before anything is read
-        if picks and not args.front:
-            raise ValueError("--pick: needs --front (the knobs are chosen against the front)")
-        check_output_dir(args.out)  # before the sources are read
-        parts = []
-        for src in args.sources:
-            path = Path(src) / testbed_results.RESULTS_FILE
-            if not path.is_file():
-                raise ValueError(f"--from: {path} does not exist")
-            parts.append(testbed_results.load_results(path))
-        out = Path(args.out)
-
-        def write_report_files(claim) -> dict:
-            return testbed_report.write_merged_report(parts, out, args.front, picks)
-
-        merged = run_claimed(
-            args.out,
-            "toy report",
-            {"sources": [p.to_dict() for p in parts], "front": args.front, "pick": args.pick},
-            write_report_files,
-            overwrite=args.overwrite,
-            rerun_finished=True,  # recomputed every time (seconds): "running" while its files are rewritten
-        )
-        print(f"report: {out / 'report.md'}  ({len(merged['methods'])} runs from {len(parts)} comparisons)")
-        return 0
     if args.cmd == "interpolate":
-        from anchorft.studies.testbed.interpolate import parse_alphas, run_interpolate
+        from anchorft.studies.testbed.interpolate import interpolate_into
 
-        alphas = parse_alphas(args.alphas)
         cluster = cluster_from(args)
-        spec = {"compare": str(Path(args.compare).resolve()), "runs": args.runs, "alphas": alphas}
-        res = run_claimed(
-            args.out, "toy interpolate", spec,
-            lambda claim: run_interpolate(args.compare, args.runs, alphas, args.out, resume=claim.resume,
-                                          cluster=cluster),
-            overwrite=args.overwrite,
-        )  # fmt: skip
-        if res is None:
-            return 0
-        print(f"interpolate: {len(res['methods'])} runs in {Path(args.out) / 'results.json'}")
+        if (
+            res := interpolate_into(args.compare, args.runs, args.alphas, args.out, args.overwrite, cluster)
+        ) is not None:
+            print(f"interpolate: {len(res['methods'])} runs in {Path(args.out) / 'results.json'}")
         return 0
     from anchorft.studies.testbed.compare_config import load_config
 
     cfg = load_config(args.preset)
     if args.cmd == "pretrain":
-        from anchorft.toy.pretrain import pretrain_into
+        from anchorft.toy.pretrain import pretrain_claimed
 
         overrides = {k: v for k, v in (("steps", args.steps), ("seed", args.seed)) if v is not None}
-        pre = dataclasses.replace(cfg.pretrain, **overrides)
-        pre.validate()
-        out = Path(args.out)
-        work = lambda claim: pretrain_into(pre, out, args.no_cache)  # noqa: E731
-        metrics = run_claimed(out, "toy pretrain", dataclasses.asdict(pre), work, overwrite=args.overwrite)
-        if metrics is None:
-            return 0
-        acc = metrics["greedy_accuracy"]
-        print(f"pretrained model in {out} ({metrics['params']:,} parameters; loss.png: the loss curve)")
-        print("greedy accuracy: " + ", ".join(f"{s}={v:.2f}" for s, v in acc.items()))
+        metrics = pretrain_claimed(dataclasses.replace(cfg.pretrain, **overrides), args.out, args.no_cache,
+                                   args.overwrite)  # fmt: skip
+        if metrics is not None:
+            acc = ", ".join(f"{s}={v:.2f}" for s, v in metrics["greedy_accuracy"].items())
+            print(f"pretrained model in {args.out} ({metrics['params']:,} parameters; loss.png: the loss curve)")
+            print(f"greedy accuracy: {acc}")
         return 0
-    from anchorft.studies.testbed.compare import resolve_comparison, run_compare
+    from anchorft.studies.testbed.compare import compare_into
 
     if args.seeds:
         cfg.seeds = list(args.seeds)
@@ -230,25 +180,8 @@ def main(argv: list[str]) -> int:
     workers = args.workers if args.workers is not None else args.threads
     if workers < 1:
         raise ValueError(f"--workers: must be >= 1, got {workers}")
-    cluster = cluster_from(args)  # the executor changes where the cells run, not their results: not in `run`
-    resolve_comparison(cfg, args.methods, args.sweep)  # every run's values checked before the folder is claimed
-    run = {"config": dataclasses.asdict(cfg), "methods": args.methods, "sweep": args.sweep}  # workers: same results
-
-    def compare(claim) -> bool:
-        run_compare(
-            cfg,
-            args.out,
-            methods=args.methods,
-            sweep=args.sweep,
-            workers=workers,
-            resume=claim.resume,
-            cluster=cluster,
-        )
-        return True
-
-    if run_claimed(args.out, "toy compare", run, compare, overwrite=args.overwrite) is None:
+    if compare_into(cfg, args.out, args.methods, args.sweep, workers, cluster_from(args), args.overwrite) is None:
         return 0
-
     for folder in [*base_folders(args.out).values()] or [args.out]:  # one comparison per base, or the one
         print(f"wrote {existing_files(folder, 'report.md', 'tradeoff.png', 'results.json')}")
     return 0

@@ -17,9 +17,10 @@ import numpy as np
 
 from anchorft.eval.answers import last_boxed
 from anchorft.io import write_jsonl
+from anchorft.runs import run_claimed
 from anchorft.toy import skills as sk
 
-__all__ = ["MATH_SKILLS", "bench_rows", "write_benches"]
+__all__ = ["MATH_SKILLS", "bench_rows", "write_benches", "bench_into"]
 
 # the skills whose answer is a boxed number: graded by `anchorft eval` as the paper's math files are
 MATH_SKILLS = tuple(s for s in sk.SKILLS if s.startswith("math_"))
@@ -58,3 +59,18 @@ def write_benches(out: str | Path, skills: tuple[str, ...] | list[str], n_items:
         write_jsonl(path, skill_rows)
         paths.append(path)
     return paths
+
+
+def bench_into(
+    out: str | Path, skills: list[str] | None = None, n_items: int = 50, seed: int = 0, overwrite: bool = False
+) -> list[Path] | None:
+    """`anchorft toy bench`: `write_benches` into the folder `out`, claimed like every output folder (the same
+    arguments: reused, None); `skills` None: every math skill."""
+    chosen = tuple(skills or MATH_SKILLS)
+    for skill in chosen:
+        bench_rows(skill, 1)  # an unknown skill before the folder is claimed
+    if n_items < 1:
+        raise ValueError(f"--items: must be >= 1, got {n_items}")
+    spec = {"skills": list(chosen), "items": n_items, "seed": seed}
+    return run_claimed(out, "toy bench", spec, lambda claim: write_benches(out, chosen, n_items, seed),
+                       overwrite=overwrite)  # fmt: skip

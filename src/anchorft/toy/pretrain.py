@@ -35,13 +35,14 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 import anchorft
 from anchorft.io import write_json
 from anchorft.provenance import with_provenance
+from anchorft.runs import run_claimed
 from anchorft.threads import pinned_threads
 from anchorft.toy import skills as sk
 from anchorft.toy.evaluate import evaluate_skills
 from anchorft.toy.tokenizer import train_tokenizer
 
 __all__ = ["PretrainConfig", "pretrain", "pretrained_model", "pretrain_into", "cached_model", "cache_root"]
-__all__ += ["code_version"]
+__all__ += ["code_version", "pretrain_claimed"]
 
 # Bumped whenever the documents, the tokenizer or the packing change for the same config, so that no cached model
 # built from the old ones is reused (2: template words one token each, random strings never a template word;
@@ -422,3 +423,13 @@ def pretrain_into(cfg: PretrainConfig, out: str | Path, no_cache: bool = False) 
     if not (out / "loss.png").is_file():  # a model cached before the plot was written
         print("toy pretrain: this cached model has no loss.png (--no-cache pretrains again and draws it)")
     return metrics
+
+
+def pretrain_claimed(
+    cfg: PretrainConfig, out: str | Path, no_cache: bool = False, overwrite: bool = False
+) -> dict | None:
+    """`anchorft toy pretrain`: `pretrain_into` in the folder `out`, claimed for `cfg` (the same config: reused,
+    None)."""
+    cfg.validate()
+    return run_claimed(out, "toy pretrain", dataclasses.asdict(cfg), lambda claim: pretrain_into(cfg, out, no_cache),
+                       overwrite=overwrite)  # fmt: skip

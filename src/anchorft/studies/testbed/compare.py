@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from anchorft.errors import one_line
 from anchorft.io import write_json, write_text
 from anchorft.rpsft.methods import METHODS, get_method
+from anchorft.runs import run_claimed
 from anchorft.studies.grid import Cell, Grid, RayCluster, executor_for
 from anchorft.studies.testbed.compare_config import (
     CompareConfig,
@@ -48,7 +49,7 @@ from anchorft.threads import pinned_threads
 from anchorft.toy import skills as sk
 from anchorft.toy.pretrain import cached_model, pretrained_model
 
-__all__ = ["finetune_dataset", "calibration_fisher", "run_compare"]
+__all__ = ["finetune_dataset", "calibration_fisher", "run_compare", "compare_into"]
 
 
 def finetune_dataset(n: int, rng: np.random.Generator, skill: str = "math_hard") -> datasets.Dataset:
@@ -315,3 +316,26 @@ def run_compare(
     write_report(results.to_dict(), out / "report.md")
     write_tradeoff_plot(results.to_dict(), out / "tradeoff.png")
     return results.to_dict()
+
+
+def compare_into(
+    cfg: CompareConfig,
+    out: str | Path,
+    methods: list[str] | None = None,
+    sweep: list[str] = (),
+    workers: int = 1,
+    cluster: RayCluster | None = None,
+    overwrite: bool = False,
+) -> bool | None:
+    """`anchorft toy compare`: `run_compare` in the folder `out`, claimed for the config, the methods kept and the
+    sweeps (not the workers or the executor, which change where the cells run, not their results); every run's
+    values checked first. A rerun resumes; a finished comparison is reused (None)."""
+    sweep = list(sweep)
+    resolve_comparison(cfg, methods, sweep)  # every run's values checked before the folder is claimed
+    run = {"config": dataclasses.asdict(cfg), "methods": methods, "sweep": sweep}
+
+    def compare(claim) -> bool:
+        run_compare(cfg, out, methods=methods, sweep=sweep, workers=workers, resume=claim.resume, cluster=cluster)
+        return True
+
+    return run_claimed(out, "toy compare", run, compare, overwrite=overwrite)

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import torch
 
+from anchorft.runs import run_claimed
 from anchorft.studies.grid import Cell, Grid, RayCluster, executor_for
 from anchorft.studies.testbed.results import CompareResults, load_results, save_results
 
-__all__ = ["interpolate_weights", "run_interpolate", "parse_alphas", "wise_name"]
+__all__ = ["interpolate_weights", "run_interpolate", "parse_alphas", "wise_name", "interpolate_into"]
 
 
 def interpolate_weights(
@@ -147,3 +148,22 @@ def _saved_config(compare_dir: Path) -> dict:
     data = read_yaml_mapping(path, "toy compare config")
     data["runs"] = [{"name": "unused", "method": "sft"}]
     return json.loads(json.dumps(data))
+
+
+def interpolate_into(
+    compare: str | Path,
+    runs: list[str],
+    alphas: str | list,
+    out: str | Path,
+    overwrite: bool = False,
+    cluster: RayCluster | None = None,
+) -> dict | None:
+    """`anchorft toy interpolate`: `run_interpolate` in the folder `out`, claimed for (the comparison, the runs, the
+    alpha grid); a rerun resumes it, a finished one is reused (None)."""
+    grid = parse_alphas(alphas)
+    spec = {"compare": str(Path(compare).resolve()), "runs": runs, "alphas": grid}
+    return run_claimed(
+        out, "toy interpolate", spec,
+        lambda claim: run_interpolate(compare, runs, grid, out, resume=claim.resume, cluster=cluster),
+        overwrite=overwrite,
+    )  # fmt: skip

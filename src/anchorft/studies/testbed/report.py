@@ -7,7 +7,15 @@ from pathlib import Path
 import numpy as np
 
 from anchorft.io import pyplot, save_figure, write_text
-from anchorft.studies.testbed.results import RESULTS_FILE, CompareResults, merge_results, sample_std, save_results
+from anchorft.runs import check_output_dir, run_claimed
+from anchorft.studies.testbed.results import (
+    RESULTS_FILE,
+    CompareResults,
+    load_results,
+    merge_results,
+    sample_std,
+    save_results,
+)
 
 __all__ = [
     "write_report",
@@ -307,3 +315,26 @@ def write_merged_report(
     if front:
         write_front(merged, front, out / "front.md", picks)
     return merged
+
+
+def report_into(
+    sources: list[str], out: str | Path, front: list[str] | None = None, pick: list[str] = (), overwrite: bool = False
+) -> dict:
+    """`anchorft toy report`: the comparisons in the folders `sources` merged into `out` (`write_merged_report`),
+    the folder claimed for them (recomputed on every call: seconds); `pick`: GROUP=RUN,RUN choices, with `front`.
+    Everything is checked before a file is read or written; returns the merged results."""
+    picks = parse_picks(list(pick))
+    if picks and not front:
+        raise ValueError("--pick: needs --front (the knobs are chosen against the front)")
+    check_output_dir(out)  # before the sources are read
+    parts = []
+    for src in sources:
+        path = Path(src) / RESULTS_FILE
+        if not path.is_file():
+            raise ValueError(f"--from: {path} does not exist")
+        parts.append(load_results(path))
+    return run_claimed(
+        out, "toy report", {"sources": [p.to_dict() for p in parts], "front": front, "pick": list(pick)},
+        lambda claim: write_merged_report(parts, out, front, picks), overwrite=overwrite,
+        rerun_finished=True,  # recomputed every time (seconds): "running" while its files are rewritten
+    )  # fmt: skip
