@@ -6,12 +6,11 @@ import argparse
 import dataclasses
 import json
 import sys
-from pathlib import Path
 
 from anchorft.commands.flags import add_executor_flags, cluster_from
 from anchorft.dataclass_flags import FlagParser, both_spellings
 from anchorft.errors import UsageError
-from anchorft.runs import existing_files, run_claimed
+from anchorft.runs import existing_files
 
 
 def _threads(n: int) -> None:
@@ -22,37 +21,18 @@ def _threads(n: int) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from anchorft.studies.w2s.experiments import run_experiment
+    from anchorft.studies.w2s.experiments import experiment_into, summary_lines  # lazy: torch
     from anchorft.w2s.config import load_config
+    from anchorft.w2s.dynamics import NumericalFailure
 
     flags = {"n_seeds": args.n_seeds, "steps": args.steps, "device": args.device}
     overrides = [*args.overrides, *(f"{k}={v}" for k, v in flags.items() if v is not None)]
     config = load_config(args.preset, overrides)  # a user error here and below: one line, by anchorft.cli
-    if args.ode:
-        from anchorft.w2s.meanfield import check_supported
-
-        try:
-            check_supported(config)
-        except ValueError as e:
-            raise ValueError(f"--ode: {e}") from None
-    if config.device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ValueError("device=cuda requested but CUDA is not available")
     _threads(args.threads)
-    from anchorft.studies.w2s.experiments import run_config, summary_lines
-
     header = " ".join(["anchorft w2s run", "--preset", args.preset, "--out", args.out, *overrides])
-    if args.ode:
-        header += " --ode"
-    from anchorft.w2s.dynamics import NumericalFailure
-
-    def work(claim) -> dict:  # the experiment inside the command's claim: the folder is claimed once
-        return run_experiment(config, args.out, progress=not args.quiet, header=header, ode=args.ode, claim=claim)
-
+    header += " --ode" if args.ode else ""
     try:
-        metrics = run_claimed(args.out, "w2s run", run_config(config, args.ode), work, overwrite=args.overwrite)
+        metrics = experiment_into(config, args.out, args.ode, header, not args.quiet, args.overwrite)
     except NumericalFailure as e:  # not the user's input (exit 2): the simulator's numbers left the model
         print(f"anchorft w2s run: {e}", file=sys.stderr)
         return 1
@@ -90,40 +70,13 @@ def _theory(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from anchorft.studies.w2s.sweeps import load_sweep, run_sweep
+    from anchorft.studies.w2s.sweeps import sweep_into, sweep_summary  # lazy: torch
 
     _threads(args.threads)
-
-    # a bad --kind, --spec, --workers or sweep file is refused before the output folder is touched
-    if args.workers < 1:
-        raise ValueError(f"--workers: must be >= 1, got {args.workers}")
-    cluster = cluster_from(args)
-    spec = load_sweep(args.kind, args.quick, args.spec)
-    # the resolved sweep (an edited sweep file is another run) and the overrides
-    run = {"kind": args.kind, "quick": args.quick, "overrides": list(args.overrides), "spec": spec}
-
-    def work(claim) -> dict:
-        return run_sweep(
-            args.kind,
-            args.out,
-            quick=args.quick,
-            overrides=list(args.overrides),
-            progress=not args.quiet,
-            spec_path=args.spec,
-            workers=args.workers,
-            cluster=cluster,
-        )
-
-    result = run_claimed(args.out, "w2s sweep", run, work, overwrite=args.overwrite)
-    if result is None:
-        return 0
-    if "rows" in result:
-        print((Path(args.out) / "table.md").read_text(), end="")
-        print(f"wrote {existing_files(args.out, 'results.json', 'table.md', args.kind + '.png')}")
-        return 0
-    keep = ("kind", "quick", "fit", "theory", "fits", "theories", "summary", "phase")
-    print(json.dumps({k: result[k] for k in keep if k in result}, indent=1))
-    print(f"wrote {existing_files(args.out, 'sweep.json', args.kind + '.png')}")
+    result = sweep_into(args.kind, args.out, args.quick, args.overrides, args.spec, args.workers, cluster_from(args),
+                        args.overwrite, progress=not args.quiet)  # fmt: skip
+    if result is not None:
+        print(sweep_summary(result, args.out, args.kind))
     return 0
 
 

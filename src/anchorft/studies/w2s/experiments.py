@@ -18,7 +18,7 @@ from anchorft.w2s.modes import prepare_weak, run_modes
 from anchorft.w2s.problem import build_problem
 from anchorft.w2s.risk import risk_report
 
-__all__ = ["run_experiment", "run_config", "ode_metrics", "summary_lines"]
+__all__ = ["run_experiment", "run_config", "ode_metrics", "summary_lines", "experiment_into"]
 
 
 def run_config(config: W2SConfig, ode: bool = False) -> dict:
@@ -130,3 +130,30 @@ def summary_lines(metrics: dict, modes: list[str]) -> list[str]:
                 f"measured {e['escape_samples_measured']}"
             )
     return lines
+
+
+def experiment_into(
+    config: W2SConfig,
+    out: str | os.PathLike,
+    ode: bool = False,
+    header: str | None = None,
+    progress: bool = True,
+    overwrite: bool = False,
+) -> dict | None:
+    """`anchorft w2s run`: `run_experiment` in the folder `out`, claimed for the config (the same run finished:
+    reused, None; another: refused unless `overwrite`). Checked first: the mean-field ODE supports the config
+    (`ode`), CUDA is there for a cuda device."""
+    if ode:
+        from anchorft.w2s.meanfield import check_supported
+
+        try:
+            check_supported(config)
+        except ValueError as e:
+            raise ValueError(f"--ode: {e}") from None
+    if config.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("device=cuda requested but CUDA is not available")
+
+    def work(claim: RunClaim) -> dict:  # the experiment inside the folder's one claim
+        return run_experiment(config, out, progress=progress, header=header, ode=ode, claim=claim)
+
+    return run_claimed(out, "w2s run", run_config(config, ode), work, overwrite=overwrite)

@@ -40,6 +40,7 @@ from anchorft import stop
 from anchorft.errors import read_yaml
 from anchorft.io import write_json, write_text
 from anchorft.provenance import write_metrics
+from anchorft.runs import existing_files, run_claimed
 from anchorft.studies.grid import Cell, Grid, RayCluster, executor_for
 from anchorft.studies.w2s import mechanisms as mech
 from anchorft.studies.w2s.experiments import run_experiment
@@ -707,3 +708,39 @@ def _reused(rec: dict) -> dict:
     """A record read back from the grid's record: marked `cached` where the kind's records say whether they were
     (as a point read back from DIR/cache/ is)."""
     return {**rec, "cached": True} if "cached" in rec else rec
+
+
+def sweep_into(
+    kind: str,
+    out: str | os.PathLike,
+    quick: bool = False,
+    overrides: list[str] = (),
+    spec_path: str | None = None,
+    workers: int = 1,
+    cluster: RayCluster | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> dict | None:
+    """`anchorft w2s sweep`: `run_sweep` in the folder `out`, claimed for the resolved sweep (an edited sweep file
+    is another run) and the overrides; a bad kind, sweep file or worker count is refused before the folder is
+    touched. A rerun resumes; a finished sweep is reused (None)."""
+    if workers < 1:
+        raise ValueError(f"--workers: must be >= 1, got {workers}")
+    spec = load_sweep(kind, quick, spec_path)
+    run = {"kind": kind, "quick": quick, "overrides": list(overrides), "spec": spec}
+
+    def work(claim) -> dict:
+        return run_sweep(kind, out, quick=quick, overrides=list(overrides), progress=progress, spec_path=spec_path,
+                         workers=workers, cluster=cluster)  # fmt: skip
+
+    return run_claimed(out, "w2s sweep", run, work, overwrite=overwrite)
+
+
+def sweep_summary(result: dict, out: str | os.PathLike, kind: str) -> str:
+    """What `anchorft w2s sweep` prints of a finished sweep: a table kind's table.md, else the fits and summary."""
+    if "rows" in result:
+        table = (Path(out) / "table.md").read_text()
+        return f"{table}wrote {existing_files(out, 'results.json', 'table.md', kind + '.png')}"
+    keep = ("kind", "quick", "fit", "theory", "fits", "theories", "summary", "phase")
+    text = json.dumps({k: result[k] for k in keep if k in result}, indent=1)
+    return f"{text}\nwrote {existing_files(out, 'sweep.json', kind + '.png')}"
