@@ -12,14 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from anchorft.commands.flags import add_executor_flags, add_sampling_flags, cluster_from, pass_k
 from anchorft.dataclass_flags import FlagParser, both_spellings, field_values, parse_named
 from anchorft.errors import UsageError
-from anchorft.eval.answers import MathChecker
 from anchorft.eval.vllm_backend import VLLMOptions
-from anchorft.runs import config_hash, read_marker, run_claimed
 
 PRESETS = ("paper",)
 
@@ -82,8 +79,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    from anchorft.eval.protocol import SuiteSettings, check_models, resolve_benches
-    from anchorft.studies.eval_suite import run_suite
+    from anchorft.eval.protocol import SuiteSettings  # lazy: loads torch
+    from anchorft.studies.eval_suite import suite_into
 
     # a user error here and below: one line, by anchorft.cli
     gpus = args.cell_gpus
@@ -96,45 +93,11 @@ def main(argv: list[str]) -> int:
         raise UsageError(f"--preset: unknown preset {args.preset!r}; choose from {list(PRESETS)}")
     vllm = dict(tensor_parallel_size=args.tp, data_parallel_size=args.dp, enable_prefix_caching=args.prefix_caching)
     settings = SuiteSettings(**field_values(args, SuiteSettings, k=pass_k(args), extra={"vllm": vllm}))
-    settings.validate()
-    if args.limit is not None and args.limit < 1:
-        raise ValueError(f"--limit must be >= 1, got {args.limit}")
-    models = check_models(parse_named(args.models, "--models"))
     benches = [b.strip() for b in args.benches.split(",") if b.strip()] if args.benches else None
-    resolve_benches(args.bench_dir, benches)
-    protocol, notes = _run_identity(args, settings, models)
-
-    def suite(claim) -> dict:
-        with MathChecker(timeout_s=args.timeout) as checker:
-            return run_suite(
-                models, args.bench_dir, args.out, settings, benches=benches, backend=args.backend,
-                checker=checker, log=lambda m: print(m, file=sys.stderr, flush=True), cluster=cluster,
-                threads=args.cell_cpus or 1,
-            )  # fmt: skip
-
-    table = run_claimed(args.out, "eval suite", protocol, suite, overwrite=args.overwrite, notes=notes,
-                        rerun_finished=True)  # fmt: skip
+    table = suite_into(
+        parse_named(args.models, "--models"), args.bench_dir, args.out, settings, benches=benches,
+        backend=args.backend, timeout_s=args.timeout, cluster=cluster, threads=args.cell_cpus or 1,
+        overwrite=args.overwrite, log=lambda m: print(m, file=sys.stderr, flush=True),
+    )  # fmt: skip
     print(json.dumps({m: {k: v for k, v in r.items() if "mean" in k} for m, r in table["models"].items()}))
     return 0
-
-
-def _run_identity(args: argparse.Namespace, settings, models: dict) -> tuple[dict, dict]:
-    """The run --out is claimed for (its hash, its notes): the hash is what every saved generation depends on (sampling
-    settings, prompt, token limit, seed, --limit), so a folder of the same protocol keeps its finished
-    (model, benchmark) pairs and takes new models and benchmarks; another protocol is refused unless
-    --overwrite. A model name already in the folder must name the same model folder."""
-
-    protocol = {"generation": settings.generation_key(), "limit": settings.limit}
-    dirs = {name: str(Path(path).resolve()) for name, path in models.items()}
-    marker = read_marker(args.out)
-    known = {}
-    if marker and not args.overwrite and marker.get("command") == "eval suite":
-        if marker.get("config_hash") == config_hash(protocol):
-            known = dict((marker.get("notes") or {}).get("models", {}))
-    for name, path in dirs.items():
-        if known.get(name, path) != path:
-            raise UsageError(
-                f"--models {name}={path}: {args.out} holds results of {name}={known[name]}; "
-                "give this model another name, or use another --out"
-            )
-    return protocol, {"models": {**known, **dirs}}

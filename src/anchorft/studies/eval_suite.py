@@ -27,13 +27,15 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from anchorft.errors import UsageError
 from anchorft.eval.answers import MathChecker
-from anchorft.eval.protocol import SuiteSettings, resolve_benches
+from anchorft.eval.protocol import SuiteSettings, check_models, resolve_benches
 from anchorft.eval.report import main_table, write_table
 from anchorft.eval.runner import RunInputs, prepare_run, run_model
+from anchorft.runs import config_hash, read_marker, run_claimed
 from anchorft.studies.grid import Cell, Grid, InProcess, RayCluster, RayTasks
 
-__all__ = ["suite_context", "suite_cells", "run_suite"]
+__all__ = ["suite_context", "suite_cells", "run_suite", "suite_identity", "suite_into"]
 
 
 def suite_context(s: SuiteSettings) -> dict:
@@ -131,3 +133,59 @@ def run_suite(
     table = main_table(results, domains, base=next(iter(models)))
     write_table(table, out)
     return table
+
+
+def suite_identity(
+    out: str | Path, settings: SuiteSettings, models: dict, overwrite: bool = False
+) -> tuple[dict, dict]:
+    """The run `out` is claimed for (its hash, its notes): the hash is what every saved generation depends on
+    (sampling settings, prompt, token limit, seed, --limit), so a folder of the same protocol keeps its finished
+    (model, benchmark) pairs and takes new models and benchmarks; another protocol is refused unless `overwrite`.
+    A model name already in the folder must name the same model folder."""
+
+    protocol = {"generation": settings.generation_key(), "limit": settings.limit}
+    dirs = {name: str(Path(path).resolve()) for name, path in models.items()}
+    marker = read_marker(out)
+    known = {}
+    if marker and not overwrite and marker.get("command") == "eval suite":
+        if marker.get("config_hash") == config_hash(protocol):
+            known = dict((marker.get("notes") or {}).get("models", {}))
+    for name, path in dirs.items():
+        if known.get(name, path) != path:
+            raise UsageError(
+                f"--models {name}={path}: {out} holds results of {name}={known[name]}; "
+                "give this model another name, or use another --out"
+            )
+    return protocol, {"models": {**known, **dirs}}
+
+
+def suite_into(
+    named: dict[str, str],
+    bench_dir: str | Path,
+    out: str | Path,
+    settings: SuiteSettings,
+    *,
+    benches: Sequence[str] | None = None,
+    backend: str = "auto",
+    timeout_s: float | None = None,
+    cluster: RayCluster | None = None,
+    threads: int = 1,
+    overwrite: bool = False,
+    log: Callable[[str], None] = print,
+) -> dict:
+    """`anchorft eval suite`: `run_suite` in the folder `out`, claimed for the generation protocol
+    (`suite_identity`): the models (`named`: NAME -> folder or hub id) and benchmarks checked first, the folder
+    then takes new models and benchmarks; returns the main table. `timeout_s`: math-verify's time per check."""
+    settings.validate()
+    if settings.limit is not None and settings.limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {settings.limit}")
+    models = check_models(named)
+    resolve_benches(bench_dir, benches)
+    protocol, notes = suite_identity(out, settings, models, overwrite)
+
+    def suite(claim) -> dict:
+        with MathChecker(**({} if timeout_s is None else {"timeout_s": timeout_s})) as checker:
+            return run_suite(models, bench_dir, out, settings, benches=benches, backend=backend, checker=checker,
+                             log=log, cluster=cluster, threads=threads)  # fmt: skip
+
+    return run_claimed(out, "eval suite", protocol, suite, overwrite=overwrite, notes=notes, rerun_finished=True)
