@@ -20,12 +20,9 @@ from pathlib import Path
 
 from anchorft.data import dapo, openr1, release  # called as module.function: a test may stand in for one
 from anchorft.data.benchmarks import OPTIONAL, RELEASE_COMMIT, RELEASE_REPO, fetch_benchmarks
+from anchorft.data.prepare import prepare_into
 from anchorft.dataclass_flags import FlagParser, both_spellings, keyword_defaults
 from anchorft.errors import UsageError, one_line
-from anchorft.preflight import check_hub_dataset, check_input_file, looks_like_path
-from anchorft.runs import run_claimed
-
-LOCAL = (".jsonl", ".json", ".parquet")  # --source names a local file
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -105,15 +102,9 @@ def main(argv: list[str]) -> int:
 
     if args.dataset == "openr1-math" and args.source is None:
         args.source = release.RELEASE_HUB_NAME if args.sampler == "release" else openr1.HUB_NAME
-    # a user error here and below: one line, by anchorft.cli
-    if args.source.lower().endswith(".jsonl"):
-        check_input_file(args.source, "--source")
-    elif not (Path(args.source).exists() or looks_like_path(args.source) or args.source.endswith(LOCAL)):
-        check_hub_dataset(args.source, "--source")  # a hub name: before the folder is claimed
     run = {k: v for k, v in vars(args).items() if k not in ("out", "no_progress", "overwrite")}
-    # a source refused before anything was written leaves no folder behind (the run marked failed)
-    metrics = run_claimed(args.out, f"data {args.dataset}", run, lambda claim: _prepare_from(args),
-                          overwrite=args.overwrite)  # fmt: skip
+    progress = not getattr(args, "no_progress", False)  # dapo-math has no progress bar to turn off
+    metrics = prepare_into(args.out, run, args.overwrite, progress=progress)  # errors: by anchorft.cli
     if metrics is None:
         return 0
     print(json.dumps(metrics, indent=2))
@@ -136,24 +127,3 @@ def _benchmarks(args: argparse.Namespace) -> int:
     if args.out and Path(out).resolve() != benchmarks_dir().resolve():
         print(f"point `anchorft eval suite` at them with --bench-dir {out} or ANCHORFT_BENCHMARKS={out}")
     return 0
-
-
-def _prepare_from(args: argparse.Namespace) -> dict:
-    """`_prepare`, a hub that fails while it is read being the user's input: an error naming --source."""
-    try:
-        return _prepare(args)
-    except ConnectionError as err:  # the hub, or its cached copy, failed while reading
-        raise UsageError(f"--source: {args.source}: {err}; pass --source PATH (a local copy)") from err
-
-
-def _prepare(args: argparse.Namespace) -> dict:
-    if args.dataset == "dapo-math":
-        return dapo.prepare_dapo_math(args.out, source=args.source, split=args.split, limit=args.limit,
-                                 prompt_style=args.prompt_style, dedupe=args.dedupe)  # fmt: skip
-    if args.sampler == "release":
-        return release.prepare_release_set(
-            args.out, source=args.source, limit=args.limit, fmt=args.fmt, split=args.split
-        )
-
-    same = {k: vars(args)[k] for k in ("source", "size", "seed", "limit", "fmt", "subset", "split")}
-    return openr1.prepare_openr1_math(args.out, progress=not args.no_progress, **same)
