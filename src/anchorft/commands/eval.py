@@ -17,19 +17,10 @@ import json
 import sys
 
 from anchorft.commands.eval_suite import main as suite_main
-from anchorft.commands.flags import add_sampling_flags, add_timeout_flag, pass_k
+from anchorft.commands.flags import add_sampling_flags, add_timeout_flag
 from anchorft.dataclass_flags import FlagParser, both_spellings, keyword_defaults
-from anchorft.errors import UsageError
-from anchorft.eval.answers import MathChecker
-from anchorft.eval.lm_eval_bridge import run_lm_eval
 from anchorft.io import write_jsonl
-from anchorft.preflight import check_input_file, check_model_source
 from anchorft.rpsft.prechecks import source_defaults
-from anchorft.runs import run_claimed
-
-# the flags that run_eval and run_lm_eval take as keyword arguments of the same names
-_RUN_EVAL_FLAGS = ("n", "temperature", "top_p", "max_new_tokens", "batch_size", "limit", "seed", "greedy", "backend")
-_LM_EVAL_FLAGS = ("include_path", "limit", "batch_size", "num_fewshot", "apply_chat_template", "seed")
 
 
 def _score_parser() -> argparse.ArgumentParser:
@@ -80,24 +71,13 @@ def _eval_parser() -> argparse.ArgumentParser:
 
 def _score(argv: list[str]) -> int:
     args = _score_parser().parse_args(argv)
-    from anchorft.eval.benchmarks import load_bench, read_responses, score_bench, summarize
+    from anchorft.eval.benchmarks import score_file  # lazy: loads torch
 
-    bench = load_bench(args.bench, skip_bad=args.skip_bad)  # a user error here and below: one line, by anchorft.cli
-    resp, bad = read_responses(args.responses, skip_bad=args.skip_bad)
-    if not resp:
-        raise ValueError(f"{args.responses}: no valid response lines")
-    greedy = {i: r["greedy"] for i, r in resp.items() if "greedy" in r} or None
-    with MathChecker(timeout_s=args.timeout) as checker:
-        records = score_bench(bench, {i: r["responses"] for i, r in resp.items()}, greedy, checker)
-        metrics = summarize(records, args.k)
-        metrics["n_timeouts"] = checker.n_timeouts
-    metrics.update(
-        n_missing=len(bench.items) - len(records), n_bad_bench_lines=bench.n_bad, n_bad_response_lines=len(bad)
-    )
+    metrics, records = score_file(args.bench, args.responses, args.k, args.skip_bad, args.timeout)
     if metrics["n_missing"]:
         print(
-            f"anchorft eval score: warning: no responses for {metrics['n_missing']} of {len(bench.items)} items; "
-            f"the score covers the {len(records)} answered",
+            f"anchorft eval score: warning: no responses for {metrics['n_missing']} of "
+            f"{metrics['n_missing'] + len(records)} items; the score covers the {len(records)} answered",
             file=sys.stderr,
         )
     if args.records:
@@ -112,29 +92,11 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "suite":
         return suite_main(argv[1:])
     args = _eval_parser().parse_args(argv)
-    if bool(args.bench) == bool(args.lm_eval):  # a user error here and below: one line, by anchorft.cli
-        raise UsageError("give --bench FILE.jsonl (one or more) or --lm-eval TASKS")
+    from anchorft.eval.runner import eval_into  # lazy: loads torch
 
-    if args.k is not None and not 1 <= args.k <= args.n and args.bench:
-        raise ValueError(f"--k: must be in 1..--n ({args.n}), got {args.k}")
-    check_model_source(args.model, "--model")
-    for b in args.bench:
-        check_input_file(b, "--bench", jsonl=False)
     run = {k: v for k, v in vars(args).items() if k not in ("out", "overwrite", "timeout")}
-    result = run_claimed(args.out, "eval", run, lambda claim: _evaluate(args), overwrite=args.overwrite)
+    result = eval_into(args.out, run, args.overwrite, args.timeout)  # a user error: one line, by anchorft.cli
     if result is None:
         return 0
     print(json.dumps(result["results"], default=str) if args.lm_eval else json.dumps(result))
     return 0
-
-
-def _evaluate(args: argparse.Namespace) -> dict:
-    """The evaluation into the claimed --out: lm-evaluation-harness's output for --lm-eval, else the metrics."""
-    if args.lm_eval:
-        kw = {k: vars(args)[k] for k in _LM_EVAL_FLAGS}
-        return run_lm_eval(args.model, args.lm_eval.split(","), args.out, **kw)
-    from anchorft.eval.runner import run_eval
-
-    kw = {k: vars(args)[k] for k in _RUN_EVAL_FLAGS} | {"k": pass_k(args), "skip_bad": args.skip_bad}
-    with MathChecker(timeout_s=args.timeout) as checker:
-        return run_eval(args.model, args.bench, args.out, checker=checker, **kw)

@@ -31,6 +31,7 @@ __all__ = [
     "read_responses",
     "score_bench",
     "summarize",
+    "score_file",
 ]
 
 
@@ -215,3 +216,28 @@ def summarize(records: Sequence[dict], k: int | None = None) -> dict:
         out["greedy_acc"] = m["greedy"]
         out["n_greedy"] = len(greedy)
     return out
+
+
+def score_file(
+    bench_path: str | Path,
+    responses_path: str | Path,
+    k: int | None = None,
+    skip_bad: bool = False,
+    timeout_s: float | None = None,
+) -> tuple[dict, list[dict]]:
+    """`anchorft eval score`: responses produced elsewhere (`read_responses`) graded against the benchmark file:
+    (metrics, per-item records). The metrics count the items without responses (`n_missing`), the malformed lines
+    skipped (`skip_bad`) and math-verify's timeouts (`timeout_s` a check)."""
+    bench = load_bench(bench_path, skip_bad=skip_bad)
+    resp, bad = read_responses(responses_path, skip_bad=skip_bad)
+    if not resp:
+        raise ValueError(f"{responses_path}: no valid response lines")
+    greedy = {i: r["greedy"] for i, r in resp.items() if "greedy" in r} or None
+    with MathChecker(**({} if timeout_s is None else {"timeout_s": timeout_s})) as checker:
+        records = score_bench(bench, {i: r["responses"] for i, r in resp.items()}, greedy, checker)
+        metrics = summarize(records, k)
+        metrics["n_timeouts"] = checker.n_timeouts
+    metrics.update(
+        n_missing=len(bench.items) - len(records), n_bad_bench_lines=bench.n_bad, n_bad_response_lines=len(bad)
+    )
+    return metrics, records

@@ -24,18 +24,23 @@ from pathlib import Path
 from typing import Any
 
 from anchorft import stop
-from anchorft.eval.answers import default_checker
+from anchorft.errors import UsageError
+from anchorft.eval.answers import MathChecker, default_checker
 from anchorft.eval.backend import Backend
 from anchorft.eval.benchmarks import Bench, load_bench, score_bench, summarize
 from anchorft.eval.context import check_prompt_lengths, context_length
 from anchorft.eval.ifeval import ifeval_available
+from anchorft.eval.lm_eval_bridge import run_lm_eval
 from anchorft.eval.loading import load_eval_tokenizer
 from anchorft.eval.protocol import SuiteSettings, bench_names, format_prompts, token_prompts
 from anchorft.eval.report import plot_metrics
 from anchorft.io import write_json, write_jsonl
+from anchorft.preflight import check_input_file, check_model_source
 from anchorft.provenance import write_metrics
+from anchorft.runs import run_claimed
 
 __all__ = ["resolve_backend", "open_backend", "run_pair", "RunInputs", "prepare_run", "run_model", "run_eval"]
+__all__ += ["eval_into", "RUN_EVAL_KEYS", "LM_EVAL_KEYS"]
 
 
 def resolve_backend(backend: str, here: bool = True) -> str:
@@ -318,3 +323,32 @@ def run_eval(
     write_metrics(out / "metrics.json", results, indent=2)
     plot_metrics(results, out / "metrics.png")
     return results
+
+
+# the settings of `anchorft eval` that run_eval and run_lm_eval take as keyword arguments of the same names
+RUN_EVAL_KEYS = ("n", "temperature", "top_p", "max_new_tokens", "batch_size", "limit", "seed", "greedy", "backend")
+LM_EVAL_KEYS = ("include_path", "limit", "batch_size", "num_fewshot", "apply_chat_template", "seed")
+
+
+def eval_into(out: str | Path, spec: dict, overwrite: bool = False, timeout_s: float | None = None) -> dict | None:
+    """`anchorft eval`: one model (`spec["model"]`) on benchmark files (`spec["bench"]`, `run_eval`, k
+    `spec["k"]` or n) or on lm-eval tasks (`spec["lm_eval"]`, comma-separated: `run_lm_eval`), in the folder `out`
+    claimed for `spec` (the same settings finished: reused, None). The model and the files are checked first."""
+    if bool(spec["bench"]) == bool(spec["lm_eval"]):
+        raise UsageError("give --bench FILE.jsonl (one or more) or --lm-eval TASKS")
+    if spec["k"] is not None and spec["bench"] and not 1 <= spec["k"] <= spec["n"]:
+        raise ValueError(f"--k: must be in 1..--n ({spec['n']}), got {spec['k']}")
+    k = spec["n"] if spec["k"] is None else spec["k"]
+    check_model_source(spec["model"], "--model")
+    for b in spec["bench"]:
+        check_input_file(b, "--bench", jsonl=False)
+
+    def work(claim) -> dict:
+        if spec["lm_eval"]:
+            kw = {key: spec[key] for key in LM_EVAL_KEYS}
+            return run_lm_eval(spec["model"], spec["lm_eval"].split(","), out, **kw)
+        kw = {key: spec[key] for key in RUN_EVAL_KEYS} | {"k": k, "skip_bad": spec["skip_bad"]}
+        with MathChecker(**({} if timeout_s is None else {"timeout_s": timeout_s})) as checker:
+            return run_eval(spec["model"], spec["bench"], out, checker=checker, **kw)
+
+    return run_claimed(out, "eval", spec, work, overwrite=overwrite)
