@@ -94,7 +94,7 @@ def test_pretrain_loss_plot(figures, tmp_path):
 
 
 def test_analyze_summary_is_short():
-    from anchorft.commands.analyze import summary_lines
+    from anchorft.studies.testbed.analysis import analysis_summary as summary_lines
 
     overall = {"angle_u_mean_deg": 1.0, "angle_v_mean_deg": 3.0, "angle_u_max_deg": 5.0, "angle_v_max_deg": 4.0,
                "weight_rel_change": 0.012, "block_share_of_update": 0.5}  # fmt: skip

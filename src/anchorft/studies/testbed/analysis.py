@@ -10,14 +10,21 @@ a directory so that the analysis reads them like any user's JSONL.
 
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
 
+from anchorft.analysis.config import AnalysisConfig
+from anchorft.dataclass_flags import parse_named
 from anchorft.io import write_jsonl
+from anchorft.preflight import resolve_model_folder
+from anchorft.runs import run_claimed
+from anchorft.studies.testbed.layout import first_seed_models
 
-__all__ = ["testbed_eval_sets", "testbed_prompt_files", "testbed_ood_fisher_file"]
+__all__ = ["testbed_eval_sets", "testbed_prompt_files", "testbed_ood_fisher_file", "analyze_into", "analysis_summary"]
 
 
 def _rows(items) -> list[dict]:
@@ -81,3 +88,73 @@ def testbed_ood_fisher_file(
     path = Path(out_dir) / "fisher_ood.jsonl"
     write_jsonl(path, _rows([items[int(i)] for i in order]))
     return str(path)
+
+
+def _models(spec: dict) -> tuple[str | None, dict[str, str]]:
+    """(base, {name: tuned}) named by `anchorft analyze`'s flags: --base and --tuned NAME=DIR, else a comparison's
+    (--compare DIR: DIR/models/base and the first seed of each run, in results.json's order)."""
+    tuned = parse_named(spec["tuned"], "--tuned")
+    base, compare = spec["base"], spec["compare"]
+    if compare and (base is None or not tuned):
+        models = Path(compare) / "models"
+        if base is None and (models / "base").is_dir():
+            base = str(models / "base")
+        if not tuned and models.is_dir():
+            found = {n: str(d) for n, d in first_seed_models(compare).items()}
+            results = Path(compare) / "results.json"
+            order = list(json.loads(results.read_text()).get("methods", {})) if results.is_file() else []
+            tuned = {n: found[n] for n in order if n in found} | {n: p for n, p in found.items() if n not in order}
+    return base, tuned
+
+
+def analyze_into(out: str | os.PathLike, spec: dict, overwrite: bool = False) -> dict | None:
+    """`anchorft analyze`: `run_analysis` in the folder `out`, claimed for the command's settings `spec` (its flags,
+    AnalysisConfig's fields among them); the models resolved (`_models`, a hub id to its cached snapshot) and, with
+    `testbed`, the testbed's prompt sets and Fisher data written into the folder."""
+    from anchorft.analysis import run as analysis_run  # lazy: loads torch; module.function: a test may stand in
+
+    def work(claim) -> dict:
+        base, tuned = _models(spec)
+        if base is None:
+            raise ValueError("--base is required (or --compare DIR with DIR/models/base)")
+        base = resolve_model_folder(base, "--base")  # a folder, or a hub id's snapshot in the hub cache
+        tuned = {n: resolve_model_folder(d, f"--tuned {n}") for n, d in tuned.items()}
+        values = dict(spec)
+        prompts = list(spec["prompts"])
+        if spec["testbed"]:
+            folder = Path(out) / "testbed_prompts"
+            tb_sets, tb_fisher = testbed_prompt_files(folder, seed=spec["seed"], compare_dir=spec["compare"])
+            prompts += tb_sets
+            if values["fisher_data"] is None:
+                values["fisher_data"] = tb_fisher
+            if values["fisher_ood_data"] is None:
+                values["fisher_ood_data"] = testbed_ood_fisher_file(
+                    folder, seed=spec["seed"], compare_dir=spec["compare"]
+                )
+        names = {f.name for f in fields(AnalysisConfig)} - {"base", "tuned", "prompts", "streaming", "plots", "out"}
+        cfg = {k: values[k] for k in names if k in values}
+        return analysis_run.run_analysis(AnalysisConfig(
+            **cfg, out=str(out), base=base, tuned=tuned, prompts=prompts, streaming=not spec["in_memory"],
+            plots=not spec["no_plots"],
+        ))  # fmt: skip
+
+    return run_claimed(out, "analyze", spec, work, overwrite=overwrite)
+
+
+def analysis_summary(res: dict, out: Path) -> list[str]:
+    """A few lines a person reads: per model the top-k subspaces' mean turn and the weights' change (means over
+    matrices); the numbers in full are in analysis.json."""
+    lines = [f"top-{res['rank']} subspaces of each matrix against the base (means over matrices):"]
+    width = max((len(m) for m in res["rotation"]), default=0)
+    for m, r in res["rotation"].items():
+        o = r["overall"]
+        turn = (o["angle_u_mean_deg"] + o["angle_v_mean_deg"]) / 2
+        lines.append(
+            f"  {m:<{width}}  turned {turn:5.2f} deg (max {max(o['angle_u_max_deg'], o['angle_v_max_deg']):.2f}), "
+            f"weights changed {100 * o['weight_rel_change']:.2f} %, "
+            f"{100 * o['block_share_of_update']:.0f} % of the update inside the block"
+        )
+    parts = [p for p in ("drift", "fisher", "rank_sensitivity") if p in res]
+    lines.append(f"also: {', '.join(parts) or 'rotation only'}; {len(res['figures'])} figures")
+    lines.append(f"wrote {out / 'analysis.json'} (every number) and the figures in {out}")
+    return lines
