@@ -25,6 +25,7 @@ __all__ = [
     "looks_like_path",
     "hub_reachable",
     "check_hub_dataset",
+    "check_eval_spec",
 ]
 
 
@@ -176,3 +177,15 @@ def check_hub_dataset(source: str, flag: str = "--source") -> None:
             f"network, or pass {flag} PATH (a local .jsonl, .parquet or folder)"
         )
     _go_offline()
+
+
+def check_eval_spec(spec: dict) -> None:
+    """`anchorft eval`'s settings checked before anything loads: --bench files or --lm-eval tasks (one of the two),
+    k within 1..n, the model source, the benchmark files."""
+    if bool(spec["bench"]) == bool(spec["lm_eval"]):
+        raise UsageError("give --bench FILE.jsonl (one or more) or --lm-eval TASKS")
+    if spec["k"] is not None and spec["bench"] and not 1 <= spec["k"] <= spec["n"]:
+        raise ValueError(f"--k: must be in 1..--n ({spec['n']}), got {spec['k']}")
+    check_model_source(spec["model"], "--model")
+    for b in spec["bench"]:
+        check_input_file(b, "--bench", jsonl=False)

@@ -20,6 +20,7 @@ from anchorft.commands.eval_suite import main as suite_main
 from anchorft.commands.flags import add_sampling_flags, add_timeout_flag
 from anchorft.dataclass_flags import FlagParser, both_spellings, keyword_defaults
 from anchorft.io import write_jsonl
+from anchorft.preflight import check_eval_spec
 from anchorft.rpsft.prechecks import source_defaults
 
 
@@ -92,10 +93,11 @@ def main(argv: list[str]) -> int:
     if argv and argv[0] == "suite":
         return suite_main(argv[1:])
     args = _eval_parser().parse_args(argv)
+    run = {k: v for k, v in vars(args).items() if k not in ("out", "overwrite", "timeout")}
+    check_eval_spec(run)  # before torch loads (seconds); a user error: one line, by anchorft.cli
     from anchorft.eval.runner import eval_into  # lazy: loads torch
 
-    run = {k: v for k, v in vars(args).items() if k not in ("out", "overwrite", "timeout")}
-    result = eval_into(args.out, run, args.overwrite, args.timeout)  # a user error: one line, by anchorft.cli
+    result = eval_into(args.out, run, args.overwrite, args.timeout)
     if result is None:
         return 0
     print(json.dumps(result["results"], default=str) if args.lm_eval else json.dumps(result))

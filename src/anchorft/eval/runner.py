@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from anchorft import stop
-from anchorft.errors import UsageError
 from anchorft.eval.answers import MathChecker, default_checker
 from anchorft.eval.backend import Backend
 from anchorft.eval.benchmarks import Bench, load_bench, score_bench, summarize
@@ -35,7 +34,6 @@ from anchorft.eval.loading import load_eval_tokenizer
 from anchorft.eval.protocol import SuiteSettings, bench_names, format_prompts, token_prompts
 from anchorft.eval.report import plot_metrics
 from anchorft.io import write_json, write_jsonl
-from anchorft.preflight import check_input_file, check_model_source
 from anchorft.provenance import write_metrics
 from anchorft.runs import run_claimed
 
@@ -333,15 +331,9 @@ LM_EVAL_KEYS = ("include_path", "limit", "batch_size", "num_fewshot", "apply_cha
 def eval_into(out: str | Path, spec: dict, overwrite: bool = False, timeout_s: float | None = None) -> dict | None:
     """`anchorft eval`: one model (`spec["model"]`) on benchmark files (`spec["bench"]`, `run_eval`, k
     `spec["k"]` or n) or on lm-eval tasks (`spec["lm_eval"]`, comma-separated: `run_lm_eval`), in the folder `out`
-    claimed for `spec` (the same settings finished: reused, None). The model and the files are checked first."""
-    if bool(spec["bench"]) == bool(spec["lm_eval"]):
-        raise UsageError("give --bench FILE.jsonl (one or more) or --lm-eval TASKS")
-    if spec["k"] is not None and spec["bench"] and not 1 <= spec["k"] <= spec["n"]:
-        raise ValueError(f"--k: must be in 1..--n ({spec['n']}), got {spec['k']}")
+    claimed for `spec` (the same settings finished: reused, None). The command checks the model and the files
+    first (`check_eval_spec`, before torch loads)."""
     k = spec["n"] if spec["k"] is None else spec["k"]
-    check_model_source(spec["model"], "--model")
-    for b in spec["bench"]:
-        check_input_file(b, "--bench", jsonl=False)
 
     def work(claim) -> dict:
         if spec["lm_eval"]:

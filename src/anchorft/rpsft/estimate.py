@@ -16,6 +16,8 @@ import json
 import os
 from pathlib import Path
 
+from anchorft.rpsft.anchor_options import AnchorOptions
+
 __all__ = ["model_matrices", "estimate", "format_estimate", "memory_per_gpu", "format_memory", "read_model_config"]
 __all__ += ["parameter_count", "activation_numbers", "method_memory", "format_method_memory", "STAGES"]
 __all__ += ["estimated_methods", "state_bytes", "rl_memory_estimate", "format_memory_estimate", "rl_memory_lines"]
@@ -48,7 +50,7 @@ def model_matrices(cfg: dict, include_embeddings: bool = True) -> list[tuple[str
 
 def estimate(
     cfg: dict,
-    rank: int = 768,
+    rank: int = AnchorOptions.anchor_rank,
     tokens_per_step: int = 65536,
     seq_len: int = 4096,
     bytes_per_number: int = 4,
@@ -283,7 +285,7 @@ def activation_numbers(cfg: dict) -> dict[str, int]:
 def method_memory(
     cfg: dict,
     method: str,
-    rank: int = 768,
+    rank: int = AnchorOptions.anchor_rank,
     stage: str = "single",
     gpus: int = 1,
     per_device: int = 2,

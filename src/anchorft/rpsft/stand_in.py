@@ -22,6 +22,7 @@ from typing import Any
 from anchorft.errors import UsageError
 from anchorft.provenance import write_metrics
 from anchorft.resources import configs_dir
+from anchorft.rpsft.anchor_options import AnchorOptions
 from anchorft.rpsft.recipes import known_fields, load_recipe
 
 __all__ = [
@@ -311,7 +312,7 @@ def dry_run(
     tokenizer = build_stand_in_tokenizer(family, texts)
     s_cfg, scale = stand_in_config(real, vocab_size=len(tokenizer))
     model = build_stand_in(s_cfg, tokenizer, seed=seed)
-    real_rank = int(args.get("anchor_rank", 768))
+    real_rank = int(args.get("anchor_rank", AnchorOptions.anchor_rank))
     script_fields = {f.name for f in dataclasses.fields(ScriptArguments)}
     t_args = {k: v for k, v in args.items() if k not in script_fields}
     # every other setting is the recipe's; logging every step records each step's loss
