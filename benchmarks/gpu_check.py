@@ -313,6 +313,7 @@ def check_launch(a) -> tuple[list[dict], bool]:
     data.write_text("".join(json.dumps(r) + "\n" for r in launch_rows(8)))
     full = tuple((c, m) for c in ("zero2", "zero3", "fsdp2") for m in ("rpsft", "l2", "iw_sft", "lora"))
     plan = DIAGONAL if a.matrix == "diagonal" else (*full, ("zero2", "osf"), ("fsdp2", "osf"))
+    plan = [(c, m) for c, m in plan if a.launch_methods is None or m in a.launch_methods]
     rows, ok, ran = [], True, set()
     for cfg_name, method in plan:
         reason = skip_reason(cfg_name, a.device)
@@ -417,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", choices=("all", "launch", "anchor"), default="all", help="part 1, part 2 or both")
     p.add_argument("--matrix", choices=("diagonal", "full"), default="diagonal", help="launches: 3 or all 9")
     p.add_argument("--launch_steps", type=int, default=4, help="optimiser steps of each launched run")
+    p.add_argument("--launch_methods", nargs="+", default=None, help="launch only these methods (default: the plan's)")
     p.add_argument("--launch_rank", type=int, default=768, help="anchor rank of the launched runs")
     p.add_argument("--launch_seq", type=int, default=1024, help="max_length of the launched runs")
     p.add_argument("--launch_lr", type=float, default=1e-4, help="learning rate of the launched runs (the recipes' "
