@@ -14,7 +14,7 @@ DEV := $(VENV)/.installed-dev
 #   test-wheel  1 min   the wheel outside the checkout
 #   test-dist   4 min   the distributed matrix, the launcher, every recipe's dry run (slow-marked tests; 3:49)
 #   test-slurm  1 min   the SLURM templates on a simulated 2-node allocation (slow-marked; 23 s)
-#   test-ray    2 min   the studies on a 2-node Ray cluster started on this machine (Ray installed first)
+#   test-ray    2 min   the studies on a 2-node Ray cluster started on this machine (Ray installed first; 75-101 s)
 TIMEOUT := timeout --signal=TERM --kill-after=30
 
 # the demo needs the package only; the tests add pytest, ruff and lm-eval (35 s more to install here)
