@@ -323,3 +323,18 @@ def test_a_wrong_typed_recipe_value_names_its_file(tmp_path, monkeypatch, capsys
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err.endswith("base.yaml: learning_rate: expected float, got 'fast' (str)"), err
     assert len(err.splitlines()) == 1
+
+
+def test_a_missing_optional_extra_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    """A command raises `MissingExtra` (the lm-eval bridge without lm-evaluation-harness): `cli.main` reports it in
+    one line naming the extra, exit code 2, as any user error; any other ImportError keeps its traceback."""
+    import anchorft.eval.lm_eval_bridge as bridge
+    from anchorft.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    monkeypatch.setattr(bridge, "lm_eval_available", lambda: False)
+    assert main(["eval", "--model", "model", "--lm-eval", "gsm8k", "--out", "out"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pip install 'anchorft[lmeval]'" in err[0], err

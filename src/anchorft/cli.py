@@ -28,7 +28,7 @@ from anchorft import stop
 from anchorft.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, CellLost, MissingExtra, debug_enabled
 from anchorft.stop import Terminated
 
-__all__ = ["main", "Terminated", "COMMANDS"]
+__all__ = ["main", "command", "Terminated", "COMMANDS"]
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {

@@ -14,7 +14,17 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["UsageError", "one_line", "debug_enabled", "read_yaml", "check_jsonl", "check_keys", "check_mapping_types"]
+__all__ = [
+    "UsageError",
+    "MissingExtra",
+    "CellLost",
+    "one_line",
+    "debug_enabled",
+    "read_yaml",
+    "check_jsonl",
+    "check_keys",
+]
+__all__ += ["check_mapping_types"]
 __all__ += ["EXIT_USAGE", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "did_you_mean"]
 
 EXIT_USAGE = 2
