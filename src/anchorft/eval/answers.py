@@ -37,6 +37,7 @@ __all__ = [
     "math_equal",
     "MathChecker",
     "default_checker",
+    "checker_for",
     "grade",
 ]
 
@@ -364,6 +365,11 @@ class MathChecker:
 
 _DEFAULT: MathChecker | None = None
 _DEFAULT_LOCK = threading.Lock()
+
+
+def checker_for(timeout_s: float | None = None) -> MathChecker:
+    """A new MathChecker with `timeout_s` a check (None: MathChecker's default)."""
+    return MathChecker() if timeout_s is None else MathChecker(timeout_s=timeout_s)
 
 
 def default_checker() -> MathChecker:

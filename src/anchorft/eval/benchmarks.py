@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from anchorft.eval.answers import MathChecker, default_checker, grade, parse_choices
+from anchorft.eval.answers import MathChecker, checker_for, default_checker, grade, parse_choices
 from anchorft.eval.ifeval import ifeval_follows
 from anchorft.eval.metrics import mean_pass_at_k
 from anchorft.eval.pipeline import prompt_metrics
@@ -233,7 +233,7 @@ def score_file(
     if not resp:
         raise ValueError(f"{responses_path}: no valid response lines")
     greedy = {i: r["greedy"] for i, r in resp.items() if "greedy" in r} or None
-    with MathChecker(**({} if timeout_s is None else {"timeout_s": timeout_s})) as checker:
+    with checker_for(timeout_s) as checker:
         records = score_bench(bench, {i: r["responses"] for i, r in resp.items()}, greedy, checker)
         metrics = summarize(records, k)
         metrics["n_timeouts"] = checker.n_timeouts

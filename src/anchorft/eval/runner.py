@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from anchorft import stop
-from anchorft.eval.answers import MathChecker, default_checker
+from anchorft.eval.answers import checker_for, default_checker
 from anchorft.eval.backend import Backend
 from anchorft.eval.benchmarks import Bench, load_bench, score_bench, summarize
 from anchorft.eval.context import check_prompt_lengths, context_length
@@ -340,7 +340,7 @@ def eval_into(out: str | Path, spec: dict, overwrite: bool = False, timeout_s: f
             kw = {key: spec[key] for key in LM_EVAL_KEYS}
             return run_lm_eval(spec["model"], spec["lm_eval"].split(","), out, **kw)
         kw = {key: spec[key] for key in RUN_EVAL_KEYS} | {"k": k, "skip_bad": spec["skip_bad"]}
-        with MathChecker(**({} if timeout_s is None else {"timeout_s": timeout_s})) as checker:
+        with checker_for(timeout_s) as checker:
             return run_eval(spec["model"], spec["bench"], out, checker=checker, **kw)
 
     return run_claimed(out, "eval", spec, work, overwrite=overwrite)

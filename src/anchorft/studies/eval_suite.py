@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from anchorft.errors import UsageError
-from anchorft.eval.answers import MathChecker
+from anchorft.eval.answers import MathChecker, checker_for
 from anchorft.eval.protocol import SuiteSettings, check_models, resolve_benches
 from anchorft.eval.report import main_table, write_table
 from anchorft.eval.runner import RunInputs, prepare_run, run_model
@@ -184,7 +184,7 @@ def suite_into(
     protocol, notes = suite_identity(out, settings, models, overwrite)
 
     def suite(claim) -> dict:
-        with MathChecker(**({} if timeout_s is None else {"timeout_s": timeout_s})) as checker:
+        with checker_for(timeout_s) as checker:
             return run_suite(models, bench_dir, out, settings, benches=benches, backend=backend, checker=checker,
                              log=log, cluster=cluster, threads=threads)  # fmt: skip
 
