@@ -4,7 +4,7 @@ Dispatched from `anchorft toy` (commands/toy.py) as the `verdict` subcommand: `m
 arguments after `verdict`. The study is `anchorft.studies.testbed.verdict`.
 
 anchorft toy verdict --from DIR [DIR ...] --runs RUN [RUN ...] --front RUN [RUN ...] --out DIR
-                     [--split reported|val] [--boot N] [--seed S] [--level 0.95]
+                     [--pick GROUP=RUN,RUN ...] [--split reported|val] [--boot N] [--seed S] [--level 0.95]
 anchorft toy verdict --from DIR [DIR ...] --power RUN=REFERENCE --out DIR [--bases 4 6 8] [--seeds 3 5] [--items N]
 """
 
@@ -17,6 +17,7 @@ from pathlib import Path
 from anchorft.dataclass_flags import FlagParser, both_spellings
 from anchorft.io import write_json
 from anchorft.runs import run_claimed
+from anchorft.studies.testbed.report import parse_picks
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,6 +39,11 @@ def _parser() -> argparse.ArgumentParser:
         "(toy interpolate --out COMPARISON/wise)",
     )  # fmt: skip
     p.add_argument("--runs", nargs="+", default=None, help="the runs judged")
+    p.add_argument(
+        "--pick", action="append", default=[], metavar="GROUP=RUN,RUN",
+        help="an option judged with its knob picked on each base's validation items (the run of the largest excess "
+        "over the front there), scored on the reported items; repeatable",
+    )  # fmt: skip
     p.add_argument("--front", nargs="+", default=None, help="the runs whose upper hull (with the base) is the front")
     p.add_argument(
         "--split", choices=["reported", "val"], default="reported",
@@ -61,8 +67,9 @@ def main_verdict(argv: list[str]) -> int:
         raise ValueError(f"--boot: need >= 2 replicates, got {args.boot}")
     if not 0 < args.level < 1:
         raise ValueError(f"--level: must be in (0, 1), got {args.level}")
-    if args.power is None and not (args.runs and args.front):
-        raise ValueError("--runs and --front are needed (or --power RUN=REFERENCE)")
+    if args.power is None and not ((args.runs or args.pick) and args.front):
+        raise ValueError("--runs (or --pick) and --front are needed (or --power RUN=REFERENCE)")
+    picks = parse_picks(args.pick)
     if args.items is not None and args.items < 1 or min(args.bases) < 2 or min(args.seeds) < 1:
         raise ValueError("--items must be >= 1, --bases >= 2 and --seeds >= 1")
     if args.power is not None and "=" not in args.power:
@@ -80,7 +87,8 @@ def main_verdict(argv: list[str]) -> int:
             write_json(Path(args.out) / "power.json", table, indent=1)
             return table
         return study.run_verdict(
-            args.sources, args.runs, args.front, args.out, args.split, args.boot, args.seed, args.level, args.also
+            args.sources, args.runs or [], args.front, args.out, args.split, args.boot, args.seed, args.level,
+            args.also, picks,
         )
 
     result = run_claimed(args.out, "toy verdict", run, work, overwrite=args.overwrite)

@@ -287,7 +287,7 @@ def test_verdict_estimate_is_the_reports_excess_and_its_interval_pairs_the_draws
             "preset": "smoke",
             "runs": [{"name": n, "method": m} for n, m in (("sft", "sft"), ("l2", "l2"), ("dft", "dft"))],
             "seeds": [0, 1, 2],
-            "eval": {"n_samples": 4, "k": 2, "id_items": 9, "ood_items": 5, "val_items": 3},
+            "eval": {"n_samples": 4, "k": 2, "id_items": 9, "ood_items": 5, "val_items": 12},
         }
     )
     out = run(cfg, tmp_path / "a")
@@ -300,6 +300,14 @@ def test_verdict_estimate_is_the_reports_excess_and_its_interval_pairs_the_draws
     val = base_verdict(out, ["dft"], ["sft", "l2"], split="val", n_boot=50)
     assert val["dft"]["estimate"] == pytest.approx({r["run"]: r for r in front_table(res, ["sft", "l2"], "val")}
                                                    ["dft"]["excess"], abs=1e-9)  # fmt: skip
+    # a group's knob: picked on the validation items (the report's `pick_on_val` choice), scored on the reported
+    from anchorft.studies.testbed.report import pick_on_val
+    from anchorft.studies.testbed.verdict import base_picks
+
+    picked = base_picks(out, {"g": ["dft", "sft"]}, ["sft", "l2"], n_boot=50)["g"]
+    want = pick_on_val(res, ["sft", "l2"], {"g": ["dft", "sft"]})[0]
+    assert picked["picked"] == want["run"] and picked["estimate"] == pytest.approx(want["excess"], abs=1e-9)
+    assert picked["val"] == pytest.approx(want["candidates"], abs=1e-9)
     pooled = pooled_verdict([got, {"dft": {**got["dft"], "estimate": got["dft"]["estimate"] + 4.0}}])
     assert pooled["dft"]["mean"] == pytest.approx(got["dft"]["estimate"] + 2.0)
     assert pooled["dft"]["bases"] == 2 and pooled["dft"]["df"] == 1
@@ -321,7 +329,7 @@ def test_bases_run_one_whole_comparison_per_pretraining_seed(harness, tmp_path):
             "runs": [{"name": n, "method": m} for n, m in (("sft", "sft"), ("l2", "l2"), ("dft", "dft"))],
             "seeds": [0, 1],
             "bases": [10, 11],
-            "eval": {"n_samples": 4, "k": 2, "id_items": 9, "ood_items": 5},
+            "eval": {"n_samples": 4, "k": 2, "id_items": 9, "ood_items": 5, "val_items": 3},
         }
     )
     out = run(cfg, tmp_path / "study")
@@ -344,6 +352,9 @@ def test_bases_run_one_whole_comparison_per_pretraining_seed(harness, tmp_path):
     got = json.loads((v / "verdict.json").read_text())
     assert got["pooled"]["dft"]["mean"] == pytest.approx(pooled["dft"]["mean"])
     assert "| dft |" in (v / "verdict.md").read_text()
+    assert cli([*argv[:6], "--pick", "g=dft,l2", "--front", "sft", "l2", "--boot", "50", "--out", str(tmp_path / "p")]) == 0
+    got = json.loads((tmp_path / "p" / "verdict.json").read_text())
+    assert set(got["pooled"]) == {"dft", "g"} and all(b["g"]["picked"] in ("dft", "l2") for b in got["per_base"])
     assert cli(["toy", "verdict", "--from", str(out), "--power", "dft=sft", "--out", str(tmp_path / "power")]) == 0
     power = json.loads((tmp_path / "power" / "power.json").read_text())
     assert power["pilot_bases"] == 2 and set(power["components"]) == {"base", "seed", "item"}

@@ -32,7 +32,7 @@ from anchorft.eval.intervals import hartung_knapp, paired_bootstrap, variance_co
 from anchorft.studies.testbed.layout import run_dir
 from anchorft.studies.testbed.report import front_weights
 
-__all__ = ["load_scores", "excess_statistic", "base_verdict", "pooled_verdict", "pilot_components"]
+__all__ = ["load_scores", "excess_statistic", "base_verdict", "base_picks", "pooled_verdict", "pilot_components"]
 
 ID = "id"
 
@@ -117,6 +117,29 @@ def base_verdict(
     return out
 
 
+def base_picks(
+    compare_dir: str | os.PathLike,
+    groups: dict[str, Sequence[str]],
+    front_runs: Sequence[str],
+    n_boot: int = 2000,
+    seed: int = 0,
+    also: Sequence[str] = (),
+) -> dict[str, dict]:
+    """{group: `base_verdict` of the group's run with the largest excess over the front on the validation items,
+    with "picked" (that run) and "val" ({candidate: its validation excess}) added}, on one base. A group is an
+    option and the runs of its knob values (`{"subspace": ["rpsft-...-lam0.1", "rpsft-...-lam0.01"]}`); the
+    reported items take no part in the choice, so the reported interval is not widened by it."""
+    cands = sorted({r for runs in groups.values() for r in runs})
+    if any(not runs for runs in groups.values()):
+        raise ValueError(f"--pick: every group needs runs, got {dict(groups)}")
+    val = load_scores(compare_dir, sorted({*cands, *front_runs}), "val", also)
+    means = {k: {s: float(a.mean()) for s, a in sets.items()} for k, sets in val.items()}  # the data's estimate
+    val_excess = {r: excess_statistic(r, front_runs)(means) for r in cands}
+    picked = {g: max(runs, key=val_excess.__getitem__) for g, runs in groups.items()}
+    rep = base_verdict(compare_dir, sorted(set(picked.values())), front_runs, "reported", n_boot, seed, also)
+    return {g: {**rep[r], "picked": r, "val": {c: val_excess[c] for c in groups[g]}} for g, r in picked.items()}
+
+
 def pooled_verdict(per_base: Sequence[dict[str, dict]], level: float = 0.95) -> dict[str, dict]:
     """{run: Hartung-Knapp pooled excess over the bases (each base's bootstrap SE as its within-base SD), the bases'
     estimates, and how many lie above 0}; one base alone gives its own bootstrap interval."""
@@ -170,16 +193,27 @@ def run_verdict(
     seed: int = 0,
     level: float = 0.95,
     also: Sequence[str] = (),
+    picks: dict[str, Sequence[str]] | None = None,
 ) -> dict:
-    """`base_verdict` on every comparison of `sources` (and its folders `also`), `pooled_verdict` over them; writes
-    OUT/verdict.json and OUT/verdict.md; returns the verdict."""
+    """`base_verdict` on every comparison of `sources` (and its folders `also`) for `runs`, and `base_picks` for
+    the groups of `picks` (knobs chosen per base on the validation items; reported items only), `pooled_verdict`
+    over them; writes OUT/verdict.json and OUT/verdict.md; returns the verdict."""
     from anchorft.io import write_json, write_text
 
+    picks = dict(picks or {})
+    if picks and split != "reported":
+        raise ValueError("--pick: the knobs are chosen on the validation items and scored on the reported ones")
+    if clash := sorted(set(picks) & set(runs)):
+        raise ValueError(f"--pick: group names {clash} are also judged runs")
     folders = comparison_folders(sources)
-    per_base = [base_verdict(f, runs, front_runs, split, n_boot, seed, also) for f in folders]
+    per_base = []
+    for f in folders:
+        per_base.append(base_verdict(f, runs, front_runs, split, n_boot, seed, also) if runs else {})
+        per_base[-1].update(base_picks(f, picks, front_runs, n_boot, seed, also) if picks else {})
     pooled = pooled_verdict(per_base, level)
     verdict = {
         "split": split,
+        "picks": {g: list(r) for g, r in picks.items()},
         "front": list(front_runs),
         "level": level,
         "replicates": n_boot,
@@ -212,9 +246,17 @@ def verdict_markdown(verdict: dict) -> str:
         f"| run | pooled excess | {pct} % interval | bases above the front | per base: estimate [interval] |",
         "|---|---|---|---|---|",
     ]
+    if verdict.get("picks"):
+        lines[-3:-3] = [
+            "A group's knob is picked on each base's validation items (the largest excess over the front there) and "
+            "scored on the reported ones; the run picked follows each base's estimate.",
+            "",
+        ]
     for run, p in verdict["pooled"].items():
         per = "; ".join(
-            f"{b[run]['estimate']:+.1f} [{b[run]['low']:+.1f}, {b[run]['high']:+.1f}]" for b in verdict["per_base"]
+            f"{b[run]['estimate']:+.1f} [{b[run]['low']:+.1f}, {b[run]['high']:+.1f}]"
+            + (f" ({b[run]['picked']})" if "picked" in b[run] else "")
+            for b in verdict["per_base"]
         )
         lines.append(
             f"| {run} | {p['mean']:+.1f} | [{p['low']:+.1f}, {p['high']:+.1f}] | {p['above']} of {p['bases']} | "
