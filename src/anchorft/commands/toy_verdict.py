@@ -89,7 +89,7 @@ def main_verdict(argv: list[str]) -> int:
         return study.run_verdict(
             args.sources, args.runs or [], args.front, args.out, args.split, args.boot, args.seed, args.level,
             args.also, picks,
-        )
+        )  # fmt: skip
 
     result = run_claimed(args.out, "toy verdict", run, work, overwrite=args.overwrite)
     if result is None:

@@ -352,7 +352,8 @@ def test_bases_run_one_whole_comparison_per_pretraining_seed(harness, tmp_path):
     got = json.loads((v / "verdict.json").read_text())
     assert got["pooled"]["dft"]["mean"] == pytest.approx(pooled["dft"]["mean"])
     assert "| dft |" in (v / "verdict.md").read_text()
-    assert cli([*argv[:6], "--pick", "g=dft,l2", "--front", "sft", "l2", "--boot", "50", "--out", str(tmp_path / "p")]) == 0
+    picks = ["--pick", "g=dft,l2", "--front", "sft", "l2", "--boot", "50"]
+    assert cli([*argv[:6], *picks, "--out", str(tmp_path / "p")]) == 0
     got = json.loads((tmp_path / "p" / "verdict.json").read_text())
     assert set(got["pooled"]) == {"dft", "g"} and all(b["g"]["picked"] in ("dft", "l2") for b in got["per_base"])
     assert cli(["toy", "verdict", "--from", str(out), "--power", "dft=sft", "--out", str(tmp_path / "power")]) == 0
