@@ -22,7 +22,7 @@ from collections.abc import Callable
 from anchorft.errors import did_you_mean
 
 __all__ = ["FlagParser", "both_spellings", "add_field_flags", "field_values", "keyword_defaults", "field_help"]
-__all__ += ["parse_named", "pop_flag"]
+__all__ += ["parse_named", "pop_flag", "subcommand"]
 
 
 class FlagParser(argparse.ArgumentParser):
@@ -71,29 +71,71 @@ def add_field_flags(
     *,
     aliases: dict[str, tuple[str, ...]] | None = None,
     defaults: dict | None = None,
-) -> None:
+) -> argparse.ArgumentParser:
     """One `--name` flag per field of the dataclass `cls` (`names`: only these) with the field's type, default
-    (`defaults` may replace it, e.g. with None for "the recipe's"), choices and help; no default is restated. A bool
-    is `--name` (default False) or `--no_name` (default True); a tuple or list field takes several values;
-    `aliases`: more spellings of a field's flag. `both_spellings` adds the --kebab-case ones."""
+    (`defaults` may replace it, e.g. with None for "the recipe's"), choices and help; no default is restated; `p`
+    back. A field without a default is a required flag. A bool is `--name` (default False) or `--no_name` (default
+    True); a tuple or list field takes several values. A field's metadata may also give "flag" (its spelling instead
+    of `--name`, e.g. "--from" for `sources`), "aliases" (more spellings; `aliases` too), "metavar", "repeat" (a
+    list built by repeating the flag), "positional" (an argument without a flag; a list: any number) and "hidden"
+    (left out of --help), "exclusive" (fields of the same "exclusive" name are not given together).
+    `both_spellings` adds the --kebab-case ones."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    groups: dict[str, argparse._MutuallyExclusiveGroup] = {}
     for name in names or tuple(fields):
-        f, typ = fields[name], hints[name]
+        f, typ, meta = fields[name], hints[name], fields[name].metadata
         if typing.get_origin(typ) in (typing.Union, types.UnionType):  # X | None
             typ = next(a for a in typing.get_args(typ) if a is not type(None))
         default = (defaults or {}).get(name, f.default)
-        kw: dict = {"dest": name, "help": f"{f.metadata.get('help', '')} (default {default!r})"}
-        flags = [f"--{name}", *(aliases or {}).get(name, ())]
-        if typ is bool:
-            flags[0] = f"--no_{name}" if default else flags[0]
-            kw.update(action="store_false" if default else "store_true")
-            kw["help"] = ("turns off: " if default else "") + kw["help"]
-        elif typing.get_origin(typ) in (tuple, list):
-            kw.update(type=typing.get_args(typ)[0], nargs="+", default=default)
+        if default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        quiet = any(default is v for v in (dataclasses.MISSING, None, False)) or default in ((), [])
+        quiet = quiet or "default" in meta.get("help", "")
+        shown = "" if quiet else f" (default {default!r})"  # None, False, empty: nothing to show
+        kw: dict = {"help": f"{meta.get('help', '')}{shown}", "metavar": meta.get("metavar")}
+        if meta.get("hidden"):
+            kw["help"] = argparse.SUPPRESS
+        flags = [meta.get("flag", f"--{name}"), *meta.get("aliases", ()), *(aliases or {}).get(name, ())]
+        is_list = typing.get_origin(typ) in (tuple, list)
+        if meta.get("positional"):
+            flags, many = [name], is_list
+            kw.update(type=typing.get_args(typ)[0] if is_list else typ, nargs="*" if many else None)
+            if default is not dataclasses.MISSING:
+                kw.update(default=default, nargs="*" if many else "?")
+            p.add_argument(*flags, **{k: v for k, v in kw.items() if v is not None})
+            continue
+        kw["dest"] = name
+        if default is dataclasses.MISSING:
+            kw["required"] = True
         else:
-            kw.update(type=typ, default=default, choices=f.metadata.get("choices"))
-        p.add_argument(*flags, **kw)
+            kw["default"] = default
+        if typ is bool:
+            flags[0] = f"--no_{name}" if default and "flag" not in meta else flags[0]
+            kw.update(action="store_false" if default else "store_true")
+            kw["help"] = kw["help"] if kw["help"] == argparse.SUPPRESS or not default else "turns off: " + kw["help"]
+        elif is_list and meta.get("repeat"):
+            kw.update(type=typing.get_args(typ)[0], action="append", default=list(default))
+        elif is_list:
+            kw.update(type=typing.get_args(typ)[0], nargs="+")
+        else:
+            kw.update(type=typ, choices=meta.get("choices"))
+        if "exclusive" in meta and meta["exclusive"] not in groups:
+            groups[meta["exclusive"]] = p.add_mutually_exclusive_group()
+        to = groups[meta["exclusive"]] if "exclusive" in meta else p
+        to.add_argument(*flags, **{k: v for k, v in kw.items() if v is not None or k == "default"})
+    return p
+
+
+def subcommand(sub, name: str, cls: type, help: str | None = None, **kwargs) -> argparse.ArgumentParser:
+    """A subcommand `name` of the subparsers `sub` whose flags are the fields of the dataclass `cls`
+    (`add_field_flags`), described by its docstring; `help`: the line in the parent's --help (default: the
+    docstring's first sentence)."""
+    doc = " ".join((cls.__doc__ or "").split())
+    if help is None:
+        first = re.split(r"(?<=[.!?])\s+(?=[A-Z])", doc)[0].rstrip(".")
+        help = first[:1].lower() + first[1:]
+    return add_field_flags(sub.add_parser(name, help=help, description=doc, **kwargs), cls)
 
 
 def field_values(args: argparse.Namespace, cls: type, **override) -> dict:

@@ -14,9 +14,9 @@ import argparse
 import dataclasses
 from collections.abc import Callable
 
-from anchorft.dataclass_flags import field_help, keyword_defaults, pop_flag
+from anchorft.dataclass_flags import add_field_flags, field_help, field_values, keyword_defaults, pop_flag
 from anchorft.eval.answers import MathChecker
-from anchorft.studies.grid import RayCluster
+from anchorft.studies.grid import ExecutorArguments
 
 __all__ = ["normalize_train_argv", "short_or_all_help", "short_help", "trl_sections", "COMMON_TRL"]
 __all__ += ["add_sampling_flags", "add_timeout_flag", "pass_k", "add_executor_flags", "cluster_from"]
@@ -148,34 +148,10 @@ def pass_k(args: argparse.Namespace) -> int:
 
 
 def add_executor_flags(p: argparse.ArgumentParser) -> None:
-    """--executor, --address and --retries of a study command (`anchorft.studies.grid`)."""
-    p.add_argument(
-        "--executor", choices=("local", "ray"), default="local",
-        help="where the cells run: local (this machine's processes) or ray (each cell a Ray task on a cluster; "
-        "pip install 'anchorft[ray]'); the record, and so resuming, is the same for both",
-    )  # fmt: skip
-    p.add_argument(
-        "--address", default=None,
-        help="with --executor ray: the cluster's head (HOST:PORT), auto (the cluster this machine joined), or none "
-        "given: a Ray instance started on this machine for the study",
-    )  # fmt: skip
-    p.add_argument(
-        "--retries", type=int, default=None,
-        help="with --executor ray: times a cell lost with its worker or node runs again (default 3)",
-    )  # fmt: skip
+    """--executor, --address and --retries of a study command (`anchorft.studies.grid.ExecutorArguments`)."""
+    add_field_flags(p, ExecutorArguments)
 
 
 def cluster_from(args: argparse.Namespace, gpus: float = 0.0, **ray_only):
-    """The `RayCluster` of --executor ray, each cell holding `gpus` GPUs (None for local); ValueError for
-    --address, --retries or a flag of `ray_only` ({flag: value, None when not given}) without it, a negative
-    --retries or `gpus`, or Ray not installed."""
-
-    if args.executor != "ray":
-        flags = {"--address": args.address, "--retries": args.retries, **ray_only}
-        given = [f for f, v in flags.items() if v is not None]
-        if given:
-            raise ValueError(f"{' and '.join(given)}: only with --executor ray")
-        return None
-    if args.retries is not None and args.retries < 0:
-        raise ValueError(f"--retries: must be >= 0, got {args.retries}")
-    return RayCluster(args.address, 3 if args.retries is None else args.retries, gpus)
+    """The `RayCluster` of the parsed executor flags (`ExecutorArguments.cluster`), or None for local."""
+    return ExecutorArguments(**field_values(args, ExecutorArguments)).cluster(gpus, **ray_only)

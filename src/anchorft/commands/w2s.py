@@ -8,9 +8,10 @@ import json
 import sys
 
 from anchorft.commands.flags import add_executor_flags, cluster_from
-from anchorft.dataclass_flags import FlagParser, both_spellings
+from anchorft.dataclass_flags import FlagParser, both_spellings, subcommand
 from anchorft.errors import UsageError
 from anchorft.runs import existing_files
+from anchorft.studies.w2s.arguments import RunArguments, SweepArguments, TheoryArguments
 
 
 def _threads(n: int) -> None:
@@ -83,57 +84,10 @@ def _sweep(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = FlagParser(prog="anchorft w2s", description="weak-to-strong simulator (docs/w2s.md)")
     sub = p.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run", help="run W2S and SFT (and SFT + anchor) from a preset")
-    r.add_argument("--preset", default="paper", help="name in configs/w2s/ or a YAML path (default: paper)")
-    r.add_argument("--out", required=True, help="output directory")
-    r.add_argument("--n-seeds", dest="n_seeds", type=int, default=None, help="number of seeds (batched)")
-    r.add_argument("--seeds", nargs="+", default=None, help=argparse.SUPPRESS)  # a list elsewhere: refused
-    r.add_argument("--steps", type=int, default=None, help="SGD steps per mode")
-    r.add_argument("--device", default=None, help="cpu or cuda")
-    r.add_argument(
-        "--threads", type=int, default=1, help="torch CPU threads (default 1: small matmuls; 0 = torch default)"
-    )
-    r.add_argument("--quiet", action="store_true", help="no progress bar")
-    r.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
-    r.add_argument(
-        "--ode",
-        action="store_true",
-        help="also solve the mean-field ODE: dashed on alignment.png, `ode` in metrics.json",
-    )
-    r.add_argument("overrides", nargs="*", help="config overrides key=value")
-    r.set_defaults(func=_run)
-    s = sub.add_parser("sweep", help="sweeps: s-scaling, d-scaling, d-scaling-w2s, chi, overlap, rpsft, mechanisms")
-    s.add_argument(
-        "--kind",
-        required=True,
-        help="s-scaling | d-scaling | d-scaling-w2s | chi | overlap | rpsft | ablation | race | weak-quality",
-    )
-    s.add_argument("--out", required=True)
-    s.add_argument("--quick", action="store_true", help="the sweep file's quick variant (a small grid)")
-    s.add_argument("--spec", default=None, help="a sweep YAML file instead of configs/w2s/sweep-<kind>.yaml")
-    s.add_argument("--threads", type=int, default=1, help="torch CPU threads per point (0 = torch default)")
-    s.add_argument(
-        "--workers", type=int, default=1, help="points measured at once, each in its own process (default 1)"
-    )
-    s.add_argument("--quiet", action="store_true")
-    s.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
-    s.add_argument("overrides", nargs="*", help="overrides of the sweep's config (every point), key=value")
-    add_executor_flags(s)
-    s.set_defaults(func=_sweep)
-    t = sub.add_parser("theory", help="exponents, predicted sample complexities, the labels' Hermite coefficients")
-    t.add_argument("--preset", default=None, help="a preset: its link, T, clip, d, s and its measured labels")
-    t.add_argument("--n-seeds", dest="n_seeds", type=int, default=None,
-                   help="seeds for the measured coefficients (with --preset)")  # fmt: skip
-    t.add_argument("--seeds", nargs="+", default=None, help=argparse.SUPPRESS)  # a list elsewhere: refused
-    t.add_argument("--json", action="store_true", help="machine output (JSON)")
-    t.add_argument("overrides", nargs="*", help="overrides of the preset, key=value")
-    # W2SConfig's fields (its defaults without --preset; with one, overrides of the preset)
-    t.add_argument("--link", help="the target task's link, e.g. he4 (default: W2SConfig's)")
-    t.add_argument("--transform", help="the label transform: zexp or identity (default: W2SConfig's)")
-    t.add_argument("--clip", type=float, help="clip before the transform, <= 0: none (default: W2SConfig's)")
-    t.add_argument("--d", type=int, help="ambient dimension (default: W2SConfig's)")
-    t.add_argument("--s", type=int, help="dimension of each pretrained subspace (default: W2SConfig's)")
-    t.set_defaults(func=_theory)
+    subcommand(sub, "run", RunArguments).set_defaults(func=_run)
+    add_executor_flags(sweep := subcommand(sub, "sweep", SweepArguments))
+    sweep.set_defaults(func=_sweep)
+    subcommand(sub, "theory", TheoryArguments).set_defaults(func=_theory)
     both_spellings(p)
     return p
 

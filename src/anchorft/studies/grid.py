@@ -40,7 +40,7 @@ from anchorft.runs import config_hash
 
 __all__ = [
     "Cell", "Lost", "Executor", "InProcess", "LocalProcesses", "RayCluster", "RayTasks", "Grid", "RECORD",
-    "executor_for",
+    "executor_for", "ExecutorArguments",
 ]  # fmt: skip
 
 RECORD = "cells.jsonl"
@@ -140,6 +140,45 @@ class RayCluster:
             raise ValueError(f"gpus: must be >= 0, got {self.gpus}")
         if importlib.util.find_spec("ray") is None:
             raise ValueError("the ray executor needs Ray: pip install 'anchorft[ray]'")
+
+
+@dataclass
+class ExecutorArguments:
+    """Where a study's cells run: the `--executor`, `--address` and `--retries` flags of every study command."""
+
+    executor: str = field(
+        default="local",
+        metadata={
+            "help": "where the cells run: local (this machine's processes) or ray (each cell a Ray task on a cluster; "
+            "pip install 'anchorft[ray]'); the record, and so resuming, is the same for both",
+            "choices": ("local", "ray"),
+        },
+    )
+    address: str | None = field(
+        default=None,
+        metadata={
+            "help": "with --executor ray: the cluster's head (HOST:PORT), auto (the cluster this machine joined), or "
+            "none given: a Ray instance started on this machine for the study"
+        },
+    )
+    retries: int | None = field(
+        default=None,
+        metadata={"help": "with --executor ray: times a cell lost with its worker or node runs again (default 3)"},
+    )
+
+    def cluster(self, gpus: float = 0.0, **ray_only: Any) -> RayCluster | None:
+        """The `RayCluster` of --executor ray, each cell holding `gpus` GPUs (None for local); ValueError for
+        --address, --retries or a flag of `ray_only` ({flag: value, None when not given}) without it, or a negative
+        --retries or `gpus`, or Ray not installed."""
+        if self.executor != "ray":
+            flags = {"--address": self.address, "--retries": self.retries, **ray_only}
+            given = [f for f, v in flags.items() if v is not None]
+            if given:
+                raise ValueError(f"{' and '.join(given)}: only with --executor ray")
+            return None
+        if self.retries is not None and self.retries < 0:
+            raise ValueError(f"--retries: must be >= 0, got {self.retries}")
+        return RayCluster(self.address, 3 if self.retries is None else self.retries, gpus)
 
 
 def _run_in(folder: str, fn: CellFn, threads: int, cell: Cell) -> dict:
