@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from anchorft.dataclass_flags import FlagParser, add_field_flags, both_spellings, field_values, parse_named
+from anchorft.dataclass_flags import FlagParser, add_field_flags, both_spellings, field_values, parse_named, subcommand
 
 
 def test_field_values_are_the_flags_named_as_fields():
@@ -53,3 +53,35 @@ def test_field_flags_take_type_default_choices_and_help_and_both_spellings():
         p.parse_args(["--kind", "other"])  # not a choice
     with pytest.raises(SystemExit):
         p.parse_args(["--ran", "3"])  # no prefix matching: a misspelt flag is an error
+
+
+def test_field_metadata_spells_required_repeated_positional_exclusive_and_hidden_flags(capsys):
+    """A command's whole parser from one dataclass: no default is a required flag; "flag" another spelling;
+    "repeat" a list by repetition; "positional" a bare list; "exclusive" fields refused together; "hidden" out of
+    --help; the docstring is `subcommand`'s description."""
+
+    @dataclasses.dataclass(kw_only=True)
+    class Args:
+        """Do a thing. More words."""
+
+        sources: list[str] = dataclasses.field(metadata={"help": "folders", "flag": "--from"})
+        pick: list[str] = dataclasses.field(default_factory=list, metadata={"repeat": True, "metavar": "G=R"})
+        seeds: list[int] | None = dataclasses.field(default=None, metadata={"exclusive": "s"})
+        n_seeds: int | None = dataclasses.field(default=None, metadata={"exclusive": "s"})
+        old: str | None = dataclasses.field(default=None, metadata={"hidden": True})
+        keep: bool = dataclasses.field(default=True, metadata={"flag": "--drop"})
+        rest: list[str] = dataclasses.field(default_factory=list, metadata={"positional": True})
+
+    top = FlagParser(prog="x")
+    p = subcommand(top.add_subparsers(dest="cmd"), "do", Args)
+    assert p.description == "Do a thing. More words."
+    got = vars(p.parse_args(["--from", "a", "b", "--pick", "g=1", "--pick", "h=2", "--drop", "k=v", "z=w"]))
+    assert got == {"sources": ["a", "b"], "pick": ["g=1", "h=2"], "seeds": None, "n_seeds": None, "old": None,
+                   "keep": False, "rest": ["k=v", "z=w"]}  # fmt: skip
+    assert Args(**got).pick == ["g=1", "h=2"]
+    for bad in ([], ["--from", "a", "--seeds", "1", "--n_seeds", "2"]):
+        with pytest.raises(SystemExit):
+            p.parse_args(bad)
+    p.print_help()
+    shown = capsys.readouterr().out
+    assert "--from" in shown and "--old" not in shown and "G=R" in shown

@@ -113,13 +113,13 @@ def add_field_flags(
         if typ is bool:
             flags[0] = f"--no_{name}" if default and "flag" not in meta else flags[0]
             kw.update(action="store_false" if default else "store_true")
-            kw["help"] = kw["help"] if kw["help"] == argparse.SUPPRESS or not default else "turns off: " + kw["help"]
+            if default and kw["help"] != argparse.SUPPRESS:  # --no_name, or the flag's own spelling of "off"
+                kw["help"] = meta.get("help", "") if "flag" in meta else "turns off: " + kw["help"]
         elif is_list and meta.get("repeat"):
             kw.update(type=typing.get_args(typ)[0], action="append", default=list(default))
-        elif is_list:
-            kw.update(type=typing.get_args(typ)[0], nargs="+")
         else:
-            kw.update(type=typ, choices=meta.get("choices"))
+            kw.update(type=typing.get_args(typ)[0] if is_list else typ, choices=meta.get("choices"))
+            kw.update(nargs="+" if is_list else None)
         if "exclusive" in meta and meta["exclusive"] not in groups:
             groups[meta["exclusive"]] = p.add_mutually_exclusive_group()
         to = groups[meta["exclusive"]] if "exclusive" in meta else p

@@ -17,56 +17,30 @@ import json
 import sys
 
 from anchorft.commands.eval_suite import main as suite_main
-from anchorft.commands.flags import add_sampling_flags, add_timeout_flag
-from anchorft.dataclass_flags import FlagParser, both_spellings, keyword_defaults
+from anchorft.dataclass_flags import FlagParser, add_field_flags, both_spellings, keyword_defaults
+from anchorft.eval.arguments import EvalArguments, SamplingArguments, ScoreArguments
 from anchorft.io import write_jsonl
 from anchorft.preflight import check_eval_spec
 from anchorft.rpsft.prechecks import source_defaults
 
 
 def _score_parser() -> argparse.ArgumentParser:
-    p = FlagParser(
-        prog="anchorft eval score",
-        description="Score responses produced elsewhere. RESPONSES: one JSON line per item, "
-        '{"index": i, "responses": [str, ...]} (optional "greedy": str); i is the 0-based item position '
-        "in the benchmark file. Prints the metrics as one JSON object.",
-    )
-    p.add_argument("--bench", required=True, help="benchmark JSONL file (the paper's format)")
-    p.add_argument("--responses", required=True, help="responses JSONL file")
-    p.add_argument("--k", type=int, default=None, help="k of Pass@k (default: fewest samples of any item)")
-    p.add_argument("--skip-bad", action="store_true", help="skip and count malformed lines instead of failing")
-    p.add_argument("--records", default=None, help="also write per-item records (JSONL) here")
-    add_timeout_flag(p)
-    both_spellings(p)
+    p = FlagParser(prog="anchorft eval score", description=" ".join(ScoreArguments.__doc__.split()))
+    both_spellings(add_field_flags(p, ScoreArguments))
     return p
 
 
 def _eval_parser() -> argparse.ArgumentParser:
-    p = FlagParser(
-        prog="anchorft eval",
-        description="Evaluate a local model on the paper's JSONL benchmarks (Avg@k, unbiased Pass@k, greedy "
-        "accuracy), or run lm-evaluation-harness tasks with --lm-eval. `anchorft eval score --help` "
-        "scores responses produced elsewhere; `anchorft eval suite --help` evaluates several models on the paper's "
-        "whole ID / OOD suite with one table.",
-    )
-    p.add_argument("--model", required=True, help="local model directory (config.json, weights, tokenizer)")
-    p.add_argument("--bench", action="append", default=[], help="benchmark JSONL file; repeat for several")
-    p.add_argument("--lm-eval", dest="lm_eval", default=None, help="comma-separated lm-eval task names or YAML files")
-    p.add_argument("--include-path", action="append", default=[], help="folder of custom lm-eval task YAMLs")
-    p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--no-greedy", dest="greedy", action="store_false", help="skip the greedy pass")
-
+    p = FlagParser(prog="anchorft eval", description=" ".join(EvalArguments.__doc__.split()))
     # run_eval's defaults, from its source: importing the runner loads torch (seconds before a mistake is reported)
     d = source_defaults("anchorft.eval.runner", "run_eval")
     if d is None:
         from anchorft.eval.runner import run_eval
 
         d = keyword_defaults(run_eval)
-    add_sampling_flags(p, **{k: d[k] for k in ("n", "temperature", "top_p", "max_new_tokens", "seed", "batch_size")})
-    p.add_argument("--num-fewshot", type=int, default=None, help="lm-eval: few-shot examples")
-    p.add_argument("--apply-chat-template", action="store_true", help="lm-eval: apply the model's chat template")
-    p.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
-    both_spellings(p)
+    sampling = ("n", "temperature", "top_p", "max_new_tokens", "seed", "batch_size")
+    add_field_flags(p, EvalArguments)
+    both_spellings(add_field_flags(p, SamplingArguments, defaults={k: d[k] for k in sampling}))
     return p
 
 

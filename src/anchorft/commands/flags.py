@@ -4,8 +4,7 @@
 and `--kebab-case`; here `--out` is the project's name for TRL's `--output_dir`, `--dataset_name` (TRL's own
 script flag) is `--dataset` (`normalize_train_argv`), `--help` lists the project's flags first and `--help-all`
 prints TRL's full help (`short_or_all_help`, `short_help`, `trl_sections`); the TRL fields outside a run's hash
-(`NOT_HASHED`). The generation and grading flags of `eval` and `eval suite` (`add_sampling_flags`, `pass_k`);
-the studies' executor (`add_executor_flags`, `cluster_from`).
+(`NOT_HASHED`). The studies' executor (`add_executor_flags`, `cluster_from`).
 """
 
 from __future__ import annotations
@@ -14,12 +13,11 @@ import argparse
 import dataclasses
 from collections.abc import Callable
 
-from anchorft.dataclass_flags import add_field_flags, field_help, field_values, keyword_defaults, pop_flag
-from anchorft.eval.answers import MathChecker
+from anchorft.dataclass_flags import add_field_flags, field_help, field_values, pop_flag
 from anchorft.studies.grid import ExecutorArguments
 
 __all__ = ["normalize_train_argv", "short_or_all_help", "short_help", "trl_sections", "COMMON_TRL"]
-__all__ += ["add_sampling_flags", "add_timeout_flag", "pass_k", "add_executor_flags", "cluster_from"]
+__all__ += ["add_executor_flags", "cluster_from"]
 
 
 ALIASES = {
@@ -108,43 +106,6 @@ def short_help() -> str:
     method_first = lambda f: f.name != "method"  # noqa: E731
     lines += trl_sections("method and anchor (RPSFTConfig):", RPSFTConfig, SFTConfig, method_first, COMMON_TRL)
     return "\n".join(lines)
-
-
-def add_sampling_flags(
-    p: argparse.ArgumentParser,
-    *,
-    n: int,
-    temperature: float,
-    top_p: float,
-    max_new_tokens: int,
-    seed: int,
-    batch_size: int,
-) -> None:
-    """The generation and grading flags of `anchorft eval` and `anchorft eval suite` (defaults given by each):
-    samples, k, sampling, token limit, seed, item limit, backend, batch size, bad lines, math-verify timeout."""
-    p.add_argument("--n", type=int, default=n, help="samples per item (default %(default)s)")
-    p.add_argument("--k", type=int, default=None, help="k of Avg@k / Pass@k (<= n; default: n)")
-    p.add_argument("--temperature", type=float, default=temperature, help="sampling temperature (default %(default)s)")
-    p.add_argument("--top_p", type=float, default=top_p, help="nucleus sampling (default %(default)s)")
-    p.add_argument("--max_new_tokens", type=int, default=max_new_tokens, help="per response (default %(default)s)")
-    p.add_argument("--seed", type=int, default=seed, help="sampling seed (default %(default)s)")
-    p.add_argument("--limit", type=int, default=None, help="first N items of each file (lm-eval: per task)")
-    p.add_argument("--backend", choices=["auto", "hf", "vllm"], default="auto", help="auto: vLLM if installed + GPU")
-    p.add_argument("--batch_size", type=int, default=batch_size, help="rows per batch (default %(default)s)")
-    p.add_argument("--skip-bad", action="store_true", help="skip and count malformed lines instead of failing")
-    add_timeout_flag(p)
-
-
-def add_timeout_flag(p: argparse.ArgumentParser) -> None:
-    """--timeout: math-verify's time per check, MathChecker's default."""
-
-    default = keyword_defaults(MathChecker)["timeout_s"]
-    p.add_argument("--timeout", type=float, default=default, help="math-verify timeout per check, seconds")
-
-
-def pass_k(args: argparse.Namespace) -> int:
-    """k of Avg@k / Pass@k: --k, or --n when not given."""
-    return args.n if args.k is None else args.k
 
 
 def add_executor_flags(p: argparse.ArgumentParser) -> None:
