@@ -438,3 +438,21 @@ def test_points_measured_in_spawned_workers_give_what_one_process_gives(tmp_path
     with pytest.raises(ValueError, match="workers"):
         run_sweep("overlap", tmp_path / "zero", spec_path=p, progress=False, workers=0)
     assert not (tmp_path / "zero").exists()
+
+
+def test_quick_variant_merges_over_the_file_by_the_preset_rule(tmp_path):
+    """`quick:` is merged over its sweep file as a preset's child over its parent (`merge_mappings`): mappings key
+    by key (config, each factor, a variant's keys), anything else replaced (points, the preset)."""
+    spec = yaml.safe_load(open("configs/w2s/sweep-ablation-bias.yaml"))
+    spec["quick"]["variants"] = {"clip2": {"clip": 3.0}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(spec))
+    got = sweeps.load_sweep("ablation", quick=True, path=tmp_path / "s.yaml")
+    assert got["base"] == {"preset": "paper", **spec["config"], **spec["quick"]["config"]}
+    assert got["factors"] == {**spec["factors"], "variant": ["clip2"]}
+    assert got["variants"] == {"clip2": {"clip": 3.0, "weak_bound": 0.0}, "bounded2": spec["variants"]["bounded2"]}
+    chi = yaml.safe_load(open("configs/w2s/sweep-chi.yaml"))
+    chi["quick"]["preset"] = "gain"
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(chi))
+    got = sweeps.load_sweep("chi", quick=True, path=tmp_path / "c.yaml")
+    assert got["points"] == chi["quick"]["points"] and got["base"]["preset"] == "gain"
+    assert sweeps.load_sweep("chi", path=tmp_path / "c.yaml")["points"] == chi["points"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["AnalysisConfig"]
+__all__ = ["AnalysisConfig", "AnalyzeArguments"]
 
 
 @dataclass
@@ -46,3 +46,33 @@ class AnalysisConfig:
     )
     device: str = field(default="cpu", metadata={"help": "device for SVDs, forward and backward passes (e.g. cuda)"})
     plots: bool = field(default=True, metadata={"help": "write the PNGs"})
+
+
+@dataclass(kw_only=True)
+class AnalyzeArguments:
+    """The flags of `anchorft analyze` beside `AnalysisConfig`'s: the models, the output folder, the prompt sets
+    and how the command runs."""
+
+    base: str | None = field(
+        default=None,
+        metadata={"help": "base (pretrained) checkpoint: a directory (config.json + safetensors) or a hub id"},
+    )
+    tuned: list[str] = field(
+        default_factory=list, metadata={"help": "a fine-tuned checkpoint", "metavar": "NAME=DIR", "repeat": True}
+    )
+    out: str = field(metadata={"help": "output directory (analysis.json, config.json, PNGs)"})
+    prompts: list[str] = field(
+        default_factory=list, metadata={"help": "evaluation set for drift", "metavar": "FILE.jsonl", "repeat": True}
+    )
+    testbed: bool = field(
+        default=False,
+        metadata={
+            "help": "add the testbed's per-skill ID/OOD eval sets for drift (and its ID train items as Fisher data)"
+        },
+    )
+    threads: int | None = field(
+        default=None, metadata={"help": "torch CPU threads (1 is much faster on a shared, busy machine)"}
+    )
+    in_memory: bool = field(default=False, metadata={"help": "load whole models instead of streaming (same numbers)"})
+    no_plots: bool = field(default=False, metadata={"help": "no PNGs"})
+    overwrite: bool = field(default=False, metadata={"help": "replace an output folder that holds another run"})

@@ -14,29 +14,16 @@ import argparse
 from dataclasses import fields
 from pathlib import Path
 
-from anchorft.analysis.config import AnalysisConfig
+from anchorft.analysis.config import AnalysisConfig, AnalyzeArguments
 from anchorft.dataclass_flags import FlagParser, add_field_flags, both_spellings
 from anchorft.studies.testbed.analysis import analysis_summary, analyze_into
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = FlagParser(prog="anchorft analyze", description=__doc__.split("\n")[0])
-    p.add_argument("--base", help="base (pretrained) checkpoint: a directory (config.json + safetensors) or a hub id")
-    p.add_argument("--tuned", action="append", default=[], metavar="NAME=DIR", help="a fine-tuned checkpoint")
-    p.add_argument("--out", required=True, help="output directory (analysis.json, config.json, PNGs)")
-    p.add_argument("--prompts", action="append", default=[], metavar="FILE.jsonl", help="evaluation set for drift")
-    p.add_argument(
-        "--testbed",
-        action="store_true",
-        help="add the testbed's per-skill ID/OOD eval sets for drift (and its ID train items as Fisher data)",
-    )
-    # the other options: AnalysisConfig's fields, with their defaults, choices and help
-    own = ("base", "tuned", "out", "prompts", "streaming", "plots")  # the flags above and below
+    p = add_field_flags(FlagParser(prog="anchorft analyze", description=__doc__.split("\n")[0]), AnalyzeArguments)
+    # the other options: AnalysisConfig's fields (those AnalyzeArguments' stand for left out)
+    own = {f.name for f in fields(AnalyzeArguments)} | {"streaming", "plots"}
     add_field_flags(p, AnalysisConfig, tuple(f.name for f in fields(AnalysisConfig) if f.name not in own))
-    p.add_argument("--threads", type=int, help="torch CPU threads (1 is much faster on a shared, busy machine)")
-    p.add_argument("--in-memory", action="store_true", help="load whole models instead of streaming (same numbers)")
-    p.add_argument("--no-plots", action="store_true")
-    p.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
     both_spellings(p)
     return p
 

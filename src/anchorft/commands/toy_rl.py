@@ -13,25 +13,15 @@ from pathlib import Path
 from anchorft.commands.flags import add_executor_flags, cluster_from
 from anchorft.dataclass_flags import FlagParser, add_field_flags, both_spellings, field_values
 from anchorft.runs import existing_files, run_claimed
+from anchorft.studies.testbed.arguments import RLArguments
 from anchorft.studies.testbed.rl_stage import RLStageSettings
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = FlagParser(
-        prog="anchorft toy rl",
-        description="DAPO from the fine-tuned models of `anchorft toy compare`, evaluated before and after RL.",
+    p = add_field_flags(
+        FlagParser(prog="anchorft toy rl", description=" ".join(RLArguments.__doc__.split())), RLArguments
     )
-    p.add_argument("--compare", required=True, help="the comparison's output directory (results.json, models/)")
-    p.add_argument("--out", default=None, help="output directory (default: COMPARE/rl)")
-    p.add_argument(
-        "--methods",
-        nargs="+",
-        default=None,
-        help="run names, RUN-seedS for fine-tuning seed S of RUN (default: sft and the paper-rank rpsft runs)",
-    )
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     add_field_flags(p, RLStageSettings, aliases={"learning_rate": ("--lr",), "prompt_skills": ("--skills",)})
-    p.add_argument("--overwrite", action="store_true", help="replace an output folder that holds another run")
     add_executor_flags(p)
     both_spellings(p)
     return p

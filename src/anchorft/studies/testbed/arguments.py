@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 __all__ = ["PretrainArguments", "CompareArguments", "ReportArguments", "InterpolateArguments", "BenchArguments"]
-__all__ += ["VerdictArguments"]
+__all__ += ["VerdictArguments", "RLArguments"]
 
 
 def _help(text: str, **more) -> dict:
@@ -168,3 +168,18 @@ class VerdictArguments:
             raise ValueError("--items must be >= 1, --bases >= 2 and --seeds >= 1")
         if self.power is not None and "=" not in self.power:
             raise ValueError(f"--power: expected RUN=REFERENCE, got {self.power!r}")
+
+
+@dataclass(kw_only=True)
+class RLArguments:
+    """DAPO from the fine-tuned models of `anchorft toy compare`, evaluated before and after RL (the settings:
+    `rl_stage.RLStageSettings`' fields)."""
+
+    compare: str = field(**_help("the comparison's output directory (results.json, models/)"))
+    out: str | None = field(default=None, **_help("output directory (default: COMPARE/rl)"))
+    methods: list[str] | None = field(
+        default=None,
+        **_help("run names, RUN-seedS for fine-tuning seed S of RUN (default: sft and the paper-rank rpsft runs)"),
+    )
+    threads: int = field(default=1, **_help("torch CPU threads"))
+    overwrite: bool = field(default=False, **OVERWRITE)

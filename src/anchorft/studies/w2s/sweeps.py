@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from anchorft import stop
+from anchorft.dataclass_yaml import merge_mappings
 from anchorft.errors import read_yaml
 from anchorft.io import write_json, write_text
 from anchorft.provenance import write_metrics
@@ -100,13 +101,9 @@ def load_sweep(kind: str, quick: bool = False, path: str | os.PathLike | None = 
     if not isinstance(spec, dict):
         raise ValueError(f"{p}: a sweep file is a YAML mapping, got {type(spec).__name__}")
     spec = _fold_preset(spec, str(p))
-    if quick:
-        q = _fold_preset(spec.get("quick", {}), f"{p}: quick")
-        merged = {**spec, **{k: v for k, v in q.items() if k not in ("base", "factors")}}
-        merged["base"] = {**spec.get("base", {}), **q.get("base", {})}
-        if "factors" in spec or "factors" in q:  # a quick factor list replaces that factor only
-            merged["factors"] = {**spec.get("factors", {}), **q.get("factors", {})}
-        spec = merged
+    if quick:  # merged over the file as a preset's child is over its parent: mappings key by key (a quick
+        # factor list replaces that factor only), anything else replaced
+        spec = merge_mappings(spec, _fold_preset(spec.get("quick", {}), f"{p}: quick"))
     spec.pop("quick", None)
     spec["kind"] = kind
     spec["quick_run"] = quick
