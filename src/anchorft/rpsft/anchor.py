@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
+from anchorft.rpsft.anchor_options import PAPER_RANK
 from anchorft.rpsft.anchor_plan import plan_anchor, select_parameters, to_json
 from anchorft.rpsft.anchor_store import AnchorEntry, anchor_exists, load_anchor, save_anchor, weights_fingerprint
 from anchorft.rpsft.sharding import (
@@ -94,7 +95,7 @@ class SubspaceAnchor:
     def from_model(
         cls,
         model: nn.Module,
-        rank: int | str = 768,
+        rank: int | str = PAPER_RANK,
         targets: str | Sequence[str] = "all-linear",
         include_embeddings: bool = True,
         svd: str = "exact",

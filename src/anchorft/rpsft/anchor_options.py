@@ -12,7 +12,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-__all__ = ["AnchorOptions", "anchor_option_names"]
+__all__ = ["AnchorOptions", "anchor_option_names", "PAPER_RANK"]
+
+PAPER_RANK = 768  # the paper's k (of Llama-3.1-8B's width 4096): the one default of every anchor rank
 
 
 @dataclass
@@ -20,7 +22,7 @@ class AnchorOptions:
     """The anchor's rank (or rank rule, map, budget), lambda, matrices and kind (Jin et al., arXiv:2605.10973)."""
 
     anchor_rank: int = field(
-        default=768, metadata={"help": "k: rank of the anchored singular subspaces (paper: 768). Must be >= 1."}
+        default=PAPER_RANK, metadata={"help": "k: rank of the anchored singular subspaces (paper: 768). Must be >= 1."}
     )
     anchor_lambda: float = field(
         default=1.0, metadata={"help": "lambda: weight of the anchor penalty (paper: 1.0; plain sum, not normalised)."}

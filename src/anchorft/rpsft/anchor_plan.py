@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from anchorft.errors import UsageError
+from anchorft.rpsft.anchor_options import PAPER_RANK
 from anchorft.rpsft.sharding import full_matrix, logical_shape, unwrap
 from anchorft.subspace import cumulative_block_energy, energy_rank
 
@@ -383,7 +384,7 @@ def _fisher_rank(cum: torch.Tensor, total: float, fraction: float, k_max: int) -
 
 def plan_anchor(
     model: nn.Module,
-    rank: int | str = 768,
+    rank: int | str = PAPER_RANK,
     targets: str | Sequence[str] = "all-linear",
     include_embeddings: bool = True,
     dtype: torch.dtype = torch.float32,

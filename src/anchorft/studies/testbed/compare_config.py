@@ -18,7 +18,7 @@ import torch
 
 from anchorft.dataclass_yaml import resolve_presets, update
 from anchorft.resources import configs_dir
-from anchorft.rpsft.anchor_options import AnchorOptions
+from anchorft.rpsft.anchor_options import PAPER_RANK, AnchorOptions
 from anchorft.rpsft.methods import METHODS, RUN_KEYS, get_method
 from anchorft.toy import skills as sk
 from anchorft.toy.evaluate import EvalSettings, build_eval_sets, evaluate_greedy, evaluate_toy
@@ -179,7 +179,7 @@ def evaluate_comparison(
 
 def paper_rank(hidden_size: int) -> int:
     """The paper's best rank (768 of Llama-3.1-8B's hidden size 4096) scaled to `hidden_size`."""
-    return max(1, round(768 / 4096 * hidden_size))
+    return max(1, round(PAPER_RANK / 4096 * hidden_size))
 
 
 def _width_runs(hidden_size: int) -> list[RunSpec]:
