@@ -73,7 +73,9 @@ class W2SConfig:
     anneal_start: float = 0.5  # fraction of steps at constant step size before annealing
     anneal_final: float = 0.1  # step size at the last step, as a fraction of the initial one (geometric decay)
     # RPSFT inside the two-layer model (mode "sft_anchor")
-    anchor_weight: float = 1.0  # penalty weight on R(W) = ||U_0^T (W - W_0) V_0||_F^2
+    # penalty weight on R(W) = ||U_0^T (W - W_0) V_0||_F^2: RPSFT's anchor_lambda; not named lambda here, which is
+    # the paper's localisation lambda_kappa above
+    anchor_weight: float = 1.0
     anchor_rank: int = 128  # k of the top-k singular subspace of W_0 (N x d)
     # run
     modes: list[str] = field(default_factory=lambda: ["w2s", "sft"])
