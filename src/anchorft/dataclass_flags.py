@@ -22,7 +22,16 @@ from collections.abc import Callable
 from anchorft.errors import did_you_mean
 
 __all__ = ["FlagParser", "both_spellings", "add_field_flags", "field_values", "keyword_defaults", "field_help"]
-__all__ += ["parse_named", "pop_flag", "subcommand"]
+__all__ += ["parse_named", "pop_flag", "subcommand", "meta", "OVERWRITE"]
+
+
+def meta(text: str, **more) -> dict:
+    """`field(default=..., **meta("help", choices=...))`: a field's help and its other metadata (`add_field_flags`
+    reads "choices", "flag", "aliases", "metavar", "repeat", "positional", "exclusive", "hidden")."""
+    return {"metadata": {"help": text, **more}}
+
+
+OVERWRITE = meta("replace an output folder that holds another run")  # every command's --overwrite
 
 
 class FlagParser(argparse.ArgumentParser):

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from anchorft.data import dapo, openr1, release
 from anchorft.data.benchmarks import OPTIONAL, RELEASE_COMMIT, RELEASE_REPO
-from anchorft.dataclass_flags import keyword_defaults
+from anchorft.dataclass_flags import OVERWRITE, keyword_defaults, meta
 
 __all__ = ["OpenR1Arguments", "DapoArguments", "BenchmarksArguments"]
 
@@ -16,12 +16,7 @@ OD = keyword_defaults(openr1.prepare_openr1_math)  # the release sampler's split
 DD = keyword_defaults(dapo.prepare_dapo_math)
 
 
-def _help(text: str, **more) -> dict:
-    return {"metadata": {"help": text, **more}}
-
-
-OVERWRITE = _help("replace an output folder that holds another run")
-LIMIT = _help("read only the first N source rows")
+LIMIT = meta("read only the first N source rows")
 
 
 @dataclass(kw_only=True)
@@ -33,22 +28,22 @@ class OpenR1Arguments:
         "config.json, metrics.json, lengths.png."
     )
 
-    out: str = field(**_help("output folder"))
-    sampler: str = field(default="release", **_help("", choices=("release", "verified")))
+    out: str = field(**meta("output folder"))
+    sampler: str = field(default="release", **meta("", choices=("release", "verified")))
     source: str | None = field(
         default=None,
-        **_help(
+        **meta(
             f"hub dataset name or local .jsonl/.parquet/folder (default: {release.RELEASE_HUB_NAME} for the release "
             f"sampler, {openr1.HUB_NAME} for the verified one)"
         ),
     )
-    subset: str = field(default=OD["subset"], **_help("hub config name"))
-    split: str = field(default=OD["split"], **_help(""))
-    size: int = field(default=OD["size"], **_help("verified sampler: examples to keep (paper: about 4k)"))
-    seed: int = field(default=OD["seed"], **_help("verified sampler: order in which rows are visited"))
+    subset: str = field(default=OD["subset"], **meta("hub config name"))
+    split: str = field(default=OD["split"], **meta(""))
+    size: int = field(default=OD["size"], **meta("verified sampler: examples to keep (paper: about 4k)"))
+    seed: int = field(default=OD["seed"], **meta("verified sampler: order in which rows are visited"))
     limit: int | None = field(default=None, **LIMIT)
-    fmt: str = field(default=OD["fmt"], **_help("", flag="--format", choices=openr1.FORMATS))
-    no_progress: bool = field(default=False, **_help(""))
+    fmt: str = field(default=OD["fmt"], **meta("", flag="--format", choices=openr1.FORMATS))
+    no_progress: bool = field(default=False, **meta(""))
     overwrite: bool = field(default=False, **OVERWRITE)
 
 
@@ -57,18 +52,18 @@ class DapoArguments:
     """Write DIR/train.jsonl (the paper's benchmark format: prompt messages, reward_model.ground_truth),
     config.json, metrics.json; duplicated problems are dropped and counted."""
 
-    out: str = field(**_help("output folder"))
-    source: str = field(default=DD["source"], **_help("hub dataset name or local .jsonl/.parquet/folder"))
-    split: str = field(default=DD["split"], **_help(""))
+    out: str = field(**meta("output folder"))
+    source: str = field(default=DD["source"], **meta("hub dataset name or local .jsonl/.parquet/folder"))
+    split: str = field(default=DD["split"], **meta(""))
     limit: int | None = field(default=None, **LIMIT)
     prompt_style: str = field(
         default=DD["prompt_style"],
-        **_help(
+        **meta(
             "boxed: the boxed system prompt + the bare problem; original: the row's messages",
             choices=("boxed", "original"),
         ),
     )
-    dedupe: bool = field(default=DD["dedupe"], **_help("keep duplicated problems", flag="--keep-duplicates"))
+    dedupe: bool = field(default=DD["dedupe"], **meta("keep duplicated problems", flag="--keep-duplicates"))
     overwrite: bool = field(default=False, **OVERWRITE)
 
 
@@ -81,11 +76,11 @@ class BenchmarksArguments:
     )
 
     out: str | None = field(
-        default=None, **_help("output folder (default: $ANCHORFT_BENCHMARKS, else the user's data folder)")
+        default=None, **meta("output folder (default: $ANCHORFT_BENCHMARKS, else the user's data folder)")
     )
     source: str | None = field(
         default=None,
-        **_help("copy a folder on disk (evaluation/data/ or a clone)", flag="--from", metavar="DIR"),
+        **meta("copy a folder on disk (evaluation/data/ or a clone)", flag="--from", metavar="DIR"),
     )
-    include: list[str] = field(default_factory=list, **_help("optional sets, by name", choices=sorted(OPTIONAL)))
-    overwrite: bool = field(default=False, **_help("replace files whose SHA-256 differs"))
+    include: list[str] = field(default_factory=list, **meta("optional sets, by name", choices=sorted(OPTIONAL)))
+    overwrite: bool = field(default=False, **meta("replace files whose SHA-256 differs"))

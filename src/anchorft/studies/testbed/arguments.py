@@ -6,26 +6,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from anchorft.dataclass_flags import OVERWRITE, meta
+
 __all__ = ["PretrainArguments", "CompareArguments", "ReportArguments", "InterpolateArguments", "BenchArguments"]
 __all__ += ["VerdictArguments", "RLArguments"]
-
-
-def _help(text: str, **more) -> dict:
-    return {"metadata": {"help": text, **more}}
-
-
-OVERWRITE = _help("replace an output folder that holds another run")
 
 
 @dataclass(kw_only=True)
 class PretrainArguments:
     """Pretrain the tiny model (cached by config hash) and copy it to --out."""
 
-    out: str = field(**_help("output directory (model, tokenizer, metrics.json)"))
-    preset: str = field(default="default", **_help("smoke | default | a YAML file (its pretrain: section)"))
-    steps: int | None = field(default=None, **_help("override the number of pretraining steps"))
-    seed: int | None = field(default=None, **_help("override the pretraining seed (corpus draws, tokenizer, init)"))
-    no_cache: bool = field(default=False, **_help("pretrain again even when cached"))
+    out: str = field(**meta("output directory (model, tokenizer, metrics.json)"))
+    preset: str = field(default="default", **meta("smoke | default | a YAML file (its pretrain: section)"))
+    steps: int | None = field(default=None, **meta("override the number of pretraining steps"))
+    seed: int | None = field(default=None, **meta("override the pretraining seed (corpus draws, tokenizer, init)"))
+    no_cache: bool = field(default=False, **meta("pretrain again even when cached"))
     overwrite: bool = field(default=False, **OVERWRITE)
 
 
@@ -33,23 +28,23 @@ class PretrainArguments:
 class CompareArguments:
     """Fine-tune the base with every method, evaluate, write the report."""
 
-    out: str = field(**_help("output directory"))
-    preset: str = field(default="default", **_help("smoke | default | a YAML file"))
-    methods: list[str] | None = field(default=None, **_help("methods or run names to keep (default: all)"))
+    out: str = field(**meta("output directory"))
+    preset: str = field(default="default", **meta("smoke | default | a YAML file"))
+    methods: list[str] | None = field(default=None, **meta("methods or run names to keep (default: all)"))
     sweep: list[str] = field(
         default_factory=list,
-        **_help(
+        **meta(
             "key=v1,v2,... (anchor_rank, anchor_lambda, anchor_targets, learning_rate, anchor_rank_rule, "
             "anchor_layers, anchor_memory, anchor_lambda_rest, anchor_kind); repeatable",
             repeat=True,
         ),
     )
-    seeds: list[int] | None = field(default=None, **_help("the fine-tuning seeds (a list)", exclusive="seeds"))
-    n_seeds: int | None = field(default=None, **_help("seeds 0 .. N-1", exclusive="seeds"))
-    overwrite: bool = field(default=False, **_help("replace an output folder that holds another comparison"))
+    seeds: list[int] | None = field(default=None, **meta("the fine-tuning seeds (a list)", exclusive="seeds"))
+    n_seeds: int | None = field(default=None, **meta("seeds 0 .. N-1", exclusive="seeds"))
+    overwrite: bool = field(default=False, **meta("replace an output folder that holds another comparison"))
     workers: int | None = field(
         default=None,
-        **_help(
+        **meta(
             "fine-tunes run at once, one process each (default: --threads); each runs on the config's `threads` "
             "torch threads (default 1), so the results do not depend on it"
         ),
@@ -61,15 +56,15 @@ class ReportArguments:
     """One report.md + tradeoff.png from several comparisons of the same base (a run found in several, at
     different seeds, is pooled over its seeds)."""
 
-    sources: list[str] = field(**_help("comparison folders (results.json)", flag="--from"))
-    out: str = field(**_help("output folder (report.md, tradeoff.png, results.json)"))
+    sources: list[str] = field(**meta("comparison folders (results.json)", flag="--from"))
+    out: str = field(**meta("output folder (report.md, tradeoff.png, results.json)"))
     front: list[str] | None = field(
         default=None,
-        **_help("also front.md: every run against the interpolated front of these runs (and the base)", metavar="RUN"),
+        **meta("also front.md: every run against the interpolated front of these runs (and the base)", metavar="RUN"),
     )
     pick: list[str] = field(
         default_factory=list,
-        **_help(
+        **meta(
             "with --front: choose among these runs (an option's knob values) the one furthest above the front on the "
             "validation items, and report it on the held-out ones; repeatable",
             metavar="GROUP=RUN,RUN",
@@ -85,10 +80,10 @@ class InterpolateArguments:
     finished `toy compare`, every seed, scored on its held-out and validation items (merge with it: toy report
     --from COMPARISON OUT)."""
 
-    compare: str = field(**_help("a finished comparison folder (results.json, models/)"))
-    runs: list[str] = field(**_help("its runs to interpolate (e.g. sft l2)"))
-    alphas: str = field(default="0.25,0.5,0.75", **_help("alpha grid in (0, 1], comma-separated"))
-    out: str = field(**_help("output folder (results.json, report.md, tradeoff.png)"))
+    compare: str = field(**meta("a finished comparison folder (results.json, models/)"))
+    runs: list[str] = field(**meta("its runs to interpolate (e.g. sft l2)"))
+    alphas: str = field(default="0.25,0.5,0.75", **meta("alpha grid in (0, 1], comma-separated"))
+    out: str = field(**meta("output folder (results.json, report.md, tradeoff.png)"))
     overwrite: bool = field(default=False, **OVERWRITE)
 
 
@@ -98,10 +93,10 @@ class BenchArguments:
     format (prompt messages, reward_model.ground_truth), short enough for the testbed model's 128-token context:
     `anchorft eval --bench` runs on the testbed model with them (docs/eval.md)."""
 
-    out: str = field(**_help("output folder (one SKILL.jsonl per skill)"))
-    skills: list[str] | None = field(default=None, **_help("math skills (default: all of them)"))
-    items: int = field(default=50, **_help("items per skill"))
-    seed: int = field(default=0, **_help("which items are drawn"))
+    out: str = field(**meta("output folder (one SKILL.jsonl per skill)"))
+    skills: list[str] | None = field(default=None, **meta("math skills (default: all of them)"))
+    items: int = field(default=50, **meta("items per skill"))
+    seed: int = field(default=0, **meta("which items are drawn"))
     overwrite: bool = field(default=False, **OVERWRITE)
 
 
@@ -112,49 +107,49 @@ class VerdictArguments:
     detects."""
 
     sources: list[str] = field(
-        **_help(
+        **meta(
             "comparison folders (results.json and runs/*/scored_items.json), or studies over several bases (their "
             "base-seedB folders)",
             flag="--from",
         )
     )
-    out: str = field(**_help("output folder (verdict.json and verdict.md, or power.json)"))
+    out: str = field(**meta("output folder (verdict.json and verdict.md, or power.json)"))
     also: list[str] = field(
         default_factory=list,
-        **_help(
+        **meta(
             "folders inside each comparison whose runs are judged too, e.g. its WiSE-FT interpolation (toy "
             "interpolate --out COMPARISON/wise)",
             flag="--with",
             metavar="SUBDIR",
         ),
     )
-    runs: list[str] | None = field(default=None, **_help("the runs judged"))
+    runs: list[str] | None = field(default=None, **meta("the runs judged"))
     pick: list[str] = field(
         default_factory=list,
-        **_help(
+        **meta(
             "an option judged with its knob picked on each base's validation items (the run of the largest excess "
             "over the front there), scored on the reported items; repeatable",
             metavar="GROUP=RUN,RUN",
             repeat=True,
         ),
     )
-    front: list[str] | None = field(default=None, **_help("the runs whose upper hull (with the base) is the front"))
+    front: list[str] | None = field(default=None, **meta("the runs whose upper hull (with the base) is the front"))
     split: str = field(
         default="reported",
-        **_help(
+        **meta(
             "the items scored: the reported ones, or the validation ones (for picking knobs before looking)",
             choices=("reported", "val"),
         ),
     )
-    boot: int = field(default=2000, **_help("bootstrap replicates per base"))
-    seed: int = field(default=0, **_help("the bootstrap's random seed"))
-    level: float = field(default=0.95, **_help("interval level"))
+    boot: int = field(default=2000, **meta("bootstrap replicates per base"))
+    seed: int = field(default=0, **meta("the bootstrap's random seed"))
+    level: float = field(default=0.95, **meta("interval level"))
     power: str | None = field(
-        default=None, **_help("the power calculation of a pilot instead", metavar="RUN=REFERENCE")
+        default=None, **meta("the power calculation of a pilot instead", metavar="RUN=REFERENCE")
     )
-    bases: list[int] = field(default_factory=lambda: [4, 6, 8], **_help("--power: numbers of bases to size"))
-    seeds: list[int] = field(default_factory=lambda: [3, 5], **_help("--power: fine-tuning seeds per base"))
-    items: int | None = field(default=None, **_help("--power: ID items per model (default: the pilot's)"))
+    bases: list[int] = field(default_factory=lambda: [4, 6, 8], **meta("--power: numbers of bases to size"))
+    seeds: list[int] = field(default_factory=lambda: [3, 5], **meta("--power: fine-tuning seeds per base"))
+    items: int | None = field(default=None, **meta("--power: ID items per model (default: the pilot's)"))
     overwrite: bool = field(default=False, **OVERWRITE)
 
     def __post_init__(self) -> None:
@@ -175,11 +170,11 @@ class RLArguments:
     """DAPO from the fine-tuned models of `anchorft toy compare`, evaluated before and after RL (the settings:
     `rl_stage.RLStageSettings`' fields)."""
 
-    compare: str = field(**_help("the comparison's output directory (results.json, models/)"))
-    out: str | None = field(default=None, **_help("output directory (default: COMPARE/rl)"))
+    compare: str = field(**meta("the comparison's output directory (results.json, models/)"))
+    out: str | None = field(default=None, **meta("output directory (default: COMPARE/rl)"))
     methods: list[str] | None = field(
         default=None,
-        **_help("run names, RUN-seedS for fine-tuning seed S of RUN (default: sft and the paper-rank rpsft runs)"),
+        **meta("run names, RUN-seedS for fine-tuning seed S of RUN (default: sft and the paper-rank rpsft runs)"),
     )
-    threads: int = field(default=1, **_help("torch CPU threads"))
+    threads: int = field(default=1, **meta("torch CPU threads"))
     overwrite: bool = field(default=False, **OVERWRITE)

@@ -6,33 +6,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from anchorft.dataclass_flags import OVERWRITE, meta
+
 __all__ = ["RunArguments", "SweepArguments", "TheoryArguments"]
 
 
-def _help(text: str, **more) -> dict:
-    return {"metadata": {"help": text, **more}}
-
-
-OVERWRITE = _help("replace an output folder that holds another run")
-SEEDS = _help("", hidden=True)  # the count's old spelling; a list of seeds elsewhere: refused with a hint
+SEEDS = meta("", hidden=True)  # the count's old spelling; a list of seeds elsewhere: refused with a hint
 
 
 @dataclass(kw_only=True)
 class RunArguments:
     """Run W2S and SFT (and SFT + anchor) from a preset."""
 
-    preset: str = field(default="paper", **_help("name in configs/w2s/ or a YAML path"))
-    out: str = field(**_help("output directory"))
-    n_seeds: int | None = field(default=None, **_help("number of seeds (batched)"))
+    preset: str = field(default="paper", **meta("name in configs/w2s/ or a YAML path"))
+    out: str = field(**meta("output directory"))
+    n_seeds: int | None = field(default=None, **meta("number of seeds (batched)"))
     seeds: list[str] | None = field(default=None, **SEEDS)
-    steps: int | None = field(default=None, **_help("SGD steps per mode"))
-    device: str | None = field(default=None, **_help("cpu or cuda"))
-    threads: int = field(default=1, **_help("torch CPU threads (default 1: small matmuls; 0 = torch default)"))
-    quiet: bool = field(default=False, **_help("no progress bar"))
+    steps: int | None = field(default=None, **meta("SGD steps per mode"))
+    device: str | None = field(default=None, **meta("cpu or cuda"))
+    threads: int = field(default=1, **meta("torch CPU threads (default 1: small matmuls; 0 = torch default)"))
+    quiet: bool = field(default=False, **meta("no progress bar"))
     overwrite: bool = field(default=False, **OVERWRITE)
-    ode: bool = field(default=False, **_help("also solve the mean-field ODE: dashed on alignment.png, `ode` in "
+    ode: bool = field(default=False, **meta("also solve the mean-field ODE: dashed on alignment.png, `ode` in "
                                               "metrics.json"))  # fmt: skip
-    overrides: list[str] = field(default_factory=list, **_help("config overrides key=value", positional=True))
+    overrides: list[str] = field(default_factory=list, **meta("config overrides key=value", positional=True))
 
 
 @dataclass(kw_only=True)
@@ -40,17 +37,17 @@ class SweepArguments:
     """Sweeps: s-scaling, d-scaling, d-scaling-w2s, chi, overlap, rpsft, mechanisms."""
 
     kind: str = field(
-        **_help("s-scaling | d-scaling | d-scaling-w2s | chi | overlap | rpsft | ablation | race | weak-quality")
+        **meta("s-scaling | d-scaling | d-scaling-w2s | chi | overlap | rpsft | ablation | race | weak-quality")
     )
-    out: str = field(**_help("output directory"))
-    quick: bool = field(default=False, **_help("the sweep file's quick variant (a small grid)"))
-    spec: str | None = field(default=None, **_help("a sweep YAML file instead of configs/w2s/sweep-<kind>.yaml"))
-    threads: int = field(default=1, **_help("torch CPU threads per point (0 = torch default)"))
-    workers: int = field(default=1, **_help("points measured at once, each in its own process"))
-    quiet: bool = field(default=False, **_help("no progress bar"))
+    out: str = field(**meta("output directory"))
+    quick: bool = field(default=False, **meta("the sweep file's quick variant (a small grid)"))
+    spec: str | None = field(default=None, **meta("a sweep YAML file instead of configs/w2s/sweep-<kind>.yaml"))
+    threads: int = field(default=1, **meta("torch CPU threads per point (0 = torch default)"))
+    workers: int = field(default=1, **meta("points measured at once, each in its own process"))
+    quiet: bool = field(default=False, **meta("no progress bar"))
     overwrite: bool = field(default=False, **OVERWRITE)
     overrides: list[str] = field(
-        default_factory=list, **_help("overrides of the sweep's config (every point), key=value", positional=True)
+        default_factory=list, **meta("overrides of the sweep's config (every point), key=value", positional=True)
     )
 
 
@@ -59,14 +56,14 @@ class TheoryArguments:
     """Exponents, predicted sample complexities, the labels' Hermite coefficients. W2SConfig's fields (link,
     transform, clip, d, s) are its defaults without --preset; with one, overrides of the preset."""
 
-    preset: str | None = field(default=None, **_help("a preset: its link, T, clip, d, s and its measured labels"))
-    n_seeds: int | None = field(default=None, **_help("seeds for the measured coefficients (with --preset)"))
+    preset: str | None = field(default=None, **meta("a preset: its link, T, clip, d, s and its measured labels"))
+    n_seeds: int | None = field(default=None, **meta("seeds for the measured coefficients (with --preset)"))
     seeds: list[str] | None = field(default=None, **SEEDS)
-    json: bool = field(default=False, **_help("machine output (JSON)"))
-    overrides: list[str] = field(default_factory=list, **_help("overrides of the preset, key=value", positional=True))
-    link: str | None = field(default=None, **_help("the target task's link, e.g. he4 (default: W2SConfig's)"))
-    transform: str | None = field(default=None, **_help("the label transform: zexp or identity (default: "
+    json: bool = field(default=False, **meta("machine output (JSON)"))
+    overrides: list[str] = field(default_factory=list, **meta("overrides of the preset, key=value", positional=True))
+    link: str | None = field(default=None, **meta("the target task's link, e.g. he4 (default: W2SConfig's)"))
+    transform: str | None = field(default=None, **meta("the label transform: zexp or identity (default: "
                                                         "W2SConfig's)"))  # fmt: skip
-    clip: float | None = field(default=None, **_help("clip before the transform, <= 0: none (default: W2SConfig's)"))
-    d: int | None = field(default=None, **_help("ambient dimension (default: W2SConfig's)"))
-    s: int | None = field(default=None, **_help("dimension of each pretrained subspace (default: W2SConfig's)"))
+    clip: float | None = field(default=None, **meta("clip before the transform, <= 0: none (default: W2SConfig's)"))
+    d: int | None = field(default=None, **meta("ambient dimension (default: W2SConfig's)"))
+    s: int | None = field(default=None, **meta("dimension of each pretrained subspace (default: W2SConfig's)"))
