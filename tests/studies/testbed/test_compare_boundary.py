@@ -297,6 +297,8 @@ def test_verdict_estimate_is_the_reports_excess_and_its_interval_pairs_the_draws
     assert got["dft"]["estimate"] == pytest.approx(table["dft"]["excess"], abs=1e-9)
     assert got["dft"]["low"] <= got["dft"]["estimate"] <= got["dft"]["high"]
     assert got["dft"]["se"] > 0
+    assert (got["dft"]["retention"], got["dft"]["gain"]) == pytest.approx((table["dft"]["retention"],
+                                                                           table["dft"]["id_gain"]))  # fmt: skip
     val = base_verdict(out, ["dft"], ["sft", "l2"], split="val", n_boot=50)
     assert val["dft"]["estimate"] == pytest.approx({r["run"]: r for r in front_table(res, ["sft", "l2"], "val")}
                                                    ["dft"]["excess"], abs=1e-9)  # fmt: skip
@@ -308,7 +310,8 @@ def test_verdict_estimate_is_the_reports_excess_and_its_interval_pairs_the_draws
     want = pick_on_val(res, ["sft", "l2"], {"g": ["dft", "sft"]})[0]
     assert picked["picked"] == want["run"] and picked["estimate"] == pytest.approx(want["excess"], abs=1e-9)
     assert picked["val"] == pytest.approx(want["candidates"], abs=1e-9)
-    pooled = pooled_verdict([got, {"dft": {**got["dft"], "estimate": got["dft"]["estimate"] + 4.0}}])
+    pooled = pooled_verdict([got, {"dft": {**got["dft"], "estimate": got["dft"]["estimate"] + 4.0, "gain": 0.0}}])
+    assert pooled["dft"]["gain"] == pytest.approx(got["dft"]["gain"] / 2)
     assert pooled["dft"]["mean"] == pytest.approx(got["dft"]["estimate"] + 2.0)
     assert pooled["dft"]["bases"] == 2 and pooled["dft"]["df"] == 1
 

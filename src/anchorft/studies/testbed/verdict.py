@@ -106,14 +106,17 @@ def base_verdict(
     seed: int = 0,
     also: Sequence[str] = (),
 ) -> dict[str, dict]:
-    """{run: paired_bootstrap of its excess} on one base (`runs` judged, `front_runs` the front; runs read as
-    `load_scores` reads them, `also` included), the same draws for every run (one generator seeded by `seed` per
+    """{run: paired_bootstrap of its excess, with the run's "retention" and ID "gain" (points)} on one base (`runs`
+    judged, `front_runs` the front; runs read as `load_scores` reads them, `also` included), the same draws for every
+    run (one generator seeded by `seed` per
     run, so adding a run changes no other run's interval)."""
     scores = load_scores(compare_dir, sorted({*runs, *front_runs}), split, also)
+    means = {k: {s: float(a.mean()) for s, a in sets.items()} for k, sets in scores.items()}
     out = {}
     for r in runs:
         keep = {k: scores[k] for k in ("base", r, *front_runs)}
         out[r] = paired_bootstrap(keep, excess_statistic(r, front_runs), n_boot, np.random.default_rng(seed))
+        out[r]["retention"], out[r]["gain"] = _point(means[r], means["base"])  # where the run lies
     return out
 
 
@@ -142,7 +145,8 @@ def base_picks(
 
 def pooled_verdict(per_base: Sequence[dict[str, dict]], level: float = 0.95) -> dict[str, dict]:
     """{run: Hartung-Knapp pooled excess over the bases (each base's bootstrap SE as its within-base SD), the bases'
-    estimates, and how many lie above 0}; one base alone gives its own bootstrap interval."""
+    estimates, how many lie above 0, and the run's retention and ID gain averaged over the bases}; one base alone
+    gives its own bootstrap interval."""
     runs = [r for r in per_base[0] if all(r in b for b in per_base)]
     out = {}
     for r in runs:
@@ -152,7 +156,8 @@ def pooled_verdict(per_base: Sequence[dict[str, dict]], level: float = 0.95) -> 
             pooled = {"mean": b["estimate"], "se": b["se"], "low": b["low"], "high": b["high"], "df": None}
         else:
             pooled = hartung_knapp(y, [max(b[r]["se"], 1e-6) ** 2 for b in per_base], level)
-        out[r] = {**pooled, "bases": len(y), "above": int(sum(v > 0 for v in y)), "per_base": y}
+        where = {k: float(np.mean([b[r][k] for b in per_base])) for k in ("retention", "gain")}
+        out[r] = {**pooled, "bases": len(y), "above": int(sum(v > 0 for v in y)), "per_base": y, **where}
     return out
 
 
@@ -239,12 +244,14 @@ def verdict_markdown(verdict: dict) -> str:
     lines = [
         f"# Excess ID gain over the front of {', '.join(verdict['front'])} (and the base)",
         "",
-        f"Points of greedy ID accuracy above the front at the run's OOD retention, on the {verdict['split']} items; "
+        f"Points of greedy ID accuracy above the front at the run's OOD retention, on the {verdict['split']} items "
+        "(retention and ID gain: the run's, averaged over the bases); "
         f"{pct} % intervals: per base a paired bootstrap ({verdict['replicates']} replicates: seeds, then items, "
         f"the same draws for every run; the front refitted in each), pooled by {how}.",
         "",
-        f"| run | pooled excess | {pct} % interval | bases above the front | per base: estimate [interval] |",
-        "|---|---|---|---|---|",
+        f"| run | retention | ID gain | pooled excess | {pct} % interval | bases above the front | per base: estimate "
+        "[interval] |",
+        "|---|---|---|---|---|---|---|",
     ]
     if verdict.get("picks"):
         lines[-3:-3] = [
@@ -259,8 +266,8 @@ def verdict_markdown(verdict: dict) -> str:
             for b in verdict["per_base"]
         )
         lines.append(
-            f"| {run} | {p['mean']:+.1f} | [{p['low']:+.1f}, {p['high']:+.1f}] | {p['above']} of {p['bases']} | "
-            f"{per} |"
+            f"| {run} | {p['retention']:.3f} | {p['gain']:+.1f} | {p['mean']:+.1f} "
+            f"| [{p['low']:+.1f}, {p['high']:+.1f}] | {p['above']} of {p['bases']} | {per} |"
         )
     return "\n".join(lines) + "\n"
 
