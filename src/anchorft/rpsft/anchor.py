@@ -25,9 +25,9 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from anchorft.rpsft.anchor_options import PAPER_RANK
 from anchorft.rpsft.anchor_plan import plan_anchor, select_parameters, to_json
 from anchorft.rpsft.anchor_store import AnchorEntry, anchor_exists, load_anchor, save_anchor, weights_fingerprint
+from anchorft.rpsft.paper import PAPER_RANK
 from anchorft.rpsft.sharding import (
     all_reduce_sum,
     full_matrix,

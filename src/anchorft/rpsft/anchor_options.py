@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-__all__ = ["AnchorOptions", "anchor_option_names", "PAPER_RANK"]
+from anchorft.rpsft.paper import PAPER_RANK
 
-PAPER_RANK = 768  # the paper's k (of Llama-3.1-8B's width 4096): the one default of every anchor rank
+__all__ = ["AnchorOptions", "anchor_option_names"]
 
 
 @dataclass

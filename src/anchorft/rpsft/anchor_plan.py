@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from anchorft.errors import UsageError
-from anchorft.rpsft.anchor_options import PAPER_RANK
+from anchorft.rpsft.paper import PAPER_RANK
 from anchorft.rpsft.sharding import full_matrix, logical_shape, unwrap
 from anchorft.subspace import cumulative_block_energy, energy_rank
 

@@ -18,8 +18,9 @@ import torch
 
 from anchorft.dataclass_yaml import resolve_presets, update
 from anchorft.resources import configs_dir
-from anchorft.rpsft.anchor_options import PAPER_RANK, AnchorOptions
+from anchorft.rpsft.anchor_options import AnchorOptions
 from anchorft.rpsft.methods import METHODS, RUN_KEYS, get_method
+from anchorft.rpsft.paper import PAPER_RANK
 from anchorft.toy import skills as sk
 from anchorft.toy.evaluate import EvalSettings, build_eval_sets, evaluate_greedy, evaluate_toy
 from anchorft.toy.pretrain import PretrainConfig
