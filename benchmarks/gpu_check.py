@@ -25,8 +25,9 @@ on the GPU.
 Part 2, the anchor in a hand loop (`--only anchor`): for each of configs/models/*.json the same stand-in in
 bf16; the anchor built there (exact SVD in fp32 of every matrix, embeddings and lm_head included, k = 768); then
 `--steps` (10) bf16 steps on random tokens: forward + backward, the penalty's closed-form gradient added to
-`.grad` (`SubspaceAnchor.add_penalty_grad_`, lambda 1), AdamW step. Checks: every loss and penalty finite, the
-penalty exactly 0 at step 0, > 0 after, the bases on the weights' device. One table: anchor build time and size,
+`.grad` (`SubspaceAnchor.add_penalty_grad_`, lambda 1), AdamW step. Checks: every loss and penalty finite,
+the drift at step 0 within fp32 rounding (8 eps sqrt(m + n)), the penalty after the steps over 100 times the
+first, the bases on the weights' device. One table: anchor build time and size,
 median step time, median penalty time and its share of the step.
 
 Exit status 1 if a check fails.
@@ -100,7 +101,7 @@ def check_model(name: str, cfg, args, device: torch.device, dtype: torch.dtype) 
     placed = all(t.device == named[e.name].device for e in anchor.entries for t in e.tensors().values())
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98), eps=1e-7, weight_decay=0.0)
     gen = torch.Generator(device=device).manual_seed(args.seed)
-    losses, penalties, step_s, pen_s = [], [], [], []
+    losses, penalties, drifts, step_s, pen_s = [], [], [], [], []
     for _ in range(args.steps):
         ids = torch.randint(0, cfg.vocab_size, (args.batch, args.seq), generator=gen, device=device)
         _sync(device)
@@ -118,6 +119,7 @@ def check_model(name: str, cfg, args, device: torch.device, dtype: torch.dtype) 
         t3 = time.perf_counter()
         losses.append(float(loss))
         penalties.append(float(stats["penalty"]))
+        drifts.append(float(stats["drift_max"]))
         step_s.append(t3 - t0)
         pen_s.append(t2 - t1)
     later = slice(1, None) if args.steps > 1 else slice(0, None)
@@ -140,11 +142,17 @@ def check_model(name: str, cfg, args, device: torch.device, dtype: torch.dtype) 
         "bases_on_weights_device": placed,
         "peak_gb": torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else None,
     }
+    # At step 0 W = W_0, so U^T W V - S_ref is rounding alone: exactly 0 when the block is recomputed by the kernel
+    # that built S_ref (the CPU), not on a GPU, whose fp32 products reduce in another order (seen on an H200:
+    # penalty 7.6e-8 against 0.26 after 10 steps). The bound is the random-walk model of two fp32 products of
+    # inner size m and n: relative error of the block <= 8 eps sqrt(m + n), for the largest anchored matrix.
+    m_plus_n = max(sum(named[e.name].shape) for e in anchor.entries)
+    res["drift_first"], res["rounding_bound"] = drifts[0], 8 * torch.finfo(torch.float32).eps * math.sqrt(m_plus_n)
     res["ok"] = bool(
         placed
         and all(map(math.isfinite, losses + penalties))
-        and penalties[0] == 0.0
-        and (args.steps < 2 or penalties[-1] > 0)
+        and drifts[0] <= res["rounding_bound"]
+        and (args.steps < 2 or penalties[-1] > 100 * penalties[0])
     )
     del model, anchor, opt
     if device.type == "cuda":

@@ -50,3 +50,17 @@ def test_causal_lm_in_float32_unless_told_and_remote_code_off(tiny_model_dir, mo
     assert next(load_causal_lm(tiny_model_dir).parameters()).dtype == torch.float32
     assert next(load_causal_lm(tiny_model_dir, torch.bfloat16).parameters()).dtype == torch.bfloat16
     assert [kw["trust_remote_code"] for kw in seen] == [False, False]
+
+
+def test_hub_kernels_off_unless_asked(tiny_model_dir):
+    """transformers 5 kernelizes a loaded model by default (on CUDA: kernels fetched from the hub at the first
+    forward, downloaded code); every load here turns that off, and a recipe's model_init_kwargs can turn it on."""
+    from types import SimpleNamespace
+
+    from anchorft.rpsft.model_loading import load_model
+
+    assert load_causal_lm(tiny_model_dir).use_kernels is False
+    args = SimpleNamespace(model_init_kwargs=None, trust_remote_code=False)
+    assert load_model(str(tiny_model_dir), args).use_kernels is False
+    args.model_init_kwargs = {"use_kernels": True}
+    assert load_model(str(tiny_model_dir), args).use_kernels is True

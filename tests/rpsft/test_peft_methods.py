@@ -312,3 +312,62 @@ def test_a_peft_method_is_a_registered_adapter():
         ADAPTERS.pop("scaled", None)
     with pytest.raises(ValueError, match="Scaled adapter is not merged here"):
         _update(Scaled(), "m", "default", {})
+
+
+def test_osf_leaves_out_the_matrices_its_rank_covers_whole(rp, caplog):
+    """anchor_rank >= min(m, n) (GQA's k/v projections at 16 x 32 here, Qwen2.5-3B's at 256 x 2048 under the
+    recipes' 768): PEFT would give such a matrix 0-element U_low / V_low, whose CUDA strides break DeepSpeed's first
+    broadcast. They are left out of the targets (frozen at W_0, the same function), said in one line; a rank that
+    covers every matrix is refused."""
+    from peft import get_peft_model
+
+    base = rp.tiny_model("llama", 60)
+    args = rp.base_args("unused", method="osf", anchor_rank=16)
+    model = get_peft_model(copy.deepcopy(base), peft_config_for(args, base))
+    names = {n.removeprefix("base_model.model.") for n, _ in tuner_layers(model)}
+    assert names and not any(n.endswith(("k_proj", "v_proj")) for n in names)
+    assert any(n.endswith("q_proj") for n in names)
+    assert all(p.numel() > 0 for p in model.parameters() if p.requires_grad)
+    assert "these stay frozen at W_0" in caplog.text
+    with pytest.raises(ValueError, match=r"anchor_rank=32 >= min\(m, n\) of every adapted matrix"):
+        peft_config_for(rp.base_args("unused", method="osf", anchor_rank=32), base)
+
+
+def test_osf_projects_a_bf16_gradient_with_float32_bases(rp, model_dir, dataset, tmp_path):
+    """DeepSpeed's bf16 casts parameters and keeps buffers (OSF's bases) in float32: PEFT's own hooks then multiply
+    a bf16 gradient by a float32 basis and torch refuses (seen under ZeRO-2 on a GPU). The trainer's hooks project
+    it in float32 and return bf16: the gradient equals the float32 projection of the same bf16 gradient, rounded."""
+    from peft import get_peft_model
+
+    from anchorft.eval.loading import load_tokenizer
+    from anchorft.rpsft.adapters.osf import projection
+    from anchorft.rpsft.trainer import RPSFTTrainer
+
+    def cast_params(model):  # what DeepSpeed's `_cast_module_mixed_precision` does with bf16 on
+        for p in model.parameters():
+            p.data = p.data.to(torch.bfloat16)
+
+    ids = torch.randint(0, 60, (2, 12), generator=torch.Generator().manual_seed(0))
+    args = rp.base_args(str(tmp_path / "out"), method="osf", anchor_rank=4, max_steps=1)
+    peft_only = get_peft_model(load_causal_lm(model_dir), peft_config_for(args))
+    cast_params(peft_only)
+    with pytest.raises(RuntimeError, match="same dtype"):
+        peft_only(input_ids=ids, labels=ids).loss.backward()
+
+    tr = RPSFTTrainer(model=model_dir, args=args, train_dataset=dataset, processing_class=load_tokenizer(model_dir))
+    cast_params(tr.model)
+    layers = dict(tuner_layers(tr.model))
+    assert layers and all(ly._osf_U_low_init["default"].dtype == torch.float32 for ly in layers.values())
+    tr.model(input_ids=ids, labels=ids).loss.backward()  # through the trainer's hooks
+    got = {
+        (n, k): ly.osf_svd_params["default"][k].grad.clone() for n, ly in layers.items() for k in ("U_low", "V_low")
+    }
+    tr.model.zero_grad()
+    for ly in layers.values():
+        ly._detach_hooks()
+    tr.model(input_ids=ids, labels=ids).loss.backward()  # the same batch, no projection: the raw bf16 gradient
+    for (name, key), g in got.items():
+        raw = layers[name].osf_svd_params["default"][key].grad
+        assert g.dtype == raw.dtype == torch.bfloat16
+        torch.testing.assert_close(g, projection(layers[name], "default", key, raw), rtol=0, atol=0)
+        assert not torch.equal(g, raw)

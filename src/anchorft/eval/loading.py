@@ -38,6 +38,11 @@ def from_pretrained_strict(path: str | os.PathLike, **kwargs):
     (`check_loading_info`): every load of a model to train on or evaluate goes through here."""
     from transformers import AutoModelForCausalLM
 
+    # transformers 5 kernelizes every loaded model by default (use_kernels=None means on when the `kernels`
+    # package is there, and transformers requires it): on CUDA the first forward fetches kernels from the hub,
+    # downloaded code like trust_remote_code's, which fails offline ("could not verify publisher trust status").
+    # Off unless asked (`model_init_kwargs: {use_kernels: true}`).
+    kwargs.setdefault("use_kernels", False)
     model, info = AutoModelForCausalLM.from_pretrained(os.fspath(path), output_loading_info=True, **kwargs)
     check_loading_info(info, path)
     return model

@@ -174,6 +174,8 @@ class RPSFTTrainer(AnchorSteps, SFTTrainer):
         self._anchor_last: dict[str, float] | None = None
         self._anchor_mode = args.anchor_mode
         peft = args.method_spec.peft
+        if peft and get_adapter(peft).prepare:  # the PEFT model as built here, before the engine wraps or casts it
+            get_adapter(peft).prepare(self.model)
         self._project_grads = get_adapter(peft).project_grads if peft and self.is_fsdp_enabled else None
         if args.weight_anchored:
             if self.is_deepspeed_enabled:

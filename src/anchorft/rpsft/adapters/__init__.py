@@ -30,7 +30,9 @@ class Adapter:
     - `refuse(args)`: a one-line reason when a setting cannot be honoured (None: fine);
     - `zero3`: None when it runs under DeepSpeed ZeRO-3, else why not (one line);
     - `project_grads(model)`: work PEFT's own parameter hooks do, to redo on the reduced gradients under FSDP2,
-      whose `fully_shard` replaces the parameters the hooks were registered on (None: nothing)."""
+      whose `fully_shard` replaces the parameters the hooks were registered on (None: nothing);
+    - `prepare(model)`: work on the PEFT model once it is built, before any engine wraps or casts it (None:
+      nothing)."""
 
     name: str
     config: Callable[..., Any]
@@ -39,6 +41,7 @@ class Adapter:
     refuse: Callable[[Any], str | None] = lambda args: None
     zero3: str | None = None
     project_grads: Callable[[Any], None] | None = None
+    prepare: Callable[[Any], None] | None = None
 
 
 ADAPTERS: dict[str, Adapter] = {}

@@ -11,14 +11,37 @@ nothing."""
 
 from __future__ import annotations
 
+import logging
+
 from anchorft.rpsft.adapters import Adapter, register, tuner_layers
-from anchorft.rpsft.sharding import local_rows
+from anchorft.rpsft.sharding import local_rows, logical_shape
+
+logger = logging.getLogger(__name__)
 
 
 def config(args, targets, layers):
+    """OSFConfig at `effective_rank = anchor_rank`. A matrix with anchor_rank >= min(m, n) has nothing below the
+    frozen top to train: it is left out of the targets and stays W_0, the same function as PEFT's empty U_low /
+    V_low, without those (0-element) parameters. They matter on a GPU: CUDA's SVD returns column-major factors, so
+    an empty slice of them keeps a last stride != 1, and DeepSpeed's first broadcast (`p.data.view(torch.uint8)`)
+    fails on it."""
     from peft import OSFConfig  # lazy: the peft extra
 
-    return OSFConfig(effective_rank=args.anchor_rank, target_modules=targets, task_type="CAUSAL_LM")
+    k = args.anchor_rank
+    whole = [n for n, m in layers if k >= min(logical_shape(m.weight))]
+    if whole:
+        kept = [n for n, _ in layers if n not in set(whole)]
+        if not kept:
+            raise ValueError(
+                f"osf: anchor_rank={k} >= min(m, n) of every adapted matrix (e.g. {whole[0]}): OSF would train "
+                "nothing; use a smaller anchor_rank"
+            )
+        logger.warning(
+            "osf: anchor_rank %s >= min(m, n) for %s of %s matrices (e.g. %s): these stay frozen at W_0 (nothing "
+            "below rank %s to train); a smaller anchor_rank trains them", k, len(whole), len(layers), whole[0], k,
+        )  # fmt: skip
+        targets = kept
+    return OSFConfig(effective_rank=k, target_modules=targets, task_type="CAUSAL_LM")
 
 
 def owns(layer) -> bool:
@@ -44,18 +67,40 @@ def refuse(args) -> str | None:
 def projection(layer, adapter: str, key: str, grad):
     """PEFT's OSF projection of the gradient of `key` ("U_low" (m x r) or "V_low" (r x n)), orthogonal to the
     frozen top subspace: G - U_hi U_hi^T G and G - G V_hi^T V_hi, written, where the factor is square, as
-    U_0 U_0^T G and G V_0^T V_0 with the initial low factors (the complement's basis, PEFT stores no U_hi then)."""
+    U_0 U_0^T G and G V_0^T V_0 with the initial low factors (the complement's basis, PEFT stores no U_hi then).
+    Computed in the bases' dtype (the one the adapter was built in), returned in the gradient's."""
     if key == "U_low":
         if adapter in layer._osf_U_high:
-            hi = layer._osf_U_high[adapter].to(grad.dtype)
-            return grad - hi @ (hi.mT @ grad)
-        lo = layer._osf_U_low_init[adapter].to(grad.dtype)
-        return lo @ (lo.mT @ grad)
+            hi = layer._osf_U_high[adapter]
+            g = grad.to(hi.dtype)
+            return (g - hi @ (hi.mT @ g)).to(grad.dtype)
+        lo = layer._osf_U_low_init[adapter]
+        g = grad.to(lo.dtype)
+        return (lo @ (lo.mT @ g)).to(grad.dtype)
     if adapter in layer._osf_V_high:
-        hi = layer._osf_V_high[adapter].to(grad.dtype)
-        return grad - (grad @ hi.mT) @ hi
-    lo = layer._osf_V_low_init[adapter].to(grad.dtype)
-    return (grad @ lo.mT) @ lo
+        hi = layer._osf_V_high[adapter]
+        g = grad.to(hi.dtype)
+        return (g - (g @ hi.mT) @ hi).to(grad.dtype)
+    lo = layer._osf_V_low_init[adapter]
+    g = grad.to(lo.dtype)
+    return ((g @ lo.mT) @ lo).to(grad.dtype)
+
+
+def rehook(model) -> None:
+    """Replace PEFT's projection hooks on every U_low / V_low by `projection`. PEFT's multiply the gradient by
+    bases kept in the dtype the adapter was built in; an engine that casts the parameters alone afterwards
+    (DeepSpeed's bf16 casts parameters and keeps buffers, PEFT's bases among them, in float32) hands them a bf16
+    gradient, and torch refuses the mixed product. Same projection, computed in the bases' dtype."""
+    from functools import partial
+
+    for _, layer in tuner_layers(model):
+        if not owns(layer):
+            continue
+        layer._detach_hooks()
+        for adapter, params in layer.osf_svd_params.items():
+            for key in ("U_low", "V_low"):
+                hook = partial(projection, layer, adapter, key)
+                layer.hook_handles.append(params[key].register_hook(hook))
 
 
 def project_grads_(model) -> None:
@@ -79,7 +124,7 @@ def project_grads_(model) -> None:
 
 OSF = register(
     Adapter(
-        "osf", config, owns, delta, refuse=refuse, project_grads=project_grads_,
+        "osf", config, owns, delta, refuse=refuse, project_grads=project_grads_, prepare=rehook,
         zero3="OSF cannot run under ZeRO-3: it decomposes each weight when the adapter is created, and ZeRO-3's "
         "partitioned init leaves every rank an empty shard then; use ZeRO-2 (zero2.yaml)",
     )
