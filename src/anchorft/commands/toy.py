@@ -1,5 +1,5 @@
 """`anchorft toy pretrain`, `compare`, `report` and `interpolate` (WiSE-FT): the embedded testbed; `toy bench`
-writes its held-out math items as benchmark files for `anchorft eval`."""
+writes its held-out math items as benchmark files for `anchorft eval`; `toy pack` / `unpack` a study's record."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from anchorft.dataclass_yaml import resolve_presets
 from anchorft.resources import configs_dir
 from anchorft.runs import existing_files
 from anchorft.studies.testbed import arguments as a
+from anchorft.studies.testbed import record
 from anchorft.studies.testbed import report as testbed_report  # module.function: a test may stand in for one
 from anchorft.studies.testbed.layout import base_folders
 from anchorft.toy.bench import bench_into
@@ -26,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     subs += [subcommand(sub, "report", a.ReportArguments), subcommand(sub, "interpolate", a.InterpolateArguments)]
     subs += [subcommand(sub, "bench", a.BenchArguments, help="the testbed's held-out math items as benchmark files "
                         "for `anchorft eval --bench` (CPU)")]  # fmt: skip
+    subs += [subcommand(sub, "pack", a.PackArguments), subcommand(sub, "unpack", a.UnpackArguments)]
     for sp in subs[1], subs[3]:
         add_executor_flags(sp)
     for sp in subs:  # the global option is accepted after the subcommand too
@@ -69,6 +71,13 @@ def main(argv: list[str]) -> int:
     if args.cmd == "bench":
         if (paths := bench_into(args.out, args.skills, args.items, args.seed, args.overwrite)) is not None:
             print(f"toy bench: {args.items} items per file in {', '.join(map(str, paths))}")
+        return 0
+    if args.cmd == "pack":
+        paths = record.pack_study(args.source, args.out)
+        print(f"toy pack: {len(paths)} record(s) in {args.out}: {', '.join(p.name for p in paths)}")
+        return 0
+    if args.cmd == "unpack":
+        print(f"toy unpack: {record.unpack_study(args.source, args.out)} files written under {args.out}")
         return 0
     if args.cmd == "report":
         merged = testbed_report.report_into(args.sources, args.out, args.front, args.pick, args.overwrite)

@@ -404,3 +404,60 @@ def test_resumed_comparison_reports_what_an_uninterrupted_one_does(harness, tmp_
                 )
             else:
                 assert resumed["methods"][name][key] == pytest.approx(m[key]), (name, key)
+
+
+def test_a_packed_study_unpacks_byte_for_byte_and_a_resumed_study_reuses_it(harness, tmp_path):
+    """`toy pack` / `toy unpack`: a 2-base study without its models comes back byte for byte in the files it keeps
+    (grades, results, records; not the models or the fine-tunes' logs); the verdict on it is the original's; a
+    resumed `toy compare` on it pretrains, generates and fine-tunes nothing and leaves its results as they were."""
+    from anchorft.cli import main as cli
+    from anchorft.studies.testbed.record import pack_folder, unpack_folder
+
+    run, log = harness
+    cfg = load_config(
+        {
+            "preset": "smoke",
+            "runs": [{"name": n, "method": m} for n, m in (("sft", "sft"), ("l2", "l2"), ("dft", "dft"))],
+            "seeds": [0, 1],
+            "bases": [10, 11],
+            "eval": {"n_samples": 4, "k": 2, "id_items": 9, "ood_items": 5, "val_items": 3},
+        }
+    )
+    out = run(cfg, tmp_path / "study")
+    (out / "base-seed10" / "runs" / "sft-seed0" / "log.jsonl").write_text("{}\n")  # a fine-tune's own log
+    assert cli(["toy", "pack", "--from", str(out), "--out", str(tmp_path / "rec")]) == 0
+    assert sorted(p.name for p in (tmp_path / "rec").iterdir()) == [
+        "base-seed10.json",
+        "base-seed11.json",
+        "study.json",
+    ]
+    back = tmp_path / "back"
+    assert cli(["toy", "unpack", "--from", str(tmp_path / "rec"), "--out", str(back)]) == 0
+    kept = sorted(p.relative_to(back) for p in back.rglob("*") if p.is_file())
+    assert kept and all((out / rel).read_bytes() == (back / rel).read_bytes() for rel in kept)
+    assert sum(rel.name == "scored_items.json" for rel in kept) == 2 * (1 + 3 * 2)  # the base and 3 runs x 2 seeds
+    assert not any("models" in rel.parts or rel.name == "log.jsonl" for rel in kept)
+    assert {rel.name for rel in kept} >= {"results.json", "cells.jsonl", "config.yaml"}
+    record = pack_folder(out / "base-seed10")
+    assert len(record["keys"]) == 2 * 7  # item keys once per split and skill, whatever the number of runs
+    grades = record["scored"]["runs/sft-seed0/scored_items.json"]["scores"]["reported"][cfg.id_skill]
+    assert grades and all(isinstance(g, str) for g in grades.values())  # digit strings
+
+    def verdict(folder, name):
+        argv = ["toy", "verdict", "--from", str(folder), "--runs", "dft", "--front", "sft", "l2", "--boot", "50"]
+        assert cli([*argv, "--out", str(tmp_path / name)]) == 0
+        return json.loads((tmp_path / name / "verdict.json").read_text())["pooled"]
+
+    assert verdict(back, "v-back") == verdict(out, "v-out")
+    before = {rel: (back / rel).read_bytes() for rel in kept if rel.name == "results.json"}
+    n_log = len(log)
+    run(cfg, back, resume=True)
+    assert len(log) == n_log  # nothing pretrained, generated or fine-tuned again
+    assert all((back / rel).read_bytes() == b for rel, b in before.items())
+
+    with pytest.raises(ValueError, match="exists with other content"):  # an unpack never overwrites other results
+        (back / "base-seed10" / "cells.jsonl").write_text("changed\n")
+        unpack_folder(record, back / "base-seed10")
+    bad = {**record, "text": {"../escape.txt": "x"}}
+    with pytest.raises(ValueError, match="leaves the folder"):
+        unpack_folder(bad, tmp_path / "elsewhere")

@@ -1,4 +1,5 @@
-"""The testbed commands' arguments (`anchorft toy pretrain | compare | report | interpolate | bench | verdict`):
+"""The testbed commands' arguments (`anchorft toy pretrain | compare | report | interpolate | bench | verdict | pack |
+unpack`):
 one dataclass per subcommand, its fields the flags (`anchorft.dataclass_flags.subcommand`), its docstring the
 description. Light on purpose: the parser is built, and a mistake reported, before torch loads."""
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass, field
 from anchorft.dataclass_flags import OVERWRITE, meta
 
 __all__ = ["PretrainArguments", "CompareArguments", "ReportArguments", "InterpolateArguments", "BenchArguments"]
-__all__ += ["VerdictArguments", "RLArguments"]
+__all__ += ["VerdictArguments", "RLArguments", "PackArguments", "UnpackArguments"]
 
 
 @dataclass(kw_only=True)
@@ -98,6 +99,27 @@ class BenchArguments:
     items: int = field(default=50, **meta("items per skill"))
     seed: int = field(default=0, **meta("which items are drawn"))
     overwrite: bool = field(default=False, **OVERWRITE)
+
+
+@dataclass(kw_only=True)
+class PackArguments:
+    """A study folder's record, small enough to keep in a repository: its grades and small files, without the
+    models, one JSON per base folder (`anchorft.studies.testbed.record`); `toy unpack` writes it back, after which
+    `toy verdict` and `toy report` read it and a resumed `toy compare` skips what it holds."""
+
+    source: str = field(
+        **meta("a study or comparison folder (WiSE-FT, which needs its models, run first)", flag="--from")
+    )
+    out: str = field(**meta("folder for the records (base-seedB.json per base, study.json)"))
+
+
+@dataclass(kw_only=True)
+class UnpackArguments:
+    """Write the records of `toy pack` back into a study folder (byte for byte; a file there with other content
+    is refused)."""
+
+    source: str = field(**meta("a folder of records written by toy pack", flag="--from"))
+    out: str = field(**meta("the study folder to write"))
 
 
 @dataclass(kw_only=True)

@@ -44,7 +44,7 @@ from anchorft.studies.testbed.compare_config import (
 )
 from anchorft.studies.testbed.layout import base_folder, model_dir, run_dir
 from anchorft.studies.testbed.report import write_report, write_tradeoff_plot
-from anchorft.studies.testbed.results import RESULTS_FILE, CompareResults, save_results
+from anchorft.studies.testbed.results import RESULTS_FILE, CompareResults, load_results, save_results
 from anchorft.threads import pinned_threads
 from anchorft.toy import skills as sk
 from anchorft.toy.pretrain import cached_model, pretrained_model
@@ -247,11 +247,23 @@ def run_compare(
         kw = dict(progress=progress, workers=workers, resume=resume, cluster=cluster)
         return {"bases": {b: run_compare(one, base_folder(out_dir, b), **kw) for b, one in per_base(cfg)}}
     out = Path(out_dir)
+    say = tqdm.write if progress else (lambda _msg: None)
+    # one cell per run x seed, recorded in out/cells.jsonl as it finishes; `resume` keeps the recorded ones
+    cells = [Cell(f"{r.name}-seed{s}", {"run": dataclasses.asdict(r), "seed": s}) for r, s in
+             itertools.product(cfg.runs, cfg.seeds)]  # fmt: skip
+    grid = Grid(out, context=dataclasses.asdict(cfg))
+    done = grid.finished()
+    if resume and (out / RESULTS_FILE).is_file() and all(c.key(grid.context) in done for c in cells):
+        # every cell recorded (a finished base of a study, or one unpacked from its record: `toy unpack`): reused
+        # without pretraining the base again
+        say(f"toy compare: {out}: all {len(cells)} fine-tunes recorded, reused")
+        results = load_results(out / RESULTS_FILE).to_dict()
+        write_tradeoff_plot(results, out / "tradeoff.png")
+        return results
     (out / "models").mkdir(parents=True, exist_ok=True)
     head = f"# anchorft toy compare --out {out} --preset <this file>\n"
     write_text(out / "config.yaml", head + yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
 
-    say = tqdm.write if progress else (lambda _msg: None)
     cached = cached_model(cfg.pretrain)
     say(
         f"toy compare: testbed model: reusing the cached {cached}"
@@ -303,11 +315,7 @@ def run_compare(
             f"({metrics['train_seconds']:.0f}s)"
         )
 
-    # one cell per run x seed, recorded in out/cells.jsonl as it finishes; `resume` keeps the recorded ones
-    cells = [Cell(f"{r.name}-seed{s}", {"run": dataclasses.asdict(r), "seed": s}) for r, s in
-             itertools.product(cfg.runs, cfg.seeds)]  # fmt: skip
     job = functools.partial(_finetune_cell, cfg, base_dir, out)
-    grid = Grid(out, context=dataclasses.asdict(cfg))
     executor = executor_for(workers, cfg.threads, cluster)
     grid.run(cells, job, executor, resume=resume, progress=progress, desc="toy compare", on_result=record)
     # the report lists runs in the config's order
