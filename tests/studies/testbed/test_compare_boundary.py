@@ -316,6 +316,19 @@ def test_verdict_estimate_is_the_reports_excess_and_its_interval_pairs_the_draws
     assert pooled["dft"]["bases"] == 2 and pooled["dft"]["df"] == 1
 
 
+def _two_bases():
+    """A study over bases 10 and 11: sft, l2 and dft at seeds 0 and 1."""
+    return load_config(
+        {
+            "preset": "smoke",
+            "runs": [{"name": n, "method": m} for n, m in (("sft", "sft"), ("l2", "l2"), ("dft", "dft"))],
+            "seeds": [0, 1],
+            "bases": [10, 11],
+            "eval": {"n_samples": 4, "k": 2, "id_items": 9, "ood_items": 5, "val_items": 3},
+        }
+    )
+
+
 def test_bases_run_one_whole_comparison_per_pretraining_seed(harness, tmp_path):
     """`bases: [10, 11]`: OUT/base-seed10 and OUT/base-seed11, each a whole comparison whose base was asked for
     with that pretraining seed, found again by `layout.base_folders` and pooled by the verdict study."""
@@ -326,15 +339,7 @@ def test_bases_run_one_whole_comparison_per_pretraining_seed(harness, tmp_path):
 
     run, _ = harness
     asked = []
-    cfg = load_config(
-        {
-            "preset": "smoke",
-            "runs": [{"name": n, "method": m} for n, m in (("sft", "sft"), ("l2", "l2"), ("dft", "dft"))],
-            "seeds": [0, 1],
-            "bases": [10, 11],
-            "eval": {"n_samples": 4, "k": 2, "id_items": 9, "ood_items": 5, "val_items": 3},
-        }
-    )
+    cfg = _two_bases()
     out = run(cfg, tmp_path / "study")
     folders = base_folders(out)
     assert list(folders) == [10, 11]
@@ -414,15 +419,7 @@ def test_a_packed_study_unpacks_byte_for_byte_and_a_resumed_study_reuses_it(harn
     from anchorft.studies.testbed.record import pack_folder, unpack_folder
 
     run, log = harness
-    cfg = load_config(
-        {
-            "preset": "smoke",
-            "runs": [{"name": n, "method": m} for n, m in (("sft", "sft"), ("l2", "l2"), ("dft", "dft"))],
-            "seeds": [0, 1],
-            "bases": [10, 11],
-            "eval": {"n_samples": 4, "k": 2, "id_items": 9, "ood_items": 5, "val_items": 3},
-        }
-    )
+    cfg = _two_bases()
     out = run(cfg, tmp_path / "study")
     (out / "base-seed10" / "runs" / "sft-seed0" / "log.jsonl").write_text("{}\n")  # a fine-tune's own log
     assert cli(["toy", "pack", "--from", str(out), "--out", str(tmp_path / "rec")]) == 0
