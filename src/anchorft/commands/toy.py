@@ -73,7 +73,7 @@ def main(argv: list[str]) -> int:
             print(f"toy bench: {args.items} items per file in {', '.join(map(str, paths))}")
         return 0
     if args.cmd == "pack":
-        paths = record.pack_study(args.source, args.out)
+        paths = record.pack_study(args.source, args.out, args.bases)
         print(f"toy pack: {len(paths)} record(s) in {args.out}: {', '.join(p.name for p in paths)}")
         return 0
     if args.cmd == "unpack":

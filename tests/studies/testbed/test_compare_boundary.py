@@ -411,7 +411,7 @@ def test_resumed_comparison_reports_what_an_uninterrupted_one_does(harness, tmp_
                 assert resumed["methods"][name][key] == pytest.approx(m[key]), (name, key)
 
 
-def test_a_packed_study_unpacks_byte_for_byte_and_a_resumed_study_reuses_it(harness, tmp_path):
+def test_a_packed_study_unpacks_byte_for_byte_and_a_resumed_study_reuses_it(harness, tmp_path, capsys, monkeypatch):
     """`toy pack` / `toy unpack`: a 2-base study without its models comes back byte for byte in the files it keeps
     (grades, results, records; not the models or the fine-tunes' logs); the verdict on it is the original's; a
     resumed `toy compare` on it pretrains, generates and fine-tunes nothing and leaves its results as they were."""
@@ -428,6 +428,10 @@ def test_a_packed_study_unpacks_byte_for_byte_and_a_resumed_study_reuses_it(harn
         "base-seed11.json",
         "study.json",
     ]
+    assert cli(["toy", "pack", "--from", str(out), "--out", str(tmp_path / "one"), "--bases", "11"]) == 0
+    assert sorted(p.name for p in (tmp_path / "one").iterdir()) == ["base-seed11.json", "study.json"]
+    assert cli(["toy", "pack", "--from", str(out), "--out", str(tmp_path / "one"), "--bases", "12"]) == 2
+    assert "no base folder for [12]" in capsys.readouterr().err
     back = tmp_path / "back"
     assert cli(["toy", "unpack", "--from", str(tmp_path / "rec"), "--out", str(back)]) == 0
     kept = sorted(p.relative_to(back) for p in back.rglob("*") if p.is_file())
@@ -455,6 +459,15 @@ def test_a_packed_study_unpacks_byte_for_byte_and_a_resumed_study_reuses_it(harn
     with pytest.raises(ValueError, match="exists with other content"):  # an unpack never overwrites other results
         (back / "base-seed10" / "cells.jsonl").write_text("changed\n")
         unpack_folder(record, back / "base-seed10")
+    # a record names no machine: paths under the working folder become relative, under the home folder ~/
+    monkeypatch.chdir(tmp_path)
+    portable = pack_folder(out / "base-seed10")
+    assert str(tmp_path) not in json.dumps(portable)
+    assert json.loads(portable["text"]["results.json"])["settings"]["pretrained"] == "base-model"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(out)
+    portable = pack_folder(out / "base-seed10")
+    assert json.loads(portable["text"]["results.json"])["settings"]["pretrained"] == "~/base-model"
     bad = {**record, "text": {"../escape.txt": "x"}}
     with pytest.raises(ValueError, match="leaves the folder"):
         unpack_folder(bad, tmp_path / "elsewhere")

@@ -111,6 +111,7 @@ class PackArguments:
         **meta("a study or comparison folder (WiSE-FT, which needs its models, run first)", flag="--from")
     )
     out: str = field(**meta("folder for the records (base-seedB.json per base, study.json)"))
+    bases: list[int] | None = field(default=None, **meta("pack only these bases (default: every base folder)"))
 
 
 @dataclass(kw_only=True)

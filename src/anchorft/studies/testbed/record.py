@@ -1,10 +1,11 @@
 """A study's record, small enough for a repository: what `toy verdict`, `toy report` and a resumed `toy compare`
-read from a study folder, packed into one JSON file per folder (`toy pack`) and written back byte for byte
-(`toy unpack`).
+read from a study folder, packed into one JSON file per folder (`toy pack`) and written back (`toy unpack`), byte
+for byte but for the paths that would name the machine.
 
 A testbed fine-tune writes a 4 MB model and about 50 kB of grades and logs; the grades and the study's small files
 are what its conclusions rest on. `pack` keeps the folder's text files outside runs/ (results.json, cells.jsonl,
-config.yaml, anchorft-run.json, report.md, ...) verbatim, and each runs/*/scored_items.json compactly: the item
+config.yaml, anchorft-run.json, report.md, ...) verbatim but for the paths that would name the machine
+(`_portable`), and each runs/*/scored_items.json compactly: the item
 keys, which every run of a comparison shares, once per pack, and each 0-9 grade vector as a string of digits (a
 base of 100 fine-tunes packs to about 400 kB, 60 kB compressed). Models (models/), the fine-tunes' own logs under
 runs/, plots and other binary files are left out: WiSE-FT, which reads the models, runs before its folder is
@@ -106,8 +107,16 @@ def pack_folder(folder: str | os.PathLike, skip: tuple[str | os.PathLike, ...] =
             if json.dumps(json.loads(content), indent=1) + "\n" != content:  # unpack writes it back this way
                 raise ValueError(f"pack: {path} is not in the layout the comparison writes (json, indent 1)")
         else:
-            text[rel] = content
+            text[rel] = _portable(content)
     return {"format": FORMAT, "text": text, "scored": scored, "keys": keys}
+
+
+def _portable(content: str) -> str:
+    """`content` naming no machine: absolute paths under the working folder relative to it, under the home folder
+    from ~ (a study records its base model's cache path and the folders it was given)."""
+    for root, short in ((Path.cwd(), ""), (Path.home(), "~/")):
+        content = content.replace(f"{root}{os.sep}", short)
+    return content
 
 
 def unpack_folder(record: dict, folder: str | os.PathLike) -> int:
@@ -130,13 +139,16 @@ def unpack_folder(record: dict, folder: str | os.PathLike) -> int:
     return len(files)
 
 
-def pack_study(folder: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
-    """Pack a study folder into OUT: one base-seedB.json per base folder and study.json for the rest (a
-    comparison of one base: study.json alone). Returns the files written."""
+def pack_study(folder: str | os.PathLike, out: str | os.PathLike, only: list[int] | None = None) -> list[Path]:
+    """Pack a study folder into OUT: one base-seedB.json per base folder (those of `only`, when given: a base
+    still running is better left out, its models gone with it) and study.json for the rest (a comparison of one
+    base: study.json alone). Returns the files written."""
     folder, out = Path(folder), Path(out)
     bases = base_folders(folder)
+    if only is not None and (missing := sorted(set(only) - set(bases))):
+        raise ValueError(f"pack: no base folder for {missing} in {folder} (found {sorted(bases)})")
     written = []
-    for _, sub in sorted(bases.items()):
+    for _, sub in sorted((b, f) for b, f in bases.items() if only is None or b in only):
         write_json(out / f"{sub.name}.json", pack_folder(sub), indent=None, separators=(",", ":"))
         written.append(out / f"{sub.name}.json")
     write_json(out / "study.json", pack_folder(folder, skip=tuple(bases.values())), indent=None, separators=(",", ":"))
