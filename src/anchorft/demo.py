@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _announce_toy(preset: str) -> None:
     """Say what the comparison will do and how long it took on the project's 2-core CPU machine."""
-    from anchorft.studies.testbed.compare_config import load_config
-    from anchorft.toy.pretrain import cache_root, cached_model
+    from anchorft.studies.testbed.compare_config import load_config  # lazy: loads torch
+    from anchorft.toy.pretrain import cache_root, cached_model  # lazy: loads torch
 
     cfg = load_config(preset)
     jobs = len(cfg.runs) * len(cfg.seeds)

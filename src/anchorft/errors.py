@@ -9,10 +9,19 @@ file and the line.
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import difflib
 import json
 import os
+import sys
+import traceback
+import types
+import typing
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 __all__ = [
     "UsageError",
@@ -71,7 +80,6 @@ def read_yaml(path: str | os.PathLike, what: str = "config") -> Any:
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"{what}: {path} does not exist" if not path.exists() else f"{what}: {path} is not a file")
-    import yaml
 
     try:
         with path.open(encoding="utf-8") as f:
@@ -116,9 +124,6 @@ def check_jsonl(path: str | os.PathLike, what: str = "dataset", max_lines: int |
 
 
 def _type_ok(value: Any, tp: Any) -> bool:
-    import types
-    import typing
-
     if tp is Any or tp is object:
         return True
     origin = typing.get_origin(tp)
@@ -142,9 +147,6 @@ def _type_ok(value: Any, tp: Any) -> bool:
 def check_keys(value: Any, cls: type, where: str) -> dict:
     """`value` is a mapping whose keys are fields of the dataclass `cls`, else a UsageError naming `where`,
     the key and the closest field names. Returns `value`."""
-    import dataclasses
-    import difflib
-
     if not isinstance(value, dict):
         raise UsageError(f"{where}: expected a mapping of {cls.__name__} fields, got {type(value).__name__}")
     names = [f.name for f in dataclasses.fields(cls) if f.init]
@@ -159,8 +161,6 @@ def check_keys(value: Any, cls: type, where: str) -> dict:
 def check_mapping_types(value: dict, cls: type, where: str) -> dict:
     """Each value of the mapping has the annotated type of the field of dataclass `cls` it names, else a
     UsageError naming `where`: key, the value and the type expected (keys that are no field are left alone)."""
-    import typing
-
     hints = typing.get_type_hints(cls)
     for key, v in value.items():
         tp = hints.get(key, Any)
@@ -175,9 +175,6 @@ _DEBUG_FLAG = False  # set by anchorft.cli.main for the duration of a call with 
 
 def report(prog: str, exc: BaseException) -> int:
     """Print `exc` as the one-line error of `prog` (the traceback first when debugging); return exit code 2."""
-    import sys
-    import traceback
-
     if _DEBUG_FLAG or debug_enabled():
         traceback.print_exception(exc)
     print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
@@ -187,8 +184,6 @@ def report(prog: str, exc: BaseException) -> int:
 def did_you_mean(parser, tokens: list[str]) -> str:
     """Each unknown `--flag` of `tokens` with the closest flag `parser` knows ("--learnig_rate (did you mean
     --learning_rate?)"); the tokens as they are when none is close."""
-    import difflib
-
     known = sorted(_long_flags(parser))
     out = []
     for tok in tokens:
@@ -201,8 +196,6 @@ def did_you_mean(parser, tokens: list[str]) -> str:
 def _long_flags(parser) -> set[str]:
     """The `--flags` of an argparse parser and of its subcommands' parsers (an unknown flag after a subcommand is
     reported by the parent)."""
-    import argparse
-
     flags = {o for o in parser._option_string_actions if o.startswith("--")}
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):

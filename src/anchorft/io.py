@@ -109,17 +109,17 @@ def iter_jsonl(
 
 def pyplot():
     """`matplotlib.pyplot` on the non-interactive Agg backend: the one place the project sets the backend."""
-    import matplotlib
+    import matplotlib  # lazy: loads matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: loads matplotlib
 
     return plt
 
 
 def save_figure(fig, path: str | os.PathLike, dpi: int = 100, **savefig_kwargs: Any) -> None:
     """Save a matplotlib figure as PNG to `path` atomically, then close it."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: loads matplotlib
 
     try:
         with atomic_path(path, ".png") as tmp:

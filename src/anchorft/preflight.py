@@ -8,8 +8,10 @@ and line of a malformed row (anchorft.errors.check_jsonl).
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -68,6 +70,7 @@ def check_model_source(spec: str | os.PathLike | None, flag: str = "--model", wh
     if looks_like_path(spec):
         raise UsageError(f"{flag}: {spec} does not exist")
     try:
+        # lazy: huggingface_hub reads HF_HUB_OFFLINE and its cache paths when first imported
         from huggingface_hub import try_to_load_from_cache
 
         cached = try_to_load_from_cache(spec, "config.json" if what == "model" else "tokenizer_config.json")
@@ -92,6 +95,7 @@ def resolve_model_folder(spec: str | os.PathLike, flag: str = "--model") -> str:
     if Path(spec).expanduser().is_dir() or looks_like_path(spec):
         return str(Path(spec).expanduser())
     check_model_source(spec, flag)
+    # lazy: huggingface_hub reads HF_HUB_OFFLINE and its cache paths when first imported
     from huggingface_hub import snapshot_download
 
     try:
@@ -113,6 +117,7 @@ DOWNLOAD_PATTERNS = ("*.json", "*.safetensors", "tokenizer*", "*.model", "*.txt"
 def download_selection(files: list[str]) -> list[str]:
     """The files of a hub repo listing that resolve_model_folder downloads: DOWNLOAD_PATTERNS applied by the filter
     snapshot_download itself uses (huggingface_hub's filter_repo_objects)."""
+    # lazy: huggingface_hub reads HF_HUB_OFFLINE and its cache paths when first imported
     from huggingface_hub.utils import filter_repo_objects
 
     return list(filter_repo_objects(files, allow_patterns=list(DOWNLOAD_PATTERNS)))
@@ -120,8 +125,6 @@ def download_selection(files: list[str]) -> list[str]:
 
 def missing_shards(folder: str | os.PathLike) -> list[str]:
     """The shards that `folder`'s model.safetensors.index.json names but the folder lacks ([] without an index)."""
-    import json
-
     index = Path(folder) / "model.safetensors.index.json"
     if not index.is_file():
         return []
@@ -146,6 +149,7 @@ def check_input_file(path: str | os.PathLike | None, flag: str, jsonl: bool | No
 
 def _dataset_cached(name: str) -> bool:
     """Whether the hub dataset `name` has a copy in the local caches (the hub's download cache or datasets')."""
+    # lazy: huggingface_hub reads HF_HUB_OFFLINE and its cache paths when first imported
     from huggingface_hub.constants import HF_HUB_CACHE
 
     hub = Path(HF_HUB_CACHE) / f"datasets--{name.replace('/', '--')}"
@@ -155,8 +159,6 @@ def _dataset_cached(name: str) -> bool:
 
 def _go_offline() -> None:
     """Make the hub libraries use their caches only (no connection attempts and their retries)."""
-    import sys
-
     os.environ["HF_HUB_OFFLINE"] = "1"
     for module, attr in (("huggingface_hub.constants", "HF_HUB_OFFLINE"), ("datasets.config", "HF_HUB_OFFLINE")):
         if module in sys.modules:

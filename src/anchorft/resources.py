@@ -12,6 +12,7 @@ list|path|copy|render` shows them.
 
 from __future__ import annotations
 
+import difflib
 import os
 from importlib import resources
 from pathlib import Path
@@ -54,7 +55,6 @@ def config_path(spec: str | os.PathLike, what: str = "--config") -> Path:
         shipped = configs_dir(name)
         if shipped.is_file():
             return shipped
-    import difflib
 
     close = difflib.get_close_matches(text.removesuffix(".yaml"), shipped_configs(), n=3, cutoff=0.6)
     hint = f"; shipped configs close to it: {', '.join(close)}" if close else "; `anchorft configs list` shows them"

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -192,8 +193,6 @@ def _remove(p: Path) -> None:
 def _lock(out: Path, flag: str) -> None:
     """Take the exclusive lock of folder `out` (re-entrant within this process), or a UsageError naming the PID and
     host of the process that holds it."""
-    import fcntl
-
     key = str(out.resolve())
     if key in _LOCKS:
         return

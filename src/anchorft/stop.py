@@ -95,7 +95,7 @@ def agreed(device: Any = None) -> int:
     dist = distributed()
     if dist is None:
         return _signal
-    import torch
+    import torch  # lazy: loads torch
 
     if device is None:
         device = f"cuda:{torch.cuda.current_device()}" if dist.get_backend() == "nccl" else "cpu"

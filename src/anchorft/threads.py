@@ -131,7 +131,7 @@ def keep_torch_threads() -> Callable[[], None]:
 def pinned_threads(n: int) -> Iterator[None]:
     """Run the block with torch's intra-op thread count set to `n` (>= 1), then put the previous count back: for a
     computation whose numbers must not depend on the machine's cores or load (module docstring)."""
-    import torch
+    import torch  # lazy: loads torch
 
     if n < 1:
         raise ValueError(f"threads: must be >= 1, got {n}")

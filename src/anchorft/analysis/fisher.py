@@ -25,6 +25,7 @@ The in-domain share above (`fisher_overlap`) is kept beside it.
 from __future__ import annotations
 
 import torch
+from tqdm.auto import tqdm
 
 from anchorft.errors import UsageError
 from anchorft.eval.loading import load_tokenizer
@@ -166,8 +167,6 @@ def fisher_overlap(
     `batches` are model inputs with labels (batch size 1 gives the per-example empirical Fisher).
     Returns {name: {"shape", "share": {k: ..}, "random_share": {k: ..}, "expected_random": {k: ..}}}.
     """
-    from tqdm.auto import tqdm
-
     params, ks, frames = _frames(model, names, ks, n_random, generator, svd, dtype)
     total = dict.fromkeys(names, 0.0)
     block = {nm: [0.0] * len(ks) for nm in names}

@@ -9,7 +9,9 @@ and its settings: an anchor below full rank sits at `settings["anchor_rank"]`, a
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 __all__ = ["load_results", "method_rank", "rank_sensitivity", "METRICS"]
 
@@ -20,9 +22,6 @@ def read_comparison_results(path: str | os.PathLike) -> dict:
     """results.json of a comparison (`path` the file or its folder), its `base` and `methods` checked to be mappings;
     ValueError naming what is missing. The one reader of the file: the study that writes it
     (`anchorft.studies.testbed.results`) reads it back through here, so the library imports no study."""
-    import json
-    from pathlib import Path
-
     p = Path(path)
     p = p / "results.json" if p.is_dir() else p
     if not p.is_file():
@@ -44,7 +43,7 @@ def load_results(compare_dir: str | os.PathLike) -> dict:
 
 def method_rank(name: str, entry: dict, full_rank: int | None) -> int | None:
     """The anchor rank k of a run (None: not on the k axis); ValueError when its method or rank is missing."""
-    from anchorft.rpsft.methods import METHODS
+    from anchorft.rpsft.methods import METHODS  # lazy: loads torch
 
     kind = entry.get("method")
     if kind not in METHODS:

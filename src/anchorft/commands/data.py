@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
 
 
 def _benchmarks(args: argparse.Namespace) -> int:
-    from anchorft.eval.benchmarks import benchmarks_dir
+    from anchorft.eval.benchmarks import benchmarks_dir  # lazy: loads torch
 
     out = args.out or str(benchmarks_dir())
     print(f"anchorft data benchmarks: writing to {out}", flush=True)

@@ -35,7 +35,7 @@ def _eval_parser() -> argparse.ArgumentParser:
     # run_eval's defaults, from its source: importing the runner loads torch (seconds before a mistake is reported)
     d = source_defaults("anchorft.eval.runner", "run_eval")
     if d is None:
-        from anchorft.eval.runner import run_eval
+        from anchorft.eval.runner import run_eval  # lazy: loads torch
 
         d = keyword_defaults(run_eval)
     sampling = ("n", "temperature", "top_p", "max_new_tokens", "seed", "batch_size")

@@ -34,8 +34,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     from anchorft.eval.benchmarks import benchmarks_dir  # lazy: loads torch
-    from anchorft.eval.protocol import SuiteSettings
-    from anchorft.studies.eval_suite import suite_into
+    from anchorft.eval.protocol import SuiteSettings  # lazy: loads torch
+    from anchorft.studies.eval_suite import suite_into  # lazy: loads torch
 
     # a user error here and below: one line, by anchorft.cli
     gpus = args.cell_gpus

@@ -79,9 +79,9 @@ def trl_sections(title: str, config: type, trl_config: type, order: Callable, co
 
 def short_help() -> str:
     """The project's flags, then the TRL fields a fine-tune usually sets; `--help-all` for the rest."""
-    from trl import SFTConfig
+    from trl import SFTConfig  # lazy: loads TRL
 
-    from anchorft.rpsft.config import RPSFTConfig, ScriptArguments
+    from anchorft.rpsft.config import RPSFTConfig, ScriptArguments  # lazy: loads torch
 
     lines = [
         "usage: anchorft train --config RECIPE.yaml [--field value ...]",

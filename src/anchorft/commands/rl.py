@@ -42,9 +42,9 @@ RL_COMMON = ("learning_rate", "lr_scheduler_type", "per_device_train_batch_size"
 def short_help() -> str:
     """`anchorft rl --help`: the script's flags, DAPOConfig's own fields, the usual TRL ones; `--help-all` for the
     rest (the same layout as `anchorft train --help`)."""
-    from trl import GRPOConfig
+    from trl import GRPOConfig  # lazy: loads TRL
 
-    from anchorft.rpsft.dapo_config import DAPOConfig, RLScriptArguments
+    from anchorft.rpsft.dapo_config import DAPOConfig, RLScriptArguments  # lazy: loads torch
 
     lines = [
         "usage: anchorft rl --model DIR --dataset DATA.jsonl --out DIR [--config RL.yaml] [--field value ...]",
@@ -72,12 +72,12 @@ def main(argv: list[str]) -> int:
     script, config = parse(argv)
     if script.model is None or (not script.estimate and (script.dataset is None or script.out is None)):
         raise UsageError("--model, --dataset and --out are required (unless --estimate)")
-    from anchorft.rpsft.rl import load_rl_dataset, run_rl
+    from anchorft.rpsft.rl import load_rl_dataset, run_rl  # lazy: loads torch
 
     if script.estimate:
         print("\n".join(rl_memory_lines(script.model, config)))
         return 0
-    from anchorft.rpsft.train import check_launch
+    from anchorft.rpsft.train import check_launch  # lazy: loads torch
 
     check_launch(config, config.anchor_spec is not None, f"--anchor_method {config.anchor_method}")
     check_input_file(script.dataset, "--dataset", jsonl=not script.skip_bad)

@@ -88,7 +88,7 @@ def main(argv: list[str]) -> int:
 
     torch.set_num_threads(args.threads)
     if args.cmd == "interpolate":
-        from anchorft.studies.testbed.interpolate import interpolate_into
+        from anchorft.studies.testbed.interpolate import interpolate_into  # lazy: loads torch
 
         cluster = cluster_from(args)
         if (
@@ -96,11 +96,11 @@ def main(argv: list[str]) -> int:
         ) is not None:
             print(f"interpolate: {len(res['methods'])} runs in {Path(args.out) / 'results.json'}")
         return 0
-    from anchorft.studies.testbed.compare_config import load_config
+    from anchorft.studies.testbed.compare_config import load_config  # lazy: loads torch
 
     cfg = load_config(args.preset)
     if args.cmd == "pretrain":
-        from anchorft.toy.pretrain import pretrain_claimed
+        from anchorft.toy.pretrain import pretrain_claimed  # lazy: loads torch
 
         overrides = {k: v for k, v in (("steps", args.steps), ("seed", args.seed)) if v is not None}
         metrics = pretrain_claimed(dataclasses.replace(cfg.pretrain, **overrides), args.out, args.no_cache,
@@ -110,7 +110,7 @@ def main(argv: list[str]) -> int:
             print(f"pretrained model in {args.out} ({metrics['params']:,} parameters; loss.png: the loss curve)")
             print(f"greedy accuracy: {acc}")
         return 0
-    from anchorft.studies.testbed.compare import compare_into
+    from anchorft.studies.testbed.compare import compare_into  # lazy: loads torch
 
     if args.seeds:
         cfg.seeds = list(args.seeds)

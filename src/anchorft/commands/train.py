@@ -80,7 +80,7 @@ def dry_run_main(argv: Sequence[str]) -> int:
     if ns.data_check and ns.dataset is None:
         check_recipe_data(ns.config, overrides)  # a user error here and below: one line, by anchorft.cli
     out = ns.output_dir or tempfile.mkdtemp(prefix="anchorft-dry-run-")
-    import torch
+    import torch  # lazy: loads torch
 
     torch.set_num_threads(ns.threads)
     s = dry_run(ns.config, out, steps=ns.dry_run_steps, overrides=overrides, dataset=ns.dataset,
@@ -93,9 +93,9 @@ def dry_run_main(argv: Sequence[str]) -> int:
 
 def _parse_train_argv(argv: list[str]):
     """(ScriptArguments, RPSFTConfig) from argv: the `--config` recipe (parents merged, validated) as defaults."""
-    from trl import TrlParser
+    from trl import TrlParser  # lazy: loads TRL
 
-    from anchorft.rpsft.config import RPSFTConfig, ScriptArguments
+    from anchorft.rpsft.config import RPSFTConfig, ScriptArguments  # lazy: loads torch
 
     parser = TrlParser((ScriptArguments, RPSFTConfig), prog="anchorft train")
     return parse_with_config(parser, argv, trainer_mapping)
@@ -126,7 +126,7 @@ def main(argv: list[str]) -> int:
     script, args = _parse_train_argv(argv)
     if _missing(dataclasses.asdict(script)):
         raise UsageError(f"missing --{' --'.join(_missing(dataclasses.asdict(script)))}")
-    from anchorft.rpsft.train import check_train_inputs, claim_training_run, train
+    from anchorft.rpsft.train import check_train_inputs, claim_training_run, train  # lazy: loads torch
 
     check_train_inputs(script, args)  # everything the user named, before a model is loaded
     claim, complete = claim_training_run(script, args, overwrite)
@@ -143,7 +143,7 @@ def main(argv: list[str]) -> int:
             print(f"anchorft train: resuming from {args.resume_from_checkpoint}", flush=True)
     model, fisher = script.model_name_or_path, None
     if args.anchored and str(args.anchor_rank_rule or "").startswith("fisher"):
-        from anchorft.analysis.fisher import anchor_fisher_inputs
+        from anchorft.analysis.fisher import anchor_fisher_inputs  # lazy: loads torch
 
         model, tok, fisher = anchor_fisher_inputs(args, script.model_name_or_path, script.dataset, tok)
     trainer = train(args, model, script.dataset, tokenizer=tok, eval_dataset=script.eval_dataset, anchor_fisher=fisher)

@@ -15,7 +15,7 @@ from anchorft.studies.w2s.arguments import RunArguments, SweepArguments, TheoryA
 
 
 def _threads(n: int) -> None:
-    import torch
+    import torch  # lazy: loads torch
 
     if n > 0:
         torch.set_num_threads(n)
@@ -23,8 +23,8 @@ def _threads(n: int) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from anchorft.studies.w2s.experiments import experiment_into, summary_lines  # lazy: torch
-    from anchorft.w2s.config import load_config
-    from anchorft.w2s.dynamics import NumericalFailure
+    from anchorft.w2s.config import load_config  # lazy: loads torch
+    from anchorft.w2s.dynamics import NumericalFailure  # lazy: loads torch
 
     flags = {"n_seeds": args.n_seeds, "steps": args.steps, "device": args.device}
     overrides = [*args.overrides, *(f"{k}={v}" for k, v in flags.items() if v is not None)]
@@ -53,8 +53,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _theory(args: argparse.Namespace) -> int:
-    from anchorft.w2s.config import W2SConfig
-    from anchorft.w2s.theory import preset_theory_report, theory_report, theory_text
+    from anchorft.w2s.config import W2SConfig  # lazy: loads torch
+    from anchorft.w2s.theory import preset_theory_report, theory_report, theory_text  # lazy: loads torch
 
     keys = ("link", "transform", "clip", "d", "s")
     given = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}

@@ -102,7 +102,7 @@ def check_columns(column_names: Iterable[str], source: str = "dataset") -> None:
 
 def load_source(source: str = HUB_NAME, subset: str = "default", split: str = "train", limit: int | None = None):
     """Load OpenR1-Math from the hub (`name`, config `subset`) or a local .jsonl/.json/.parquet file or folder."""
-    import datasets
+    import datasets  # lazy: loads datasets (and pyarrow)
 
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")

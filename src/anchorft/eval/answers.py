@@ -179,7 +179,7 @@ def _quiet_math_verify() -> None:
 
 
 def _parse_boxed_uncached(expr: str):
-    from math_verify import parse
+    from math_verify import parse  # lazy: loads math-verify (and sympy)
 
     return parse("\\boxed{" + expr + "}", parsing_timeout=None)
 
@@ -207,7 +207,7 @@ def parsed_equal(gold: str, answer: str) -> bool:
     No string shortcut and no timeout here (math-verify's own are turned off: they use signal.alarm,
     which only works on the main thread); call it through `MathChecker` for a timeout that works anywhere.
     """
-    from math_verify import verify
+    from math_verify import verify  # lazy: loads math-verify (and sympy)
 
     _quiet_math_verify()
     gold, answer = _one_wrapper(str(gold).strip()), _one_wrapper(str(answer).strip())

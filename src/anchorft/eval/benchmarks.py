@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from platformdirs import user_data_dir
+
 from anchorft.eval.answers import MathChecker, checker_for, default_checker, grade, parse_choices
 from anchorft.eval.ifeval import ifeval_follows
 from anchorft.eval.metrics import mean_pass_at_k
@@ -66,7 +68,6 @@ def benchmarks_dir() -> Path:
     env = os.environ.get("ANCHORFT_BENCHMARKS")
     if env:
         return Path(env)
-    from platformdirs import user_data_dir
 
     return Path(user_data_dir("anchorft")) / "benchmarks"
 

@@ -57,7 +57,7 @@ def _quiet() -> Iterator[None]:
 @functools.lru_cache(maxsize=1)
 def punkt_sentence_tokenizer():
     """The Punkt English sentence tokenizer the checks use (installed punkt_tab, else one built offline)."""
-    from nltk.tokenize.punkt import PunktSentenceTokenizer, PunktTokenizer, PunktTrainer
+    from nltk.tokenize.punkt import PunktSentenceTokenizer, PunktTokenizer, PunktTrainer  # lazy: loads scipy
 
     try:
         return PunktTokenizer("english")
@@ -73,8 +73,8 @@ def punkt_sentence_tokenizer():
 @contextlib.contextmanager
 def _with_punkt() -> Iterator[None]:
     """Point lm-eval's sentence counter and nltk's word tokenizer at `punkt_sentence_tokenizer`."""
-    import nltk.tokenize as nt
-    from lm_eval.tasks.ifeval import instructions_util as iu
+    import nltk.tokenize as nt  # lazy: loads scipy
+    from lm_eval.tasks.ifeval import instructions_util as iu  # lazy: loads datasets (and pyarrow)
 
     tok = punkt_sentence_tokenizer()
     saved = (iu._get_sentence_tokenizer, nt._get_punkt_tokenizer)
@@ -93,8 +93,8 @@ def ifeval_follows(response: str, instructions: Sequence[dict], prompt: str) -> 
     if not ok:
         raise MissingExtra(why)
     with _quiet():
-        from lm_eval.tasks.ifeval.instructions_registry import INSTRUCTION_DICT
-        from lm_eval.tasks.ifeval.utils import InputExample, test_instruction_following_loose
+        from lm_eval.tasks.ifeval.instructions_registry import INSTRUCTION_DICT  # lazy: the lmeval extra
+        from lm_eval.tasks.ifeval.utils import InputExample, test_instruction_following_loose  # lazy: the lmeval extra
     if not all(isinstance(inst, dict) and isinstance(inst.get("instruction_id"), str) for inst in instructions):
         raise ValueError("each instruction must be {'instruction_id': str, 'kwargs': {...}}")
     ids = [inst["instruction_id"] for inst in instructions]

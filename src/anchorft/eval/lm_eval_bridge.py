@@ -14,6 +14,8 @@ import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
 
+import yaml
+
 from anchorft.errors import MissingExtra
 from anchorft.io import write_json
 from anchorft.provenance import with_provenance
@@ -26,8 +28,6 @@ def lm_eval_available() -> bool:
 
 
 def _task_name(yaml_path: Path) -> str:
-    import yaml
-
     class _Loader(yaml.SafeLoader):  # lm-eval YAMLs use !function tags: read them as plain strings
         pass
 
@@ -86,9 +86,9 @@ def run_lm_eval(
         raise ValueError(f"--model {model_dir}: no config.json there (a local model directory is needed)")
     names, paths = resolve_tasks(tasks, include_path)
 
-    import lm_eval
-    import torch
-    from lm_eval.tasks import TaskManager
+    import lm_eval  # lazy: the lmeval extra
+    import torch  # lazy: loads torch
+    from lm_eval.tasks import TaskManager  # lazy: loads datasets (and pyarrow)
 
     tm, builtin_index = None, False
     if paths:

@@ -36,7 +36,7 @@ def check_loading_info(info: dict, path: str | os.PathLike) -> None:
 def from_pretrained_strict(path: str | os.PathLike, **kwargs):
     """`AutoModelForCausalLM.from_pretrained(path, **kwargs)`, refusing missing, unexpected or mismatched weights
     (`check_loading_info`): every load of a model to train on or evaluate goes through here."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # lazy: loads transformers
 
     # transformers 5 kernelizes every loaded model by default (use_kernels=None means on when the `kernels`
     # package is there, and transformers requires it): on CUDA the first forward fetches kernels from the hub,
@@ -52,7 +52,7 @@ def load_causal_lm(path: str | os.PathLike, dtype=None, trust_remote_code: bool 
     """A causal LM from a local folder or hub name, in float32 unless `dtype` says otherwise (the project's one
     model loading policy outside the trainer, whose `rpsft.train.load_model` adds the recipe's init kwargs); a
     folder whose weights do not fit the model is refused (`from_pretrained_strict`)."""
-    import torch
+    import torch  # lazy: loads torch
 
     dtype = torch.float32 if dtype is None else dtype
     model = from_pretrained_strict(path, dtype=dtype, trust_remote_code=trust_remote_code)
@@ -66,7 +66,7 @@ def load_tokenizer(path: str | os.PathLike, trust_remote_code: bool = False):
     A tokenizer saved as PreTrainedTokenizerFast (e.g. trained with `tokenizers`) is loaded as such:
     AutoTokenizer would map it to the model type's class (Qwen2Tokenizer for a Qwen2 config), which
     silently replaces its pre-tokenizer."""
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast  # lazy: loads transformers
 
     cfg = os.path.join(path, "tokenizer_config.json")
     if os.path.isfile(cfg):

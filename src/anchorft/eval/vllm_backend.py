@@ -39,7 +39,7 @@ def check_vllm() -> int:
     """Number of CUDA devices; a one-line ValueError when vLLM or CUDA is missing."""
     if importlib.util.find_spec("vllm") is None:
         raise ValueError("--backend vllm: vllm is not installed (pip install 'anchorft[vllm]'); use --backend hf")
-    import torch
+    import torch  # lazy: loads torch
 
     if not torch.cuda.is_available():
         raise ValueError("--backend vllm: no CUDA device here (vLLM needs a GPU); use --backend hf")
@@ -105,7 +105,7 @@ def _serve(conn, make_engine: Callable[[], object], sampling_cls) -> None:
 
 
 def _vllm_engine(model_dir: str, options: dict, seed: int):  # pragma: no cover - needs vLLM and a GPU
-    from vllm import LLM
+    from vllm import LLM  # lazy: the vllm extra
 
     keys = ["tensor_parallel_size", "enable_prefix_caching", "gpu_memory_utilization", "dtype"]
     if options["max_model_len"]:
@@ -115,7 +115,7 @@ def _vllm_engine(model_dir: str, options: dict, seed: int):  # pragma: no cover 
 
 def _process_main(conn, gpus: str, model_dir: str, options: dict, seed: int) -> None:  # pragma: no cover
     os.environ["CUDA_VISIBLE_DEVICES"] = gpus
-    from vllm import SamplingParams
+    from vllm import SamplingParams  # lazy: the vllm extra
 
     _serve(conn, lambda: _vllm_engine(model_dir, options, seed), SamplingParams)
 

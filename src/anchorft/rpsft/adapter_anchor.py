@@ -60,7 +60,7 @@ class AdapterEntry:
 
 def adapter_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """(name, module) of every PEFT tuner layer with an adapter that has a `get_delta_weight`, in module order."""
-    from peft.tuners.tuners_utils import BaseTunerLayer
+    from peft.tuners.tuners_utils import BaseTunerLayer  # lazy: loads transformers
 
     out = []
     for name, mod in unwrap(model).named_modules():

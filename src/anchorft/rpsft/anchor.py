@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from anchorft.rpsft.anchor_plan import plan_anchor, select_parameters, to_json
 from anchorft.rpsft.anchor_store import AnchorEntry, anchor_exists, load_anchor, save_anchor, weights_fingerprint
@@ -134,7 +135,6 @@ class SubspaceAnchor:
             model, rank, targets, include_embeddings, dtype, rank_map=rank_map, layers=layers, memory=memory,
             lambda_rest=lambda_rest, kind=kind, base_lambda=base_lambda, fisher=fisher, svd=svd,
         )  # fmt: skip
-        from tqdm.auto import tqdm
 
         named, ranks, mapped, rule = planned.named, planned.ranks, planned.mapped, planned.rule
         compute_dtype = torch.float64 if dtype == torch.float64 else torch.float32

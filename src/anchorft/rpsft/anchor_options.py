@@ -81,7 +81,7 @@ class AnchorOptions:
 
     def validate_anchor_options(self) -> None:
         """One-line ValueErrors for every anchor option, before any model is loaded."""
-        from anchorft.rpsft.anchor_plan import validate_options
+        from anchorft.rpsft.anchor_plan import validate_options  # lazy: loads torch
 
         if isinstance(self.anchor_rank, bool) or not isinstance(self.anchor_rank, int) or self.anchor_rank < 1:
             raise ValueError(f"anchor_rank must be an integer >= 1, got {self.anchor_rank!r}")
@@ -95,8 +95,8 @@ class AnchorOptions:
         """The `SubspaceAnchor` of these options on `model`'s current weights (W_0), lambda as its base lambda.
         `full_rank` (a method with the table's `full_rank`, l2): every matrix at full rank, rules and budget off.
         `kwargs` go to `SubspaceAnchor.from_model` (svd, dtype, generator, progress, fisher)."""
-        from anchorft.rpsft.anchor import SubspaceAnchor
-        from anchorft.rpsft.anchor_plan import build_kwargs
+        from anchorft.rpsft.anchor import SubspaceAnchor  # lazy: loads torch
+        from anchorft.rpsft.anchor_plan import build_kwargs  # lazy: loads torch
 
         return SubspaceAnchor.from_model(model, **build_kwargs(self, self.anchor_lambda, full_rank), **kwargs)
 

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
+import yaml
 from torch import nn
 
 from anchorft.errors import UsageError
@@ -105,7 +106,6 @@ def parse_anchor_map(spec) -> list[MapEntry]:
         if os.path.isfile(text):
             with open(text, encoding="utf-8") as f:
                 text = f.read()
-        import yaml
 
         try:
             spec = yaml.safe_load(text)

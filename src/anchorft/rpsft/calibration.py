@@ -6,6 +6,7 @@ one prompt/completion example for it.
 from __future__ import annotations
 
 import torch
+from tqdm.auto import tqdm
 
 __all__ = ["encode_example", "named_parameters", "example_grads", "fisher_gradient_product"]
 
@@ -53,8 +54,6 @@ def fisher_gradient_product(
     F_ood the empirical Fisher of the per-example OOD gradients (`ood_batches` of batch size 1), applied in one
     streaming pass (F_ood G = (1/N) sum_j H_j <H_j, G>_F, one example at a time, F never formed). Also the
     input of the anchor's `fisher:F` rank rule (`SubspaceAnchor.from_model(..., fisher=...)`)."""
-    from tqdm.auto import tqdm
-
     params = named_parameters(model, names)
     if not id_batches or not ood_batches:
         raise ValueError("the Fisher-projected gradient needs in-domain and out-of-domain batches")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import datasets
@@ -52,8 +53,6 @@ def check_sft_source(spec: str | os.PathLike | None, flag: str = "--dataset") ->
     if os.path.exists(path) or looks_like_path(path) or os.path.splitext(path)[1].lower() in _FILE_BUILDERS:
         check_input_file(path, flag)
         if path.lower().endswith(".jsonl"):  # the columns of the first row (data of another schema named now)
-            import json
-
             with open(path, encoding="utf-8") as f:
                 first = next(json.loads(line) for line in f if line.strip())
             validate_sft_dataset(datasets.Dataset.from_list([first]), None, field=f"{flag} {path}")

@@ -249,7 +249,7 @@ def read_model_config(path: str | os.PathLike, text_only: bool = True) -> dict:
 
 def estimated_methods() -> tuple[str, ...]:
     """The methods `method_memory` estimates: every row of the methods table but the PEFT adapters."""
-    from anchorft.rpsft.methods import METHODS
+    from anchorft.rpsft.methods import METHODS  # lazy: loads torch
 
     return tuple(m.name for m in METHODS.values() if m.peft is None)
 
@@ -321,7 +321,7 @@ def method_memory(
     """
     if method not in estimated_methods():
         raise ValueError(f"method must be one of {list(estimated_methods())}, got {method!r}")
-    from anchorft.rpsft.methods import get_method
+    from anchorft.rpsft.methods import get_method  # lazy: loads torch
 
     spec = get_method(method)
     if stage not in STAGES:
@@ -388,7 +388,7 @@ def rl_memory_lines(model_dir: str, config) -> list[str]:
     """`anchorft rl --estimate`: the memory of DAPO (`config`) on 1 and 8 GPUs for the model in `model_dir`, its
     parameters counted on the meta device from config.json (no weights loaded)."""
     import torch  # lazy: the rest of this module is read before torch loads (`anchorft train --estimate`)
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM  # lazy: loads transformers
 
     if not (Path(model_dir) / "config.json").is_file():
         raise ValueError(f"--model {model_dir}: no config.json there")

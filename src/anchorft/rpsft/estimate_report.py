@@ -135,9 +135,9 @@ def _resolved_ranks(model_config: list[str], opt: dict, embeddings: bool, bpn: i
     import torch  # lazy: the formulas above need no torch
 
     from anchorft.eval.loading import load_causal_lm
-    from anchorft.rpsft.anchor import SubspaceAnchor
-    from anchorft.rpsft.anchor_plan import anchor_numbers, describe, parse_rank_rule
-    from anchorft.rpsft.model_loading import WEIGHT_FILES
+    from anchorft.rpsft.anchor import SubspaceAnchor  # lazy: loads torch
+    from anchorft.rpsft.anchor_plan import anchor_numbers, describe, parse_rank_rule  # lazy: loads torch
+    from anchorft.rpsft.model_loading import WEIGHT_FILES  # lazy: loads torch
 
     if opt["anchor_rank_rule"] and parse_rank_rule(opt["anchor_rank_rule"]).kind == "fisher":
         raise UsageError(

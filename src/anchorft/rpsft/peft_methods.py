@@ -15,6 +15,7 @@ model folder written from it loads as random weights).
 from __future__ import annotations
 
 import os
+import re
 
 import torch
 from torch import nn
@@ -51,8 +52,6 @@ def target_modules(args, model: nn.Module | None = None) -> str | list[str]:
     A module whose weight is tied to another's (lm_head and embed_tokens under tie_word_embeddings) is refused in one
     line: its update merged into the shared tensor would change the other module too, so the saved model would
     compute something other than the trained one."""
-    import re
-
     value = args.lora_target_modules
     if value == "all-linear" or model is None:
         if value == RELEASE_TARGETS:
@@ -90,8 +89,6 @@ def _tied_modules(model: nn.Module) -> dict[str, str]:
 def _targeted(model: nn.Module | None, targets: str | list[str]) -> list[tuple[str, nn.Module]]:
     """(name, module) of the nn.Linear / nn.Embedding layers `targets` selects as PEFT does ('all-linear': every
     linear layer but the output layer; a list: the names; a string: a regex matched against whole names)."""
-    import re
-
     if model is None:
         return []
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
@@ -119,7 +116,7 @@ def peft_config_for(args, model: nn.Module | None = None):
 
 def is_peft_model(model: nn.Module) -> bool:
     try:
-        from peft import PeftModel
+        from peft import PeftModel  # lazy: loads transformers
     except ImportError:  # pragma: no cover
         return False
     return isinstance(model, PeftModel)

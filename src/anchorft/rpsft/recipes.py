@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import types
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,7 +50,7 @@ NOT_HASHED = (
 
 def known_fields() -> dict[str, str]:
     """Every key `anchorft train --config` accepts (its ScriptArguments and RPSFTConfig), with its help text."""
-    from anchorft.rpsft.config import RPSFTConfig, ScriptArguments
+    from anchorft.rpsft.config import RPSFTConfig, ScriptArguments  # lazy: loads torch
 
     fields = {}
     for dc in (ScriptArguments, RPSFTConfig):
@@ -58,9 +60,6 @@ def known_fields() -> dict[str, str]:
 
 def _numeric_fields(dc: type) -> set[str]:
     """The fields of dataclass `dc` typed int, float or bool (or one of them | None)."""
-    import types
-    import typing
-
     out = set()
     for name, tp in typing.get_type_hints(dc).items():
         args = [a for a in typing.get_args(tp) if a is not type(None)] if isinstance(tp, types.UnionType) or (
@@ -111,8 +110,8 @@ def load_recipe(path: str | os.PathLike, validate: bool = True) -> tuple[dict[st
     if validate:
         check_recipe_keys(merged, origin, path, list(known_fields()))
         from anchorft.errors import check_mapping_types
-        from anchorft.rpsft.config import RPSFTConfig, ScriptArguments
-        from anchorft.rpsft.methods import METHODS
+        from anchorft.rpsft.config import RPSFTConfig, ScriptArguments  # lazy: loads torch
+        from anchorft.rpsft.methods import METHODS  # lazy: loads torch
 
         for dc in (ScriptArguments, RPSFTConfig):  # a wrong-typed number or flag named with the file that set it
             numeric = _numeric_fields(dc)  # (str fields may take a mapping that the config parses: anchor_map)

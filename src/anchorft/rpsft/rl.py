@@ -16,6 +16,7 @@ wraps it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -150,7 +151,7 @@ def _anchored(base):
     """`base` (TRL's GRPOTrainer) adding lambda * dR/dW once per optimiser step with `RPSFTTrainer`'s step
     (`anchorft.rpsft.trainer.AnchorSteps`): in closed form to `.grad` after the step's last backward; under DeepSpeed
     (whose engine steps inside that backward) as a loss term of value 0 in the step's last micro-batch."""
-    from anchorft.rpsft.trainer import AnchorSteps
+    from anchorft.rpsft.trainer import AnchorSteps  # lazy: loads datasets (and pyarrow)
 
     class AnchoredGRPOTrainer(AnchorSteps, base):
         def __init__(self, *args, anchor, anchor_lambda: float, **kwargs):
@@ -191,16 +192,14 @@ def run_rl(
     metrics.json, reward.png, model/} (TRL's own output in out_dir/trainer); returns metrics with the
     per-step reward curve and, under "model", the trained model object.
     """
-    import os
-
     import torch
-    from datasets import Dataset
+    from datasets import Dataset  # lazy: loads datasets (and pyarrow)
     from trl import GRPOTrainer
 
     from anchorft.eval.loading import load_causal_lm, load_tokenizer
 
     args = config or DAPOConfig()
-    from anchorft.rpsft.train import check_launch
+    from anchorft.rpsft.train import check_launch  # lazy: loads datasets (and pyarrow)
 
     check_launch(args, args.anchor_spec is not None, f"anchor_method={args.anchor_method!r}")
     if not train_data:
@@ -295,7 +294,7 @@ def run_rl(
     if steps:
         _plot_rewards(steps, rewards, out_dir / "reward.png")
     if args.save_model:
-        from anchorft.rpsft.trainer import save_full_model
+        from anchorft.rpsft.trainer import save_full_model  # lazy: loads datasets (and pyarrow)
 
         if not save_full_model(trainer, str(out_dir / "model")):  # full weights also under sharded FSDP
             trainer.save_model(str(out_dir / "model"))

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
 from anchorft.errors import UsageError
 from anchorft.provenance import write_metrics
 from anchorft.resources import configs_dir
@@ -114,7 +117,7 @@ def stand_in_config(real: dict[str, Any], vocab_size: int, layers: int = 2, kv_h
     """A tiny config of the real model's family (the scaling rules: docs/recipes.md, section 5).
 
     Returns (transformers config, width scale hidden_standin / hidden_real)."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # lazy: loads transformers
 
     heads, hidden = real["num_attention_heads"], real["hidden_size"]
     kv = real.get("num_key_value_heads") or heads
@@ -150,8 +153,8 @@ def stand_in_rank(rank: int, scale: float) -> int:
 
 def build_stand_in(config, tokenizer, seed: int = 0):
     """A randomly initialised model from `config` (seeded locally: the global RNG state is restored)."""
-    import torch
-    from transformers import AutoModelForCausalLM
+    import torch  # lazy: loads torch
+    from transformers import AutoModelForCausalLM  # lazy: loads transformers
 
     config.bos_token_id = tokenizer.bos_token_id
     config.eos_token_id = tokenizer.eos_token_id
@@ -166,8 +169,7 @@ def build_stand_in(config, tokenizer, seed: int = 0):
 
 def build_stand_in_tokenizer(family: str, texts: Iterable[str], vocab_size: int = 384):
     """A byte-level BPE tokenizer trained on `texts`, with the family's special tokens and chat template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast  # lazy: loads transformers
 
     if family not in FAMILIES:
         raise ValueError(f"family {family!r} is not supported; supported: {sorted(FAMILIES)}")
@@ -194,8 +196,6 @@ def build_stand_in_tokenizer(family: str, texts: Iterable[str], vocab_size: int 
 def example_rows(n: int, seed: int = 0) -> list[dict[str, Any]]:
     """`n` synthetic rows in OpenR1-Math's schema (arithmetic with R1-style traces; a few have a wrong trace
     first, so the verification path is exercised)."""
-    import numpy as np
-
     rng = np.random.default_rng(seed)
     rows = []
     for i in range(n):
@@ -250,14 +250,14 @@ def dry_run(
     """Run the recipe `config` for `steps` optimiser steps on a stand-in of its model; return a summary
     (also written to `output_dir/dry_run.json`, beside the trained stand-in and its tokenizer). Raises ValueError
     on a bad recipe, model config or dataset."""
-    import datasets
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, HfArgumentParser
+    import datasets  # lazy: loads datasets (and pyarrow)
+    import torch  # lazy: loads torch
+    from transformers import AutoConfig, AutoModelForCausalLM, HfArgumentParser  # lazy: loads transformers
 
     from anchorft.data.openr1 import select_verified
     from anchorft.eval.answers import math_equal
-    from anchorft.rpsft.config import RPSFTConfig, ScriptArguments
-    from anchorft.rpsft.data import load_sft_dataset, validate_sft_dataset
+    from anchorft.rpsft.config import RPSFTConfig, ScriptArguments  # lazy: loads torch
+    from anchorft.rpsft.data import load_sft_dataset, validate_sft_dataset  # lazy: loads datasets (and pyarrow)
 
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
@@ -284,7 +284,7 @@ def dry_run(
     world = int(os.environ.get("WORLD_SIZE", "1"))
     accum = int(args.get("gradient_accumulation_steps", 1))
     if args.get("effective_batch_size") is not None:  # as RPSFTConfig derives it; an unreachable batch stops here
-        from anchorft.rpsft.config import accumulation_for
+        from anchorft.rpsft.config import accumulation_for  # lazy: loads torch
 
         accum = accumulation_for(args["effective_batch_size"], pd_bs, world, accum)
     n_rows = steps * pd_bs * accum * world  # enough for `steps` under DDP too
@@ -325,7 +325,7 @@ def dry_run(
         real_model = AutoModelForCausalLM.from_config(real_cfg_obj)
     branches_real = _matrix_branches(real_model, real_rank)
     branches_stand = _matrix_branches(model, rpsft_args.anchor_rank)
-    from anchorft.rpsft.train import train
+    from anchorft.rpsft.train import train  # lazy: loads torch
 
     trainer = train(rpsft_args, model, train_ds, tokenizer=tokenizer)
     trainer.save_model(str(output_dir))  # the stand-in and its tokenizer, so that later commands can read them

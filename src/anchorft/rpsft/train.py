@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 from typing import Any
@@ -48,8 +49,6 @@ def zero_stage(args) -> int | None:
     """The DeepSpeed ZeRO stage this process will run (None: no DeepSpeed): the trainer arguments' `deepspeed`
     config (a dict or a JSON file), else what `accelerate launch` exported (ACCELERATE_USE_DEEPSPEED with
     ACCELERATE_DEEPSPEED_ZERO_STAGE or ACCELERATE_DEEPSPEED_CONFIG_FILE)."""
-    import json
-
     cfg = getattr(args, "deepspeed", None)
     env = os.environ
     if not cfg and env.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":

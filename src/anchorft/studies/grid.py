@@ -26,13 +26,18 @@ folder once, and the grid works inside it.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
+import multiprocessing as mp
 import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+
+from tqdm.auto import tqdm
 
 from anchorft import stop
 from anchorft.errors import CellLost
@@ -105,10 +110,6 @@ class LocalProcesses:
             raise ValueError(f"workers and threads must be >= 1, got {self.workers} and {self.threads}")
 
     def map(self, fn: CellFn, cells: list[Cell]) -> Iterator[tuple[Cell, dict]]:
-        import functools
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
         run = functools.partial(_run_pinned, fn, self.threads)
         pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"))
         try:
@@ -306,7 +307,6 @@ class Grid:
                     on_result(c, done[key])
             else:
                 todo.append(c)
-        from tqdm.auto import tqdm
 
         bar = tqdm(total=len(todo), desc=desc, disable=not progress or not todo)
         lost: dict[str, str] = {}

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from platformdirs import user_cache_dir
 from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -124,7 +125,6 @@ def cache_root() -> Path:
     base = os.environ.get("ANCHORFT_CACHE")
     if base:
         return Path(base) / "toy"
-    from platformdirs import user_cache_dir
 
     return Path(user_cache_dir("anchorft")) / "toy"
 

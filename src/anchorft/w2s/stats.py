@@ -89,7 +89,7 @@ def mean_std(values: list[float]) -> dict:
 def mean_t_interval(values: list[float], level: float = 0.95) -> dict:
     """Mean of `values`, its sample standard deviation (ddof=1) and the two-sided Student-t interval of the mean
     at `level` (n - 1 degrees of freedom); std and interval None with fewer than two values."""
-    from scipy.stats import t
+    from scipy.stats import t  # lazy: loads scipy
 
     a = np.asarray(values, dtype=float)
     out: dict[str, Any] = {"n": int(a.size), "level": level, "method": "student-t", "mean": None, "std": None}

@@ -12,6 +12,7 @@ nothing."""
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 from anchorft.rpsft.adapters import Adapter, register, tuner_layers
 from anchorft.rpsft.sharding import local_rows, logical_shape
@@ -91,8 +92,6 @@ def rehook(model) -> None:
     bases kept in the dtype the adapter was built in; an engine that casts the parameters alone afterwards
     (DeepSpeed's bf16 casts parameters and keeps buffers, PEFT's bases among them, in float32) hands them a bf16
     gradient, and torch refuses the mixed product. Same projection, computed in the bases' dtype."""
-    from functools import partial
-
     for _, layer in tuner_layers(model):
         if not owns(layer):
             continue

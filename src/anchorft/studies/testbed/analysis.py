@@ -37,8 +37,9 @@ def testbed_eval_sets(n_items: int = 64, seed: int = 0, compare_dir: str | os.Pa
     Without `compare_dir` (or without its config.yaml): the default comparison config with `n_items`
     items per set and eval_seed = `seed`."""
     try:
+        # lazy: loads torch
         from anchorft.studies.testbed.compare_config import CompareConfig, comparison_eval_sets, load_config
-        from anchorft.toy.evaluate import EvalSettings
+        from anchorft.toy.evaluate import EvalSettings  # lazy: loads torch
     except ImportError as e:  # the testbed is optional for the analysis
         raise ValueError(f"--testbed: the testbed (anchorft.toy) is not available: {e}") from None
     cfg_path = Path(compare_dir) / "config.yaml" if compare_dir is not None else None

@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import itertools
 import json
+import tempfile
 import time
 from pathlib import Path
 
@@ -83,7 +84,7 @@ def calibration_fisher(cfg: CompareConfig, run: RunSpec, model, tokenizer) -> di
 
 
 def _train_args(cfg: CompareConfig, run: RunSpec, seed: int, out: Path):
-    from anchorft.rpsft.config import RPSFTConfig
+    from anchorft.rpsft.config import RPSFTConfig  # lazy: loads TRL
 
     def pick(name):
         v = getattr(run, name)
@@ -152,7 +153,7 @@ def _finetune_cell(cfg: CompareConfig, base_dir: Path, out: Path, cell: Cell) ->
 
 def _finetune_job(cfg: CompareConfig, run: RunSpec, seed: int, base_dir: Path, out: Path):
     from anchorft.eval.loading import load_causal_lm, load_tokenizer
-    from anchorft.rpsft.train import train
+    from anchorft.rpsft.train import train  # lazy: loads TRL
 
     tok = load_tokenizer(str(base_dir))
     data = finetune_dataset(cfg.finetune_items, np.random.default_rng(1000 + seed), cfg.id_skill)
@@ -207,7 +208,6 @@ def resolve_comparison(
         cfg.runs = [r for r in cfg.runs if r.method in methods or r.name in methods]
     cfg.runs = expand_sweeps(cfg.runs, list(sweep or []))
     cfg.validate()
-    import tempfile
 
     with tempfile.TemporaryDirectory(prefix="anchorft-check-") as tmp:
         for run in cfg.runs:

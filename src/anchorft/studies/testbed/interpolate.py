@@ -72,7 +72,7 @@ def run_interpolate(
     saved models) and each alpha; write results.json, report.md and tradeoff.png (with the curves) to `out_dir`.
     Each (run, seed, alpha) is a cell of the grid runner (`anchorft.studies.grid`, recorded in OUT/cells.jsonl;
     `resume` keeps the recorded ones), in this process or, with `cluster`, as Ray tasks on it."""
-    from anchorft.studies.testbed.compare_config import load_config
+    from anchorft.studies.testbed.compare_config import load_config  # lazy: loads transformers
     from anchorft.studies.testbed.layout import model_dir
     from anchorft.studies.testbed.report import write_report, write_tradeoff_plot
 
@@ -120,7 +120,9 @@ def _interpolated_cell(cfg, base_dir: str, out: str, cell) -> dict:
     evaluates (its items and settings), its per-item grades in OUT/runs/RUN-wiseA-seedS/scored_items.json as a
     comparison's fine-tune writes them (so that `toy verdict` judges it)."""
     from anchorft.eval.loading import load_causal_lm, load_tokenizer
-    from anchorft.studies.testbed.compare import evaluate_and_score
+    from anchorft.studies.testbed.compare import evaluate_and_score  # lazy: loads transformers
+
+    # lazy: loads transformers
     from anchorft.studies.testbed.compare_config import comparison_eval_sets, comparison_val_sets
     from anchorft.studies.testbed.layout import run_dir
 

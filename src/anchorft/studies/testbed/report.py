@@ -104,7 +104,7 @@ def write_tradeoff_plot(results: dict, path: str | Path, front_runs: list[str] |
     base = results["base"]
     # a merged report (sweeps) gets more room for its labels
     fig, ax = plt.subplots(figsize=(7, 5) if len(results["methods"]) <= 10 else (11, 8))
-    from anchorft.rpsft.methods import METHODS
+    from anchorft.rpsft.methods import METHODS  # lazy: loads torch
 
     labels: dict[tuple[int, int], list[tuple[str, float, float]]] = {}
     for name, m in results["methods"].items():

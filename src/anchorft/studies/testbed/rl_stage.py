@@ -80,7 +80,7 @@ class RLStageSettings(AnchorOptions):
             raise ValueError(f"prompt_skills: {bad} are not ID math skills {MATH_SKILLS}")
 
     def rl_settings(self):
-        from anchorft.rpsft.dapo_config import DAPOConfig
+        from anchorft.rpsft.dapo_config import DAPOConfig  # lazy: loads TRL
 
         same = ("steps", "learning_rate", "num_generations", "prompts_per_step", "max_completion_length")
         same += ("temperature", "seed", "anchor_method", *anchor_option_names())
@@ -214,7 +214,7 @@ def run_rl_stage(
 def _rl_cell(cfg, settings: RLStageSettings, prompts, eval_sets: dict, skill_sets: dict, out: str, cell) -> dict:
     """One model of the RL stage: evaluated, trained with DAPO, evaluated again; its row of results.json."""
     from anchorft.eval.loading import load_causal_lm, load_tokenizer
-    from anchorft.rpsft.rl import run_rl
+    from anchorft.rpsft.rl import run_rl  # lazy: loads TRL
 
     model_dir = Path(cell.spec["model"])
     tok = load_tokenizer(model_dir)

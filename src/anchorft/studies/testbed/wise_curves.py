@@ -5,6 +5,8 @@ the report, do not import each other."""
 
 from __future__ import annotations
 
+import numpy as np
+
 __all__ = ["draw_interpolation_curves"]
 
 
@@ -12,9 +14,7 @@ def draw_interpolation_curves(ax, results: dict) -> None:
     """On a trade-off axis (OOD retention, ID gain in points): for each run with WiSE-FT rows (`settings.wise_from`),
     a dotted line through the base (1, 0), its interpolations by increasing alpha and the run itself when present,
     in the source method's colour. Additive: draws nothing when `results` has no interpolated runs."""
-    import numpy as np
-
-    from anchorft.rpsft.methods import METHODS
+    from anchorft.rpsft.methods import METHODS  # lazy: loads torch
 
     base = results["base"]
     curves: dict[str, list[tuple[float, str]]] = {}

@@ -89,7 +89,7 @@ def ode_metrics(config: W2SConfig, problem, metrics: dict, threshold: float = 0.
     """The `ode` entry of metrics.json: per mode the mean-field curves on the logged steps, the predicted and
     measured escape samples per seed and `escape_ratio` (predicted / measured per seed, their mean with a 95 %
     Student-t interval: `stats.ratio_summary`); modes the theory does not cover get a `skipped` reason."""
-    from anchorft.w2s.meanfield import crossing_time, predict
+    from anchorft.w2s.meanfield import crossing_time, predict  # lazy: loads scipy
     from anchorft.w2s.stats import ratio_summary
 
     out: dict[str, Any] = {}
@@ -144,7 +144,7 @@ def experiment_into(
     reused, None; another: refused unless `overwrite`). Checked first: the mean-field ODE supports the config
     (`ode`), CUDA is there for a cuda device."""
     if ode:
-        from anchorft.w2s.meanfield import check_supported
+        from anchorft.w2s.meanfield import check_supported  # lazy: loads scipy
 
         try:
             check_supported(config)
