@@ -24,9 +24,11 @@ import signal
 import sys
 from collections.abc import Callable
 
-from anchorft import stop
+from anchorft import __version__, errors, stop
 from anchorft.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, CellLost, MissingExtra, debug_enabled
+from anchorft.runs import mark_active
 from anchorft.stop import Terminated
+from anchorft.threads import apply_thread_policy, keep_torch_threads
 
 __all__ = ["main", "command", "Terminated", "COMMANDS"]
 
@@ -129,19 +131,14 @@ def main(argv: list[str] | None = None) -> int:
         print(_usage())
         return 0
     if argv[0] in ("-V", "--version"):
-        from anchorft import __version__
-
         print(__version__)
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"anchorft: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return EXIT_USAGE
-    from anchorft.threads import apply_thread_policy, keep_torch_threads
 
     apply_thread_policy()  # before torch starts: OpenMP wait policy and thread count (anchorft.threads)
-    from anchorft import errors
-    from anchorft.runs import mark_active
 
     errors._DEBUG_FLAG = debug
     _quiet_dataset_maps()
@@ -194,8 +191,6 @@ def main(argv: list[str] | None = None) -> int:
 def _stopped(name: str, rest: list[str], e: KeyboardInterrupt) -> int:
     """Ctrl-C or SIGTERM: the runs this process started marked interrupted (an --overwrite's old run put back), one
     line on stderr, exit 130 or 143."""
-    from anchorft.runs import mark_active
-
     terminated = isinstance(e, Terminated) or stop.requested() == signal.SIGTERM
     marked = mark_active("interrupted")
     where = f"; partial outputs in {', '.join(map(str, marked))} are marked incomplete" if marked else ""

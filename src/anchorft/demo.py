@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from anchorft.cli import main as cli
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m anchorft.demo", description=__doc__.splitlines()[0])
@@ -23,7 +25,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--toy-preset", default="default", help="testbed preset: smoke or default")
     args = parser.parse_args(argv)
     out = Path(args.out)
-    from anchorft.cli import main as cli
 
     t0 = time.perf_counter()
     done: list[str] = []

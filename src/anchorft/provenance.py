@@ -13,6 +13,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import anchorft
 from anchorft.io import write_json
 
 __all__ = ["provenance", "git_state", "with_provenance", "write_metrics", "LIBRARIES"]
@@ -50,8 +51,6 @@ def git_state(root: str | os.PathLike | None = None) -> dict[str, Any]:
 
 @lru_cache(maxsize=1)
 def _static() -> dict[str, Any]:
-    import anchorft
-
     return {
         "anchorft": anchorft.__version__,
         "python": platform.python_version(),

@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 from anchorft import stop
 from anchorft.errors import UsageError
+from anchorft.io import write_json
 
 __all__ = [
     "MARKER",
@@ -151,8 +152,6 @@ def _read_marker(path: Path) -> dict | None:
 
 
 def _write_marker(claim: RunClaim, status: str) -> None:
-    from anchorft.io import write_json
-
     write_json(
         claim.marker,
         {

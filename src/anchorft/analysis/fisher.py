@@ -27,6 +27,8 @@ from __future__ import annotations
 import torch
 from tqdm.auto import tqdm
 
+from anchorft.analysis.prompts import encode_batch, load_prompts
+from anchorft.analysis.rotation import bases
 from anchorft.errors import UsageError
 from anchorft.eval.loading import load_tokenizer
 from anchorft.rpsft.anchor import select_parameters
@@ -81,8 +83,6 @@ def _entry(shape, energy: float, block: list[float], rblocks: list[list[float]],
 def _frames(model, names, ks, n_random, generator, svd, dtype) -> tuple[dict, list[int], dict]:
     """(the parameters `names` of `model`, sorted distinct ks, {name: (U_0, V_0, [(U, V) random])}): the top-k_max
     bases of each matrix and `n_random` random frames, drawn from `generator` (default: seed 0)."""
-    from anchorft.analysis.rotation import bases
-
     params = named_parameters(model, names)
     ks = sorted(set(ks))
     kmax, gen = ks[-1], generator if generator is not None else torch.Generator().manual_seed(0)
@@ -112,8 +112,6 @@ def fisher_product_from_files(
 ) -> dict[str, torch.Tensor]:
     """`fisher_gradient_product` on the first `samples` rows of two JSONL files (`anchorft.analysis.prompts`
     format: prompt and completion), one example per batch: the calibration of the anchor's `fisher:F` rule."""
-    from anchorft.analysis.prompts import encode_batch, load_prompts
-
     id_b = [encode_batch(tokenizer, [it], max_length, with_completion=True) for it in load_prompts(id_path, samples)]
     ood = [encode_batch(tokenizer, [it], max_length, with_completion=True) for it in load_prompts(ood_path, samples)]
     return fisher_gradient_product(model, id_b, ood, names, dtype, progress)

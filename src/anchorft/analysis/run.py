@@ -36,6 +36,7 @@ from anchorft.analysis.streaming import (
     open_checkpoint,
 )
 from anchorft.dataclass_yaml import check_choices
+from anchorft.eval.loading import load_causal_lm, load_eval_tokenizer
 from anchorft.io import write_json
 from anchorft.provenance import with_provenance
 
@@ -140,8 +141,6 @@ def _peak_rss_mb() -> float:
 
 def run_analysis(cfg: AnalysisConfig, progress: bool = True) -> dict:
     """Validates the inputs, runs the analyses that `cfg` asks for, writes OUT/analysis.json and PNGs."""
-    from anchorft.eval.loading import load_causal_lm, load_eval_tokenizer
-
     t_start = time.perf_counter()
     # ---- validation, before any work -------------------------------------------------------------
     if not cfg.tuned:

@@ -17,6 +17,7 @@ from pathlib import Path
 from anchorft.dataclass_flags import FlagParser, add_field_flags, both_spellings
 from anchorft.io import write_json
 from anchorft.runs import run_claimed
+from anchorft.studies.testbed import verdict as study
 from anchorft.studies.testbed.arguments import VerdictArguments
 from anchorft.studies.testbed.report import parse_picks
 
@@ -30,8 +31,6 @@ def _parser() -> argparse.ArgumentParser:
 def main_verdict(argv: list[str]) -> int:
     args = VerdictArguments(**vars(_parser().parse_args(argv)))  # a mistake: one line, by anchorft.cli
     picks = parse_picks(args.pick)
-
-    from anchorft.studies.testbed import verdict as study
 
     run = {k: v for k, v in vars(args).items() if k not in ("out", "overwrite")}  # the claim: as before
     run["sources"] = [str(Path(s).resolve()) for s in args.sources]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from anchorft.eval.benchmarks import BenchItem
+from anchorft.preflight import resolve_model_folder
 
 __all__ = [
     "PAPER_ID",
@@ -168,8 +169,6 @@ def check_models(named: dict[str, str]) -> dict[str, Path]:
     """{NAME: folder} (the first is the base of the deltas): each NAME a folder name in --out, each value a local
     model folder or a hub id (resolved to its snapshot in the hub cache, downloaded when the hub is reachable;
     offline and not cached: a one-line error naming the id and HF_HUB_OFFLINE)."""
-    from anchorft.preflight import resolve_model_folder
-
     out: dict[str, Path] = {}
     for name, path in named.items():
         if "/" in name or name.startswith("."):

@@ -7,6 +7,9 @@ import os
 
 import datasets
 
+from anchorft.errors import UsageError
+from anchorft.preflight import check_input_file, looks_like_path
+
 __all__ = ["load_sft_dataset", "check_sft_source", "validate_sft_dataset"]
 
 _FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
@@ -40,9 +43,6 @@ def load_sft_dataset(
 def check_sft_source(spec: str | os.PathLike | None, flag: str = "--dataset") -> None:
     """Before loading anything: a local file exists and, for .jsonl, every line is a JSON object (file and line
     named); a path-like name that does not exist is an error; a hub name is left to `load_sft_dataset`."""
-    from anchorft.errors import UsageError
-    from anchorft.preflight import check_input_file, looks_like_path
-
     if spec is None or not isinstance(spec, (str, os.PathLike)):
         return
     path = os.fspath(spec)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from anchorft.errors import UsageError
+from anchorft.eval.loading import load_causal_lm
 from anchorft.rpsft.anchor_options import AnchorOptions
 from anchorft.rpsft.estimate import (
     STAGES,
@@ -22,6 +23,8 @@ from anchorft.rpsft.estimate import (
     method_memory,
     read_model_config,
 )
+from anchorft.rpsft.recipes import load_recipe
+from anchorft.rpsft.stand_in import find_model_config
 
 __all__ = ["EstimateInputs", "ANCHOR_FLAGS", "estimate_flags", "estimate_report"]
 
@@ -79,9 +82,6 @@ def estimate_report(inp: EstimateInputs) -> str:
     ed, md = _defaults(estimate), _defaults(memory_per_gpu)  # the functions' own defaults, written once
     recipe, method, model_config = {}, None, inp.model_config
     if inp.config:
-        from anchorft.rpsft.recipes import load_recipe
-        from anchorft.rpsft.stand_in import find_model_config
-
         recipe, meta = load_recipe(inp.config)
         method = recipe.get("method", "rpsft")
         model = recipe.get("model_name_or_path")
@@ -134,7 +134,6 @@ def _resolved_ranks(model_config: list[str], opt: dict, embeddings: bool, bpn: i
     """Per-matrix ranks of the rules / map / budget / layers, resolved on the weights of each model folder."""
     import torch  # lazy: the formulas above need no torch
 
-    from anchorft.eval.loading import load_causal_lm
     from anchorft.rpsft.anchor import SubspaceAnchor  # lazy: loads torch
     from anchorft.rpsft.anchor_plan import anchor_numbers, describe, parse_rank_rule  # lazy: loads torch
     from anchorft.rpsft.model_loading import WEIGHT_FILES  # lazy: loads torch

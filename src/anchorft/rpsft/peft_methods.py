@@ -18,9 +18,11 @@ import os
 import re
 
 import torch
+from safetensors.torch import save_file
 from torch import nn
 
 from anchorft.errors import MissingExtra
+from anchorft.io import atomic_path, write_json
 from anchorft.rpsft.adapters import ADAPTERS, get_adapter, tuner_layers
 from anchorft.rpsft.sharding import full_matrix, unwrap
 
@@ -190,10 +192,6 @@ def save_adapter(folder: str, peft_model: nn.Module, state: dict[str, torch.Tens
     """Write the gathered adapter (`gather_adapter`) to `folder`: adapter_state.safetensors (keyed as in the PEFT
     model's state dict, OSF's frozen parts included, which PEFT's own adapter file leaves out) and the PEFT config
     (adapter_config.json). A checkpoint keeps it beside the engine's files, whose layout depends on the engine."""
-    from safetensors.torch import save_file
-
-    from anchorft.io import atomic_path, write_json
-
     with atomic_path(os.path.join(folder, "adapter_state.safetensors")) as tmp:
         save_file({k: v.contiguous() for k, v in state.items()}, tmp)
     configs = {name: cfg.to_dict() for name, cfg in unwrap(peft_model).peft_config.items()}

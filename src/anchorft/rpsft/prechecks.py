@@ -25,6 +25,8 @@ from typing import Any, NamedTuple
 from anchorft.dataclass_yaml import resolve_presets
 from anchorft.errors import check_keys, did_you_mean
 from anchorft.resources import config_path
+from anchorft.rpsft.arg_checks import check_trainer_args
+from anchorft.rpsft.recipes import check_recipe_keys, read_recipe
 
 __all__ = ["SourceField", "source_fields", "trl_flags_parser", "given_flags", "pop_config", "config_given"]
 __all__ += ["source_defaults", "as_number", "check_values", "shadow_dataclass", "check_train_argv", "lora_rank_limit"]
@@ -276,8 +278,6 @@ def as_number(value: Any, cast: type) -> Any:
 
 def check_values(values: dict[str, Any]) -> None:
     """The trainer arguments' own checks (`check_trainer_args`) on the values that are set and of their type."""
-    from anchorft.rpsft.arg_checks import check_trainer_args
-
     lr, steps = as_number(values.get("learning_rate"), float), as_number(values.get("max_steps"), int)
     report = values.get("report_to")
     if not (report is None or isinstance(report, str) or (isinstance(report, list) and all(map(_is_str, report)))):
@@ -342,8 +342,6 @@ def check_train_argv(argv: list[str]) -> dict[str, Any] | None:
     recipe found, read and its keys known; the flags known; learning_rate, max_steps, report_to and a lora run's
     rank valid (ValueError: TrlParser's message). Returns the fields the recipe and the flags set (flags as typed),
     None when the flags are left to TrlParser."""
-    from anchorft.rpsft.recipes import check_recipe_keys, read_recipe
-
     argv, config = pop_config(list(argv))
     values: dict[str, Any] = {}
     script = source_fields("anchorft.rpsft.config", "ScriptArguments")

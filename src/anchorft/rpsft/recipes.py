@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from anchorft.dataclass_yaml import resolve_presets
-from anchorft.errors import did_you_mean
+from anchorft.errors import check_mapping_types, did_you_mean
 from anchorft.io import write_text
 from anchorft.resources import config_path
 
@@ -109,7 +109,6 @@ def load_recipe(path: str | os.PathLike, validate: bool = True) -> tuple[dict[st
     merged, meta, origin, path = read_recipe(path)
     if validate:
         check_recipe_keys(merged, origin, path, list(known_fields()))
-        from anchorft.errors import check_mapping_types
         from anchorft.rpsft.config import RPSFTConfig, ScriptArguments  # lazy: loads torch
         from anchorft.rpsft.methods import METHODS  # lazy: loads torch
 

@@ -15,6 +15,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import torch
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
 __all__ = [
     "unwrap", "is_zero3", "logical_shape", "gathered", "full_matrix", "local_rows", "all_reduce_sum", "Part",
@@ -46,12 +48,12 @@ def gathered(params: Sequence[torch.Tensor]):
     partition them on exit, under DeepSpeed's feet."""
     if not any(is_zero3(p) for p in params):
         return contextlib.nullcontext()
-    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus  # lazy: the deepspeed extra
 
     z3 = [p for p in params if is_zero3(p) and p.ds_status != ZeroParamStatus.AVAILABLE]
     if not z3:
         return contextlib.nullcontext()
-    import deepspeed
+    import deepspeed  # lazy: the deepspeed extra
 
     return deepspeed.zero.GatheredParameters(z3, modifier_rank=None)
 
@@ -73,7 +75,6 @@ def local_rows(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, slic
     """
     if not hasattr(p, "to_local"):
         return p.detach(), p.grad, None, None
-    from torch.distributed.tensor import Replicate, Shard
 
     placements = tuple(p.placements)
     grad = p.grad.to_local() if p.grad is not None else None
@@ -83,7 +84,6 @@ def local_rows(p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, slic
         raise ValueError(f"anchor: unsupported DTensor layout {placements}; expected Shard(0) on a 1-D mesh (FSDP2)")
     if placements[0].dim != 0:
         raise ValueError(f"anchor: parameter sharded on dim {placements[0].dim}; only row sharding is supported")
-    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
     shape, offset = compute_local_shape_and_global_offset(p.shape, p.device_mesh, placements)
     return p.to_local().detach(), grad, slice(offset[0], offset[0] + shape[0]), p.device_mesh.get_group()

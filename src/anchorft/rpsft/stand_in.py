@@ -22,10 +22,13 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from anchorft.data.openr1 import select_verified
 from anchorft.errors import UsageError
+from anchorft.eval.answers import math_equal
 from anchorft.provenance import write_metrics
 from anchorft.resources import configs_dir
 from anchorft.rpsft.anchor_options import AnchorOptions
+from anchorft.rpsft.estimate import read_model_config
 from anchorft.rpsft.recipes import known_fields, load_recipe
 
 __all__ = [
@@ -87,8 +90,6 @@ FAMILIES: dict[str, Family] = {
 
 def load_model_config(path: str | os.PathLike) -> dict[str, Any]:
     """A model's config.json (a file, or a folder holding one), checked to be of a supported family."""
-    from anchorft.rpsft.estimate import read_model_config
-
     p = Path(path) / "config.json" if Path(path).is_dir() else Path(path)
     cfg = read_model_config(path, text_only=False)
     family = cfg.get("model_type")
@@ -254,8 +255,6 @@ def dry_run(
     import torch  # lazy: loads torch
     from transformers import AutoConfig, AutoModelForCausalLM, HfArgumentParser  # lazy: loads transformers
 
-    from anchorft.data.openr1 import select_verified
-    from anchorft.eval.answers import math_equal
     from anchorft.rpsft.config import RPSFTConfig, ScriptArguments  # lazy: loads torch
     from anchorft.rpsft.data import load_sft_dataset, validate_sft_dataset  # lazy: loads datasets (and pyarrow)
 

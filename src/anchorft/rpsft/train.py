@@ -12,19 +12,24 @@ from typing import Any
 import datasets
 import torch
 from transformers import PreTrainedModel
+from transformers.integrations import deepspeed as hf_ds
 
 from anchorft import stop
 from anchorft.eval.loading import load_tokenizer
-from anchorft.io import save_figure, write_json
+from anchorft.io import pyplot, save_figure, write_json
 from anchorft.preflight import check_model_source
 from anchorft.provenance import write_metrics
 from anchorft.rpsft.adapters import get_adapter
 from anchorft.rpsft.anchor import select_parameters
+from anchorft.rpsft.anchor_plan import map_for, parse_anchor_map, select_layers
 from anchorft.rpsft.checkpoints import fallback_summary, last_complete_checkpoint
 from anchorft.rpsft.config import RPSFTConfig
 from anchorft.rpsft.data import check_sft_source, load_sft_dataset, validate_sft_dataset
 from anchorft.rpsft.model_loading import check_model_folder, load_model
+from anchorft.rpsft.peft_methods import gather_adapter, merge_adapter, tuner_layers
 from anchorft.rpsft.recipes import NOT_HASHED
+from anchorft.rpsft.release_format import ReleaseCollator, release_dataset, release_family
+from anchorft.rpsft.sharding import unwrap
 from anchorft.rpsft.trainer import RPSFTTrainer, frozen_copy
 from anchorft.runs import check_output_dir, claim_output, config_hash, same_run
 
@@ -92,8 +97,6 @@ def check_launch(args, anchored: bool, what: str) -> None:
 def _one_process_loading():
     """`from_pretrained` on this process alone: transformers' ZeRO-3 flag (which makes it load partitioned, a
     collective every rank must join) is lifted for the block."""
-    from transformers.integrations import deepspeed as hf_ds
-
     ref = hf_ds._hf_deepspeed_config_weak_ref
     hf_ds._hf_deepspeed_config_weak_ref = None
     try:
@@ -109,8 +112,6 @@ def merge_peft_run(trainer: RPSFTTrainer, base: str | PreTrainedModel) -> None:
     again from `base` when it is a path or hub name (the engine's copy may be partitioned or sharded), else taken
     from the trained model itself (`unload`: the adapter layers removed, nothing merged), which is whole whenever
     `train` lets a model object through. Other processes keep the trained PEFT model."""
-    from anchorft.rpsft.peft_methods import gather_adapter, merge_adapter, tuner_layers
-
     state = gather_adapter(trainer.model)
     merged = None
     if trainer.is_world_process_zero():
@@ -119,8 +120,6 @@ def merge_peft_run(trainer: RPSFTTrainer, base: str | PreTrainedModel) -> None:
             with _one_process_loading():
                 plain = load_model(base, trainer.args)
         else:
-            from anchorft.rpsft.sharding import unwrap
-
             plain = unwrap(trainer.model).unload()
         merged = merge_adapter(plain, None, state, layers=layers)
         if trainer.args.world_size == 1:
@@ -162,7 +161,6 @@ def _write_run_artifacts(trainer: RPSFTTrainer, out: str, final_drift: dict | No
     steps = [h for h in hist if "loss" in h]
     if not steps:
         return
-    from anchorft.io import pyplot
 
     keys = [k for k in ("loss", "anchor/penalty", "anchor/drift_max") if k in steps[-1]]
     fig, axes = pyplot().subplots(1, len(keys), figsize=(4 * len(keys), 3), squeeze=False)
@@ -249,14 +247,10 @@ def train(
     if eval_ds is not None:
         validate_sft_dataset(eval_ds, tokenizer, field="eval_dataset")
     if args.anchored:
-        from anchorft.rpsft.anchor_plan import map_for, parse_anchor_map, select_layers
-
         names = [n for n, _ in select_parameters(model_obj, args.anchor_targets, args.anchor_include_embeddings)]
         map_for(select_layers(names, args.anchor_layers), parse_anchor_map(args.anchor_map))
     collator = None
     if args.chat_format == "release":
-        from anchorft.rpsft.release_format import ReleaseCollator, release_dataset, release_family
-
         family = release_family(getattr(model_obj.config, "model_type", None))
         train_ds = release_dataset(train_ds, tokenizer, family)
         eval_ds = release_dataset(eval_ds, tokenizer, family) if eval_ds is not None else None

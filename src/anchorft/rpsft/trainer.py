@@ -22,6 +22,7 @@ from torch import nn
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 from trl import SFTTrainer
+from trl.models.utils import prepare_deepspeed, prepare_fsdp
 from trl.trainer.utils import add_fused_lm_head
 
 from anchorft.io import write_json, write_text
@@ -36,8 +37,10 @@ from anchorft.rpsft.checkpoints import (
 )
 from anchorft.rpsft.config import RPSFTConfig
 from anchorft.rpsft.data import load_sft_dataset
+from anchorft.rpsft.model_loading import load_model
+from anchorft.rpsft.peft_methods import is_peft_model, peft_config_for
 from anchorft.rpsft.progress import use_readable_progress
-from anchorft.rpsft.sharding import is_zero3
+from anchorft.rpsft.sharding import is_zero3, unwrap
 from anchorft.rpsft.stopping import add_stop_callback
 
 __all__ = ["RPSFTTrainer", "AnchorSteps", "ANCHOR_DIR", "frozen_copy", "prepare_reference", "save_full_model"]
@@ -52,8 +55,6 @@ NO_BASE_LINK = "[None](https://huggingface.co/None)"  # TRL's card for a base mo
 def base_model_words(model: nn.Module) -> str:
     """How the model card names a base model that is not on the hub: its local folder's name, or "a model built
     from its config"."""
-    from anchorft.rpsft.sharding import unwrap
-
     name = getattr(getattr(unwrap(model), "config", None), "_name_or_path", "") or ""
     return f"the local model `{os.path.basename(os.path.normpath(name))}`" if name else "a model built from its config"
 
@@ -150,12 +151,8 @@ class RPSFTTrainer(AnchorSteps, SFTTrainer):
             if isinstance(kwargs.get(field), (str, os.PathLike)):
                 kwargs[field] = load_sft_dataset(kwargs[field], field=field)
         if args.method_spec.peft is not None:
-            from anchorft.rpsft.peft_methods import is_peft_model, peft_config_for
-
             if not is_peft_model(model):  # TRL's SFTTrainer wraps the model (get_peft_model)
                 if isinstance(model, (str, os.PathLike)):  # loaded here: its modules name the targets
-                    from anchorft.rpsft.model_loading import load_model
-
                     model = load_model(model, args)
                 kwargs.setdefault("peft_config", peft_config_for(args, model))
         super().__init__(model, args, *pos, **kwargs)
@@ -401,7 +398,7 @@ def frozen_copy(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Module
 
 
 def _zero3_copy(model: nn.Module) -> nn.Module:
-    import deepspeed
+    import deepspeed  # lazy: the deepspeed extra
 
     ref = type(model)._from_config(model.config, dtype=next(model.parameters()).dtype)
     src = dict(model.named_parameters())
@@ -423,12 +420,8 @@ def prepare_reference(trainer, ref_model: nn.Module) -> nn.Module:
     ref_model.eval().requires_grad_(False)
     add_fused_lm_head(ref_model)
     if trainer.is_deepspeed_enabled:
-        from trl.models.utils import prepare_deepspeed
-
         return prepare_deepspeed(ref_model, trainer.accelerator)
     if trainer.is_fsdp_enabled:
-        from trl.models.utils import prepare_fsdp
-
         return prepare_fsdp(ref_model, trainer.accelerator)  # fully_shard moves the shards to the device
     return ref_model.to(trainer.args.device)
 

@@ -42,6 +42,7 @@ from tqdm.auto import tqdm
 from anchorft import stop
 from anchorft.errors import CellLost
 from anchorft.runs import config_hash
+from anchorft.threads import pinned_threads
 
 __all__ = [
     "Cell", "Lost", "Executor", "InProcess", "LocalProcesses", "RayCluster", "RayTasks", "Grid", "RECORD",
@@ -73,8 +74,6 @@ class Lost:
 
 
 def _run_pinned(fn: CellFn, threads: int, cell: Cell) -> dict:
-    from anchorft.threads import pinned_threads
-
     with pinned_threads(threads):
         return fn(cell)
 

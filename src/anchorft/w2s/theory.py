@@ -17,6 +17,8 @@ import math
 import numpy as np
 import torch
 
+from anchorft.w2s.config import load_config
+from anchorft.w2s.drift import drift, fixed_point
 from anchorft.w2s.hermite import (
     generative_exponent,
     get_activation,
@@ -25,6 +27,9 @@ from anchorft.w2s.hermite import (
     information_exponent,
     transformed_information_exponent,
 )
+from anchorft.w2s.labels import label_mean, label_report
+from anchorft.w2s.modes import prepare_weak
+from anchorft.w2s.problem import build_problem
 
 __all__ = ["theory_report", "predicted_slopes", "preset_theory_report", "first_significant", "rho_star_report"]
 __all__ += ["theory_text"]
@@ -100,11 +105,6 @@ def preset_theory_report(preset: str, overrides: list[str] | None = None, n_seed
     quadrature: a weak model equal to the link) and measured on the preset's own W2S labels (its weak model,
     weak options and centring, `label_samples` generative inputs per seed, standard errors); the measured
     exponent is the lowest degree whose coefficient exceeds 3 standard errors."""
-    from anchorft.w2s.config import load_config
-    from anchorft.w2s.labels import label_mean, label_report
-    from anchorft.w2s.modes import prepare_weak
-    from anchorft.w2s.problem import build_problem
-
     extra = list(overrides or [])
     if n_seeds is not None:
         extra.append(f"n_seeds={n_seeds}")
@@ -153,8 +153,6 @@ def rho_star_report(config, c: list[float], se: list[float], k: float = 3.0, tar
     the overlap theta_k^T theta_kappa at which a non-target neuron starts at m*. None, with the reason, where there
     is no interior fixed point or W2S is not at lambda_kappa = 1 (where the drift is derived). Under the squared
     loss the target group enters the residual: it is taken at `target_alignment` (1: learnt)."""
-    from anchorft.w2s.drift import drift, fixed_point
-
     used = [float(v) if abs(v) > k * e else 0.0 for v, e in zip(c, se)]
     out: dict = {
         "what": "unstable fixed point of the non-target neurons' V_kappa part under the W2S population drift",

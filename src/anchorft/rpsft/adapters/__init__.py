@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from anchorft.rpsft.sharding import unwrap
+
 __all__ = ["Adapter", "ADAPTERS", "register", "get_adapter", "tuner_layers"]
 
 
@@ -63,8 +65,6 @@ def get_adapter(name: str) -> Adapter:
 def tuner_layers(model) -> list[tuple[str, Any]]:
     """(name, layer) of every PEFT tuner layer, named as in the PEFT model's state dict (`base_model.model.*`)."""
     from peft.tuners.tuners_utils import BaseTunerLayer  # lazy: the peft extra
-
-    from anchorft.rpsft.sharding import unwrap
 
     return [(n, m) for n, m in unwrap(model).named_modules() if isinstance(m, BaseTunerLayer)]
 

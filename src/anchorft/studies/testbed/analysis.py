@@ -23,6 +23,7 @@ from anchorft.io import write_jsonl
 from anchorft.preflight import resolve_model_folder
 from anchorft.runs import run_claimed
 from anchorft.studies.testbed.layout import first_seed_models
+from anchorft.toy import skills as sk
 
 __all__ = ["testbed_eval_sets", "testbed_prompt_files", "testbed_ood_fisher_file", "analyze_into", "analysis_summary"]
 
@@ -57,8 +58,6 @@ def testbed_prompt_files(
     fisher_<id_skill>.jsonl (`n_items` train-split items drawn with numpy's generator seeded by `seed`).
 
     Returns (evaluation-set files, Fisher data file)."""
-    from anchorft.toy import skills as sk
-
     cfg, sets = testbed_eval_sets(n_items, seed, compare_dir)
     out = Path(out_dir)
     files = []
@@ -78,8 +77,6 @@ def testbed_ood_fisher_file(
     """Writes fisher_ood.jsonl: `n_items` train-split items (prompt + answer) spread evenly over the comparison's
     OOD skills, drawn with numpy's generator seeded by `seed` + 1: the OOD loss whose empirical Fisher projects
     the in-domain gradient (`anchorft.analysis.fisher.fisher_projected_overlap`)."""
-    from anchorft.toy import skills as sk
-
     cfg, sets = testbed_eval_sets(n_items, seed, compare_dir)
     ood_skills = [s for s in sets if s != cfg.id_skill]
     rng = np.random.default_rng(seed + 1)

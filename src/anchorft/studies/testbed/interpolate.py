@@ -19,8 +19,12 @@ from pathlib import Path
 
 import torch
 
+from anchorft.dataclass_yaml import read_yaml_mapping
+from anchorft.eval.loading import load_causal_lm, load_tokenizer
 from anchorft.runs import run_claimed
 from anchorft.studies.grid import Cell, Grid, RayCluster, executor_for
+from anchorft.studies.testbed.layout import model_dir, run_dir
+from anchorft.studies.testbed.report import write_report, write_tradeoff_plot
 from anchorft.studies.testbed.results import CompareResults, load_results, save_results
 
 __all__ = ["interpolate_weights", "run_interpolate", "parse_alphas", "wise_name", "interpolate_into"]
@@ -73,8 +77,6 @@ def run_interpolate(
     Each (run, seed, alpha) is a cell of the grid runner (`anchorft.studies.grid`, recorded in OUT/cells.jsonl;
     `resume` keeps the recorded ones), in this process or, with `cluster`, as Ray tasks on it."""
     from anchorft.studies.testbed.compare_config import load_config  # lazy: loads transformers
-    from anchorft.studies.testbed.layout import model_dir
-    from anchorft.studies.testbed.report import write_report, write_tradeoff_plot
 
     src = Path(compare_dir)
     results = load_results(src).to_dict()
@@ -119,12 +121,10 @@ def _interpolated_cell(cfg, base_dir: str, out: str, cell) -> dict:
     """One cell: the base and the cell's fine-tuned model mixed at the cell's alpha, evaluated as the comparison
     evaluates (its items and settings), its per-item grades in OUT/runs/RUN-wiseA-seedS/scored_items.json as a
     comparison's fine-tune writes them (so that `toy verdict` judges it)."""
-    from anchorft.eval.loading import load_causal_lm, load_tokenizer
     from anchorft.studies.testbed.compare import evaluate_and_score  # lazy: loads transformers
 
     # lazy: loads transformers
     from anchorft.studies.testbed.compare_config import comparison_eval_sets, comparison_val_sets
-    from anchorft.studies.testbed.layout import run_dir
 
     tok = load_tokenizer(base_dir)
     model = load_causal_lm(base_dir)
@@ -142,8 +142,6 @@ def _interpolated_cell(cfg, base_dir: str, out: str, cell) -> dict:
 
 def _saved_config(compare_dir: Path) -> dict:
     """The comparison's resolved configuration (its config.yaml) as a mapping, without the runs (not needed)."""
-    from anchorft.dataclass_yaml import read_yaml_mapping
-
     path = compare_dir / "config.yaml"
     if not path.is_file():
         raise ValueError(f"{path} not found: not a `toy compare` folder")

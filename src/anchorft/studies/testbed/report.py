@@ -16,6 +16,7 @@ from anchorft.studies.testbed.results import (
     sample_std,
     save_results,
 )
+from anchorft.studies.testbed.wise_curves import draw_interpolation_curves
 
 __all__ = [
     "write_report",
@@ -123,7 +124,6 @@ def write_tradeoff_plot(results: dict, path: str | Path, front_runs: list[str] |
         pts = [(1.0, 0.0)] + [tuple(float(v.mean()) for v in _point(results["methods"][r], base)) for r in front_runs]
         ax.plot(*zip(*pareto_front(pts)), "--", color="0.4", lw=1, label="front: " + ", ".join(front_runs))
         ax.legend(fontsize=7, loc="lower left")
-    from anchorft.studies.testbed.wise_curves import draw_interpolation_curves
 
     draw_interpolation_curves(ax, results)  # WiSE-FT curves, when the results hold interpolated runs
     ax.scatter([1.0], [0.0], marker="*", s=120, color="k")

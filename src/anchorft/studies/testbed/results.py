@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from anchorft.analysis.rank import read_comparison_results
 from anchorft.io import write_json
 from anchorft.provenance import provenance
 
@@ -60,8 +61,6 @@ def save_results(results: CompareResults | dict, path: str | os.PathLike) -> Non
 
 def load_results(path: str | os.PathLike) -> CompareResults:
     """The results of a comparison: `path` is its results.json or its folder. ValueError naming what is missing."""
-    from anchorft.analysis.rank import read_comparison_results
-
     data = read_comparison_results(path)
     return CompareResults(data["base"], data["methods"], data.get("settings") or {}, data.get("provenance"))
 

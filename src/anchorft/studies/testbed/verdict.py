@@ -28,8 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from anchorft.analysis.rank import read_comparison_results
-from anchorft.eval.intervals import hartung_knapp, paired_bootstrap, variance_components
-from anchorft.studies.testbed.layout import run_dir
+from anchorft.eval.intervals import detectable_effect, hartung_knapp, paired_bootstrap, variance_components
+from anchorft.io import write_json, write_text
+from anchorft.studies.testbed.layout import base_folders, run_dir
 from anchorft.studies.testbed.report import front_weights
 
 __all__ = ["load_scores", "excess_statistic", "base_verdict", "base_picks", "pooled_verdict", "pilot_components"]
@@ -174,8 +175,6 @@ def pilot_components(compare_dirs: Sequence[str | os.PathLike], run: str, refere
 def comparison_folders(sources: Sequence[str | os.PathLike]) -> list[Path]:
     """The comparisons of `sources`: each a comparison folder (results.json) or a study over several bases (its
     base-seedB folders, `layout.base_folders`), in the order given."""
-    from anchorft.studies.testbed.layout import base_folders
-
     out = []
     for src in sources:
         found = base_folders(src) if Path(src).is_dir() else {}
@@ -203,8 +202,6 @@ def run_verdict(
     """`base_verdict` on every comparison of `sources` (and its folders `also`) for `runs`, and `base_picks` for
     the groups of `picks` (knobs chosen per base on the validation items; reported items only), `pooled_verdict`
     over them; writes OUT/verdict.json and OUT/verdict.md; returns the verdict."""
-    from anchorft.io import write_json, write_text
-
     picks = dict(picks or {})
     if picks and split != "reported":
         raise ValueError("--pick: the knobs are chosen on the validation items and scored on the reported ones")
@@ -285,8 +282,6 @@ def power_table(
     """The pilot's variance components of the per-item ID difference `run` - `reference` (points) and the
     detectable effect (`intervals.detectable_effect`) of each design bases x seeds at the pilot's item count (or
     `items`)."""
-    from anchorft.eval.intervals import detectable_effect
-
     folders = comparison_folders(sources)
     comp = pilot_components(folders, run, reference)
     n_items = items or load_scores(folders[0], [run])[run][ID].shape[1]

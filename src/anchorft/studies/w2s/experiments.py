@@ -17,6 +17,7 @@ from anchorft.w2s.config import W2SConfig, config_hash, save_config
 from anchorft.w2s.modes import prepare_weak, run_modes
 from anchorft.w2s.problem import build_problem
 from anchorft.w2s.risk import risk_report
+from anchorft.w2s.stats import ratio_summary
 
 __all__ = ["run_experiment", "run_config", "ode_metrics", "summary_lines", "experiment_into"]
 
@@ -90,7 +91,6 @@ def ode_metrics(config: W2SConfig, problem, metrics: dict, threshold: float = 0.
     measured escape samples per seed and `escape_ratio` (predicted / measured per seed, their mean with a 95 %
     Student-t interval: `stats.ratio_summary`); modes the theory does not cover get a `skipped` reason."""
     from anchorft.w2s.meanfield import crossing_time, predict  # lazy: loads scipy
-    from anchorft.w2s.stats import ratio_summary
 
     out: dict[str, Any] = {}
     for mode in config.modes:

@@ -37,6 +37,7 @@ from anchorft.w2s.modes import SUMMARY_KEYS, prepare_weak, run_modes, summarise
 from anchorft.w2s.problem import build_problem
 from anchorft.w2s.risk import risk_report
 from anchorft.w2s.stats import crossing, digest, mean_std, median_censored
+from anchorft.w2s.theory import rho_star_report
 
 __all__ = ["KINDS", "MECH_KINDS", "FACTORS", "TABLE_COLS", "validate_mech_spec", "race_times", "measure_full_run"]
 __all__ += ["measure_race", "measure_weak_quality", "ablation_points", "race_points", "weak_quality_points"]
@@ -392,8 +393,6 @@ def _ablation_row(rec: dict, config: W2SConfig | None = None) -> dict:
     row["diverged"] = rec["diverged"] is not None
     row["turn"] = row["nontarget_to_theta1"] - row["nontarget_to_theta1_init"]
     if config is not None and e.get("labels_hermite") is not None:
-        from anchorft.w2s.theory import rho_star_report
-
         star = rho_star_report(config, e["labels_hermite"], e["labels_hermite_se"])
         row["rho_star"], row["drift_predicts"] = star["rho_star"], star["predicted_at_init"].split(" ")[0]
         row["rho_star_reason"] = star["reason"]
