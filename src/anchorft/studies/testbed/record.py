@@ -5,9 +5,9 @@ for byte but for the paths that would name the machine.
 A testbed fine-tune writes a 4 MB model and about 50 kB of grades and logs; the grades and the study's small files
 are what its conclusions rest on. `pack` keeps the folder's text files outside runs/ (results.json, cells.jsonl,
 config.yaml, anchorft-run.json, report.md, ...) verbatim but for the paths that would name the machine
-(`_portable`), and each runs/*/scored_items.json compactly: the item
-keys, which every run of a comparison shares, once per pack, and each 0-9 grade vector as a string of digits (a
-base of 100 fine-tunes packs to about 400 kB, 60 kB compressed). Models (models/), the fine-tunes' own logs under
+(`_portable`), and each runs/*/scored_items.json compactly: the item keys, which every run of a comparison shares,
+once per pack, and each 0-9 grade vector as a string of digits (a base of 100 fine-tunes packs to about 400 kB,
+60 kB compressed; with its 60 WiSE-FT interpolations about 760 kB). Models (models/), the fine-tunes' own logs under
 runs/, plots and other binary files are left out: WiSE-FT, which reads the models, runs before its folder is
 packed. A study over several bases packs to one file per base folder (base-seedB.json) and one for the rest
 (study.json), so that a study can be packed and kept base by base.
@@ -57,15 +57,18 @@ def _ungrades(packed: str | list) -> list:
     return [int(c) for c in packed] if isinstance(packed, str) else packed
 
 
+def _map_grades(scores: dict, f) -> dict:
+    """{split: {skill: {kind: f(grades)}}}."""
+    return {s: {sk: {k: f(v) for k, v in g.items()} for sk, g in d.items()} for s, d in scores.items()}
+
+
 def _pack_scored(obj: dict, keys: list[list], index: dict[str, int]) -> dict:
     """scored_items.json ({split: {skill: [item keys]}, ..., "scores": {split: {skill: {kind: grades}}}}) with each
     key list replaced by its index in `keys` (shared by the pack) and each grade vector by `_grades`."""
     out: dict = {}
     for split, skills in obj.items():
         if split == "scores":
-            out[split] = {
-                s: {sk: {k: _grades(v) for k, v in g.items()} for sk, g in d.items()} for s, d in skills.items()
-            }
+            out[split] = _map_grades(skills, _grades)
             continue
         refs = {}
         for skill, item_keys in skills.items():
@@ -82,9 +85,7 @@ def _unpack_scored(obj: dict, keys: list[list]) -> dict:
     out: dict = {}
     for split, skills in obj.items():
         if split == "scores":
-            out[split] = {
-                s: {sk: {k: _ungrades(v) for k, v in g.items()} for sk, g in d.items()} for s, d in skills.items()
-            }
+            out[split] = _map_grades(skills, _ungrades)
         else:
             out[split] = {skill: keys[i] for skill, i in skills.items()}
     return out
@@ -103,8 +104,9 @@ def pack_folder(folder: str | os.PathLike, skip: tuple[str | os.PathLike, ...] =
         rel = path.relative_to(folder).as_posix()
         content = path.read_text(encoding="utf-8")
         if path.name == SCORED:
-            scored[rel] = _pack_scored(json.loads(content), keys, index)
-            if json.dumps(json.loads(content), indent=1) + "\n" != content:  # unpack writes it back this way
+            obj = json.loads(content)
+            scored[rel] = _pack_scored(obj, keys, index)
+            if json.dumps(obj, indent=1) + "\n" != content:  # unpack writes it back this way
                 raise ValueError(f"pack: {path} is not in the layout the comparison writes (json, indent 1)")
         else:
             text[rel] = _portable(content)
