@@ -69,6 +69,40 @@ def test_the_handler_only_records_in_a_group_of_processes(monkeypatch):
     assert signal.getsignal(signal.SIGTERM) is not stop._handler
 
 
+class _GroupOfTwo:
+    """`torch.distributed` as a rank of a 2-process group sees it: the all-reduce writes the other rank's value
+    into the MAX, then runs `after` (a signal landing on this rank just after the reduction)."""
+
+    class ReduceOp:
+        MAX = "max"
+
+    def __init__(self, other: int, after=lambda: None):
+        self.other, self.after = other, after
+
+    def get_backend(self) -> str:
+        return "gloo"
+
+    def all_reduce(self, flag, op) -> None:
+        assert op == self.ReduceOp.MAX
+        flag.clamp_(min=self.other)
+        self.after()
+
+
+def test_ranks_stop_on_the_value_they_agreed_even_when_a_signal_lands_after_it(monkeypatch):
+    """A rank's answer is the reduction's, the same on every rank: a SIGTERM recorded on one rank just after the
+    all-reduce must not stop that rank alone (the other, told 0, would run its next step and wait for it in the
+    gradient all-reduce for ever). The late signal stays recorded and stops both at the next agreement."""
+    monkeypatch.setattr(stop, "distributed", lambda: _GroupOfTwo(other=0, after=lambda: stop.record(signal.SIGTERM)))
+    assert stop.agreed("cpu") == 0  # what the other rank was told too: the group goes on together
+    assert stop.requested() == signal.SIGTERM  # kept for the next agreement
+    monkeypatch.setattr(stop, "distributed", lambda: _GroupOfTwo(other=0))
+    with pytest.raises(Terminated):  # the next step's end: both ranks told SIGTERM
+        stop.check(agree=True)
+    stop.clear()
+    monkeypatch.setattr(stop, "distributed", lambda: _GroupOfTwo(other=signal.SIGINT))
+    assert stop.agreed("cpu") == signal.SIGINT and stop.requested() == signal.SIGINT  # the other rank's, recorded
+
+
 def test_finish_refuses_to_mark_a_stopped_run_complete(tmp_path):
     out = tmp_path / "out"
     old = claim_output(out, "w2s run", {"old": 1})

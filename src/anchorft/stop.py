@@ -91,7 +91,12 @@ def distributed() -> Any:
 def agreed(device: Any = None) -> int:
     """The strongest signal recorded on any process of the group (a MAX all-reduce on `device`: the group's
     backend device by default, the current CUDA device under NCCL), recorded here too; in one process, this
-    process's record."""
+    process's record.
+
+    In a group the value returned is the reduction's, the same on every rank, never this process's record read
+    again afterwards: a signal landing on one rank between the reduction and the return would otherwise stop that
+    rank alone, and the others would wait for it in their next collective. Such a signal stays recorded and is
+    agreed on at the next call."""
     dist = distributed()
     if dist is None:
         return _signal
@@ -101,9 +106,10 @@ def agreed(device: Any = None) -> int:
         device = f"cuda:{torch.cuda.current_device()}" if dist.get_backend() == "nccl" else "cpu"
     flag = torch.tensor([_signal], dtype=torch.int64, device=device)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    if int(flag.item()):
-        record(int(flag.item()))
-    return _signal
+    signum = int(flag.item())
+    if signum:
+        record(signum)
+    return signum
 
 
 def _handler(signum: int, frame) -> None:
