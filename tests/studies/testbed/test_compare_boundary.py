@@ -359,7 +359,7 @@ def test_bases_run_one_whole_comparison_per_pretraining_seed(harness, tmp_path):
     assert cli([*argv, "--out", str(v)]) == 0
     got = json.loads((v / "verdict.json").read_text())
     assert got["pooled"]["dft"]["mean"] == pytest.approx(pooled["dft"]["mean"])
-    assert "| dft |" in (v / "verdict.md").read_text()
+    assert "| dft |" in (v / "verdict.md").read_text() and (v / "verdict.png").is_file()
     picks = ["--pick", "g=dft,l2", "--front", "sft", "l2", "--boot", "50"]
     assert cli([*argv[:6], *picks, "--out", str(tmp_path / "p")]) == 0
     got = json.loads((tmp_path / "p" / "verdict.json").read_text())

@@ -29,11 +29,12 @@ import numpy as np
 
 from anchorft.analysis.rank import read_comparison_results
 from anchorft.eval.intervals import detectable_effect, hartung_knapp, paired_bootstrap, variance_components
-from anchorft.io import write_json, write_text
+from anchorft.io import pyplot, save_figure, write_json, write_text
 from anchorft.studies.testbed.layout import base_folders, run_dir
 from anchorft.studies.testbed.report import front_weights
 
 __all__ = ["load_scores", "excess_statistic", "base_verdict", "base_picks", "pooled_verdict", "pilot_components"]
+__all__ += ["write_forest_plot"]
 
 ID = "id"
 
@@ -225,6 +226,7 @@ def run_verdict(
     }
     write_json(Path(out) / "verdict.json", verdict, indent=1)
     write_text(Path(out) / "verdict.md", verdict_markdown(verdict))
+    write_forest_plot(verdict, Path(out) / "verdict.png")
     return verdict
 
 
@@ -267,6 +269,34 @@ def verdict_markdown(verdict: dict) -> str:
             f"| [{p['low']:+.1f}, {p['high']:+.1f}] | {p['above']} of {p['bases']} | {per} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def write_forest_plot(verdict: dict, path: str | os.PathLike) -> None:
+    """verdict.png, a forest plot: one row per run, each base's excess over the front with its bootstrap interval
+    (small, grey), the pooled excess with its interval (black square and bar), 0 (on the front) dashed."""
+    plt = pyplot()
+
+    runs = list(verdict["pooled"])
+    k = len(verdict["per_base"])
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.45 * len(runs)))
+    for row, run in enumerate(runs):
+        y = len(runs) - 1 - row  # the first run on top, as in verdict.md
+        for j, b in enumerate(verdict["per_base"]):  # the bases spread a little around the row, in their order
+            e = b[run]
+            dy = 0.25 * (j - (k - 1) / 2) / max(k - 1, 1)
+            ax.errorbar(e["estimate"], y + dy, xerr=[[e["estimate"] - e["low"]], [e["high"] - e["estimate"]]],
+                        fmt="o", ms=3, color="0.55", lw=0.8)  # fmt: skip
+        p = verdict["pooled"][run]
+        ax.errorbar(p["mean"], y, xerr=[[p["mean"] - p["low"]], [p["high"] - p["mean"]]], fmt="s", ms=6,
+                    color="k", lw=2, capsize=4)  # fmt: skip
+    ax.axvline(0.0, ls="--", color="0.4", lw=1)
+    ax.set_yticks(range(len(runs)), [f"{r} ({verdict['pooled'][r]['retention']:.2f})" for r in reversed(runs)])
+    ax.set_xlabel("excess ID gain over the front (points); in brackets: OOD retention")
+    pct = round(100 * verdict["level"])
+    ax.set_title(f"{pct} % intervals: per base (grey, paired bootstrap), pooled over {k} (black)", fontsize=9)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=110)
 
 
 def power_table(
