@@ -129,6 +129,7 @@ def main(argv: list[str]) -> int:
     from anchorft.rpsft.train import check_train_inputs, claim_training_run, train  # lazy: loads torch
 
     check_train_inputs(script, args)  # everything the user named, before a model is loaded
+    asked = args.resume_from_checkpoint
     claim, complete = claim_training_run(script, args, overwrite)
     if complete:
         print(f"anchorft train: {args.output_dir} already holds this finished run (same config); --overwrite to redo")
@@ -140,7 +141,8 @@ def main(argv: list[str]) -> int:
     if int(os.environ.get("RANK", "0")) == 0:  # before loading, which takes minutes for a large model
         print(f"anchorft train: {args.method} on {script.model_name_or_path} -> {args.output_dir}", flush=True)
         if args.resume_from_checkpoint not in (None, False, "false", "False"):
-            print(f"anchorft train: resuming from {args.resume_from_checkpoint}", flush=True)
+            found = "the same run, unfinished, is in the folder: " if asked is None else ""
+            print(f"anchorft train: {found}resuming {args.resume_from_checkpoint}", flush=True)
     model, fisher = script.model_name_or_path, None
     if args.anchored and str(args.anchor_rank_rule or "").startswith("fisher"):
         from anchorft.analysis.fisher import anchor_fisher_inputs  # lazy: loads torch

@@ -31,7 +31,7 @@ from anchorft.rpsft.recipes import NOT_HASHED
 from anchorft.rpsft.release_format import ReleaseCollator, release_dataset, release_family
 from anchorft.rpsft.sharding import unwrap
 from anchorft.rpsft.trainer import RPSFTTrainer, frozen_copy
-from anchorft.runs import check_output_dir, claim_output, config_hash, same_run
+from anchorft.runs import check_output_dir, claim_output, same_run
 
 __all__ = ["train", "load_model", "check_model_folder", "check_launch", "zero_stage", "merge_peft_run"]
 __all__ += ["check_train_inputs", "claim_training_run"]
@@ -328,7 +328,6 @@ def claim_training_run(script, args, overwrite: bool) -> tuple[Any, bool]:
         return None, True
     if status is not None and args.resume_from_checkpoint is None:
         last = last_complete_checkpoint(args.output_dir)
-        if last is not None:
-            print(f"anchorft train: same run (config {config_hash(config)}) in {args.output_dir}; resuming {last}")
+        if last is not None:  # the command says so (process 0), as for a --resume_from_checkpoint given
             args.resume_from_checkpoint = last
     return claim, False
