@@ -72,7 +72,9 @@ def paired_bootstrap(
     n_boot: int = 2000,
     rng: np.random.Generator | None = None,
     level: float = 0.95,
-) -> dict[str, float]:
+    seeds: bool = True,
+    keep: bool = False,
+) -> dict:
     """`statistic` of the methods' mean scores, and its two-level paired bootstrap (module docstring).
 
     `scores[method][set]` is a (seeds, items) array: row s the method's scores at fine-tuning seed s (the same
@@ -80,7 +82,12 @@ def paired_bootstrap(
     a single-row array (the base) is not resampled over seeds. `statistic(means)` gets {method: {set: mean}}.
     Each replicate draws the seeds with replacement, then, independently per set, the items with replacement;
     the same draws serve every method. Returns "estimate" (on the data), "se" (the replicates' std, ddof 1),
-    "low" / "high" (percentile interval at `level`) and "replicates"."""
+    "low" / "high" (percentile interval at `level`) and "replicates".
+
+    `seeds=False`: the items alone are resampled (every replicate takes all seeds once), so the spread is what the
+    item sample contributes; the generator then draws only items, so two calls with equally seeded generators on
+    item sets of the same sizes draw the same items (what a comparison over bases that share their items needs).
+    `keep`: the replicates' values too ("values", an array; not JSON)."""
     if n_boot < 2:
         raise ValueError(f"n_boot: need >= 2 replicates, got {n_boot}")
     if not 0 < level < 1:
@@ -89,20 +96,24 @@ def paired_bootstrap(
     n_seeds, items = _shapes(scores)
     full_w = {name: np.full((1, n), 1.0 / n) for name, n in items.items()}
     estimate = statistic(_means(scores, np.arange(n_seeds)[None, :], full_w)[0])
-    seed_idx = rng.integers(0, n_seeds, size=(n_boot, n_seeds))
+    if seeds:
+        seed_idx = rng.integers(0, n_seeds, size=(n_boot, n_seeds))
+    else:
+        seed_idx = np.broadcast_to(np.arange(n_seeds), (n_boot, n_seeds))
     item_w = {}
     for name, n in sorted(items.items()):
         draws = rng.integers(0, n, size=(n_boot, n))
         item_w[name] = np.stack([np.bincount(d, minlength=n) for d in draws]) / n
     reps = np.array([statistic(m) for m in _means(scores, seed_idx, item_w)])
     tail = (1 - level) / 2
-    return {
+    out = {
         "estimate": float(estimate),
         "se": float(reps.std(ddof=1)),
         "low": float(np.quantile(reps, tail)),
         "high": float(np.quantile(reps, 1 - tail)),
         "replicates": int(n_boot),
     }
+    return {**out, "values": reps} if keep else out
 
 
 def hartung_knapp(y, v, level: float = 0.95, modified: bool = True) -> dict[str, float]:

@@ -274,7 +274,7 @@ def test_scored_items_hold_each_items_grades_in_the_keys_order(harness):
         assert any(sum(v["greedy"]) not in (0, len(v["greedy"])) for v in rec["scores"]["reported"].values())
 
 
-def test_verdict_estimate_is_the_reports_excess_and_its_interval_pairs_the_draws(harness, tmp_path):
+def test_verdict_estimate_is_the_reports_excess_and_its_interval_pairs_the_draws(harness, tmp_path, monkeypatch):
     """The verdict study reads the per-item grades back: its excess of a run over the front equals the report's
     `front_table` excess computed from results.json's aggregates (the same comparison, another path through the
     numbers), and its bootstrap interval covers that estimate; two bases pool by Hartung-Knapp."""
@@ -314,6 +314,35 @@ def test_verdict_estimate_is_the_reports_excess_and_its_interval_pairs_the_draws
     assert pooled["dft"]["gain"] == pytest.approx(got["dft"]["gain"] / 2)
     assert pooled["dft"]["mean"] == pytest.approx(got["dft"]["estimate"] + 2.0)
     assert pooled["dft"]["bases"] == 2 and pooled["dft"]["df"] == 1
+
+    # items every base shares: the same item draws on each base, so two copies of one base widen the pooled
+    # interval by that base's whole items-only SE (independent draws would give it / sqrt(2))
+    from anchorft.studies.testbed.verdict import shared_items_intervals
+
+    items_only = base_verdict(out, ["dft"], ["sft", "l2"], n_boot=300, seeds=False)["dft"]
+    assert 0 < items_only["se"] and items_only["estimate"] == pytest.approx(got["dft"]["estimate"])
+    twice = pooled_verdict([got, got])
+    shared_items_intervals(twice, [got, got], [out, out], ["sft", "l2"], n_boot=300)
+    sh, p = twice["dft"]["shared_items"], twice["dft"]
+    assert sh["se_items"] == pytest.approx(items_only["se"], rel=1e-12)
+    assert sh["se"] == pytest.approx(np.hypot(p["se"], items_only["se"]), rel=1e-12)
+    assert (sh["low"], sh["high"]) == pytest.approx((p["mean"] - p["t"] * sh["se"], p["mean"] + p["t"] * sh["se"]))
+    assert sh["low"] < p["low"] and p["high"] < sh["high"]
+    # a base that scored other items: nothing shared, nothing added; a run graded on other items is refused
+    from anchorft.studies.testbed import verdict
+
+    real = verdict.item_keys
+    monkeypatch.setattr(verdict, "item_keys", lambda f, split: real(f, split) if f == out else {"id": ["other"]})
+    apart = pooled_verdict([got, got])
+    shared_items_intervals(apart, [got, got], [out, tmp_path / "b"], ["sft", "l2"], n_boot=50)
+    assert "shared_items" not in apart["dft"]
+    rec_path = out / "runs" / "dft-seed1" / "scored_items.json"
+    rec = json.loads(rec_path.read_text())
+    skill = next(iter(rec["reported"]))
+    rec["reported"][skill] = rec["reported"][skill][::-1]
+    rec_path.write_text(json.dumps(rec))
+    with pytest.raises(ValueError, match="not the base's"):
+        base_verdict(out, ["dft"], ["sft", "l2"], n_boot=10)
 
 
 def _two_bases():

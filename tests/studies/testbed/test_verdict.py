@@ -1,4 +1,5 @@
-"""The verdict's forest plot draws what verdict.json holds: each run's pooled excess and interval, each base's."""
+"""The verdict's forest plot draws what verdict.json holds: each run's pooled excess and interval (and the one
+widened for shared items), each base's."""
 
 from __future__ import annotations
 
@@ -14,7 +15,14 @@ def _made_up() -> dict:
         for j in range(3)
     ]
     pooled = {
-        "a": {"mean": 2.0, "low": -0.5, "high": 4.5, "retention": 0.91, "gain": 7.0},
+        "a": {
+            "mean": 2.0,
+            "low": -0.5,
+            "high": 4.5,
+            "retention": 0.91,
+            "gain": 7.0,
+            "shared_items": {"low": -1.5, "high": 5.5},
+        },  # fmt: skip
         "g": {"mean": -4.0, "low": -9.0, "high": 1.0, "retention": 0.5, "gain": 20.0},
     }
     return {"pooled": pooled, "per_base": per_base, "level": 0.95}
@@ -41,6 +49,9 @@ def test_forest_plot_draws_the_pooled_and_per_base_intervals(monkeypatch, tmp_pa
                 x == e["estimate"] and abs(yy - y) < 0.5 and span == (e["low"], e["high"]) for x, yy, span in bars
             )
     assert len(bars) == 2 * (1 + 3)
+    # the interval widened for items every base shares, where the verdict has one: a thin line on its row
+    widened = [ln for ln in ax.lines if list(ln.get_xdata()) == [-1.5, 5.5] and list(ln.get_ydata()) == [1.0, 1.0]]
+    assert len(widened) == 1
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert labels == ["g (0.50)", "a (0.91)"]
     assert any(np.allclose(line.get_xdata(), 0.0) and line.get_linestyle() == "--" for line in ax.lines)  # the front

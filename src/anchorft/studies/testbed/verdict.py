@@ -34,17 +34,21 @@ from anchorft.studies.testbed.layout import base_folders, run_dir
 from anchorft.studies.testbed.report import front_weights
 
 __all__ = ["load_scores", "excess_statistic", "base_verdict", "base_picks", "pooled_verdict", "pilot_components"]
-__all__ += ["write_forest_plot"]
+__all__ += ["item_keys", "shared_items_intervals", "write_forest_plot"]
 
 ID = "id"
 
 
-def _scored(path: Path, split: str) -> dict[str, list[int]]:
+def _scored(path: Path, split: str, keys: dict[str, list[str]] | None = None) -> dict[str, list[int]]:
+    """{skill: greedy grades} of one model's record; with `keys` ({skill: item keys}, the base's), checked to grade
+    the same items in the same order (the pairing of every comparison rests on it)."""
     if not path.is_file():
         raise ValueError(f"{path} not found: the comparison predates per-item scores; run it again")
     rec = json.loads(path.read_text())
     if "scores" not in rec or split not in rec["scores"]:
         raise ValueError(f"{path}: no per-item scores for the {split!r} items; run the comparison again")
+    if keys is not None and rec.get(split) != keys:
+        raise ValueError(f"{path}: its {split} items are not the base's (in the same order); the pairs would not pair")
     return {skill: s["greedy"] for skill, s in rec["scores"][split].items()}
 
 
@@ -71,9 +75,10 @@ def load_scores(
     def sets(rows: list[dict[str, list[int]]]) -> dict[str, np.ndarray]:
         return {(ID if s == id_skill else s): np.array([r[s] for r in rows], dtype=float) for s in rows[0]}
 
+    keys = item_keys(compare_dir, split)
     out = {"base": sets([_scored(Path(compare_dir) / "runs" / "base" / "scored_items.json", split)])}
     for r in runs:
-        out[r] = sets([_scored(run_dir(where[r], r, s) / "scored_items.json", split) for s in seeds])
+        out[r] = sets([_scored(run_dir(where[r], r, s) / "scored_items.json", split, keys) for s in seeds])
     return out
 
 
@@ -107,17 +112,21 @@ def base_verdict(
     n_boot: int = 2000,
     seed: int = 0,
     also: Sequence[str] = (),
+    seeds: bool = True,
+    keep: bool = False,
 ) -> dict[str, dict]:
     """{run: paired_bootstrap of its excess, with the run's "retention" and ID "gain" (points)} on one base (`runs`
     judged, `front_runs` the front; runs read as `load_scores` reads them, `also` included), the same draws for every
-    run (one generator seeded by `seed` per
-    run, so adding a run changes no other run's interval)."""
+    run (one generator seeded by `seed` per run, so adding a run changes no other run's interval, and bases whose
+    items and seeds are alike get the same draws). `seeds=False`: the items alone resampled; `keep`: the
+    replicates' values too (`paired_bootstrap`)."""
     scores = load_scores(compare_dir, sorted({*runs, *front_runs}), split, also)
     means = {k: {s: float(a.mean()) for s, a in sets.items()} for k, sets in scores.items()}
     out = {}
     for r in runs:
-        keep = {k: scores[k] for k in ("base", r, *front_runs)}
-        out[r] = paired_bootstrap(keep, excess_statistic(r, front_runs), n_boot, np.random.default_rng(seed))
+        used = {k: scores[k] for k in ("base", r, *front_runs)}
+        rng = np.random.default_rng(seed)
+        out[r] = paired_bootstrap(used, excess_statistic(r, front_runs), n_boot, rng, seeds=seeds, keep=keep)
         out[r]["retention"], out[r]["gain"] = _point(means[r], means["base"])  # where the run lies
     return out
 
@@ -161,6 +170,49 @@ def pooled_verdict(per_base: Sequence[dict[str, dict]], level: float = 0.95) -> 
         where = {k: float(np.mean([b[r][k] for b in per_base])) for k in ("retention", "gain")}
         out[r] = {**pooled, "bases": len(y), "above": int(sum(v > 0 for v in y)), "per_base": y, **where}
     return out
+
+
+def item_keys(compare_dir: str | os.PathLike, split: str = "reported") -> dict[str, list[str]]:
+    """{skill: the keys of its items, in the order of the grades} that a comparison scored (its base's record)."""
+    rec = json.loads((Path(compare_dir) / "runs" / "base" / "scored_items.json").read_text())
+    return rec[split]
+
+
+def shared_items_intervals(
+    pooled: dict[str, dict],
+    per_base: Sequence[dict[str, dict]],
+    folders: Sequence[Path],
+    front_runs: Sequence[str],
+    split: str = "reported",
+    n_boot: int = 2000,
+    seed: int = 0,
+    also: Sequence[str] = (),
+) -> None:
+    """Add to each pooled row "shared_items": the pooled interval widened for items that every base shares.
+
+    When the comparisons scored the same items (`toy compare`'s `eval_seed`), the item sample's error is common to
+    every base's estimate and does not average out over bases, while the Hartung-Knapp variance treats the bases'
+    errors as independent. Added here: the variance, over the same item draws on every base (seeds held, items
+    resampled), of the bases' mean excess, `se_items`; the interval mean +- t_{k-1} sqrt(SE_HK^2 + se_items^2),
+    conservative (an item's part that differs between bases is counted twice). Nothing is added when the bases'
+    items differ."""
+    keys = [item_keys(f, split) for f in folders]
+    if len(folders) < 2 or any(k != keys[0] for k in keys[1:]):
+        return
+    for row, p in pooled.items():
+        vals = [
+            base_verdict(f, [picked], front_runs, split, n_boot, seed, also, seeds=False, keep=True)[picked]["values"]
+            for f, b in zip(folders, per_base)
+            for picked in [b[row].get("picked", row)]
+        ]  # the same item draws on every base: equally seeded generators, the same item counts
+        se_items = float(np.mean(vals, axis=0).std(ddof=1))
+        se = float(np.hypot(p["se"], se_items))
+        p["shared_items"] = {
+            "se_items": se_items,
+            "se": se,
+            "low": p["mean"] - p["t"] * se,
+            "high": p["mean"] + p["t"] * se,
+        }
 
 
 def pilot_components(compare_dirs: Sequence[str | os.PathLike], run: str, reference: str) -> dict[str, float]:
@@ -214,6 +266,7 @@ def run_verdict(
         per_base.append(base_verdict(f, runs, front_runs, split, n_boot, seed, also) if runs else {})
         per_base[-1].update(base_picks(f, picks, front_runs, n_boot, seed, also) if picks else {})
     pooled = pooled_verdict(per_base, level)
+    shared_items_intervals(pooled, per_base, folders, front_runs, split, n_boot, seed, also)
     verdict = {
         "split": split,
         "picks": {g: list(r) for g, r in picks.items()},
@@ -248,10 +301,17 @@ def verdict_markdown(verdict: dict) -> str:
         f"{pct} % intervals: per base a paired bootstrap ({verdict['replicates']} replicates: seeds, then items, "
         f"the same draws for every run; the front refitted in each), pooled by {how}.",
         "",
-        f"| run | retention | ID gain | pooled excess | {pct} % interval | bases above the front | per base: estimate "
-        "[interval] |",
-        "|---|---|---|---|---|---|---|",
+        f"| run | retention | ID gain | pooled excess | {pct} % interval | items shared: {pct} % | bases above the "
+        "front | per base: estimate [interval] |",
+        "|---|---|---|---|---|---|---|---|",
     ]
+    if any("shared_items" in p for p in verdict["pooled"].values()):
+        lines[-3:-3] = [
+            "Items shared: every base scored the same items, whose sampling error does not average out over bases; "
+            "this interval adds the variance of the bases' mean excess over the same item draws (seeds held) to "
+            "the pooled variance (conservative).",
+            "",
+        ]
     if verdict.get("picks"):
         lines[-3:-3] = [
             "A group's knob is picked on each base's validation items (the largest excess over the front there) and "
@@ -264,16 +324,19 @@ def verdict_markdown(verdict: dict) -> str:
             + (f" ({b[run]['picked']})" if "picked" in b[run] else "")
             for b in verdict["per_base"]
         )
+        sh = p.get("shared_items")
+        shared = f"[{sh['low']:+.1f}, {sh['high']:+.1f}]" if sh else "-"
         lines.append(
             f"| {run} | {p['retention']:.3f} | {p['gain']:+.1f} | {p['mean']:+.1f} "
-            f"| [{p['low']:+.1f}, {p['high']:+.1f}] | {p['above']} of {p['bases']} | {per} |"
+            f"| [{p['low']:+.1f}, {p['high']:+.1f}] | {shared} | {p['above']} of {p['bases']} | {per} |"
         )
     return "\n".join(lines) + "\n"
 
 
 def write_forest_plot(verdict: dict, path: str | os.PathLike) -> None:
     """verdict.png, a forest plot: one row per run, each base's excess over the front with its bootstrap interval
-    (small, grey), the pooled excess with its interval (black square and bar), 0 (on the front) dashed."""
+    (small, grey), the pooled excess with its interval (black square and bar) and, when the bases share their items,
+    the interval widened for it (thin black line), 0 (on the front) dashed."""
     plt = pyplot()
 
     runs = list(verdict["pooled"])
@@ -287,6 +350,8 @@ def write_forest_plot(verdict: dict, path: str | os.PathLike) -> None:
             ax.errorbar(e["estimate"], y + dy, xerr=[[e["estimate"] - e["low"]], [e["high"] - e["estimate"]]],
                         fmt="o", ms=3, color="0.55", lw=0.8)  # fmt: skip
         p = verdict["pooled"][run]
+        if sh := p.get("shared_items"):  # the interval widened for items every base shares: thin, behind
+            ax.plot([sh["low"], sh["high"]], [y, y], color="k", lw=0.8)
         ax.errorbar(p["mean"], y, xerr=[[p["mean"] - p["low"]], [p["high"] - p["mean"]]], fmt="s", ms=6,
                     color="k", lw=2, capsize=4)  # fmt: skip
     ax.axvline(0.0, ls="--", color="0.4", lw=1)
