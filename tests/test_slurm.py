@@ -235,7 +235,7 @@ def _simulate(job, tmp_path: Path, sim: Path, out: Path, steps: int) -> None:
     rc = job(tmp_path / "job2.log")  # the requeued job: the same script, environment and folder
     log2 = (tmp_path / "job2.log").read_text()
     assert rc == 0, log2[-4000:]
-    assert f"resuming {stopped}" in log2
+    assert f"resuming from {stopped}" in log2
     assert read_marker(out)["status"] == "complete"
     state = json.loads((out / "metrics.json").read_text())
     assert state["global_step"] == steps

@@ -142,7 +142,7 @@ def main(argv: list[str]) -> int:
         print(f"anchorft train: {args.method} on {script.model_name_or_path} -> {args.output_dir}", flush=True)
         if args.resume_from_checkpoint not in (None, False, "false", "False"):
             found = "the same run, unfinished, is in the folder: " if asked is None else ""
-            print(f"anchorft train: {found}resuming {args.resume_from_checkpoint}", flush=True)
+            print(f"anchorft train: {found}resuming from {args.resume_from_checkpoint}", flush=True)
     model, fisher = script.model_name_or_path, None
     if args.anchored and str(args.anchor_rank_rule or "").startswith("fisher"):
         from anchorft.analysis.fisher import anchor_fisher_inputs  # lazy: loads torch
