@@ -199,13 +199,15 @@ def shared_items_intervals(
     keys = [item_keys(f, split) for f in folders]
     if len(folders) < 2 or any(k != keys[0] for k in keys[1:]):
         return
+    vals: dict[str, list[np.ndarray]] = {row: [] for row in pooled}
+    for f, b in zip(folders, per_base):  # each base's scores read once, for every row's run there
+        picked = {row: b[row].get("picked", row) for row in pooled}
+        items_only = base_verdict(f, sorted(set(picked.values())), front_runs, split, n_boot, seed, also, seeds=False,
+                                  keep=True)  # fmt: skip
+        for row, run in picked.items():  # the same item draws on every base: equally seeded generators, same sizes
+            vals[row].append(items_only[run]["values"])
     for row, p in pooled.items():
-        vals = [
-            base_verdict(f, [picked], front_runs, split, n_boot, seed, also, seeds=False, keep=True)[picked]["values"]
-            for f, b in zip(folders, per_base)
-            for picked in [b[row].get("picked", row)]
-        ]  # the same item draws on every base: equally seeded generators, the same item counts
-        se_items = float(np.mean(vals, axis=0).std(ddof=1))
+        se_items = float(np.mean(vals[row], axis=0).std(ddof=1))
         se = float(np.hypot(p["se"], se_items))
         p["shared_items"] = {
             "se_items": se_items,
