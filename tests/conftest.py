@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -103,3 +108,54 @@ def bench_root() -> Path:
 
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+class Children:
+    """The processes a test starts, each in a process group of its own; none outlives the test: at its end, passed
+    or failed, every group still running is killed (SIGKILL) and its leader reaped. A test that waits with a timeout
+    and fails would otherwise leave its child running (training at full CPU) for the rest of the suite."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, argv: list[str], **kw) -> subprocess.Popen:
+        kw.setdefault("start_new_session", True)
+        p = subprocess.Popen(argv, **kw)
+        self.procs.append(p)
+        return p
+
+    @staticmethod
+    def read_stderr(p: subprocess.Popen) -> list[str]:
+        """`p`'s stderr (text, piped) read as it comes, into the returned list, by a daemon thread."""
+        err: list[str] = []
+        threading.Thread(target=lambda: err.extend(iter(lambda: p.stderr.read(64), "")), daemon=True).start()
+        return err
+
+    @staticmethod
+    def wait_until(p: subprocess.Popen, cond: Callable[[], bool], timeout: float, what: Callable[[], str]) -> None:
+        """Until `cond()`; fails (with `what()`) if `p` exits first or `timeout` seconds pass."""
+        deadline = time.monotonic() + timeout
+        while not cond():
+            assert p.poll() is None, f"exited with {p.returncode} before the condition held: {what()[-2000:]}"
+            assert time.monotonic() < deadline, f"condition not met in {timeout} s: {what()[-2000:]}"
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    p.kill()
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+@pytest.fixture
+def children():
+    """`Children`: start processes that cannot outlive the test."""
+    kids = Children()
+    yield kids
+    kids.close()

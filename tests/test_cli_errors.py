@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -261,33 +262,30 @@ def test_console_script_one_line(argv, expected, files):
     assert p.returncode == 2 and len(err.splitlines()) == 1 and expected in err, err
 
 
-def test_sigint_exits_130_and_marks_the_run_interrupted(tmp_path):
+def test_sigint_exits_130_and_marks_the_run_interrupted(tmp_path, children):
     import signal
-    import threading
     import time
 
     out = tmp_path / "pt"
     env = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1", "ANCHORFT_CACHE": str(tmp_path / "cache")}
     argv = ["toy", "pretrain", "--preset", "smoke", "--steps", "100000", "--no-cache", "--out", str(out)]
     # a shell starts background jobs with SIGINT ignored, and Python keeps an ignored SIGINT: restore the default
-    p = subprocess.Popen(
+    p = children.start(
         [sys.executable, "-m", "anchorft.cli", *argv],
         env=env,
         stderr=subprocess.PIPE,
         text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    err: list[str] = []
-    reader = threading.Thread(target=lambda: err.extend(iter(lambda: p.stderr.read(64), "")), daemon=True)
-    reader.start()
-    deadline = time.monotonic() + 240
-    while "toy pretrain:" not in "".join(err) and p.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.5)  # until the pretraining loop runs
+    err = children.read_stderr(p)
+    stepped = re.compile(r"toy pretrain:.*\b[1-9]\d*/100000")
+    children.wait_until(p, lambda: stepped.search("".join(err)), 240, lambda: "".join(err))  # the loop runs
+    t0 = time.monotonic()
     p.send_signal(signal.SIGINT)
-    p.wait(timeout=240)
-    reader.join(timeout=10)
+    p.wait(timeout=60)
     text = "".join(err)
     assert p.returncode == 130, text[-2000:]
+    assert time.monotonic() - t0 < 10
     assert "interrupted" in text.strip().splitlines()[-1] and "Traceback" not in text
     assert json.loads((out / "anchorft-run.json").read_text())["status"] == "interrupted"
 

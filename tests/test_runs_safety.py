@@ -8,11 +8,11 @@ The concurrent launch, SIGTERM and a user's file in the folder are rows of their
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -182,26 +182,27 @@ def test_a_second_launch_into_a_live_run_is_refused(inputs, capsys):
     assert cli(["w2s", "run", "--steps", "3", "--out", "out", "--overwrite", "--quiet"]) == 0  # the lock went with it
 
 
-def test_sigterm_marks_interrupted_restores_and_cleans_the_cache(inputs):
-    """SIGTERM (SLURM, Kubernetes) during an --overwrite: exit 143, the old run back, no NAME.tmpPID in the cache."""
+def test_sigterm_marks_interrupted_restores_and_cleans_the_cache(inputs, children):
+    """SIGTERM (SLURM, Kubernetes) during an --overwrite: exit 143, the old run back, no NAME.tmpPID in the cache.
+    The signal is sent once the loop provably runs: its temporary folder exists and the bar has counted a step."""
     out = inputs / "out"
     before = _finished_run(out, "toy pretrain")
     cache = inputs / "cache"
     env = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1", "ANCHORFT_CACHE": str(cache)}
     argv = ["toy", "pretrain", "--preset", "smoke", "--steps", "100000", "--overwrite", "--out", str(out)]
-    p = subprocess.Popen([sys.executable, "-m", "anchorft", *argv], env=env, stderr=subprocess.PIPE, text=True)
-    err: list[str] = []
-    reader = threading.Thread(target=lambda: err.extend(iter(lambda: p.stderr.read(64), "")), daemon=True)
-    reader.start()
-    deadline = time.monotonic() + 240
-    while "toy pretrain:" not in "".join(err) and p.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.5)  # until the pretraining loop runs (its temporary folder exists)
-    assert list((cache / "toy").glob("*.tmp*")), "".join(err)[-2000:]
+    p = children.start([sys.executable, "-m", "anchorft", *argv], env=env, stderr=subprocess.PIPE, text=True)
+    err = children.read_stderr(p)
+    stepped = re.compile(r"toy pretrain:.*\b[1-9]\d*/100000")
+    children.wait_until(
+        p, lambda: list((cache / "toy").glob("*.tmp*")) and stepped.search("".join(err)), 240, lambda: "".join(err)
+    )
+    t0 = time.monotonic()
     p.send_signal(signal.SIGTERM)
-    p.wait(timeout=240)
-    reader.join(timeout=10)
+    p.wait(timeout=60)
+    took = time.monotonic() - t0
     text = "".join(err)
     assert p.returncode == 143, text[-2000:]
+    assert took < 10, took  # one step and the clean-up
     assert "terminated" in text.strip().splitlines()[-1] and "Traceback" not in text
     assert not list((cache / "toy").glob("*.tmp*"))
     assert _snapshot(out) == before and read_marker(out)["status"] == "complete"

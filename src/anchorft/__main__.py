@@ -2,6 +2,6 @@
 
 import sys
 
-from anchorft.cli import main
+from anchorft.cli import console
 
-sys.exit(main())
+sys.exit(console())

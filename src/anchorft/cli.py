@@ -22,6 +22,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 
 from anchorft import __version__, errors, stop
@@ -30,7 +31,7 @@ from anchorft.runs import mark_active
 from anchorft.stop import Terminated
 from anchorft.threads import apply_thread_policy, keep_torch_threads
 
-__all__ = ["main", "command", "Terminated", "COMMANDS"]
+__all__ = ["main", "console", "command", "Terminated", "COMMANDS"]
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -188,6 +189,19 @@ def main(argv: list[str] | None = None) -> int:
         stop.clear()
 
 
+def console() -> int:
+    """The `anchorft` console script (and `python -m anchorft`): `main`, with one rule for a SIGTERM that arrives
+    once the command's status is decided. Until `main` returns, a SIGTERM stops the command (exit 143; a run
+    already marked complete stays complete). After it, SIGTERM is ignored and the process exits with the command's
+    status (0 for a finished run): there is nothing left to stop, and the default action would kill the process
+    mid-exit with status -15 (143 in a shell) for a run marked complete. SIGTERM is set to ignored before `main`
+    installs its handler, so that `main` puts back "ignored", not the default, when it returns: no window. Child
+    processes that `main` starts inherit the default, not "ignored" (a handled signal is reset at exec)."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return main()
+
+
 def _stopped(name: str, rest: list[str], e: KeyboardInterrupt) -> int:
     """Ctrl-C or SIGTERM: the runs this process started marked interrupted (an --overwrite's old run put back), one
     line on stderr, exit 130 or 143."""
@@ -199,4 +213,4 @@ def _stopped(name: str, rest: list[str], e: KeyboardInterrupt) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console())

@@ -23,13 +23,16 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 __all__ = ["Terminated", "record", "requested", "clear", "check", "check_alone", "agreed", "distributed", "install"]
-__all__ += ["interrupt_for"]
+__all__ += ["interrupt_for", "deferred", "take_back"]
 
 _signal: int = 0  # the signal recorded (0: none); SIGTERM wins over SIGINT when both came
+_deferred: int = 0  # > 0 inside `deferred()`: the handler records only
+_installed: list[int] = []  # the signals `install` handles now (for `take_back`)
 
 
 class Terminated(KeyboardInterrupt):
@@ -76,6 +79,22 @@ def check_alone() -> None:
         check()
 
 
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Inside this block the handler only records the signal, in a single process too; the code inside stops at its
+    own safe points. For loops whose stop must be orderly rather than immediate: a training loop that saves a
+    checkpoint at the step's end (`anchorft.rpsft.stopping.StopOnSignal`; raising mid-step would leave the step
+    half applied, with nothing saved), a study that cancels its queued cells, tells the running ones to stop and
+    records those that finished (`anchorft.studies.grid`). The block's code must reach a `check()` (or test
+    `requested()`) within a bounded time: nothing else stops it."""
+    global _deferred
+    _deferred += 1
+    try:
+        yield
+    finally:
+        _deferred -= 1
+
+
 def distributed() -> Any:
     """`torch.distributed` when this process is one of a group of more than one, else None (torch is not
     imported here: a process that has not imported it is in no group)."""
@@ -114,7 +133,8 @@ def agreed(device: Any = None) -> int:
 
 def _handler(signum: int, frame) -> None:
     record(signum)
-    if distributed() is None:  # in a group, raising mid-collective on one rank deadlocks the others
+    # in a group, raising mid-collective on one rank deadlocks the others; inside `deferred()` the loop stops itself
+    if not _deferred and distributed() is None:
         raise interrupt_for(signum)
 
 
@@ -128,9 +148,21 @@ def install() -> Callable[[], None]:
     old = {signal.SIGTERM: signal.signal(signal.SIGTERM, _handler)}
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # a shell's background job ignores it
         old[signal.SIGINT] = signal.signal(signal.SIGINT, _handler)
+    _installed[:] = list(old)
 
     def restore() -> None:
+        _installed.clear()
         for signum, handler in old.items():
             signal.signal(signum, handler)
 
     return restore
+
+
+def take_back() -> None:
+    """Put anchorft's handler back on SIGTERM (and on SIGINT, where `install` took it) without clearing the record:
+    after library code installed its own (`ray.init` sets one that exits with status 15, and the run would be
+    marked failed, not interrupted). Only in the main thread, and only where `install` ran."""
+    if threading.current_thread() is not threading.main_thread() or not _installed:
+        return
+    for signum in _installed:
+        signal.signal(signum, _handler)

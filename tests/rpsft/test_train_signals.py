@@ -158,6 +158,46 @@ def test_during_training_stops_after_a_checkpoint_that_resumes(model_dir, jsonl,
     assert (out / "model.safetensors").read_bytes() == (ref / "model.safetensors").read_bytes()
 
 
+def test_a_raw_sigterm_in_one_process_saves_at_the_step_end_and_the_resumed_run_counts_the_whole_run(
+    model_dir, jsonl, tmp_path, capsys, monkeypatch
+):
+    """A SIGTERM not swallowed, in the middle of step 2 of a single process: inside training the handler only
+    records, so the step completes, checkpoint-2 is saved (save_steps is 100: only the stop saves it) and the run
+    exits 143; the rerun repeats no saved step, ends at the weights of a run never stopped, and its metrics.json
+    has the whole run's train_loss and token count, equal to that run's."""
+    from anchorft.rpsft.trainer import RPSFTTrainer
+
+    real, fired = RPSFTTrainer.training_step, []
+
+    def step(self, *a, **k):
+        if self.state.global_step == 1 and not fired:
+            _sigterm_raw(fired)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(RPSFTTrainer, "training_step", step)
+    out = tmp_path / "out"
+    assert cli(_argv(model_dir, jsonl, out)) == 143
+    _stopped(capsys, out, fired)
+    assert last_complete_checkpoint(out) == str(out / "checkpoint-2")
+    monkeypatch.setattr(RPSFTTrainer, "training_step", real)
+    steps_run = []
+    monkeypatch.setattr(
+        RPSFTTrainer,
+        "training_step",
+        lambda self, *a, **k: steps_run.append(self.state.global_step) or real(self, *a, **k),
+    )
+    assert cli(_argv(model_dir, jsonl, out)) == 0
+    assert steps_run == [2, 3]  # steps 3 and 4 only: the saved steps are not repeated
+    ref = tmp_path / "ref"
+    assert cli(_argv(model_dir, jsonl, ref)) == 0
+    assert (out / "model.safetensors").read_bytes() == (ref / "model.safetensors").read_bytes()
+    got, want = (json.loads((d / "metrics.json").read_text()) for d in (out, ref))
+    assert got["train_loss_steps"] == want["train_loss_steps"] == 4 and got["resumed_at_step"] == 2
+    assert got["train_loss"] == pytest.approx(want["train_loss"], rel=1e-6)
+    tokens = [[h["num_tokens"] for h in m["log_history"] if "num_tokens" in h][-1] for m in (got, want)]
+    assert tokens[0] == tokens[1] > 0
+
+
 def test_during_report_writing(model_dir, jsonl, tmp_path, capsys, monkeypatch):
     import anchorft.rpsft.train as train_mod
 

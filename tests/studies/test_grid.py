@@ -169,3 +169,114 @@ def test_bad_settings_fail_at_once(tmp_path):
     with pytest.raises(ValueError, match="workers and threads"):
         LocalProcesses(workers=2, threads=0)
     assert isinstance(executor_for(1, 3), InProcess) and isinstance(executor_for(2), LocalProcesses)
+
+
+def cell_of_kind(folder: str, cell: Cell) -> dict:
+    """A cell function for spawned workers: says it started (a file), then "quick" returns, "sleep" takes 2 s with
+    no safe point (it finishes after a signal), "loop" runs 20 s of steps, each a safe point (it stops at one)."""
+    import pathlib
+    import time
+
+    from anchorft import stop
+
+    pathlib.Path(folder, cell.name).touch()
+    if cell.spec["kind"] == "sleep":
+        time.sleep(2.0)
+    elif cell.spec["kind"] == "loop":
+        for _ in range(400):
+            stop.check()
+            time.sleep(0.05)
+    return {"kind": cell.spec["kind"]}
+
+
+def _kinds_cells() -> list[Cell]:
+    return [Cell("q", {"kind": "quick"}), Cell("s", {"kind": "sleep"}), Cell("l", {"kind": "loop"})] + [
+        Cell(f"l{i}", {"kind": "loop"}) for i in range(6)
+    ]
+
+
+def test_a_signal_stops_the_workers_promptly_and_records_every_cell_that_finished(tmp_path):
+    """SIGTERM to the parent with both workers mid-cell: the queued cells never start, the running ones are told to
+    stop (the looping cell stops at its next safe point), the cell that finishes after the signal is recorded, and
+    the study raises the signal within seconds."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from anchorft import stop
+
+    started = tmp_path / "started"
+    started.mkdir()
+    fired: list[float] = []
+
+    def fire() -> None:
+        while not ((started / "s").exists() and (started / "l").exists()):
+            time.sleep(0.02)
+        fired.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    grid = Grid(tmp_path / "grid")
+    fn = functools.partial(cell_of_kind, str(started))
+    restore = stop.install()
+    try:
+        threading.Thread(target=fire, daemon=True).start()
+        with pytest.raises(stop.Terminated):
+            grid.run(_kinds_cells(), fn, LocalProcesses(workers=2, threads=1), progress=False)
+        took = time.monotonic() - fired[0]
+    finally:
+        restore()
+        stop.clear()
+    names = {json.loads(line)["name"] for line in grid.path.read_text().splitlines()}
+    assert names == {"q", "s"}  # finished before the signal, and after it (its worker had no safe point)
+    assert {p.name for p in started.iterdir()} == {"q", "s", "l"}  # no queued cell started
+    assert took < 10, took  # "s" ends 2 s after it started; "l" at its next step
+
+
+GROUP_SCRIPT = """
+import functools, sys
+from anchorft import stop
+from anchorft.studies.grid import Grid, LocalProcesses
+from test_grid import _kinds_cells, cell_of_kind
+stop.install()
+try:
+    Grid(sys.argv[1]).run(_kinds_cells(), functools.partial(cell_of_kind, sys.argv[2]), LocalProcesses(2, 1),
+                          progress=False)
+except stop.Terminated:
+    sys.exit(143)
+"""
+
+
+def test_a_signal_to_the_whole_process_group_stops_parent_and_workers(tmp_path, children):
+    """SLURM's `scancel --signal=TERM` and Ctrl-C reach every process of the group: the workers (their handler is the
+    pool's initializer) stop their cells as cleanly as when the parent tells them; no worker is left."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    started = tmp_path / "started"
+    started.mkdir()
+    here = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here), str(here.parents[1] / "src")])}
+    p = children.start([sys.executable, "-c", GROUP_SCRIPT, str(tmp_path / "grid"), str(started)], env=env,
+                       stderr=subprocess.PIPE, text=True)  # fmt: skip
+    err = children.read_stderr(p)
+    children.wait_until(p, lambda: (started / "s").exists() and (started / "l").exists(), 120, lambda: "".join(err))
+    t0 = time.monotonic()
+    os.killpg(p.pid, signal.SIGTERM)
+    assert p.wait(timeout=30) == 143, "".join(err)[-2000:]
+    assert time.monotonic() - t0 < 10
+    text = "".join(err)
+    assert "Traceback" not in text, text[-2000:]
+    names = {json.loads(line)["name"] for line in (tmp_path / "grid" / RECORD).read_text().splitlines()}
+    assert names == {"q", "s"}
+    left = ""
+    for _ in range(50):  # the group empties (multiprocessing's resource tracker leaves when the parent's pipe closes)
+        left = subprocess.run(["ps", "-o", "pid,args", "-g", str(p.pid)], capture_output=True, text=True).stdout
+        if len(left.strip().splitlines()) <= 1:
+            break
+        time.sleep(0.1)
+    assert len(left.strip().splitlines()) <= 1, left  # no worker outlived the study

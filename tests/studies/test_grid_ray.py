@@ -310,3 +310,34 @@ def test_a_worker_node_killed_mid_study_then_resumed_loses_and_repeats_nothing(c
     assert rc == 0, err[-2000:]
     names = _record(tmp_path / "retried")
     assert len(names) == len(set(names)) == 6 and _sweep_json(tmp_path / "retried") == _sweep_json(tmp_path / "whole")
+
+
+def test_sigterm_to_a_study_on_the_cluster_exits_143_and_keeps_its_finished_cells(cluster, tmp_path, children):
+    """`ray.init` installs Ray's own SIGTERM handler (exit 15, the run marked failed): anchorft's is put back after
+    it. A SIGTERM once a cell finished and others run: the running tasks are cancelled, the study exits 143 within
+    seconds, marked interrupted, the finished cells recorded; the resumed study repeats none of them."""
+    if sum(n["Alive"] for n in _nodes(cluster.address)) < 2:
+        cluster.new_worker()
+    spec = str(_sweep_spec(tmp_path, steps=6000))
+    argv = ["w2s", "sweep", "--kind", "overlap", "--spec", spec, "--out", "study", "--quiet"]
+    proc = children.start([sys.executable, "-m", "anchorft", *argv, "--executor", "ray", "--address",
+                           cluster.address], cwd=tmp_path, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    err = children.read_stderr(proc)
+    children.wait_until(
+        proc, lambda: _record(tmp_path / "study") and _running_on(cluster.worker), 300, lambda: "".join(err)
+    )
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    rc = proc.wait(timeout=60)
+    took = time.monotonic() - t0
+    text = "".join(err)
+    assert rc == 143, text[-2000:]
+    assert took < 10, took
+    assert "terminated" in text.strip().splitlines()[-1] and "Traceback" not in text, text[-2000:]
+    assert json.loads((tmp_path / "study" / "anchorft-run.json").read_text())["status"] == "interrupted"
+    finished = _record(tmp_path / "study")
+    assert 1 <= len(finished) < 6
+    resumed = _cli(*argv, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    names = _record(tmp_path / "study")
+    assert names[: len(finished)] == finished and len(names) == len(set(names)) == 6

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from tqdm.auto import tqdm
 
+from anchorft import stop
 from anchorft.analysis.prompts import PromptItem, encode_batch
 
 __all__ = ["prompt_hidden_means", "drift_metrics"]
@@ -27,6 +28,7 @@ def prompt_hidden_means(
     device = next(model.parameters()).device
     out = []
     for start in tqdm(range(0, len(items), batch_size), desc=desc, leave=False):
+        stop.check_alone()  # a safe point per batch (anchorft.stop)
         enc = encode_batch(tokenizer, items[start : start + batch_size], max_length, with_completion=False)
         mask = enc["attention_mask"].to(device)
         hs = model(input_ids=enc["input_ids"].to(device), attention_mask=mask, output_hidden_states=True).hidden_states

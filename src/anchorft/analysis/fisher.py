@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 from tqdm.auto import tqdm
 
+from anchorft import stop
 from anchorft.analysis.prompts import encode_batch, load_prompts
 from anchorft.analysis.rotation import bases
 from anchorft.errors import UsageError
@@ -172,6 +173,7 @@ def fisher_overlap(
     was_training = model.training
     model.eval()  # no dropout: the gradient of the deterministic model
     for batch in tqdm(batches, desc="fisher", leave=False, disable=not progress):
+        stop.check_alone()  # a safe point per example (anchorft.stop)
         for name, g in example_grads(model, batch, names, params, dtype).items():
             u, v, rand = frames[name]
             total[name] += g.pow(2).sum().item()

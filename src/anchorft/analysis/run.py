@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from anchorft import stop
 from anchorft.analysis import plots
 from anchorft.analysis.config import AnalysisConfig
 from anchorft.analysis.drift import drift_metrics, prompt_hidden_means
@@ -80,6 +81,7 @@ def analyze_rotation(
     """
     out: dict[str, dict[str, dict]] = {mname: {} for mname in tuned}
     for name in tqdm(names, desc="rotation", leave=False, disable=not progress):
+        stop.check_alone()  # a safe point per matrix (anchorft.stop)
         w0 = base.get(name).to(device)
         b0 = bases(w0, k, svd, dtype, _generator(seed, name))
         for mname, src in tuned.items():

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from anchorft import stop
 from anchorft.eval.answers import MathChecker, last_boxed, math_equal
 from anchorft.io import pyplot, save_figure, write_json, write_text
 from anchorft.provenance import write_metrics
@@ -169,6 +170,7 @@ def select_verified(
     for idx in order:
         if len(out) >= size:
             break
+        stop.check()  # a safe point per row (anchorft.stop): a row's traces are verified in math-verify's worker
         row = ds[int(idx)]
         stats.rows_examined += 1
         traces = candidate_traces(row)

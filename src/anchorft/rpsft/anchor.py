@@ -26,6 +26,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from anchorft import stop
 from anchorft.rpsft.anchor_plan import plan_anchor, select_parameters, to_json
 from anchorft.rpsft.anchor_store import AnchorEntry, anchor_exists, load_anchor, save_anchor, weights_fingerprint
 from anchorft.rpsft.paper import PAPER_RANK
@@ -143,6 +144,7 @@ class SubspaceAnchor:
         entries = []
         all_named = dict(unwrap(model).named_parameters(remove_duplicate=False))
         for name, p in tqdm(named, desc="anchor SVD", unit="matrix", disable=not progress):
+            stop.check_alone()  # a safe point per matrix (anchorft.stop): an SVD of a large matrix takes seconds
             k = ranks[name]
             if k == 0:
                 continue

@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 from tqdm.auto import tqdm
 
+from anchorft import stop
+
 __all__ = ["encode_example", "named_parameters", "example_grads", "fisher_gradient_product"]
 
 
@@ -61,10 +63,12 @@ def fisher_gradient_product(
     model.eval()
     g = {n: torch.zeros(params[n].shape, dtype=dtype, device=params[n].device) for n in names}
     for batch in tqdm(id_batches, desc="SFT gradient", leave=False, disable=not progress):
+        stop.check_alone()  # a safe point per example (anchorft.stop)
         for n, gr in example_grads(model, batch, names, params, dtype).items():
             g[n] += gr / len(id_batches)
     fg = {n: torch.zeros_like(g[n]) for n in names}
     for batch in tqdm(ood_batches, desc="OOD Fisher x G", leave=False, disable=not progress):
+        stop.check_alone()  # a safe point per example (anchorft.stop)
         for n, h in example_grads(model, batch, names, params, dtype).items():
             fg[n] += h * ((h * g[n]).sum() / len(ood_batches))
     model.zero_grad(set_to_none=True)

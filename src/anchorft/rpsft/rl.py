@@ -266,7 +266,8 @@ def run_rl(
         resolved["anchor"] = {"repr": repr(anchor), "reference": args.anchor_reference, "ranks": anchor.ranks}
         anchor.save(out_dir / "anchor")
     write_json(out_dir / "config.json", resolved, indent=2, default=str)
-    trainer.train()
+    with stop.deferred():  # a signal stops training at the step's end, after a checkpoint (anchorft.rpsft.stopping)
+        trainer.train()
     stop.check(agree=True)  # stopped by a signal: the run is interrupted, not finished
 
     hist = [h for h in trainer.state.log_history if "reward" in h]

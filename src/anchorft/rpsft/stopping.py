@@ -14,7 +14,7 @@ from transformers import TrainerCallback
 
 from anchorft import stop
 
-__all__ = ["StopOnSignal", "add_stop_callback"]
+__all__ = ["StopOnSignal", "add_stop_callback", "CountsAcrossResume", "whole_run_loss"]
 
 
 class StopOnSignal(TrainerCallback):
@@ -34,7 +34,37 @@ class StopOnSignal(TrainerCallback):
         return control
 
 
+class CountsAcrossResume(TrainerCallback):
+    """A resumed run's token count goes on from the checkpoint's: TRL's SFTTrainer counts `num_tokens` from 0 in
+    each `train()` call (its count is not in the checkpoint), so after a stop and a resume the logged count would
+    cover the resumed part only. At the start of training (the checkpoint's state is loaded by then) the count is
+    set to the last one logged before the checkpoint."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        logged = [h["num_tokens"] for h in state.log_history if "num_tokens" in h]
+        if logged and hasattr(self.trainer, "_total_train_tokens"):
+            self.trainer._total_train_tokens = int(logged[-1])
+        return control
+
+
+def whole_run_loss(log_history: list[dict]) -> tuple[float | None, int]:
+    """The training loss of the whole run (before and after any resume) from the logged losses, each weighted by
+    the steps it covers (a log's "loss" is the mean over the steps since the previous log); and the number of
+    steps covered. transformers' own `train_loss` covers the steps of the last `train()` call only."""
+    total, covered, last = 0.0, 0, 0
+    for h in log_history:
+        if "loss" in h and "step" in h:
+            n = int(h["step"]) - last
+            if n > 0:
+                total, covered, last = total + float(h["loss"]) * n, covered + n, int(h["step"])
+    return (total / covered if covered else None), covered
+
+
 def add_stop_callback(trainer) -> None:
     """Add `StopOnSignal` to `trainer` (a transformers Trainer) after its own callbacks, so that its request to
     save and stop is the last word at a step's end."""
     trainer.add_callback(StopOnSignal())
+    trainer.add_callback(CountsAcrossResume(trainer))

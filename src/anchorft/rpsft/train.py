@@ -30,6 +30,7 @@ from anchorft.rpsft.peft_methods import gather_adapter, merge_adapter, tuner_lay
 from anchorft.rpsft.recipes import NOT_HASHED
 from anchorft.rpsft.release_format import ReleaseCollator, release_dataset, release_family
 from anchorft.rpsft.sharding import unwrap
+from anchorft.rpsft.stopping import whole_run_loss
 from anchorft.rpsft.trainer import RPSFTTrainer, frozen_copy
 from anchorft.runs import check_output_dir, claim_output, same_run
 
@@ -151,6 +152,10 @@ def _write_run_artifacts(trainer: RPSFTTrainer, out: str, final_drift: dict | No
     write_json(os.path.join(out, "rpsft_config.json"), args.to_dict(), indent=1, default=str)
     hist = trainer.state.log_history
     metrics = {"method": args.method, "global_step": trainer.state.global_step, "log_history": hist}
+    # the whole run's loss, before and after a resume (log_history's last "train_loss" is transformers' own: the
+    # steps of the last train() call only)
+    metrics["train_loss"], metrics["train_loss_steps"] = whole_run_loss(hist)
+    metrics["resumed_at_step"] = getattr(trainer, "_initial_global_step", 0) or None
     if torch.cuda.is_available() and torch.cuda.is_initialized():  # this process's peak (rank 0), for the checks
         metrics["cuda_peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
     if final_drift is not None and trainer._anchor is not None:
@@ -275,7 +280,11 @@ def train(
     resume = args.resume_from_checkpoint
     if isinstance(resume, str) and resume.lower() in ("true", "false"):
         resume = resume.lower() == "true"
-    trainer.train(resume_from_checkpoint=resume)
+    # the handler only records inside training, in one process as in a group: `StopOnSignal` saves a checkpoint at
+    # the step's end and stops (a raise mid-step would leave the step half applied and save nothing); the worst
+    # delay from the signal to the exit is one optimiser step plus that save
+    with stop.deferred():
+        trainer.train(resume_from_checkpoint=resume)
     # stopped by a signal (anchorft.rpsft.stopping: every rank at the same step, after a checkpoint): raise it, so
     # that the run is marked interrupted rather than finished
     stop.check(agree=True)

@@ -14,7 +14,12 @@ spawned); `Grid(folder, context).run(cells, fn, executor)` runs the cells not ye
   (`CellLost`). A failed line is not a result: the same command reruns exactly the lost cells.
 - Threads: the executor runs every cell on `threads` torch threads (`anchorft.threads.pinned_threads`), whatever
   the number of workers or the machine's cores: a cell's numbers do not depend on how many run at once.
-- Signals: the runner checks for a stop (`anchorft.stop`) between cells; what finished is in the record.
+- Signals (`anchorft.stop`): at a SIGTERM or Ctrl-C the queued cells are cancelled, the cells in flight are told
+  to stop (a worker process gets the signal and stops at its cell's next safe point; a Ray task is cancelled), and
+  every cell that finished before its worker stopped is recorded; then the study raises the signal (exit 143 or
+  130). The worker processes handle the signal themselves (the pool's initializer), so a signal sent to the whole
+  process group (SLURM's `scancel --signal=TERM`, Ctrl-C in a terminal) stops them as cleanly as one sent to the
+  parent: temporary folders removed, nothing half written.
 - Executors: `InProcess` (one cell at a time, in this process), `LocalProcesses` (`workers` spawned processes) and
   `RayTasks` (each cell a Ray task on a cluster, `RayCluster`). Another executor only has to implement
   `Executor.map`. The record stays with the grid, in its folder, whichever executor ran a cell: a study started
@@ -32,7 +37,7 @@ import json
 import multiprocessing as mp
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -73,9 +78,33 @@ class Lost:
     why: str
 
 
+_WORKER_DEFERRAL: list = []  # a spawned worker's `stop.deferred()`, entered once by `_worker_init`
+_POLL = 0.25  # seconds between looks at the signal record while cells run elsewhere (the stop's latency)
+
+
 def _run_pinned(fn: CellFn, threads: int, cell: Cell) -> dict:
+    stop.check()  # a signal that came while this process waited for the cell: it does not start
     with pinned_threads(threads):
         return fn(cell)
+
+
+def _worker_init() -> None:
+    """A spawned worker's handler (the pool's initializer): SIGTERM and Ctrl-C recorded (`anchorft.stop`), and the
+    cell stops at its next safe point: every long loop of the library has one (tests/test_stop_loops.py). Record
+    only, never a raise where the signal lands: a worker between cells waits in the pool's own queue code, where a
+    raise would crash it with a traceback; a worker's stop never needs to be faster than a step."""
+    stop.install()
+    _WORKER_DEFERRAL.append(stop.deferred())  # held (and so in force) for the life of the worker
+    _WORKER_DEFERRAL[-1].__enter__()
+
+
+def _tell(pids: list[int], signum: int) -> None:
+    """Send `signum` to the worker processes `pids` that are still there."""
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 class Executor(Protocol):
@@ -92,7 +121,7 @@ class InProcess:
     threads: int = 1
 
     def map(self, fn: CellFn, cells: list[Cell]) -> Iterator[tuple[Cell, dict]]:
-        for cell in cells:
+        for cell in cells:  # the cell's own loops are the safe points (anchorft.stop); and one before each cell
             yield cell, _run_pinned(fn, self.threads, cell)
 
 
@@ -110,14 +139,32 @@ class LocalProcesses:
 
     def map(self, fn: CellFn, cells: list[Cell]) -> Iterator[tuple[Cell, dict]]:
         run = functools.partial(_run_pinned, fn, self.threads)
-        pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"))
+        pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"), initializer=_worker_init)
+        stopping = False
         try:
-            futures = {pool.submit(run, c): c for c in cells}
-            for fut in as_completed(futures):
-                yield futures[fut], fut.result()
+            # the handler records only while the workers run the cells: the stop is this loop's (module docstring)
+            with stop.deferred():
+                pending = {pool.submit(run, c): c for c in cells}
+                while pending:
+                    if stop.requested() and not stopping:
+                        stopping = True
+                        for fut in pending:  # queued cells never start; a running one is not cancelled here
+                            fut.cancel()
+                        _tell([p.pid for p in (pool._processes or {}).values()], stop.requested())
+                    done, _ = wait(pending, timeout=_POLL, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        cell = pending.pop(fut)
+                        if fut.cancelled():
+                            continue
+                        err = fut.exception()
+                        if err is None:
+                            yield cell, fut.result()  # finished (before or after the signal): recorded
+                        elif not (stopping or stop.requested()):
+                            raise err
+                        # else: stopped by the signal, or lost with a worker it killed: runs again on resume
         finally:
             # stopped (a signal, a failed cell) or done: the queued cells are dropped, not run unrecorded (the
-            # executor's own exit would wait for every one of them); the running ones finish
+            # executor's own exit would wait for every one of them); after a failed cell the running ones finish
             pool.shutdown(wait=True, cancel_futures=True)
 
 
@@ -209,27 +256,43 @@ class RayTasks:
         if started:  # worker output stays in the cluster's logs (the command's stdout is its results)
             ray.init(address=self.cluster.address, log_to_driver=False, include_dashboard=False,
                      configure_logging=False)  # fmt: skip
+            stop.take_back()  # ray.init's own SIGTERM handler exits with status 15: the run would be marked failed
         task = ray.remote(_run_in).options(
             num_cpus=self.threads, num_gpus=self.cluster.gpus, max_retries=self.cluster.retries, retry_exceptions=False
         )
         refs = {task.remote(os.getcwd(), fn, self.threads, c): c for c in cells}
+        stopping = False
         try:
-            while refs:
-                done, _ = ray.wait(list(refs), num_returns=1)
-                cell = refs.pop(done[0])
-                try:
-                    result = ray.get(done[0])
-                except ray.exceptions.RayTaskError as e:  # the cell's own error, as in this process
-                    raise (e.cause if isinstance(e.cause, BaseException) else e) from None
-                except ray.exceptions.RayError as e:  # its worker or node lost, retries spent: the others go on
-                    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-                    result = Lost(f"lost after {self.cluster.retries} retries ({type(e).__name__}: {first})")
-                yield cell, result
+            with stop.deferred():  # the handler records only while the cluster runs the cells (module docstring)
+                while refs:
+                    if stop.requested() and not stopping:
+                        stopping = True
+                        for ref in refs:  # queued tasks never start; running ones get a KeyboardInterrupt
+                            ray.cancel(ref, force=False)
+                    done, _ = ray.wait(list(refs), num_returns=1, timeout=_POLL)
+                    if not done:
+                        continue
+                    cell = refs.pop(done[0])
+                    try:
+                        result = ray.get(done[0])
+                    except (ray.exceptions.TaskCancelledError, ray.exceptions.RayTaskError) as e:
+                        if stopping or stop.requested():  # stopped by the signal: runs again on resume
+                            continue
+                        if isinstance(e, ray.exceptions.TaskCancelledError):
+                            raise
+                        raise (e.cause if isinstance(e.cause, BaseException) else e) from None  # the cell's own
+                    except ray.exceptions.RayError as e:  # its worker or node lost, retries spent: the others go on
+                        if stopping or stop.requested():
+                            continue
+                        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                        result = Lost(f"lost after {self.cluster.retries} retries ({type(e).__name__}: {first})")
+                    yield cell, result
         finally:  # stopped, failed or done: nothing of this study keeps running on the cluster
             for ref in refs:
                 ray.cancel(ref, force=True)
             if started:
                 ray.shutdown()
+                stop.take_back()
 
 
 def executor_for(workers: int, threads: int = 1, cluster: RayCluster | None = None) -> Executor:
@@ -309,7 +372,7 @@ class Grid:
 
         bar = tqdm(total=len(todo), desc=desc, disable=not progress or not todo)
         lost: dict[str, str] = {}
-        for cell, res in (executor or InProcess()).map(fn, todo):
+        for cell, res in (executor or InProcess()).map(fn, todo):  # stop: the executors check (module docstring)
             self._append(cell, res)
             if isinstance(res, Lost):
                 lost[cell.name] = res.why
@@ -318,8 +381,9 @@ class Grid:
                 if on_result:
                     on_result(cell, res)
             bar.update()
-            stop.check()  # a safe point (anchorft.stop): every cell that finished is in the record
         bar.close()
+        # a safe point (anchorft.stop): after a signal the executor yields every cell that finished, then ends
+        stop.check()
         if lost:
             first, why = next(iter(lost.items()))
             others = f" and {len(lost) - 1} more ({', '.join(list(lost)[1:])})" if len(lost) > 1 else ""

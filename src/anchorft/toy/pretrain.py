@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 import anchorft
+from anchorft import stop
 from anchorft.io import write_json
 from anchorft.provenance import with_provenance
 from anchorft.runs import run_claimed
@@ -295,6 +296,7 @@ def _pretrain(cfg: PretrainConfig, out_dir: Path, progress: bool) -> dict:
     carry: list = []  # documents drawn but not yet packed (see _batch)
     bar = tqdm(range(cfg.steps), desc="toy pretrain", disable=not progress)
     for step in bar:
+        stop.check()  # a safe point per step (anchorft.stop): a signal swallowed in the last step stops here
         for g in opt.param_groups:
             g["lr"] = _lr_at(step, cfg)
         ids, labels, pos, mask = _batch(cfg, tok, rng, carry)  # (B, T) each; mask (B, 1, T, T) or None

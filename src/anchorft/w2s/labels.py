@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from anchorft import stop
 from anchorft.w2s.config import W2SConfig
 from anchorft.w2s.hermite import get_activation, measured_coefficients
 from anchorft.w2s.problem import Problem
@@ -123,6 +124,7 @@ def label_mean(config: W2SConfig, problem: Problem) -> torch.Tensor:
     total = torch.zeros(problem.n_seeds, dtype=torch.float64, device=problem.w0.device)
     done, block = 0, 8192
     while done < config.center_samples:
+        stop.check()  # a safe point per block (anchorft.stop)
         n = min(block, config.center_samples - done)
         x, basis = generative_inputs(config, problem, n, CENTER_STREAM * 1000 + done // block)
         total += _raw_w2s_labels(config, problem, x, basis).double().sum(-1)

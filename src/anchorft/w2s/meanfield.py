@@ -44,6 +44,7 @@ import numpy as np
 import torch
 from scipy.integrate import solve_ivp
 
+from anchorft import stop
 from anchorft.w2s.config import W2SConfig
 from anchorft.w2s.dynamics import schedule_factor, step_scale
 from anchorft.w2s.hermite import get_activation, hermite_coefficients, measured_coefficients
@@ -223,6 +224,7 @@ class _RHS:
         return Q, M
 
     def __call__(self, t: float, y: np.ndarray) -> np.ndarray:
+        stop.check()  # the ODE's loop runs inside solve_ivp: its safe point is the right-hand side (anchorft.stop)
         Q, M = self.unpack(y)
         a, d = self.a, self.deg
         m = M[:, 0]  # overlaps with theta_kappa (reference 0): Cov(lambda_j, nu)
