@@ -318,7 +318,7 @@ def test_sigterm_to_a_study_on_the_cluster_exits_143_and_keeps_its_finished_cell
     seconds, marked interrupted, the finished cells recorded; the resumed study repeats none of them."""
     if sum(n["Alive"] for n in _nodes(cluster.address)) < 2:
         cluster.new_worker()
-    spec = str(_sweep_spec(tmp_path, steps=6000))
+    spec = str(_sweep_spec(tmp_path, steps=30000))
     argv = ["w2s", "sweep", "--kind", "overlap", "--spec", spec, "--out", "study", "--quiet"]
     proc = children.start([sys.executable, "-m", "anchorft", *argv, "--executor", "ray", "--address",
                            cluster.address], cwd=tmp_path, stderr=subprocess.PIPE, text=True)  # fmt: skip
