@@ -323,9 +323,8 @@ def test_sigterm_to_a_study_on_the_cluster_exits_143_and_keeps_its_finished_cell
     proc = children.start([sys.executable, "-m", "anchorft", *argv, "--executor", "ray", "--address",
                            cluster.address], cwd=tmp_path, stderr=subprocess.PIPE, text=True)  # fmt: skip
     err = children.read_stderr(proc)
-    children.wait_until(
-        proc, lambda: _record(tmp_path / "study") and _running_on(cluster.worker), 300, lambda: "".join(err)
-    )
+    # the first cell recorded: the others are running or queued (each takes seconds)
+    children.wait_until(proc, lambda: bool(_record(tmp_path / "study")), 300, lambda: "".join(err))
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     rc = proc.wait(timeout=60)
