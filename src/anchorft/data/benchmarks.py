@@ -69,6 +69,18 @@ def sha256(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
+def _not_the_release_file(dest: Path, digest: str) -> str | None:
+    """None when `dest` is a file whose SHA-256 is `digest`, else what is wrong with it. Every byte is hashed on
+    every run: neither the size nor the modification time is trusted."""
+    if dest.is_dir():
+        return "an empty folder, where the release's file goes"
+    try:
+        have = sha256(dest)
+    except OSError as err:  # unreadable: cannot be checked, so not the release's file
+        return f"present but unreadable ({err.strerror or type(err).__name__}): its SHA-256 cannot be checked"
+    return None if have == digest else "present with another SHA-256 than the release's"
+
+
 def _source_root(source: Path) -> Path:
     """The folder holding id/ and ood/: SOURCE itself, or SOURCE/evaluation/data (a clone of the release)."""
     if not source.is_dir():
@@ -105,7 +117,9 @@ def fetch_benchmarks(
 
     source: a local folder to copy from (a copy of `evaluation/data/` or a clone of the release); None downloads
     from `base_url`/PATH. include: optional sets asked for by name ("gpqa"). A file already in `out` with the
-    right SHA-256 is kept; one with another is refused unless `overwrite`. Returns {path: sha256} of every file.
+    right SHA-256 is kept (hashed again on every call: size and time are never trusted); anything else there (another
+    SHA-256, an unreadable file, an empty folder) is refused unless `overwrite`, which replaces it; a folder with files
+    in it is refused even then. Returns {path: sha256} of every file.
     """
     out = Path(out)
     files = dict(FILES)
@@ -132,13 +146,20 @@ def _fetch(files: dict, out: Path, root: Path | None, base_url: str, overwrite: 
         dest = out / rel
         step = f"[{i}/{len(files)}] {rel}"
         if dest.exists():
-            have = sha256(dest)
-            if have == digest:
+            wrong = _not_the_release_file(dest, digest)
+            if wrong is None:
                 log(f"{step}: already there, checked")
-                done[rel] = have
+                done[rel] = digest
                 continue
+            if dest.is_dir() and any(dest.iterdir()):  # never deleted, even with --overwrite
+                raise ValueError(
+                    f"{dest}: a folder with files in it, where the release's file goes; move it away (--overwrite "
+                    "replaces a file or an empty folder, never a folder's files)"
+                )
             if not overwrite:
-                raise ValueError(f"{dest}: present with another SHA-256 than the release's; --overwrite replaces it")
+                raise ValueError(f"{dest}: {wrong}; --overwrite replaces it")
+            if dest.is_dir():
+                dest.rmdir()  # empty: the checked file takes its place
         if root is not None:
             path = root / rel
             if not path.is_file():

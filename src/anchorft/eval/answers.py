@@ -116,24 +116,38 @@ def parse_choices(question: str) -> dict[str, str]:
     return out
 
 
-_WRAPPERS = re.compile(r"\\(?:text|textbf|mathrm|mathbf|textit|texttt)\s*\{([^{}]*)\}")
-_LABEL_HEAD = re.compile(r"^\(?\s*([A-Z]|\d{1,2})\s*\)?(?:[.:)]|\s|$)")
-# "answer is (C)", "Answer: C", "option B": words in any case, the label in capitals ("answer is a bank": none)
-_ANSWER_PHRASE = re.compile(r"(?i:answer|option|choice)\s*(?i:is|:)?\s*[:\s]*\(?\s*\**\s*([A-Z]|\d{1,2})\b\s*\)?")
+# the formatting commands read through around an answer (a label, or a math answer as a whole)
+_FORMATTING = r"text|textbf|textit|textrm|texttt|mathbf|mathrm|mathit|boldsymbol"
+_WRAPPERS = re.compile(r"\\(?:" + _FORMATTING + r")\s*\{([^{}]*)\}")
+_LABEL_STRIP = "()[]*.,;:! "  # brackets, bold, spaces and punctuation around a label
+# a label at the head of "C. text" / "(C) text"; a number label followed by a digit after `.` or `:` is a number (1.5)
+_LABEL_HEAD = re.compile(r"^\(?\s*([A-Z]|\d{1,2})\s*\)?(?:[.:)](?!\d)|\s|$)")
+# "answer is (C)", "Answer: C", "option B", "answer is $\textbf{C}$": words in any case, the label in capitals
+# ("answer is a bank": none), a whole word, a number label not the head of a decimal ("answer: 1.5": none). One
+# repetition over the whitespace and wrappers: a long run of spaces costs linear time, not polynomial backtracking.
+_ANSWER_PHRASE = re.compile(
+    r"(?i:answer|option|choice)(?:\s*(?i:is))?(?:[:\s(\[*$]|\\(?:" + _FORMATTING + r")\s*\{)*"
+    r"([A-Z]|\d{1,2}(?![.,]\d))\b"
+)
 
 
 def _norm_text(s: str) -> str:
     return re.sub(r"\s+", " ", s).strip().strip(".").casefold()
 
 
+def _unwrap(raw: str) -> str:
+    """`raw` without its formatting commands (to any depth, innermost first: \\text{\\textbf{C}}) and `$` signs."""
+    s, n = raw, 1
+    while n:
+        s, n = _WRAPPERS.subn(r"\1", s)
+    return s.replace("$", "").strip()
+
+
 def _resolve_label(raw: str, choices: dict[str, str]) -> str | None:
     """Map one extracted string (a box content) to a label of `choices`, or None."""
-    s = raw
-    for _ in range(3):  # unwrap nested \text{\textbf{C}}
-        s = _WRAPPERS.sub(r"\1", s)
-    s = s.replace("$", "").strip()
+    s = _unwrap(raw)
     labels = set(choices)
-    bare = s.strip("()[]*. :").upper() if len(s.strip("()[]*. :")) <= 2 else None
+    bare = s.strip(_LABEL_STRIP).upper() if len(s.strip(_LABEL_STRIP)) <= 2 else None
     if bare in labels:
         return bare
     m = _LABEL_HEAD.match(s)
@@ -152,12 +166,15 @@ def _resolve_label(raw: str, choices: dict[str, str]) -> str | None:
 
 def extract_choice(response: str, choices: dict[str, str]) -> str | None:
     """The option label a response picks: its last \\boxed{} (a label, "C. text", or an option's text),
-    a bare label ("C", "(C)"), else the last "answer is (C)" / "Answer: C" phrase; None when nothing
-    names a valid label. Labels 1., 2., ... answered with a letter map A -> 1, B -> 2, ..."""
+    a bare label ("C", "(C)", "**C**"), else the last "answer is (C)" / "Answer: C" phrase; None when nothing
+    names a valid label. Labels 1., 2., ... answered with a letter map A -> 1, B -> 2, ... Formatting commands
+    (any depth), `$`, bold, brackets and trailing punctuation around a label are read through; a label is a
+    whole word (`Cat`, `1.5` name none); in a phrase only a capital letter is a label ("answer is a bank")."""
     if not choices:
         raise ValueError("choices is empty: not a multiple-choice item")
     boxed = last_boxed(response)
-    if boxed is None and len(response.strip()) <= 4:  # a bare "C" / "(C)" / "C."
+    # a bare "C" / "(C)" / "C." / "**C**" / "$\\textbf{C}$": a response that is one label in wrappers
+    if boxed is None and (len(response.strip()) <= 4 or len(_unwrap(response).strip(_LABEL_STRIP)) <= 2):
         boxed = response.strip()
     if boxed is not None:
         label = _resolve_label(boxed, choices)
@@ -187,7 +204,7 @@ def _parse_boxed_uncached(expr: str):
 _parse_boxed = lru_cache(maxsize=4096)(_parse_boxed_uncached)  # an undecorated body: mutation testing reaches it
 
 
-_WRAP_RE = re.compile(r"\\(?:text|textbf|textit|textrm|mathbf|mathrm|mathit|boldsymbol)\s*\{")
+_WRAP_RE = re.compile(r"\\(?:" + _FORMATTING + r")\s*\{")
 
 
 def _one_wrapper(expr: str) -> str:
@@ -201,8 +218,29 @@ def _one_wrapper(expr: str) -> str:
     return expr
 
 
+def _drop_trailing(expr: str) -> str:
+    """`expr` stripped, without a sentence's trailing `.`, `,` or `;` (`5.` -> `5`); `\\,` (a thin space) is kept."""
+    expr = expr.strip()
+    cut = expr.rstrip(".,; \t\n")
+    if cut.endswith("\\"):  # `5\,`: the comma is the command's
+        cut = expr[: len(cut) + 1]
+    return cut
+
+
+def _inside_wrapper(expr: str) -> str | None:
+    """What one formatting wrapper around the whole answer holds (`\\textbf{0.75}` -> `0.75`); None if none."""
+    m = _WRAP_RE.match(expr)
+    if m and _balanced(expr, m.end() - 1) == len(expr) - 1:
+        return expr[m.end() : -1].strip() or None
+    return None
+
+
 def parsed_equal(gold: str, answer: str) -> bool:
     """math-verify equivalence, gold first: verify(parse(gold), parse(answer)); both parsed as \\boxed{...}.
+
+    A trailing `.`, `,` or `;` is dropped (`5.` reads as 5: math-verify parses none of them). A formatting
+    wrapper around the whole answer is read both ways, as math-verify reads it and without it: math-verify
+    reads `\\textbf{0.75}` as a symbol named 0.75 (unequal to 0.75) and `\\textbf{12\\text{ cm}}` as text.
 
     No string shortcut and no timeout here (math-verify's own are turned off: they use signal.alarm,
     which only works on the main thread); call it through `MathChecker` for a timeout that works anywhere.
@@ -210,13 +248,21 @@ def parsed_equal(gold: str, answer: str) -> bool:
     from math_verify import verify  # lazy: loads math-verify (and sympy)
 
     _quiet_math_verify()
-    gold, answer = _one_wrapper(str(gold).strip()), _one_wrapper(str(answer).strip())
+    gold, answer = (_one_wrapper(_drop_trailing(str(x))) for x in (gold, answer))
     if not answer:
         return False
     g, a = _parse_boxed(gold), _parse_boxed(answer)
-    if not g or not a:
+    if not g:
         return False
-    return bool(verify(g, a, timeout_seconds=None))
+    if a and verify(g, a, timeout_seconds=None):
+        return True
+    inner = answer  # \textbf{\text{0.75.}} -> 0.75: the answer without its wrappers (and their trailing `.`)
+    while (peeled := _inside_wrapper(inner)) is not None:
+        inner = _drop_trailing(peeled)
+    if inner == answer or not inner:
+        return False
+    a = _parse_boxed(inner)
+    return bool(a and verify(g, a, timeout_seconds=None))
 
 
 def math_equal(gold: str, answer: str) -> bool:
