@@ -88,9 +88,9 @@ def commands(work: Path) -> dict[str, dict]:
             "step": r"(w2s|sft): +\d",
         },
         "toy pretrain": {
-            "argv": ["toy", "pretrain", "--preset", "smoke", "--steps", "3000", "--no-cache", "--out", "OUT"],
+            "argv": ["toy", "pretrain", "--preset", "smoke", "--steps", "600", "--no-cache", "--out", "OUT"],
             "prepare": r"toy pretrain",
-            "step": r"toy pretrain:.*\b[1-9]\d*/3000",
+            "step": r"toy pretrain:.*\b[1-9]\d*/600",
         },
         "anchorft train (1 process)": {
             "argv": [
