@@ -11,7 +11,14 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from anchorft.studies.testbed.compare import finetune_dataset, run_compare
-from anchorft.studies.testbed.compare_config import PRESETS, RunSpec, expand_sweeps, load_config, paper_rank
+from anchorft.studies.testbed.compare_config import (
+    PRESETS,
+    RunSpec,
+    expand_sweeps,
+    load_config,
+    paper_rank,
+    plumbing_only,
+)
 from anchorft.studies.testbed.report import acceptance
 
 
@@ -141,8 +148,36 @@ def test_acceptance():
     base = {"id_greedy": 0.1, "ood_mean": 0.95}
     good = {"base": base, "methods": {"sft": {"id_greedy": 0.3, "ood_mean": 0.8}}}
     assert acceptance(good)["ok"]
-    bad = {"base": base, "methods": {"sft": {"id_greedy": 0.15, "ood_mean": 0.5}}}
-    assert not acceptance(bad)["ok"]
+    # the bars: +5 ID points (base 15 of the verdict gained +8.4), 10 OOD points lost; each at its edge
+    assert acceptance({"base": base, "methods": {"sft": {"id_greedy": 0.151, "ood_mean": 0.849}}})["ok"]
+    assert not acceptance({"base": base, "methods": {"sft": {"id_greedy": 0.149, "ood_mean": 0.5}}})["ok"]
+    assert not acceptance({"base": base, "methods": {"sft": {"id_greedy": 0.3, "ood_mean": 0.851}}})["ok"]
+
+
+def test_a_plumbing_check_says_so_first_and_is_not_judged(tmp_path, monkeypatch):
+    """The smoke preset's report and plot say in their first line that it is a plumbing check, and its acceptance
+    line says "not judged" whatever its numbers; a comparison of the demo's size is judged."""
+    from anchorft.studies.testbed import report as rep
+
+    assert plumbing_only(load_config("smoke")) == "60 pretraining steps, 4 fine-tuning steps"
+    assert plumbing_only(load_config("demo")) is None and plumbing_only(load_config("default")) is None
+    titles = []
+    monkeypatch.setattr(rep, "save_figure", lambda fig, path, **kw: titles.append(fig.axes[0].get_title()))
+    for why, id_greedy in (("60 pretraining steps, 4 fine-tuning steps", 0.0), (None, 0.0), (None, 0.5)):
+        res = _fake_results({"sft": (id_greedy, 0.3)})
+        if why:
+            res["settings"]["plumbing_only"] = why
+        rep.write_report(res, tmp_path / "report.md")
+        text = (tmp_path / "report.md").read_text()
+        first, accept = text.splitlines()[0], next(x for x in text.splitlines() if x.startswith("Acceptance"))
+        rep.write_tradeoff_plot(res, tmp_path / "tradeoff.png")
+        if why:
+            assert first == f"# Plumbing check only (smoke preset: {why}): its numbers say nothing about the methods."
+            assert titles[-1].startswith("Plumbing check only (smoke preset: 60 pretraining steps")
+            assert "not judged on the smoke preset" in accept and "met" not in accept
+        else:
+            assert "Plumbing" not in first and not titles[-1].startswith("Plumbing")
+            assert accept.endswith(": NOT met.") if id_greedy == 0.0 else accept.endswith(": met.")
 
 
 def test_smoke_compare_end_to_end(tmp_path, monkeypatch):
@@ -175,6 +210,9 @@ def test_smoke_compare_end_to_end(tmp_path, monkeypatch):
         diff = sum(float((a - b).abs().sum()) for a, b in zip(base.parameters(), sft.parameters()))
     assert diff > 0
     assert "| sft |" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert report.startswith("# Plumbing check only (smoke preset: 60 pretraining steps, 4 fine-tuning steps)")
+    assert "not judged on the smoke preset" in report and "NOT met" not in report
 
 
 @pytest.mark.slow

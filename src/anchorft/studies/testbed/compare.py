@@ -42,6 +42,7 @@ from anchorft.studies.testbed.compare_config import (
     expand_sweeps,
     load_config,
     per_base,
+    plumbing_only,
 )
 from anchorft.studies.testbed.layout import base_folder, model_dir, run_dir
 from anchorft.studies.testbed.report import write_report, write_tradeoff_plot
@@ -297,6 +298,8 @@ def run_compare(
             "val_items": {s: len(v) for s, v in val_sets.items()},
             "seeds": cfg.seeds,
             "pretrained": str(base_dir),
+            "pretrain_seed": cfg.pretrain.seed,
+            **({"plumbing_only": why} if (why := plumbing_only(cfg)) else {}),
         },
     )
     specs = {r.name: r for r in cfg.runs}
