@@ -5,6 +5,7 @@ arguments after `verdict`. The study is `anchorft.studies.testbed.verdict`.
 
 anchorft toy verdict --from DIR [DIR ...] --runs RUN [RUN ...] --front RUN [RUN ...] --out DIR
                      [--pick GROUP=RUN,RUN ...] [--split reported|val] [--boot N] [--seed S] [--level 0.95]
+                     [--method hull-bc|first] [--confirm ROW] [--sesoi POINTS]
 anchorft toy verdict --from DIR [DIR ...] --power RUN=REFERENCE --out DIR [--bases 4 6 8] [--seeds 3 5] [--items N]
 """
 
@@ -43,7 +44,7 @@ def main_verdict(argv: list[str]) -> int:
             return table
         return study.run_verdict(
             args.sources, args.runs or [], args.front, args.out, args.split, args.boot, args.seed, args.level,
-            args.also, picks,
+            args.also, picks, args.method, args.confirm, args.sesoi,
         )  # fmt: skip
 
     result = run_claimed(args.out, "toy verdict", run, work, overwrite=args.overwrite)

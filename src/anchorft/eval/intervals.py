@@ -11,8 +11,15 @@ Three tools, each a pure function:
 - `hartung_knapp`: the random-effects mean of per-base estimates y_b with variances v_b (DerSimonian and Laird
   1986 for the between-base variance tau^2), with the Hartung-Knapp variance and a t interval on k - 1 degrees
   of freedom (Hartung and Knapp 2001; IntHout et al. 2014): with 4 bases the 97.5 % point is 3.18, not 1.96.
-  With few bases whose estimates agree by chance the Hartung-Knapp variance can fall below the fixed-effect one;
-  the variance is therefore never taken below it (the ad hoc modification of Roever, Knapp and Friede 2015).
+  With few bases whose estimates agree by chance the Hartung-Knapp variance can fall below the random-effects one,
+  1 / sum w* (the inverse of the summed weights 1 / (v_b + tau^2), not the fixed-effect 1 / sum 1 / v_b); the
+  variance is therefore never taken below it (the ad hoc modification, max(1, q), of Roever, Knapp and Friede
+  2015).
+- `bias_corrected`: a bootstrap's bias-corrected estimate and normal interval, estimate - b +- z se with
+  b = mean(replicates) - estimate (Efron and Tibshirani 1993, sec. 10.2; Davison and Hinkley 1997, eq. 2.14 and
+  sec. 5.2): a front fitted to the same scores is a maximum of noisy means, biased upward, and a percentile interval
+  carries its noise but not its bias.
+- `holm`: Holm's step-down adjusted p-values (Holm 1979), for many options judged at once.
 - `variance_components` and `detectable_effect`: the between-base, between-seed and item variances of a balanced
   pilot (bases x seeds x items, nested ANOVA by the method of moments), and the smallest true effect a design of
   B bases, S seeds and I items finds with the stated power, (t_{1-alpha/2, B-1} + t_{power, B-1}) x SE, with
@@ -27,6 +34,7 @@ import numpy as np
 from scipy import stats
 
 __all__ = ["paired_bootstrap", "hartung_knapp", "variance_components", "detectable_effect", "standard_error"]
+__all__ += ["bias_corrected", "bias_aware_p", "holm", "t_test_p"]
 
 Scores = Mapping[str, Mapping[str, np.ndarray]]  # method -> item set -> (seeds, items)
 
@@ -116,14 +124,71 @@ def paired_bootstrap(
     return {**out, "values": reps} if keep else out
 
 
+def bias_corrected(estimate: float, values, level: float = 0.95) -> dict[str, float]:
+    """The bootstrap's bias b = mean(values) - estimate, the bias-corrected estimate estimate - b, the replicates'
+    SD (ddof 1), the normal interval estimate - b -+ z_{(1+level)/2} SD (Efron and Tibshirani 1993, sec. 10.2;
+    Davison and Hinkley 1997, eq. 2.14) as "low" / "high", and the bias-aware one, widened by |b| each side, as
+    "aware_low" / "aware_high": near ties of a maximum the bootstrap finds only part of the bias (it resamples
+    around the estimate, where the ties are already broken), so what is left is bounded by |b| where it finds at
+    least half (the widening of Armstrong and Kolesar 2020 with |b| as the bound, checked by `verdict_sim`).
+    `values`: the bootstrap replicates of the statistic."""
+    values = np.asarray(values, dtype=float)
+    if values.size < 2 or not 0 < level < 1:
+        raise ValueError(f"bias_corrected: need >= 2 replicates and 0 < level < 1, got {values.size} and {level}")
+    bias = float(values.mean() - estimate)
+    sd = float(values.std(ddof=1))
+    z = float(stats.norm.ppf((1 + level) / 2))
+    corrected = float(estimate - bias)
+    return {
+        "bias": bias,
+        "corrected": corrected,
+        "se": sd,
+        "low": corrected - z * sd,
+        "high": corrected + z * sd,
+        "aware_low": corrected - z * sd - abs(bias),
+        "aware_high": corrected + z * sd + abs(bias),
+    }
+
+
+def bias_aware_p(mean: float, se: float, bound: float, df: int | None = None) -> float:
+    """Two-sided p of mean = 0 for an estimate whose bias is at most `bound` in size: the smallest 1 - level at
+    which mean -+ (q se + bound) excludes 0, q the t quantile on `df` degrees of freedom (normal for None); 1 when
+    |mean| <= bound."""
+    if abs(mean) <= bound:
+        return 1.0
+    z = (abs(mean) - bound) / se if se > 0 else np.inf
+    return float(2 * (stats.norm.sf(z) if df is None else stats.t.sf(z, df)))
+
+
+def holm(pvalues) -> np.ndarray:
+    """Holm's step-down adjusted p-values (Holm 1979): with p sorted ascending, p_(i) adjusted to
+    max_{j <= i} min(1, (m - j + 1) p_(j)); a hypothesis is rejected at alpha when its adjusted p <= alpha, which
+    holds the family-wise error rate at alpha over the m hypotheses, whatever their dependence."""
+    p = np.asarray(pvalues, dtype=float)
+    if p.ndim != 1 or np.any((p < 0) | (p > 1)):
+        raise ValueError(f"holm: need a list of p-values in [0, 1], got {pvalues!r}")
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    adjusted = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    out = np.empty(m)
+    out[order] = adjusted
+    return out
+
+
+def t_test_p(mean: float, se: float, df: int | None = None) -> float:
+    """Two-sided p of mean = 0 by a t test on `df` degrees of freedom (normal for None): 2 P(T_df > |mean| / se)."""
+    return bias_aware_p(mean, se, 0.0, df) if se > 0 else float(mean == 0)
+
+
 def hartung_knapp(y, v, level: float = 0.95, modified: bool = True) -> dict[str, float]:
     """Random-effects mean of estimates `y` (one per base) with within-base variances `v`.
 
     tau^2 (DerSimonian-Laird) = max(0, (Q - (k - 1)) / (sum w - sum w^2 / sum w)), w = 1 / v, Q = sum w (y - mu_FE)^2;
     weights w* = 1 / (v + tau^2), mu = sum w* y / sum w*; the Hartung-Knapp variance
-    max(1, q) / sum w*, q = sum w* (y - mu)^2 / (k - 1) (the max: never below the variance 1 / sum w* that the
-    weights themselves give; `modified=False` drops it); interval mu +- t_{(1+level)/2, k-1} SE. Needs k >= 2 and
-    v > 0."""
+    max(1, q) / sum w*, q = sum w* (y - mu)^2 / (k - 1) (the max: never below 1 / sum w*, the random-effects
+    variance the weights w* themselves give, which is not the fixed-effect 1 / sum w unless tau^2 = 0; the
+    modified Knapp-Hartung of Roever, Knapp and Friede 2015; `modified=False` drops it); interval
+    mu +- t_{(1+level)/2, k-1} SE. Needs k >= 2 and v > 0."""
     y, v = np.asarray(y, dtype=float), np.asarray(v, dtype=float)
     k = y.size
     if k < 2 or v.shape != y.shape:

@@ -293,20 +293,20 @@ def test_verdict_estimate_is_the_reports_excess_and_its_interval_pairs_the_draws
     out = run(cfg, tmp_path / "a")
     res = json.loads((out / "results.json").read_text())
     table = {r["run"]: r for r in front_table(res, ["sft", "l2"])}
-    got = base_verdict(out, ["dft"], ["sft", "l2"], n_boot=200)
+    got = base_verdict(out, ["dft"], ["sft", "l2"], n_boot=200, method="first")  # the report's segment front
     assert got["dft"]["estimate"] == pytest.approx(table["dft"]["excess"], abs=1e-9)
     assert got["dft"]["low"] <= got["dft"]["estimate"] <= got["dft"]["high"]
     assert got["dft"]["se"] > 0
     assert (got["dft"]["retention"], got["dft"]["gain"]) == pytest.approx((table["dft"]["retention"],
                                                                            table["dft"]["id_gain"]))  # fmt: skip
-    val = base_verdict(out, ["dft"], ["sft", "l2"], split="val", n_boot=50)
+    val = base_verdict(out, ["dft"], ["sft", "l2"], split="val", n_boot=50, method="first")
     assert val["dft"]["estimate"] == pytest.approx({r["run"]: r for r in front_table(res, ["sft", "l2"], "val")}
                                                    ["dft"]["excess"], abs=1e-9)  # fmt: skip
     # a group's knob: picked on the validation items (the report's `pick_on_val` choice), scored on the reported
     from anchorft.studies.testbed.report import pick_on_val
     from anchorft.studies.testbed.verdict import base_picks
 
-    picked = base_picks(out, {"g": ["dft", "sft"]}, ["sft", "l2"], n_boot=50)["g"]
+    picked = base_picks(out, {"g": ["dft", "sft"]}, ["sft", "l2"], n_boot=50, method="first")["g"]
     want = pick_on_val(res, ["sft", "l2"], {"g": ["dft", "sft"]})[0]
     assert picked["picked"] == want["run"] and picked["estimate"] == pytest.approx(want["excess"], abs=1e-9)
     assert picked["val"] == pytest.approx(want["candidates"], abs=1e-9)
@@ -319,10 +319,10 @@ def test_verdict_estimate_is_the_reports_excess_and_its_interval_pairs_the_draws
     # interval by that base's whole items-only SE (independent draws would give it / sqrt(2))
     from anchorft.studies.testbed.verdict import shared_items_intervals
 
-    items_only = base_verdict(out, ["dft"], ["sft", "l2"], n_boot=300, seeds=False)["dft"]
+    items_only = base_verdict(out, ["dft"], ["sft", "l2"], n_boot=300, seeds=False, method="first")["dft"]
     assert 0 < items_only["se"] and items_only["estimate"] == pytest.approx(got["dft"]["estimate"])
     twice = pooled_verdict([got, got])
-    shared_items_intervals(twice, [got, got], [out, out], ["sft", "l2"], n_boot=300)
+    shared_items_intervals(twice, [got, got], [out, out], ["sft", "l2"], n_boot=300, method="first")
     sh, p = twice["dft"]["shared_items"], twice["dft"]
     assert sh["se_items"] == pytest.approx(items_only["se"], rel=1e-12)
     assert sh["se"] == pytest.approx(np.hypot(p["se"], items_only["se"]), rel=1e-12)

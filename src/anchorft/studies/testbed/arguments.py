@@ -167,6 +167,20 @@ class VerdictArguments:
     boot: int = field(default=2000, **meta("bootstrap replicates per base"))
     seed: int = field(default=0, **meta("the bootstrap's random seed"))
     level: float = field(default=0.95, **meta("interval level"))
+    method: str = field(
+        default="hull-bc",
+        **meta(
+            "hull-bc: the front's concave upper hull, bias-corrected bootstrap intervals, knobs picked again in every "
+            "replicate; first: the first verdict's (Pareto points joined by segments, percentile intervals, one pick)",
+            choices=("hull-bc", "first"),
+        ),
+    )
+    confirm: str | None = field(
+        default=None, **meta("the confirmatory row (a judged run or --pick group), judged alone", metavar="ROW")
+    )
+    sesoi: float | None = field(
+        default=None, **meta("the smallest effect of interest, in points, for the confirmatory row", metavar="POINTS")
+    )
     power: str | None = field(
         default=None, **meta("the power calculation of a pilot instead", metavar="RUN=REFERENCE")
     )
@@ -186,6 +200,8 @@ class VerdictArguments:
             raise ValueError("--items must be >= 1, --bases >= 2 and --seeds >= 1")
         if self.power is not None and "=" not in self.power:
             raise ValueError(f"--power: expected RUN=REFERENCE, got {self.power!r}")
+        if self.sesoi is not None and not self.sesoi > 0:
+            raise ValueError(f"--sesoi: must be > 0 points, got {self.sesoi}")
 
 
 @dataclass(kw_only=True)
