@@ -1,13 +1,14 @@
 """Coverage of the verdict's intervals on known designs, and the power plan of the next study.
 
     python benchmarks/verdict_coverage.py coverage [--studies 500] [--boot 200] [--seed 0]
-    python benchmarks/verdict_coverage.py power [--sims 2000] [--seed 0]
+    python benchmarks/verdict_coverage.py power --from-verdict VERDICT.json [--row subspace] [--sims 2000] [--seed 0]
 
 coverage: `anchorft.studies.testbed.verdict_sim.coverage` for every design at 6 and 16 bases (an option exactly on
 a noisy front: true excess 0), a markdown table of each interval's coverage of 0 and its binomial SE.
-power: the bases the modified Hartung-Knapp test needs for 80 % power, the subspace kind's six recorded bases as
-the input (between-base SD 6.0, 95 % CI 3.7-14.7; each base's bootstrap SE), at the smallest effect of interest
-and at the pilot's estimates. numpy only; one seeded Generator passed down.
+power: the bases the modified Hartung-Knapp test needs for 80 % power, with a recorded verdict's row as the input
+(`toy verdict --method hull-bc`'s verdict.json: the SD of its bases' corrected excesses, with its 95 % chi-square
+interval, for the between-base SD; each base's bootstrap SE for the within-base one), at the smallest effect of
+interest (4 points) and at the row's pooled estimate. numpy only; one seeded Generator passed down.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ import json
 import time
 
 import numpy as np
+from scipy import stats
 
 from anchorft.studies.testbed import verdict_sim as vs
 
-# the subspace kind's six recorded bases (records/verdict, `toy verdict --method hull-bc`): each base's bootstrap SE
-SUBSPACE_SE = (4.75, 2.47, 3.59, 1.51, 2.93, 1.52)
+SESOI = 4.0  # points: the smallest effect of interest of configs/toy/verdict2.yaml
 
 
 def main() -> None:
@@ -32,6 +33,8 @@ def main() -> None:
     p.add_argument("--sims", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="also write the results here")
+    p.add_argument("--from-verdict", default=None, help="power: a verdict.json (toy verdict --method hull-bc)")
+    p.add_argument("--row", default="subspace", help="power: its row")
     args = p.parse_args()
     rng = np.random.default_rng(args.seed)
     out = []
@@ -51,12 +54,22 @@ def main() -> None:
                       f"  <!-- {time.time() - t:.0f} s -->")  # fmt: skip
                 out.append(r)
     else:
+        with open(args.from_verdict) as f:
+            verdict = json.load(f)
+        rows = [b[args.row] for b in verdict["per_base"]]
+        ys, ses = [r["corrected"] for r in rows], [r["se"] for r in rows]
+        k0 = len(ys)
+        sd = float(np.std(ys, ddof=1))
+        low, high = (sd * np.sqrt((k0 - 1) / stats.chi2.ppf(q, k0 - 1)) for q in (0.975, 0.025))
+        mean = verdict["pooled"][args.row]["mean"]
+        print(f"{args.row}: corrected per base {[round(y, 1) for y in ys]}, SD {sd:.2f} [{low:.2f}, {high:.2f}], "
+              f"bootstrap SEs {[round(s, 2) for s in ses]}, pooled {mean:+.2f}")  # fmt: skip
         print("| effect (points) | between-base SD | bases for 80 % power | power there |")
         print("|---|---|---|---|")
-        for delta in (4.0, 4.4, 6.1):
-            for tau in (3.7, 6.0, 14.7):
-                k, pw = vs.bases_for_power(delta, tau, SUBSPACE_SE, rng, sims=args.sims, max_bases=120)
-                print(f"| {delta:g} | {tau:g} | {k if k else '> 120'} | {pw:.3f} |")
+        for delta in (SESOI, round(mean, 1)):
+            for tau in (low, sd, high):
+                k, pw = vs.bases_for_power(delta, tau, ses, rng, sims=args.sims, max_bases=120)
+                print(f"| {delta:g} | {tau:.1f} | {k if k else '> 120'} | {pw:.3f} |")
                 out.append({"delta": delta, "tau": tau, "bases": k, "power": pw, "sims": args.sims})
     if args.json:
         with open(args.json, "w") as f:
