@@ -146,7 +146,7 @@ def test_hub_name_fails_fast_without_network(files, monkeypatch, capsys, no_mode
     assert "HF_HUB_OFFLINE" in capsys.readouterr().err
 
 
-# argparse's own refusals: the error and a --help hint, no usage dump
+# argparse's own refusals: the error and a --help hint on one line, no usage dump
 ARGPARSE = [
     ([*TRAIN, "--method", "rpsfft"], "anchorft train: error: argument --method: invalid choice: 'rpsfft'"),
     ([*TRAIN, "--learning_rate", "abc"], "invalid float value: 'abc'"),
@@ -157,12 +157,12 @@ ARGPARSE = [
 
 
 @pytest.mark.parametrize("argv,expected", ARGPARSE, ids=[" ".join(a)[-40:] for a, _ in ARGPARSE])
-def test_argparse_errors_are_two_lines(argv, expected, files, monkeypatch, capsys, no_model_loads):
+def test_argparse_errors_are_one_line(argv, expected, files, monkeypatch, capsys, no_model_loads):
     monkeypatch.chdir(files)
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and expected in err[0], err
-    assert err[1].startswith("Run `anchorft ") and err[1].endswith("--help` for the options."), err
+    assert len(err) == 1 and expected in err[0], err
+    assert err[0].endswith("--help` lists the options)"), err
     assert not (files / "o").exists() and not (files / "runs").exists()
 
 
@@ -308,7 +308,7 @@ def test_a_misspelt_flag_is_refused_with_the_closest_flag(argv, want, tmp_path, 
     (tmp_path / "x.yaml").write_text("method: sft\n")
     rc = main(argv)
     err = capsys.readouterr().err
-    assert rc == 2 and want in err.splitlines()[0], err  # argparse's parsers add a line pointing to --help
+    assert rc == 2 and want in err.splitlines()[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.yaml"]  # nothing written
 
 

@@ -24,7 +24,7 @@ def test_a_file_on_disk_wins_and_an_unknown_name_is_one_line(tmp_path, monkeypat
     (tmp_path / "rl" / "dapo.yaml").write_text("learning_rate: 1.0e-5\n")
     assert config_path("rl/dapo.yaml").resolve() == (tmp_path / "rl" / "dapo.yaml").resolve()
     assert config_path("rl/dapo") == configs_dir("rl/dapo.yaml")  # not a file as typed: the shipped one
-    want = r"rpsf is neither a file nor a shipped config; shipped configs close to it: rpsft/qwen2.5-7b-instruct/rpsft"
+    want = r"rpsf is neither a file nor a shipped config; did you mean 'rpsft/qwen2.5-7b-instruct/rpsft'\?$"
     with pytest.raises(ValueError, match=r"^--config: rpsft/qwen2.5-7b-instruct/" + want):
         config_path("rpsft/qwen2.5-7b-instruct/rpsf")
 

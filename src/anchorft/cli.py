@@ -20,6 +20,7 @@ import argparse
 import importlib
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -113,9 +114,27 @@ def _prog(name: str, rest: list[str]) -> str:
     return f"anchorft {name} {sub}".rstrip()
 
 
+def _unknown_command(name: str) -> str:
+    """The one line for a first argument that is no command: the closest command (or option), else the list."""
+    if name.startswith("-"):
+        hint = errors.close_hint(name, ("--help", "--version", "--debug"))
+        return f"unknown option {name!r}{hint or '; options: --help, --version, --debug'}"
+    hint = errors.close_hint(name, COMMANDS) or f"; commands: {', '.join(COMMANDS)}"
+    return f"unknown command {name!r}{hint} (`anchorft --help`)"
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<value>[^']*)' \(choose from (?P<choices>.*)\)$")
+
+
 def _short_error(self: argparse.ArgumentParser, message: str):
-    """argparse's error without the usage dump: the error, and where the options are."""
-    self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\nRun `{self.prog} --help` for the options.\n")
+    """argparse's error in one line, without the usage dump: the error (an invalid choice with the closest one),
+    and where the options are."""
+    m = _INVALID_CHOICE.search(message)
+    if m is not None:
+        choices = [c.strip().strip("'") for c in m["choices"].split(",")]
+        hint = errors.close_hint(m["value"], choices) or f" (choose from {m['choices']})"
+        message = f"{message[: m.start()]}invalid choice: {m['value']!r}{hint}"
+    self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
 
 
 def command(name: str) -> Callable[[list[str]], int]:
@@ -136,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        print(f"anchorft: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        print(f"anchorft: error: {_unknown_command(name)}", file=sys.stderr)
         return EXIT_USAGE
 
     apply_thread_policy()  # before torch starts: OpenMP wait policy and thread count (anchorft.threads)

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from anchorft.errors import read_yaml
+from anchorft.errors import close_hint, read_yaml
 
 __all__ = ["coerce", "from_mapping", "parse_overrides", "read_yaml_mapping", "unknown_key_error", "update"]
 __all__ += ["PRESET_KEY", "check_choices", "merge_mappings", "resolve_presets"]
@@ -122,7 +122,9 @@ def resolve_presets(
             if file is None:
                 where = f" (named in {path})" if path else ""
                 presets = sorted(p.stem for p in preset_dir.glob("*.yaml")) if preset_dir else None
-                what_is = f"neither a preset {presets} nor a YAML file" if presets is not None else "not a YAML file"
+                hint = close_hint(name, presets or ())
+                what_is = "not a YAML file" if presets is None else "neither a preset nor a YAML file" + hint
+                what_is = what_is if hint or presets is None else f"neither a preset {presets} nor a YAML file"
                 raise ValueError(f"{PRESET_KEY}: not found: {name!r}{where} is {what_is}")
             if file in chain:
                 raise ValueError(f"{PRESET_KEY}: cycle: {' -> '.join(map(str, (*chain, file)))}")

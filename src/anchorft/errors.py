@@ -34,7 +34,7 @@ __all__ = [
     "check_keys",
 ]
 __all__ += ["check_mapping_types"]
-__all__ += ["EXIT_USAGE", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "did_you_mean"]
+__all__ += ["EXIT_USAGE", "EXIT_INTERRUPTED", "EXIT_TERMINATED", "did_you_mean", "close_hint"]
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
@@ -179,6 +179,14 @@ def report(prog: str, exc: BaseException) -> int:
         traceback.print_exception(exc)
     print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
     return EXIT_USAGE
+
+
+def close_hint(word: str, choices, n: int = 1, cutoff: float = 0.6) -> str:
+    """The hint "; did you mean 'x'?" (or "'x' or 'y'" with `n` > 1) for the `choices` closest to `word`, "" when none is close
+    (difflib's ratio >= `cutoff`): the one suggestion wording of every unknown name (commands, presets, configs, sweep
+    kinds and keys)."""
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=n, cutoff=cutoff)
+    return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
 
 
 def did_you_mean(parser, tokens: list[str]) -> str:

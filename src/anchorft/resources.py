@@ -56,6 +56,6 @@ def config_path(spec: str | os.PathLike, what: str = "--config") -> Path:
         if shipped.is_file():
             return shipped
 
-    close = difflib.get_close_matches(text.removesuffix(".yaml"), shipped_configs(), n=3, cutoff=0.6)
-    hint = f"; shipped configs close to it: {', '.join(close)}" if close else "; `anchorft configs list` shows them"
+    close = difflib.get_close_matches(text.removesuffix(".yaml"), shipped_configs(), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else "; `anchorft configs list` shows them"
     raise ValueError(f"{what}: {spec} is neither a file nor a shipped config{hint}")
