@@ -182,9 +182,9 @@ def report(prog: str, exc: BaseException) -> int:
 
 
 def close_hint(word: str, choices, n: int = 1, cutoff: float = 0.6) -> str:
-    """The hint "; did you mean 'x'?" (or "'x' or 'y'" with `n` > 1) for the `choices` closest to `word`, "" when none is close
-    (difflib's ratio >= `cutoff`): the one suggestion wording of every unknown name (commands, presets, configs, sweep
-    kinds and keys)."""
+    """The hint "; did you mean 'x'?" (or "'x' or 'y'" with `n` > 1) for the `choices` closest to `word`, "" when
+    none is close (difflib's ratio >= `cutoff`): the one suggestion wording of every unknown name (commands,
+    presets, configs, sweep kinds and keys)."""
     close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=n, cutoff=cutoff)
     return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
 
