@@ -299,3 +299,18 @@ def test_a_groups_replicates_pick_on_the_validation_draws_and_score_the_reported
     assert row["bias"] == pytest.approx(np.mean(values) - row["estimate"], abs=1e-12)
     assert row["pick_share"] == picks.count(picked) / n_boot
     assert 0 < row["pick_share"] < 1  # the pick does vary between replicates here
+
+
+def test_a_run_more_retentive_than_every_front_run_is_flagged_past_the_front(bases):
+    """past_front: the run's retention (its OOD mean over the base's, from the grades) above every front run's."""
+    folders, grades = bases
+
+    def keep(g, run):
+        ood = [s for s in g["base"] if s != "id"]
+        return np.mean([g[run][s].mean() for s in ood]) / np.mean([g["base"][s].mean() for s in ood])
+
+    for f, g in zip(folders, grades):
+        rows = v.base_verdict(f, ["a", "c"], FRONT, n_boot=20)
+        for run in ("a", "c"):
+            assert rows[run]["past_front"] == (keep(g, run) > max(keep(g, r) for r in FRONT))
+    assert any(v.base_verdict(f, ["c"], FRONT, n_boot=20)["c"]["past_front"] for f in folders)

@@ -157,7 +157,13 @@ def base_verdict(
         if not keep:
             del out[r]["values"]
         out[r]["retention"], out[r]["gain"] = _point(means[r], means["base"])  # where the run lies
+        out[r]["past_front"] = out[r]["retention"] > _last_front_retention(means, front_runs, r)
     return out
+
+
+def _last_front_retention(means: dict, front_runs: Sequence[str], run: str) -> float:
+    """The largest retention of a front run other than `run`: past it, the front is a chord to the base point."""
+    return max((_point(means[f], means["base"])[0] for f in front_runs if f != run), default=1.0)
 
 
 def _method(method: str) -> dict:
@@ -243,6 +249,7 @@ def base_picks(
             r = picked[g]
             assert chosen[0] == r  # the estimate's pick is the data's
             row["retention"], row["gain"] = _point(rep_means[r], rep_means["base"])
+            row["past_front"] = row["retention"] > _last_front_retention(rep_means, front_runs, r)
             out[g] = {**row, "picked": r, "pick_share": chosen[1:].count(r) / n_boot}
     return {g: {**out[g], "val": {c: val_excess[c] for c in groups[g]}} for g in groups}
 
@@ -272,6 +279,7 @@ def pooled_verdict(per_base: Sequence[dict[str, dict]], level: float = 0.95, key
                 pooled["low"], pooled["high"] = pooled["low"] - bound, pooled["high"] + bound
         where = {k: float(np.mean([b[r][k] for b in per_base])) for k in ("retention", "gain")}
         out[r] = {**pooled, "bases": len(y), "above": int(sum(v > 0 for v in y)), "per_base": y, **where}
+        out[r]["past_front"] = int(sum(bool(b[r].get("past_front")) for b in per_base))
     return out
 
 
@@ -464,9 +472,10 @@ def verdict_markdown(verdict: dict) -> str:
         )
         sh = p.get("shared_items")
         shared = f"[{sh['low']:+.1f}, {sh['high']:+.1f}]" if sh else "-"
+        past = f" ({p['past_front']} past the front's last point)" if p.get("past_front") else ""
         lines.append(
             f"| {run} | {p['retention']:.3f} | {p['gain']:+.1f} | {p['mean']:+.1f} "
-            f"| [{p['low']:+.1f}, {p['high']:+.1f}] | {shared} | {p['above']} of {p['bases']} | {per} |"
+            f"| [{p['low']:+.1f}, {p['high']:+.1f}] | {shared} | {p['above']} of {p['bases']}{past} | {per} |"
         )
     if verdict.get("decision"):
         lines += ["", decision_markdown(verdict["decision"])]
