@@ -35,6 +35,8 @@ def main() -> None:
     p.add_argument("--json", default=None, help="also write the results here")
     p.add_argument("--from-verdict", default=None, help="power: a verdict.json (toy verdict --method hull-bc)")
     p.add_argument("--row", default="subspace", help="power: its row")
+    p.add_argument("--se-scale", type=float, default=1.0, help="power: the within-base SEs times this (fewer seeds)")
+    p.add_argument("--at", type=int, default=20, help="power: also the power at this many bases")
     args = p.parse_args()
     rng = np.random.default_rng(args.seed)
     out = []
@@ -57,20 +59,22 @@ def main() -> None:
         with open(args.from_verdict) as f:
             verdict = json.load(f)
         rows = [b[args.row] for b in verdict["per_base"]]
-        ys, ses = [r["corrected"] for r in rows], [r["se"] for r in rows]
+        ys, ses = [r["corrected"] for r in rows], [args.se_scale * r["se"] for r in rows]
+        bound = abs(float(np.mean([r["bias"] for r in rows])))
         k0 = len(ys)
         sd = float(np.std(ys, ddof=1))
         low, high = (sd * np.sqrt((k0 - 1) / stats.chi2.ppf(q, k0 - 1)) for q in (0.975, 0.025))
         mean = verdict["pooled"][args.row]["mean"]
         print(f"{args.row}: corrected per base {[round(y, 1) for y in ys]}, SD {sd:.2f} [{low:.2f}, {high:.2f}], "
-              f"bootstrap SEs {[round(s, 2) for s in ses]}, pooled {mean:+.2f}")  # fmt: skip
-        print("| effect (points) | between-base SD | bases for 80 % power | power there |")
-        print("|---|---|---|---|")
+              f"SEs used {[round(s, 2) for s in ses]}, bias bound {bound:.2f}, pooled {mean:+.2f}")  # fmt: skip
+        print(f"| effect (points) | between-base SD | bases for 80 % power | power there | power at {args.at} bases |")
+        print("|---|---|---|---|---|")
         for delta in (SESOI, round(mean, 1)):
             for tau in (low, sd, high):
-                k, pw = vs.bases_for_power(delta, tau, ses, rng, sims=args.sims, max_bases=120)
-                print(f"| {delta:g} | {tau:.1f} | {k if k else '> 120'} | {pw:.3f} |")
-                out.append({"delta": delta, "tau": tau, "bases": k, "power": pw, "sims": args.sims})
+                k, pw = vs.bases_for_power(delta, tau, ses, rng, sims=args.sims, max_bases=120, bound=bound)
+                at = vs.power(delta, tau, ses, args.at, args.sims, rng, bound=bound)
+                print(f"| {delta:g} | {tau:.1f} | {k if k else '> 120'} | {pw:.3f} | {at:.3f} |")
+                out.append({"delta": delta, "tau": tau, "bases": k, "power": pw, "sims": args.sims, "at": at})
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -183,12 +183,14 @@ def power(
     sims: int,
     rng: np.random.Generator,
     level: float = 0.95,
+    bound: float = 0.0,
 ) -> float:
-    """The share of `sims` simulated studies of `bases` bases whose modified Hartung-Knapp interval lies above 0,
-    each base's estimate delta + N(0, tau^2) + N(0, se^2), its variance se^2, se drawn from `within_se`."""
+    """The share of `sims` simulated studies of `bases` bases whose modified Hartung-Knapp interval, widened by the
+    bias bound `bound` (the verdict's bias-aware interval), lies above 0; each base's estimate
+    delta + N(0, tau^2) + N(0, se^2), its variance se^2, se drawn from `within_se`."""
     se = rng.choice(np.asarray(within_se, dtype=float), size=(sims, bases))
     y = delta + rng.normal(0, tau, (sims, bases)) + rng.normal(0, 1, (sims, bases)) * se
-    return float(np.mean([hartung_knapp(y[i], se[i] ** 2, level)["low"] > 0 for i in range(sims)]))
+    return float(np.mean([hartung_knapp(y[i], se[i] ** 2, level)["low"] - bound > 0 for i in range(sims)]))
 
 
 def bases_for_power(
@@ -200,12 +202,13 @@ def bases_for_power(
     sims: int = 2000,
     max_bases: int = 80,
     level: float = 0.95,
+    bound: float = 0.0,
 ) -> tuple[int | None, float]:
     """The fewest bases (from 3) whose simulated `power` reaches `target`, and that power; (None, the power at
     `max_bases`) if none up to it does."""
     p = 0.0
     for k in range(3, max_bases + 1):
-        p = power(delta, tau, within_se, k, sims, rng, level)
+        p = power(delta, tau, within_se, k, sims, rng, level, bound)
         if p >= target:
             return k, p
     return None, p
