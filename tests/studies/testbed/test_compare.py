@@ -380,3 +380,29 @@ def test_report_command_front_and_pick(tmp_path):
     # front at retention 0.978 (sub-a): 20 - 20 * 0.6 = 8, gain 5; at 0.989 (sub-b): 20 - 20 * 0.8 = 4, gain 30
     assert "| sub | sub-a -3.0, sub-b +26.0 | sub-b |" in text
     assert (tmp_path / "m" / "tradeoff.png").stat().st_size > 0
+
+
+def test_a_comparison_at_the_verdicts_settings_says_the_verdict_first():
+    """The first line of a one-base report run at the verdict's lr and steps, with runs the verdict judged: the
+    verdict over its bases for the options shown, then the runs above this base's front; other comparisons: none."""
+    from anchorft.studies.testbed.report import verdict_headline
+
+    res = _fake_results({"sft": (0.3, 0.3), "l2-lam0.01": (0.28, 0.85), "rpsft-k24-subspace-lam0.1": (0.3, 0.86)})
+    res["settings"].update(learning_rate=1e-3, max_steps=200, pretrain_seed=0)
+    summary = {
+        "record": "records/verdict.json", "bases": 6, "learning_rate": 1e-3, "max_steps": 200,
+        "runs": {"sft": {"settings": {}, "option": "sft", "front": True},
+                 "l2-lam0.01": {"settings": {}, "option": None, "front": True},
+                 "rpsft-k24-subspace-lam0.1": {"settings": {}, "option": "subspace", "front": False}},
+        "options": {"sft": {"interval": "-3.3 [-5.9, -0.6]", "decided": "under"},
+                    "subspace": {"interval": "+6.1 [-0.4, +12.7]", "decided": None}},
+    }  # fmt: skip
+    line = verdict_headline(res, summary)
+    assert line.startswith("One base (pretraining seed 0); the verdict over 6 bases (records/verdict.json")
+    assert "under the L2 front, decided: sft -3.3 [-5.9, -0.6]; not decided: subspace +6.1 [-0.4, +12.7]" in line
+    # the subspace run: +30 at retention 0.956, a fifth of the way from l2 (0.944, +28) to the base (1, 0): 30 - 22.4
+    assert line.endswith("Here, above the front of sft, l2-lam0.01: rpsft-k24-subspace-lam0.1 (+7.6, joint SE 0.0).")
+    assert verdict_headline({**res, "settings": {**res["settings"], "learning_rate": 5e-4}}, summary) is None
+    other = _fake_results({"sft": (0.3, 0.3), "dft": (0.1, 0.3)})
+    other["settings"].update(learning_rate=1e-3, max_steps=200)
+    assert verdict_headline(other, summary) is None  # dft is no run of the verdict

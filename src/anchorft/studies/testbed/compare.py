@@ -299,6 +299,8 @@ def run_compare(
             "seeds": cfg.seeds,
             "pretrained": str(base_dir),
             "pretrain_seed": cfg.pretrain.seed,
+            "learning_rate": cfg.learning_rate,
+            "max_steps": cfg.max_steps,
             **({"plumbing_only": why} if (why := plumbing_only(cfg)) else {}),
         },
     )

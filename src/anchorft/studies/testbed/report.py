@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
 import numpy as np
 
 from anchorft.io import pyplot, save_figure, write_text
+from anchorft.resources import configs_dir
 from anchorft.runs import check_output_dir, run_claimed
 from anchorft.studies.testbed.results import (
     RESULTS_FILE,
@@ -25,6 +27,7 @@ __all__ = [
     "acceptance",
     "acceptance_line",
     "plumbing_line",
+    "verdict_headline",
     "pareto_front",
     "front_weights",
     "front_table",
@@ -89,13 +92,55 @@ def plumbing_line(results: dict) -> str | None:
     return f"Plumbing check only (smoke preset: {why}): its numbers say nothing about the methods."
 
 
+VERDICT_SUMMARY = "toy/verdict-summary.json"  # under configs/: written from records/verdict.json by make docs-tables
+
+
+def verdict_headline(results: dict, summary: dict | None = None) -> str | None:
+    """The first line of a one-base comparison run at the verdict's settings (its lr and steps, every run one the
+    verdict judged or its front): "One base (pretraining seed S); the verdict over N bases: ..." with each shown
+    option's pooled excess over the L2 front, then the runs above this base's front of sft, l2 and rpsft-k24. None
+    for other comparisons. `summary`: configs/toy/verdict-summary.json (`anchorft.studies.records`)."""
+    st = results.get("settings", {})
+    if st.get("plumbing_only") or "sft" not in results["methods"]:
+        return None
+    if summary is None:
+        path = configs_dir(*VERDICT_SUMMARY.split("/"))
+        if not path.is_file():
+            return None
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    runs = summary["runs"]
+    if (st.get("learning_rate"), st.get("max_steps")) != (summary["learning_rate"], summary["max_steps"]):
+        return None
+    if any(runs.get(n) is None or runs[n]["settings"] != m["settings"] for n, m in results["methods"].items()):
+        return None
+    shown = dict.fromkeys(runs[n]["option"] for n in results["methods"] if runs[n]["option"])
+    opts = summary["options"]
+    words = {"under": "under the L2 front, decided", "above": "above it, decided", None: "not decided"}
+    parts = []
+    for state, word in words.items():
+        these = [f"{o} {opts[o]['interval']}" for o in shown if opts[o]["decided"] == state]
+        if these:
+            parts.append(f"{word}: {', '.join(these)}")
+    front = [n for n in results["methods"] if runs[n]["front"]]
+    rows = front_table(results, front)
+    above = [f"{r['run']} ({r['excess']:+.1f}, joint SE {r['se_joint'] or 0:.1f})" for r in rows
+             if r["excess"] > 0 and r["run"] not in front]  # fmt: skip
+    return (
+        f"One base (pretraining seed {st.get('pretrain_seed', '?')}); the verdict over {summary['bases']} bases "
+        f"({summary['record']}, excess ID points over the L2 front, 95 % interval): {'; '.join(parts)}. "
+        f"Here, above the front of {', '.join(front)}: {', '.join(above) or 'none'}."
+    )
+
+
 def write_report(results: dict, path: str | Path) -> None:
     """Markdown table: each model's metrics (mean over seeds, +- sample std) and change against base."""
     base, methods, st = results["base"], results["methods"], results["settings"]
     skills = list(base["ood"])
     k = st["k"]
     plumbing = plumbing_line(results)
+    headline = verdict_headline(results)
     lines = [
+        *([headline, ""] if headline else []),
         f"# {plumbing}" if plumbing else "# Toy testbed: forgetting and its remedies",
         "",
         f"ID: {st['id_items']} held-out {st.get('id_skill', 'math')} problems (the fine-tuning distribution), "
