@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 CORE := $(VENV)/.installed-core
 DEV := $(VENV)/.installed-dev
 
-.PHONY: demo test test-wheel test-dist test-slurm test-ray test-long test-all lint format bench mutants clean
+.PHONY: demo docs-tables drift test test-wheel test-dist test-slurm test-ray test-long test-all lint format bench mutants clean
 
 # CI's budgets on an idle 2-core CPU machine (.ci/run runs the four targets in this order; 10 min in all, the
 # installs included). A target is stopped at twice its budget (TIMEOUT), so a hang fails in minutes, not at CI's
@@ -18,12 +18,13 @@ DEV := $(VENV)/.installed-dev
 #   test-ray    2 min   the studies on a 2-node Ray cluster started on this machine (Ray installed first; 75-101 s)
 TIMEOUT := timeout --signal=TERM --kill-after=30
 
-# the demo needs the package only; the tests add pytest, ruff and lm-eval (35 s more to install here)
+# the demo needs the package and peft (its LoRA + anchor run); the tests add pytest, ruff and lm-eval (35 s more to
+# install here)
 $(CORE): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[peft]'
 	touch $(CORE)
 
 # DS_BUILD_OPS=0: DeepSpeed without compiled ops (about 15 s here; its CPU accelerator runs the distributed tests)
@@ -33,6 +34,16 @@ $(DEV): $(CORE)
 
 demo: $(CORE)
 	$(BIN)/python -m anchorft.demo --out runs/demo
+
+# the docs' tables (README.md, docs/*.md: <!-- table: NAME --> blocks) and configs/toy/verdict-summary.json,
+# rewritten from records/*.json (anchorft.studies.records); tests/studies/test_records.py fails while they differ
+docs-tables: $(CORE)
+	$(BIN)/python -m anchorft.studies.records tables
+
+# the drift alarm (CI): each record's replay (the first pretraining and fine-tuning steps, a short W2S seed, the
+# verdict re-scored from its grades) on the code of now against the one stored (anchorft.studies.drift; 40 s)
+drift: $(DEV)
+	$(TIMEOUT) 120 $(BIN)/python -m pytest -q -m slow tests/studies/test_drift.py
 
 # two pytest-xdist workers: the suite's many small processes and file writes leave a core idle when run one by one
 test: $(DEV)

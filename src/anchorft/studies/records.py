@@ -1,0 +1,625 @@
+"""The records the docs report, and the docs' tables rendered from them (`make docs-tables`).
+
+A record is one JSON file, `records/NAME.json`: a study's results without its models, with what made them: the
+command, the git commit (and whether the tree was dirty), the thread counts, the testbed's cache keys, when, and
+the drift alarm's replay (`anchorft.studies.drift`). The per-item grades of a study, when kept, are the study
+records beside them (`records/verdict/`, `anchorft toy pack`).
+
+Each table of README.md and docs/*.md that reports a record's numbers stands between marker comments,
+
+    <!-- table: NAME -->
+    ...
+    <!-- /table -->
+
+and `python -m anchorft.studies.records tables` rewrites every such block from `TABLES[NAME]`'s renderer and its
+record; `--check` says which differ (the test `test_docs_tables_match_records` does the same). `make` a record
+from a finished run folder; `check` replays every record (the drift alarm, `make drift`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import re
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from anchorft.io import write_json, write_text
+
+__all__ = [
+    "FORMAT",
+    "TABLES",
+    "repo_root",
+    "load_record",
+    "make_toy_record",
+    "make_w2s_record",
+    "make_verdict_record",
+    "render",
+    "blocks",
+    "stale_tables",
+    "rewrite_tables",
+    "replay",
+    "check_records",
+    "main",
+]
+
+FORMAT = "anchorft-record/1"
+BLOCK = re.compile(r"<!-- table: (?P<name>[\w.-]+) -->\n(?P<body>.*?)<!-- /table -->", re.S)
+
+
+def repo_root() -> Path:
+    """The checkout this module lives in (records/ and docs/ are the checkout's, not an installed package's)."""
+    return Path(__file__).resolve().parents[3]
+
+
+def load_record(name: str, root: str | Path | None = None) -> dict:
+    """records/NAME.json of the checkout `root`."""
+    path = Path(root or repo_root()) / "records" / f"{name}.json"
+    rec = json.loads(path.read_text(encoding="utf-8"))
+    if rec.get("format") != FORMAT:
+        raise ValueError(f"{path}: not a record (format {rec.get('format')!r}, expected {FORMAT!r})")
+    return rec
+
+
+def _meta(name: str, command: str, provenance: dict | None, threads: dict, cache_keys: dict, **more) -> dict:
+    prov = provenance or {}
+    return {
+        "format": FORMAT,
+        "name": name,
+        "command": command,
+        "commit": prov.get("git_commit"),
+        "dirty": prov.get("git_dirty"),
+        "versions": {k: prov[k] for k in ("anchorft", "torch", "transformers", "trl", "peft") if k in prov},
+        "threads": threads,
+        "cache_keys": cache_keys,
+        "made": datetime.date.today().isoformat(),
+        **more,
+    }
+
+
+def _results_without_paths(results: dict) -> dict:
+    out = json.loads(json.dumps(results))
+    out.get("settings", {}).pop("pretrained", None)  # a machine's cache path; the key is in cache_keys
+    return out
+
+
+def make_toy_record(name: str, folder: str | Path, command: str, finetune_replay: bool = True, **more) -> dict:
+    """The record of a finished `toy compare` folder (one base, or a study of `bases:` with a base-seedB folder
+    each): every base's results.json without models, the config, the command, commit, thread counts and cache keys,
+    and the replay of its (first) base; `more` (e.g. timings) stored beside."""
+    from anchorft.studies import drift
+    from anchorft.studies.testbed.layout import base_folders
+    from anchorft.studies.testbed.results import load_results
+
+    folder = Path(folder)
+    bases = base_folders(folder) or {None: folder}
+    results = {}
+    for b, sub in sorted(bases.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
+        res = load_results(sub / "results.json").to_dict()
+        results["single" if b is None else str(b)] = res
+    config = yaml.safe_load((next(iter(sorted(bases.values()))) / "config.yaml").read_text())
+    first = next(iter(results.values()))
+    keys = {str(r["settings"].get("pretrain_seed", k)): r["base"]["pretrain"]["key"] for k, r in results.items()}
+    threads = {"pretrain": config["pretrain"]["threads"], "finetune": config["threads"]}
+    rec = _meta(name, command, first.get("provenance"), threads, keys, **more)
+    rec["config"] = config
+    rec["results"] = {k: _results_without_paths(v) for k, v in results.items()}
+    rec["replay"] = {"toy": drift.toy_replay(config) if finetune_replay else _pretrain_only(config)}
+    return rec
+
+
+def _pretrain_only(config: dict) -> dict:
+    from anchorft.studies import drift
+
+    one = {**config, "runs": config["runs"][:1]}
+    got = drift.toy_replay(one)
+    return {k: got[k] for k in ("pretrain",)}
+
+
+def make_w2s_record(name: str, folder: str | Path, command: str, threads: int | None = None, **more) -> dict:
+    """The record of a finished `w2s run` folder: its metrics.json (curves dropped: the per-seed finals kept), the
+    resolved config, the command, commit and thread count, and the replay (one seed at a short budget)."""
+    from anchorft.studies import drift
+
+    folder = Path(folder)
+    metrics = json.loads((folder / "metrics.json").read_text())
+    config = metrics.get("config") or yaml.safe_load((folder / "config.yaml").read_text())
+    threads = threads or metrics["torch_threads"]
+    rec = _meta(name, command, metrics.get("provenance"), {"torch": threads}, {}, **more)
+    rec["config"] = config
+    rec["results"] = {
+        m: {k: metrics[m][k] for k in ("init", "final", "final_per_seed")} for m in config["modes"] if m in metrics
+    }
+    rec["replay"] = {"w2s": drift.w2s_replay(config, threads)}
+    return rec
+
+
+def make_verdict_record(
+    name: str, verdict_dir: str | Path, study_records: str | Path, command: str, code: str | Path | None = None
+) -> dict:
+    """The record of a `toy verdict` output folder (its verdict.json) computed on the study record
+    `study_records` (`anchorft toy pack`): the verdict, the command, the commit, the bases' cache keys, and the
+    replay (each base's estimates re-scored from the study record's grades). `code`: the checkout whose code computed
+    the verdict (its commit is recorded; default: this package's), since verdict.json does not name it."""
+    from anchorft import provenance
+    from anchorft.studies import drift
+    from anchorft.studies.testbed.record import unpack_study
+
+    verdict = json.loads((Path(verdict_dir) / "verdict.json").read_text())
+    verdict["bases"] = [Path(b).name for b in verdict["bases"]]
+    keys = {}
+    for f in sorted(Path(study_records).glob("base-seed*.json")):
+        res = json.loads(json.loads(f.read_text())["text"]["results.json"])
+        keys[f.stem.removeprefix("base-seed")] = res["base"]["pretrain"]["key"]
+    prov = provenance.provenance()
+    if code is not None:
+        git = provenance.git_state(Path(code) / "src")
+        prov.update(git_commit=git["commit"], git_dirty=git["dirty"])
+    rec = _meta(name, command, prov, {"verdict": 1}, keys, study_record=str(study_records))
+    rec["results"] = verdict
+    with tempfile.TemporaryDirectory(prefix="anchorft-verdict-") as tmp:
+        unpack_study(study_records, tmp)
+        rec["replay"] = {"verdict": drift.verdict_replay(tmp, verdict)}
+    return rec
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tables
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def _pts(x: float) -> str:
+    return f"{100 * x:+.1f}"
+
+
+def _seeds(m: dict, key: str, base: float | None = None, scale: float = 100.0) -> str:
+    vals = [(s[key] - (base or 0.0)) * scale for s in m["per_seed"]]
+    return ", ".join(f"{v:+.1f}" if base is not None else f"{v:.1f}" for v in vals)
+
+
+def _front_rows(res: dict) -> dict[str, dict]:
+    from anchorft.studies.testbed.report import front_table
+
+    front = [r for r in res["methods"] if r == "sft" or r.startswith("l2") or r == "rpsft-k24"]
+    return {row["run"]: row for row in front_table(res, front)}
+
+
+def _demo_table(rec: dict) -> str:
+    res = rec["results"]["single"]
+    base, st = res["base"], res["settings"]
+    front = _front_rows(res)
+    lines = [
+        "| model | ID greedy (change; per seed) | ID Pass@4 | OOD mean (change; per seed) | retention | "
+        "excess over the front (SE) |",
+        "|---|---|---|---|---|---|",
+        f"| base | {_pct(base['id_greedy'])} | {_pct(base['id_pass@k'])} | {_pct(base['ood_mean'])} | 1.000 | - |",
+    ]
+    for name, m in res["methods"].items():
+        row = front.get(name, {})
+        ex = f"{row['excess']:+.1f} ({row['se_joint'] or 0:.1f})" if row else "-"
+        lines.append(
+            f"| {name} | {_pct(m['id_greedy'])} ({_pts(m['id_greedy'] - base['id_greedy'])}; "
+            f"{_seeds(m, 'id_greedy', base['id_greedy'])}) | {_pct(m['id_pass@k'])} | {_pct(m['ood_mean'])} "
+            f"({_pts(m['ood_mean'] - base['ood_mean'])}; {_seeds(m, 'ood_mean')}) | "
+            f"{m['ood_mean'] / base['ood_mean']:.3f} | {ex} |"
+        )
+    lines.append("")
+    lines.append(
+        f"Record `records/{rec['name']}.json`: `{rec['command']}` at commit {(rec['commit'] or '?')[:7]}, base cache "
+        f"key {', '.join(rec['cache_keys'].values())} (pretraining seed {', '.join(rec['cache_keys'])}, "
+        f"{rec['threads']['pretrain']} threads; each fine-tune on {rec['threads']['finetune']}), fine-tuning seeds "
+        f"{', '.join(map(str, st['seeds']))}, {st['id_items']} ID items."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _demo_time(rec: dict) -> str:
+    """The demo's time from a fresh clone with an empty cache, each measurement with the machine's load."""
+    runs = rec.get("timings") or []
+    if not runs:
+        return "`make demo`'s time from a fresh clone: not measured for this record.\n"
+    each = "; ".join(
+        f"{int(t['wall_s'] // 60)} min {round(t['wall_s'] % 60)} s (load average before {t['load_before']}, after "
+        f"{t['load_after']})"
+        for t in runs
+    )
+    return (
+        f"`make demo` from a fresh clone with an empty cache (`git clone` of commit {runs[0]['commit'][:7]}, "
+        f"`ANCHORFT_CACHE` an empty folder, `/usr/bin/time -v make demo`, the install included; "
+        f"{runs[0]['machine']}): {each}.\n"
+    )
+
+
+def _acceptance_cells(res: dict) -> tuple[str, str, str]:
+    from anchorft.studies.testbed.report import acceptance
+
+    acc = acceptance(res)
+    return f"{acc['id_gain_points']:+.1f}", f"{-acc['ood_loss_points']:+.1f}", "met" if acc["ok"] else "NOT met"
+
+
+def _demo_check_table(rec: dict) -> str:
+    from anchorft.studies.testbed.report import ACCEPT_ID_GAIN, ACCEPT_OOD_LOSS
+
+    lines = [
+        f"| base (pretraining seed) | base ID / OOD | SFT: ID change | SFT: OOD change | acceptance (>= "
+        f"+{ACCEPT_ID_GAIN:.0f}, <= -{ACCEPT_OOD_LOSS:.0f}) | SFT retention | L2 (lambda 0.01): ID change, "
+        "retention | above the front of sft, L2 and rpsft |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for b, res in rec["results"].items():
+        base, sft, l2 = res["base"], res["methods"]["sft"], res["methods"]["l2-lam0.01"]
+        idc, oodc, ok = _acceptance_cells(res)
+        front = _front_rows(res)
+        above = ", ".join(f"{r} ({v['excess']:+.1f})" for r, v in front.items() if v["excess"] > 0 and not
+                          r.startswith("l2") and r != "sft") or "none"  # fmt: skip
+        lines.append(
+            f"| {b} | {_pct(base['id_greedy'])} / {_pct(base['ood_mean'])} | {idc} | {oodc} | {ok} | "
+            f"{sft['ood_mean'] / base['ood_mean']:.3f} | {_pts(l2['id_greedy'] - base['id_greedy'])}, "
+            f"{l2['ood_mean'] / base['ood_mean']:.3f} | {above} |"
+        )
+    lines += [
+        "",
+        f"Record `records/{rec['name']}.json`: `{rec['command']}` at commit {(rec['commit'] or '?')[:7]}, cache keys "
+        + ", ".join(f"{b}: {k}" for b, k in rec["cache_keys"].items())
+        + f"; pretraining on {rec['threads']['pretrain']} threads, each fine-tune on {rec['threads']['finetune']}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+VERDICT_LABELS = {
+    "sft": "sft",
+    "rpsft-k24": "rpsft, block, k 24 (the paper's)",
+    "osf-k24": "OSF, effective_rank 24",
+    "subspace": "subspace kind, k 24",
+    "lora": "LoRA, r 32",
+    "lora-anchor": "LoRA + anchor, r 32, k 24",
+    "wise-sft": "WiSE-FT from sft",
+    "wise-l2": "WiSE-FT from l2 (lambda 0.01)",
+    "wise-subspace": "WiSE-FT from the subspace kind",
+}
+
+
+def _knob(run: str, candidates: list[str]) -> str:
+    """A picked run's knob: its name's tokens after those all candidates share (lam0.1 -> lambda 0.1, ...)."""
+    toks = [c.split("-") for c in candidates]
+    n = 0
+    while all(len(t) > n and t[n] == toks[0][n] for t in toks):
+        n += 1
+    words = {"lam": "lambda ", "lr": "lr ", "wise": "alpha "}
+    out = []
+    for t in run.split("-")[n:]:
+        m = re.match(r"(lam|lr|wise)(.+)", t)
+        out.append(words[m.group(1)] + m.group(2) if m else t)
+    return ", ".join(out).replace("e, ", "e-")  # lr 4e-3 splits at its hyphen
+
+
+def _verdict_table(rec: dict) -> str:
+    v = rec["results"]
+    pct = round(100 * v["level"])
+    k = len(v["bases"])
+    lines = [
+        f"| option | retention | ID gain | pooled excess | {pct} % interval (Hartung-Knapp, {k - 1} df) | {pct} %, "
+        "items shared | bases above the front | knob picked on validation (bases) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for run, p in v["pooled"].items():
+        sh = p.get("shared_items")
+        decided = p["high"] < 0 or p["low"] > 0
+        if sh:
+            decided = decided and (sh["high"] < 0 or sh["low"] > 0)
+        est = f"**{p['mean']:+.1f}**" if decided else f"{p['mean']:+.1f}"
+        knob = "-"
+        if run in (v.get("picks") or {}):
+            picked = [b[run]["picked"] for b in v["per_base"]]
+            counts = sorted({r: picked.count(r) for r in picked}.items(), key=lambda kv: -kv[1])
+            knobs = [f"{_knob(r, v['picks'][run])} ({n})" for r, n in counts]
+            knob = ("; " if any(", " in k for k in knobs) else ", ").join(knobs)
+        shared = f"[{sh['low']:+.1f}, {sh['high']:+.1f}]" if sh else "-"
+        lines.append(
+            f"| {VERDICT_LABELS.get(run, run)} | {p['retention']:.3f} | {p['gain']:+.1f} | {est} | "
+            f"[{p['low']:+.1f}, {p['high']:+.1f}] | {shared} | {p['above']} of {p['bases']} | {knob} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _verdict_per_base_table(rec: dict) -> str:
+    v = rec["results"]
+    names = [b.removeprefix("base-seed") for b in v["bases"]]
+    lines = ["| option | " + " | ".join(f"base {n}" for n in names) + " |", "|---|" + "---|" * len(names)]
+    from anchorft.studies.testbed.verdict import base_interval
+
+    for run in v["pooled"]:
+        cells = ["{:+.1f} [{:+.1f}, {:+.1f}]".format(*base_interval(v, b[run])) for b in v["per_base"]]
+        lines.append(f"| {run} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+W2S_COLUMNS = (
+    ("target_alignment", "target with theta_1"),
+    ("nontarget_alignment", "non-target with theta_2"),
+    ("nontarget_target_alignment", "non-target with theta_1"),
+)
+W2S_MODES = {"w2s": "W2S", "sft": "SFT", "ceiling": "ceiling (true labels, W2S's inputs)"}
+
+
+def _w2s_table(rec: dict) -> str:
+    cfg = rec["config"]
+    lines = [
+        "| mode | " + " | ".join(f"{c} (init -> final; per seed)" for _, c in W2S_COLUMNS) + " |",
+        "|---|" + "---|" * len(W2S_COLUMNS),
+    ]
+    for mode, r in rec["results"].items():
+        cells = [
+            f"{r['init'][k]:.3f} -> {r['final'][k]:.3f} ({', '.join(f'{x:.3f}' for x in r['final_per_seed'][k])})"
+            for k, _ in W2S_COLUMNS
+        ]
+        lines.append(f"| {W2S_MODES.get(mode, mode)} | " + " | ".join(cells) + " |")
+    n = rec["threads"]["torch"]
+    lines += [
+        "",
+        f"Record `records/{rec['name']}.json`: `{rec['command']}` at commit {(rec['commit'] or '?')[:7]} "
+        f"(d = {cfg['d']}, s = {cfg['s']}, seeds {', '.join(str(cfg['seed'] + i) for i in range(cfg['n_seeds']))}, "
+        f"{cfg['steps']:,} steps of batch {cfg['batch_size']}, {n} torch thread{'s' * (n > 1)}).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _readme_results(root: Path) -> str:
+    w2s, demo, check, verdict = (load_record(n, root) for n in ("w2s-paper", "demo", "demo-check", "verdict"))
+    w = w2s["results"]["w2s"]
+    per = ", ".join(f"{x:.3f}" for x in w["final_per_seed"]["target_alignment"])
+    w2s_cell = (
+        f"paper preset (d = {w2s['config']['d']}, s = {w2s['config']['s']}): target alignment "
+        f"{w['init']['target_alignment']:.3f} -> {w['final']['target_alignment']:.3f} ({w2s['config']['n_seeds']} "
+        f"seeds: {per}); theta_2 {w['init']['nontarget_alignment']:.3f} -> {w['final']['nontarget_alignment']:.3f}"
+    )
+    bases = {"0": demo["results"]["single"], **check["results"]}
+    sft = [_acceptance_cells(r) for r in bases.values()]
+    keep = {b: r["methods"]["sft"]["ood_mean"] / r["base"]["ood_mean"] for b, r in bases.items()}
+    l2 = {b: r["methods"]["l2-lam0.01"] for b, r in bases.items()}
+    l2_keep = [m["ood_mean"] / bases[b]["base"]["ood_mean"] for b, m in l2.items()]
+    l2_gain = [100 * (m["id_greedy"] - bases[b]["base"]["id_greedy"]) for b, m in l2.items()]
+    met = sum(ok == "met" for *_, ok in sft)
+    testbed_cell = (
+        f"the demo's comparison (lr 1e-3, 200 steps, 2 seeds) on {len(bases)} bases (pretraining seeds "
+        f"{', '.join(bases)}): SFT {min(float(i) for i, _, _ in sft):+.1f} to {max(float(i) for i, _, _ in sft):+.1f}"
+        f" ID points, keeping {min(keep.values()):.2f}-{max(keep.values()):.2f} of OOD (acceptance met on {met} of "
+        f"{len(bases)}); L2 at lambda 0.01 {min(l2_gain):+.1f} to {max(l2_gain):+.1f} ID points at "
+        f"{min(l2_keep):.2f}-{max(l2_keep):.2f}"
+    )
+    p = verdict["results"]["pooled"]
+
+    def iv(run: str) -> str:
+        return f"{p[run]['mean']:+.1f} [{p[run]['low']:+.1f}, {p[run]['high']:+.1f}]"
+
+    verdict_cell = (
+        f"1.08M testbed, {len(verdict['results']['bases'])} bases x five seeds, every knob fixed in advance or picked "
+        "on validation items, excess ID gain over the L2-anchor front with Hartung-Knapp 95 % intervals: plain LoRA "
+        f"{iv('lora')}, SFT {iv('sft')}, the paper's block RPSFT {iv('rpsft-k24')}; the subspace kind "
+        f"{iv('subspace')} at {100 * p['subspace']['retention']:.0f} % OOD retention, LoRA + anchor "
+        f"{iv('lora-anchor')}, OSF {iv('osf-k24')}"
+    )
+    rows = [
+        ("W2S learns the target, keeps the non-target feature (Thm 1; Prop 2's outcome)", w2s_cell,
+         "the preset names two ingredients the paper does not (correlation loss; uncentred labels, no output bias), "
+         "and its step sizes were tuned on this experiment", "[w2s](docs/w2s.md#paper-preset)"),
+        ("testbed: SFT forgets, anchors keep", testbed_cell,
+         "a 1.08M-parameter model and one task; the settings chosen from the verdict's six bases, checked on four "
+         "others; two fine-tuning seeds a base", "[toy](docs/toy.md#the-demos-comparison)"),
+        ("which way of fine-tuning keeps most (the verdict)", verdict_cell,
+         "one model size and task; full fine-tunes at one lr; LoRA's lr grid of two values; options without a "
+         "multiplicity correction; the same items on every base (a second, wider interval counts them)",
+         "[alternatives](docs/alternatives.md#the-verdict-six-bases-five-seeds-paired-intervals)"),
+    ]  # fmt: skip
+    lines = ["| result | measured | caveat | details |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+    lines += [
+        "",
+        "Records: `records/w2s-paper.json`, `records/demo.json`, `records/demo-check.json`, `records/verdict.json` "
+        "(each with its command, commit, thread counts and cache keys).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _record_table(name: str, fn: Callable[[dict], str]) -> Callable[[Path], str]:
+    return lambda root: fn(load_record(name, root))
+
+
+# NAME: (the file its block is in, renderer(checkout root) -> markdown)
+TABLES: dict[str, tuple[str, Callable[[Path], str]]] = {
+    "key-results": ("README.md", _readme_results),
+    "demo": ("docs/toy.md", _record_table("demo", _demo_table)),
+    "demo-time": ("docs/toy.md", _record_table("demo", _demo_time)),
+    "demo-check": ("docs/toy.md", _record_table("demo-check", _demo_check_table)),
+    "verdict": ("docs/alternatives.md", _record_table("verdict", _verdict_table)),
+    "verdict-per-base": ("docs/alternatives.md", _record_table("verdict", _verdict_per_base_table)),
+    "w2s-paper": ("docs/w2s.md", _record_table("w2s-paper", _w2s_table)),
+}
+
+
+def verdict_summary(root: Path) -> str:
+    """configs/toy/verdict-summary.json, what a comparison's report needs of the verdict to say it in its first
+    line (`report.verdict_headline`): the verdict's lr and steps, each of its runs' settings and option, and each
+    option's pooled interval and whether it is decided (both intervals on one side of 0)."""
+    import dataclasses
+
+    from anchorft.studies.testbed.compare_config import load_config
+
+    rec = load_record("verdict", root)
+    v = rec["results"]
+    cfg = load_config("verdict")
+    option = {r: r for r in v["pooled"] if r not in (v.get("picks") or {})}
+    option.update({c: g for g, cands in (v.get("picks") or {}).items() for c in cands})
+    runs = {}
+    for r in cfg.runs:
+        settings = {k: x for k, x in dataclasses.asdict(r).items() if x is not None and k != "name"}
+        runs[r.name] = {"settings": settings, "option": option.get(r.name), "front": r.name in v["front"]}
+    options = {}
+    for o, p in v["pooled"].items():
+        sides = [(p["low"], p["high"])] + ([(p["shared_items"]["low"], p["shared_items"]["high"])] if
+                                            p.get("shared_items") else [])  # fmt: skip
+        decided = "under" if all(h < 0 for _, h in sides) else "above" if all(lo > 0 for lo, _ in sides) else None
+        options[o] = {"interval": f"{p['mean']:+.1f} [{p['low']:+.1f}, {p['high']:+.1f}]", "decided": decided}
+    summary = {
+        "record": "records/verdict.json",
+        "bases": len(v["bases"]),
+        "learning_rate": cfg.learning_rate,
+        "max_steps": cfg.max_steps,
+        "runs": runs,
+        "options": options,
+    }
+    return json.dumps(summary, indent=1) + "\n"
+
+
+# generated files other than tables: path -> renderer(checkout root) -> the file's text
+FILES: dict[str, Callable[[Path], str]] = {"configs/toy/verdict-summary.json": verdict_summary}
+
+
+def render(name: str, root: str | Path | None = None) -> str:
+    """Table NAME rendered from its record."""
+    return TABLES[name][1](Path(root or repo_root()))
+
+
+def blocks(text: str) -> list[tuple[str, str]]:
+    """(name, body) of every table block of a markdown text, in order."""
+    return [(m.group("name"), m.group("body")) for m in BLOCK.finditer(text)]
+
+
+def stale_tables(root: str | Path | None = None) -> list[str]:
+    """One line per table whose block differs from its record's rendering, is missing from its file, or names no
+    table: empty when the docs say what the records give."""
+    root = Path(root or repo_root())
+    problems = []
+    for name, (file, _) in TABLES.items():
+        found = [body for n, body in blocks((root / file).read_text(encoding="utf-8")) if n == name]
+        if not found:
+            problems.append(f"{file}: no block for table {name!r} (<!-- table: {name} --> ... <!-- /table -->)")
+        elif any(body != render(name, root) for body in found):
+            problems.append(f"{file}: table {name!r} differs from records/ (make docs-tables rewrites it)")
+    for file, make in FILES.items():
+        if not (root / file).is_file() or (root / file).read_text(encoding="utf-8") != make(root):
+            problems.append(f"{file}: differs from records/ (make docs-tables writes it)")
+    for file in sorted({f for f, _ in TABLES.values()}):
+        for n, _ in blocks((root / file).read_text(encoding="utf-8")):
+            if n not in TABLES or TABLES[n][0] != file:
+                problems.append(f"{file}: block {n!r} is no table of {file} (TABLES)")
+    return problems
+
+
+def rewrite_tables(root: str | Path | None = None) -> list[str]:
+    """Rewrite every table block of the docs from its record; returns the files changed."""
+    root = Path(root or repo_root())
+    changed = []
+    for file in sorted({f for f, _ in TABLES.values()}):
+        path = root / file
+        text = path.read_text(encoding="utf-8")
+        new = BLOCK.sub(
+            lambda m: (
+                f"<!-- table: {m['name']} -->\n{render(m['name'], root) if m['name'] in TABLES else m['body']}"
+                "<!-- /table -->"
+            ),
+            text,
+        )
+        if new != text:
+            write_text(path, new)
+            changed.append(file)
+    for file, make in FILES.items():
+        text = make(root)
+        if not (root / file).is_file() or (root / file).read_text(encoding="utf-8") != text:
+            write_text(root / file, text)
+            changed.append(file)
+    return changed
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the drift alarm
+
+
+def replay(rec: dict, root: str | Path | None = None) -> dict:
+    """The replay of record `rec` on the code of now (`anchorft.studies.drift`), in the record's form."""
+    from anchorft.studies import drift
+
+    kind = next(iter(rec["replay"]))
+    if kind == "toy":
+        got = drift.toy_replay(rec["config"] if "finetune" in rec["replay"]["toy"] else
+                               {**rec["config"], "runs": rec["config"]["runs"][:1]})  # fmt: skip
+        return {"toy": got if "finetune" in rec["replay"]["toy"] else {"pretrain": got["pretrain"]}}
+    if kind == "w2s":
+        return {"w2s": drift.w2s_replay(rec["config"], rec["threads"]["torch"])}
+    if kind == "verdict":
+        from anchorft.studies.testbed.record import unpack_study
+
+        with tempfile.TemporaryDirectory(prefix="anchorft-verdict-") as tmp:
+            unpack_study(Path(root or repo_root()) / rec["study_record"], tmp)
+            return {"verdict": drift.verdict_replay(tmp, rec["results"])}
+    raise ValueError(f"record {rec['name']}: unknown replay {kind!r}")
+
+
+def check_records(names: list[str] | None = None, root: str | Path | None = None) -> dict[str, list[str]]:
+    """{record: the lines where its replay on the code of now differs from the recorded one} (empty: no drift)."""
+    from anchorft.studies.drift import VERDICT_TOLERANCE, differences
+
+    root = Path(root or repo_root())
+    names = names or sorted(p.stem for p in (root / "records").glob("*.json"))
+    out = {}
+    for name in names:
+        rec = load_record(name, root)
+        tol = VERDICT_TOLERANCE if "verdict" in rec["replay"] else 0.0
+        out[name] = differences(rec["replay"], replay(rec, root), tol)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m anchorft.studies.records", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    t = sub.add_parser("tables", help="rewrite the docs' table blocks from records/ (--check: only say which differ)")
+    t.add_argument("--check", action="store_true")
+    c = sub.add_parser("check", help="the drift alarm: replay every record (or NAME ...) and compare")
+    c.add_argument("names", nargs="*")
+    m = sub.add_parser("make", help="write records/NAME.json from a finished run folder")
+    m.add_argument("kind", choices=("toy", "w2s", "verdict"))
+    m.add_argument("name")
+    m.add_argument("--from", dest="source", required=True, help="the run folder (verdict: its output folder)")
+    m.add_argument("--command", required=True, help="the command that made it, as typed")
+    m.add_argument("--study", help="verdict: the study record it was computed on (records/verdict)")
+    m.add_argument("--code", help="verdict: the checkout that computed it (default: this one)")
+    m.add_argument("--threads", type=int, help="w2s: the torch threads it ran on (default: its metrics.json's)")
+    m.add_argument("--pretrain-replay-only", action="store_true", help="toy: replay the first base's pretraining only")
+    m.add_argument("--timings", help="a JSON list of measured wall times to keep with the record")
+    args = parser.parse_args(argv)
+    root = repo_root()
+    if args.what == "tables":
+        if args.check:
+            problems = stale_tables(root)
+            print("\n".join(problems) or "every table matches its record")
+            return 1 if problems else 0
+        print("\n".join(f"rewrote {f}" for f in rewrite_tables(root)) or "every table already matches its record")
+        return 0
+    if args.what == "check":
+        bad = 0
+        for name, lines in check_records(args.names or None, root).items():
+            print(f"{name}: " + ("no drift" if not lines else "DRIFT\n  " + "\n  ".join(lines)))
+            bad += bool(lines)
+        return 1 if bad else 0
+    more = {"timings": json.loads(args.timings)} if args.timings else {}
+    if args.kind == "toy":
+        rec = make_toy_record(args.name, args.source, args.command, not args.pretrain_replay_only, **more)
+    elif args.kind == "w2s":
+        rec = make_w2s_record(args.name, args.source, args.command, args.threads, **more)
+    else:
+        rec = make_verdict_record(args.name, args.source, args.study, args.command, args.code)
+    write_json(root / "records" / f"{args.name}.json", rec, indent=1)
+    print(f"wrote records/{args.name}.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
