@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from collections.abc import Callable
 
 from anchorft.dataclass_flags import add_field_flags, field_help, field_values, pop_flag
-from anchorft.studies.grid import ExecutorArguments
+from anchorft.studies.grid import ExecutorArguments, RayCluster
+from anchorft.studies.ray_probe import probe
 
 __all__ = ["normalize_train_argv", "short_or_all_help", "short_help", "trl_sections", "COMMON_TRL"]
 __all__ += ["add_executor_flags", "cluster_from"]
@@ -113,6 +115,15 @@ def add_executor_flags(p: argparse.ArgumentParser) -> None:
     add_field_flags(p, ExecutorArguments)
 
 
-def cluster_from(args: argparse.Namespace, gpus: float = 0.0, **ray_only):
-    """The `RayCluster` of the parsed executor flags (`ExecutorArguments.cluster`), or None for local."""
-    return ExecutorArguments(**field_values(args, ExecutorArguments)).cluster(gpus, **ray_only)
+def cluster_from(
+    args: argparse.Namespace, gpus: float = 0.0, local_only: dict | None = None, **ray_only
+) -> RayCluster | None:
+    """The `RayCluster` of the parsed executor flags (`ExecutorArguments.cluster`), or None for local. A cluster is
+    probed first (`anchorft.studies.ray_probe.probe`: bounded, before the run's folder is claimed; a UsageError in
+    one line when it cannot be reached), and the line naming it printed on stderr."""
+    cluster = ExecutorArguments(**field_values(args, ExecutorArguments)).cluster(gpus, local_only, **ray_only)
+    if cluster is None:
+        return None
+    info = probe(cluster.address)
+    print(info.describe(), file=sys.stderr, flush=True)
+    return dataclasses.replace(cluster, local=info.local)

@@ -122,7 +122,8 @@ def main(argv: list[str]) -> int:
     workers = args.workers if args.workers is not None else args.threads
     if workers < 1:
         raise ValueError(f"--workers: must be >= 1, got {workers}")
-    if compare_into(cfg, args.out, args.methods, args.sweep, workers, cluster_from(args), args.overwrite) is None:
+    cluster = cluster_from(args, local_only={"--workers": args.workers})
+    if compare_into(cfg, args.out, args.methods, args.sweep, workers, cluster, args.overwrite) is None:
         return 0
     for folder in [*base_folders(args.out).values()] or [args.out]:  # one comparison per base, or the one
         print(f"wrote {existing_files(folder, 'report.md', 'tradeoff.png', 'results.json')}")

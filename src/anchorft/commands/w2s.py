@@ -71,10 +71,11 @@ def _theory(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
+    cluster = cluster_from(args, local_only={"--workers": args.workers if args.workers != 1 else None})
     from anchorft.studies.w2s.sweeps import sweep_into, sweep_summary  # lazy: torch
 
     _threads(args.threads)
-    result = sweep_into(args.kind, args.out, args.quick, args.overrides, args.spec, args.workers, cluster_from(args),
+    result = sweep_into(args.kind, args.out, args.quick, args.overrides, args.spec, args.workers, cluster,
                         args.overwrite, progress=not args.quiet)  # fmt: skip
     if result is not None:
         print(sweep_summary(result, args.out, args.kind))

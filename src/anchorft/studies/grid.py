@@ -36,6 +36,8 @@ import importlib.util
 import json
 import multiprocessing as mp
 import os
+import secrets
+import signal
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -174,11 +176,13 @@ class RayCluster:
     one this machine has joined, None for a Ray instance started on this machine for the study and stopped after
     it); a cell whose worker process or node dies is run again up to `retries` times. `gpus`: the GPUs each cell
     holds (Ray places a cell only where they are free and shows it only those, through CUDA_VISIBLE_DEVICES; 0: a
-    CPU cell, which sees no GPU)."""
+    CPU cell, which sees no GPU). `anchorft.studies.ray_probe.probe` checks the address before a study claims its
+    folder (`anchorft.commands.flags.cluster_from`)."""
 
     address: str | None = None
     retries: int = 3
     gpus: float = 0.0
+    local: bool = False  # `ray_probe.probe` found no cluster to join: start an instance of its own (address "local")
 
     def __post_init__(self) -> None:
         if self.retries < 0:
@@ -213,10 +217,19 @@ class ExecutorArguments:
         metadata={"help": "with --executor ray: times a cell lost with its worker or node runs again (default 3)"},
     )
 
-    def cluster(self, gpus: float = 0.0, **ray_only: Any) -> RayCluster | None:
+    def cluster(
+        self, gpus: float = 0.0, local_only: dict[str, Any] | None = None, **ray_only: Any
+    ) -> RayCluster | None:
         """The `RayCluster` of --executor ray, each cell holding `gpus` GPUs (None for local); ValueError for
-        --address, --retries or a flag of `ray_only` ({flag: value, None when not given}) without it, or a negative
-        --retries or `gpus`, or Ray not installed."""
+        --address, --retries or a flag of `ray_only` ({flag: value, None when not given}) without it, a flag of
+        `local_only` (same form: `--workers`) with it, or a negative --retries or `gpus`, or Ray not installed."""
+        if self.executor == "ray":
+            given = [f for f, v in (local_only or {}).items() if v is not None]
+            if given:
+                raise ValueError(
+                    f"{' and '.join(given)}: not with --executor ray (the cluster's free CPUs decide how many cells "
+                    "run at once)"
+                )
         if self.executor != "ray":
             flags = {"--address": self.address, "--retries": self.retries, **ray_only}
             given = [f for f, v in flags.items() if v is not None]
@@ -253,10 +266,22 @@ class RayTasks:
         import ray  # lazy: an optional extra, needed only here
 
         started = not ray.is_initialized()
+        restore_env = _own_token() if started and self.cluster.local else (lambda: None)
         if started:  # worker output stays in the cluster's logs (the command's stdout is its results)
-            ray.init(address=self.cluster.address, log_to_driver=False, include_dashboard=False,
-                     configure_logging=False)  # fmt: skip
-            stop.take_back()  # ray.init's own SIGTERM handler exits with status 15: the run would be marked failed
+            try:
+                ray.init(address="local" if self.cluster.local else self.cluster.address, log_to_driver=False,
+                         include_dashboard=False, configure_logging=False)  # fmt: skip
+            except SystemExit as e:  # ray.init's own SIGTERM handler, installed inside it, exits with status 15
+                restore_env()
+                if e.code != signal.SIGTERM:
+                    raise
+                stop.record(signal.SIGTERM)
+                raise stop.Terminated() from None
+            except BaseException:
+                restore_env()
+                raise
+            finally:
+                stop.take_back()  # anchorft's handler: with Ray's a run is marked failed, not interrupted
         task = ray.remote(_run_in).options(
             num_cpus=self.threads, num_gpus=self.cluster.gpus, max_retries=self.cluster.retries, retry_exceptions=False
         )
@@ -293,6 +318,28 @@ class RayTasks:
             if started:
                 ray.shutdown()
                 stop.take_back()
+                restore_env()
+
+
+def _own_token() -> Callable[[], None]:
+    """A Ray instance of its own: Ray turns token authentication on for it and, unless a token is set, writes one to
+    ~/.ray/auth_token, which every later `ray start` of this user then enables (and a driver given an explicit
+    address lacks): a one-off token in RAY_AUTH_TOKEN instead (the instance's processes inherit it), no file. Returns
+    the function that puts the environment back."""
+    keys = ("RAY_AUTH_TOKEN", "RAY_AUTH_MODE")
+    if any(os.environ.get(k) for k in (*keys, "RAY_AUTH_TOKEN_PATH")) or (Path.home() / ".ray/auth_token").exists():
+        return lambda: None  # the user's own token or mode: Ray's rules apply
+    old = {k: os.environ.get(k) for k in keys}
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+
+    def restore() -> None:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+    return restore
 
 
 def executor_for(workers: int, threads: int = 1, cluster: RayCluster | None = None) -> Executor:
