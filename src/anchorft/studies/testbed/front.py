@@ -20,14 +20,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from anchorft.rpsft.anchor_plan import hull_points
-
 __all__ = ["hull_vertices", "hull_weights", "hull_at"]
 
 
 def hull_vertices(points: Sequence[tuple[float, float]]) -> list[int]:
     """Indices of `points` ((retention, gain) pairs) on their concave upper hull, by rising retention: from the
     highest-gain point (the most retentive of equal gains) to the most retentive point."""
+    from anchorft.rpsft.anchor_plan import hull_points  # here: its module loads torch, which a verdict never needs
+
     return hull_points([-x for x, _ in points], [y for _, y in points])[::-1]
 
 
