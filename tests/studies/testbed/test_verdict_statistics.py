@@ -314,3 +314,22 @@ def test_a_run_more_retentive_than_every_front_run_is_flagged_past_the_front(bas
         for run in ("a", "c"):
             assert rows[run]["past_front"] == (keep(g, run) > max(keep(g, r) for r in FRONT))
     assert any(v.base_verdict(f, ["c"], FRONT, n_boot=20)["c"]["past_front"] for f in folders)
+
+
+def test_toy_verdict_prints_the_confirmatory_row_and_the_holm_table(bases, tmp_path, capsys, monkeypatch):
+    """The command's output ends with the decision: the confirmatory row against the SESOI, then every row with its
+    Holm-adjusted p, as `decision.decide` gives them on the pooled rows the verdict wrote."""
+    from anchorft.cli import main as cli
+
+    monkeypatch.setattr(v, "write_forest_plot", lambda verdict, path: None)  # the plot is tested elsewhere
+    folders, _ = bases
+    argv = ["toy", "verdict", "--from", *map(str, folders), "--runs", "a", "b", "--front", *FRONT, "--boot", "40",
+            "--confirm", "a", "--sesoi", "3", "--out", str(tmp_path / "v")]  # fmt: skip
+    assert cli(argv) == 0
+    out = capsys.readouterr().out
+    verdict = json.loads((tmp_path / "v" / "verdict.json").read_text())
+    d = verdict["decision"]
+    assert d["confirmatory"]["row"] == "a" and d["confirmatory"]["sesoi"] == 3.0
+    assert f"**{d['confirmatory']['outcome']}**" in out and "Holm-adjusted over 2" in out
+    for row in ("a", "b"):
+        assert f"| {row} | {d['rows'][row]['mean']:+.1f} |" in out and f"{d['rows'][row]['p_holm']:.3f}" in out
