@@ -60,6 +60,12 @@ CASES = [
     ([*RL, "--learning_rate", "-1"], "learning_rate > 0"),
     ([*RL, "--learning_rate", "inf"], "learning_rate must be a finite number > 0, got inf"),
     ([*RL, "--lerning_rate", "3"], "--lerning_rate (did you mean --learning_rate?)"),
+    # values converted and choices checked as TrlParser does: the project's fields from source, TRL's from its table
+    ([*TRAIN, "--method", "rpsfft"], "invalid choice: 'rpsfft'; did you mean 'rpsft'?"),
+    ([*TRAIN, "--learning_rate", "abc"], "invalid float value: 'abc'"),
+    ([*TRAIN, "--lr_scheduler_type", "cosin"], "invalid choice: 'cosin'; did you mean 'cosine'?"),
+    ([*TRAIN, "--bf16", "maybe"], "Truthy value expected: got maybe"),
+    ([*RL, "--anchor_method", "rpsfft"], "invalid choice: 'rpsfft'; did you mean 'rpsft'?"),
     (["toy", "pretrain", "--preset", "nope", "--out", "o"], "preset: not found: 'nope'"),
     (["toy", "compare", "--preset", "nope", "--out", "o"], "preset: not found: 'nope'"),
     (["eval", "--model", "./no/such/model", "--bench", "good.jsonl", "--out", "o"], "does not exist"),

@@ -13,12 +13,16 @@ import argparse
 import dataclasses
 import sys
 from collections.abc import Callable
+from types import SimpleNamespace
 
 from anchorft.dataclass_flags import add_field_flags, field_help, field_values, pop_flag
+from anchorft.rpsft.prechecks import MISSING, UNKNOWN, method_rows, source_fields
+from anchorft.rpsft.trl_fields import trl_table
 from anchorft.studies.grid import ExecutorArguments, RayCluster
 from anchorft.studies.ray_probe import probe
 
-__all__ = ["normalize_train_argv", "short_or_all_help", "short_help", "trl_sections", "COMMON_TRL"]
+__all__ = ["normalize_train_argv", "short_or_all_help", "short_help", "trl_sections", "source_sections", "as_field"]
+__all__ += ["COMMON_TRL"]
 __all__ += ["add_executor_flags", "cluster_from"]
 
 
@@ -79,12 +83,41 @@ def trl_sections(title: str, config: type, trl_config: type, order: Callable, co
     return [*lines, "", "--help-all lists every TRL / transformers field."]
 
 
+def source_sections(title: str, config: dict, trl_class: str, order: Callable, common: tuple[str, ...]) -> list[str]:
+    """`trl_sections` without importing TRL: `config`'s fields read from its source (`prechecks.source_fields`), its
+    TRL base `trl_class`'s from the shipped table (`anchorft.rpsft.trl_fields`). None when either is missing (the
+    caller then imports the classes)."""
+    inherited = trl_table().get(trl_class)
+    if not inherited:
+        return None
+    own = sorted((f for f in config.values() if f.name not in inherited and f.init), key=order)
+    lines = ["", title, *(field_help(as_field(f)) for f in own), "", "common TRL / transformers fields:"]
+    for n in common:
+        f = config.get(n)
+        default = f.default if f is not None and f.default not in (MISSING, UNKNOWN) else inherited[n]["default"]
+        lines.append(f"  --{n} (default {default!r})")
+    return [*lines, "", "--help-all lists every TRL / transformers field."]
+
+
+def as_field(f) -> SimpleNamespace:
+    """A field read from source (`prechecks.SourceField`) as `field_help` reads a dataclass field (`method`'s help,
+    built from the methods table in RPSFTConfig, from the table's rows)."""
+    text = f.help
+    if f.name == "method" and not text:
+        rows = ", ".join(f"'{name}' ({what})" for name, _, what in method_rows())
+        text = f"Fine-tuning method (anchorft.rpsft.methods): {rows}."
+    return SimpleNamespace(name=f.name, default=f.default, metadata={"help": text})
+
+
+def _source(module: str, *names: str) -> list[dict] | None:
+    """The fields of the classes `names` of `module`, read from their source; None unless each is found."""
+    read = [source_fields(module, n) for n in names]
+    return None if any(r is None for r in read) else read
+
+
 def short_help() -> str:
-    """The project's flags, then the TRL fields a fine-tune usually sets; `--help-all` for the rest."""
-    from trl import SFTConfig  # lazy: loads TRL
-
-    from anchorft.rpsft.config import RPSFTConfig, ScriptArguments  # lazy: loads torch
-
+    """The project's flags, then the TRL fields a fine-tune usually sets; `--help-all` for the rest. Read from the
+    configs' source and the shipped TRL table (a fraction of a second), else from the imported classes."""
     lines = [
         "usage: anchorft train --config RECIPE.yaml [--field value ...]",
         "       anchorft train --model_name_or_path PATH --dataset DATA --out DIR [--method rpsft ...]",
@@ -98,15 +131,28 @@ def short_help() -> str:
         "  --out, --output_dir DIR output folder (checked first; a run marker records the config)",
         "  --overwrite             replace an output folder that holds another run",
         "  --dry-run               two steps on a tiny model built from the recipe's config.json",
-        "  --estimate              anchor memory and FLOPs from a config.json, no weights",
+        "  --estimate              anchor memory and FLOPs from a config.json, no weights (--estimate --help: its",
+        "                          flags, e.g. --stage, --gpus, --seq_len, --per_device)",
         "  --debug                 show the traceback of an error",
         "",
         "data and model:",
     ]
+    method_first = lambda f: f.name != "method"  # noqa: E731
+    title = "method and anchor (RPSFTConfig):"
+    read = _source("anchorft.rpsft.config", "ScriptArguments", "RPSFTConfig")
+    sections = source_sections(title, read[1], "SFTConfig", method_first, COMMON_TRL) if read else None
+    if sections is not None:
+        for f in read[0].values():
+            alias = ", --dataset_name" if f.name == "dataset" else ""
+            lines.append(field_help(as_field(f), default=False, alias=alias))
+        return "\n".join([*lines, *sections])
+    from trl import SFTConfig  # lazy: loads TRL
+
+    from anchorft.rpsft.config import RPSFTConfig, ScriptArguments  # lazy: loads torch
+
     for f in dataclasses.fields(ScriptArguments):
         lines.append(field_help(f, default=False, alias=", --dataset_name" if f.name == "dataset" else ""))
-    method_first = lambda f: f.name != "method"  # noqa: E731
-    lines += trl_sections("method and anchor (RPSFTConfig):", RPSFTConfig, SFTConfig, method_first, COMMON_TRL)
+    lines += trl_sections(title, RPSFTConfig, SFTConfig, method_first, COMMON_TRL)
     return "\n".join(lines)
 
 

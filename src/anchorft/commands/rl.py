@@ -15,13 +15,14 @@ import json
 import os
 from dataclasses import fields
 
-from anchorft.commands.flags import normalize_train_argv, short_or_all_help, trl_sections
+from anchorft.commands.flags import as_field, normalize_train_argv, short_or_all_help, source_sections, trl_sections
 from anchorft.dataclass_flags import field_help
 from anchorft.errors import UsageError
 from anchorft.preflight import check_input_file, check_model_source
 from anchorft.rpsft import prechecks  # module.function: a test may turn a check off
 from anchorft.rpsft.anchor_options import anchor_option_names
 from anchorft.rpsft.estimate import rl_memory_lines
+from anchorft.rpsft.prechecks import source_fields
 from anchorft.rpsft.recipes import NOT_HASHED
 from anchorft.runs import run_claimed
 
@@ -42,10 +43,6 @@ RL_COMMON = ("learning_rate", "lr_scheduler_type", "per_device_train_batch_size"
 def short_help() -> str:
     """`anchorft rl --help`: the script's flags, DAPOConfig's own fields, the usual TRL ones; `--help-all` for the
     rest (the same layout as `anchorft train --help`)."""
-    from trl import GRPOConfig  # lazy: loads TRL
-
-    from anchorft.rpsft.dapo_config import DAPOConfig, RLScriptArguments  # lazy: loads torch
-
     lines = [
         "usage: anchorft rl --model DIR --dataset DATA.jsonl --out DIR [--config RL.yaml] [--field value ...]",
         "       anchorft rl --estimate --model DIR [--config configs/rl/dapo.yaml]",
@@ -55,9 +52,18 @@ def short_help() -> str:
         "run, data and model:",
         "  --config FILE\n      YAML with any field below (configs/rl/dapo.yaml: the release's scale)",
     ]
-    lines += [field_help(f, default=False) for f in fields(RLScriptArguments)]
     anchor_last = lambda f: f.name in anchor_option_names()  # noqa: E731
-    lines += trl_sections("DAPO and anchor (DAPOConfig):", DAPOConfig, GRPOConfig, anchor_last, RL_COMMON)
+    title = "DAPO and anchor (DAPOConfig):"
+    read = [source_fields("anchorft.rpsft.dapo_config", n) for n in ("RLScriptArguments", "DAPOConfig")]
+    sections = source_sections(title, read[1], "GRPOConfig", anchor_last, RL_COMMON) if all(read) else None
+    if sections is not None:  # from the configs' source and the shipped TRL table: TRL is not imported
+        return "\n".join([*lines, *(field_help(as_field(f), default=False) for f in read[0].values()), *sections])
+    from trl import GRPOConfig  # lazy: loads TRL
+
+    from anchorft.rpsft.dapo_config import DAPOConfig, RLScriptArguments  # lazy: loads torch
+
+    lines += [field_help(f, default=False) for f in fields(RLScriptArguments)]
+    lines += trl_sections(title, DAPOConfig, GRPOConfig, anchor_last, RL_COMMON)
     return "\n".join(lines)
 
 

@@ -17,6 +17,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import sys
 import types
 from functools import cache
 from pathlib import Path
@@ -27,10 +28,11 @@ from anchorft.errors import check_keys, did_you_mean
 from anchorft.resources import config_path
 from anchorft.rpsft.arg_checks import check_trainer_args
 from anchorft.rpsft.recipes import check_recipe_keys, read_recipe
+from anchorft.rpsft.trl_fields import trl_table
 
 __all__ = ["SourceField", "source_fields", "trl_flags_parser", "given_flags", "pop_config", "config_given"]
 __all__ += ["source_defaults", "as_number", "check_values", "shadow_dataclass", "check_train_argv", "lora_rank_limit"]
-__all__ += ["read_rl_config", "check_rl_argv"]
+__all__ += ["read_rl_config", "check_rl_argv", "method_rows", "field_choices", "string_to_bool"]
 
 MISSING = dataclasses.MISSING
 UNKNOWN = object()  # a default that is no literal (a call, a name): never compared with anything
@@ -47,8 +49,8 @@ _DENSE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 
 class SourceField(NamedTuple):
     """One dataclass field as its source declares it: the annotation's text, the default (MISSING, UNKNOWN when
-    it is no literal), whether `__init__` takes it, and the argparse settings its metadata gives HfArgumentParser
-    (`nargs`, `aliases`)."""
+    it is no literal), whether `__init__` takes it, the argparse settings its metadata gives HfArgumentParser
+    (`nargs`, `aliases`), its help, and its metadata's "choices" (a literal list, else the expression's text)."""
 
     name: str
     annotation: str
@@ -56,6 +58,8 @@ class SourceField(NamedTuple):
     init: bool
     nargs: str | int | None = None
     aliases: tuple[str, ...] = ()
+    help: str = ""
+    choices: list | str | None = None
 
 
 class _NotFound(Exception):
@@ -111,20 +115,45 @@ def _literal(node: ast.expr | None) -> Any:
         return UNKNOWN
 
 
-def _declared(stmt: ast.AnnAssign) -> SourceField:
+def _constant(module: str, node: ast.expr | None, depth: int = 0) -> Any:
+    """A default's value: a literal, or a module-level constant of `module` (or one it imports by name) assigned
+    a literal (`default=PAPER_RANK`); UNKNOWN otherwise."""
+    value = _literal(node)
+    if value is not UNKNOWN or not isinstance(node, ast.Name) or depth > 5:
+        return value
+    try:
+        tree = _tree(_module_file(module))
+        for stmt in tree.body:
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+            if any(isinstance(t, ast.Name) and t.id == node.id for t in targets):
+                return _literal(stmt.value)
+        source = _imported(tree, module, node.id)
+    except (_NotFound, OSError, SyntaxError, UnicodeDecodeError):
+        return UNKNOWN
+    return UNKNOWN if source is None else _constant(source[0], ast.Name(id=source[1]), depth + 1)
+
+
+def _declared(stmt: ast.AnnAssign, module: str) -> SourceField:
     value, init, meta = stmt.value, True, {}
-    default = _literal(value)
+    default = _constant(module, value)
     call = isinstance(value, ast.Call) and ast.unparse(value.func) in ("field", "dataclasses.field")
     if call:
         kw = {k.arg: k.value for k in value.keywords}
-        default = _literal(kw["default"]) if "default" in kw else (UNKNOWN if "default_factory" in kw else MISSING)
+        default = UNKNOWN if "default_factory" in kw else MISSING
+        default = _constant(module, kw["default"]) if "default" in kw else default
         init = _literal(kw["init"]) is not False if "init" in kw else True
         if isinstance(kw.get("metadata"), ast.Dict):
-            meta = {_literal(k): _literal(v) for k, v in zip(kw["metadata"].keys, kw["metadata"].values) if k}
+            pairs = [(_literal(k), v) for k, v in zip(kw["metadata"].keys, kw["metadata"].values) if k]
+            meta = {k: _literal(v) for k, v in pairs}
+            meta["choices"] = next((_literal(v) if _literal(v) is not UNKNOWN else ast.unparse(v)
+                                    for k, v in pairs if k == "choices"), None)  # fmt: skip
     aliases = meta.get("aliases", ())
     aliases = (aliases,) if isinstance(aliases, str) else tuple(aliases) if isinstance(aliases, (list, tuple)) else ()
     nargs = meta.get("nargs") if isinstance(meta.get("nargs"), (str, int)) else None
-    return SourceField(stmt.target.id, ast.unparse(stmt.annotation), default, init, nargs, aliases)
+    text = meta.get("help") if isinstance(meta.get("help"), str) else ""
+    choices = meta.get("choices")
+    choices = list(choices) if isinstance(choices, (list, tuple)) else choices if isinstance(choices, str) else None
+    return SourceField(stmt.target.id, ast.unparse(stmt.annotation), default, init, nargs, aliases, text, choices)
 
 
 def _class_fields(module: str, name: str, depth: int = 0) -> dict[str, SourceField]:
@@ -154,7 +183,7 @@ def _class_fields(module: str, name: str, depth: int = 0) -> dict[str, SourceFie
     for stmt in cls.body:
         if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.simple:
             if not any(v in ast.unparse(stmt.annotation) for v in ("ClassVar", "InitVar")):
-                fields[stmt.target.id] = _declared(stmt)
+                fields[stmt.target.id] = _declared(stmt, module)
     return fields
 
 
@@ -221,9 +250,70 @@ class _PreParser(argparse.ArgumentParser):
         raise _Undecided(message)
 
 
-def trl_flags_parser(fields: list[SourceField], prog: str) -> argparse.ArgumentParser:
+# argparse's refusals of a value the pre-parse decides as TrlParser does: a conversion or a choice
+_VALUE_ERRORS = (": invalid int value: ", ": invalid float value: ", ": invalid choice: ", ": Truthy value expected: ")
+
+
+def string_to_bool(v: str | bool) -> bool:
+    """transformers' `HfArgumentParser` reading of a bool flag's value, with its words for a refusal."""
+    if isinstance(v, bool):
+        return v
+    if v.lower() in ("yes", "true", "t", "y", "1"):
+        return True
+    if v.lower() in ("no", "false", "f", "n", "0"):
+        return False
+    raise argparse.ArgumentTypeError(
+        f"Truthy value expected: got {v} but expected one of yes/no, true/false, t/f, y/n, 1/0 (case insensitive)."
+    )
+
+
+_CONVERSIONS = {"int": int, "float": float, "bool": string_to_bool}
+
+
+def method_rows() -> list[tuple[str, bool, str]]:
+    """(name, anchored, help) of every row of the methods table (`anchorft.rpsft.methods`): the loaded table when it
+    is imported (rows registered at run time included), else its `register(Method(...))` rows read from its
+    source."""
+    if "anchorft.rpsft.methods" in sys.modules:
+        return [(m.name, m.anchored, m.help) for m in sys.modules["anchorft.rpsft.methods"].METHODS.values()]
+    rows = []
+    for node in ast.walk(_tree(_module_file("anchorft.rpsft.methods"))):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "Method" and len(node.args) > 1:
+            name, text, kw = _literal(node.args[0]), _literal(node.args[1]), {k.arg: k.value for k in node.keywords}
+            if isinstance(name, str):
+                anchored = "anchored" in kw and _literal(kw["anchored"]) is True
+                rows.append((name, anchored, text if isinstance(text, str) else ""))
+    return rows
+
+
+def field_choices(f: SourceField, trl_row: dict | None = None) -> list | None:
+    """The values a field takes, as its flag offers them: its metadata's list, the methods table for `method` (and
+    'none' with the anchored methods for `anchor_method`), else the TRL table's (an enum's values)."""
+    if isinstance(f.choices, str):
+        if "RL_ANCHOR_METHODS" in f.choices:
+            return ["none", *(n for n, anchored, _ in method_rows() if anchored)]
+        if "METHODS" in f.choices:
+            return [n for n, _, _ in method_rows()]
+        return None
+    if f.choices is not None:
+        return list(f.choices)
+    return (trl_row or {}).get("choices")
+
+
+def _value_type(f: SourceField, trl_row: dict | None) -> Any:
+    """The conversion TrlParser applies to the field's flag value (None: none the pre-parse decides)."""
+    if trl_row is not None:
+        return _CONVERSIONS.get(trl_row["type"])
+    members = [m for m in _union_members(f.annotation) if m != "None"]
+    return _CONVERSIONS.get(members[0]) if len(members) == 1 else None
+
+
+def trl_flags_parser(fields: list[SourceField], prog: str, trl_class: str | None = None) -> argparse.ArgumentParser:
     """An argparse parser with the flags TrlParser makes of `fields` (`--name`, `--name-with-dashes`, a bool's
-    `--no_name`), each taking as many values as there; values stay strings and only the flags given are set."""
+    `--no_name`), each taking as many values as there; only the flags given are set. With `trl_class` (a class of
+    `trl_fields.TRL_CLASSES`, the fields' TRL base), the values are converted and their choices checked as TrlParser
+    does (types and choices: the field's own, else the shipped TRL table's); otherwise they stay strings."""
+    table = trl_table().get(trl_class, {}) if trl_class else None
     p = _PreParser(prog=prog, add_help=False, allow_abbrev=False)
     p.add_argument("-h", "--help", action="store_true", default=argparse.SUPPRESS)
     for f in fields:
@@ -232,6 +322,9 @@ def trl_flags_parser(fields: list[SourceField], prog: str) -> argparse.ArgumentP
         nargs, complement = _argparse_shape(f)
         flags = [f"--{f.name}", *([f"--{f.name.replace('_', '-')}"] if "_" in f.name else []), *f.aliases]
         kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "nargs": nargs}
+        if table is not None:
+            row = table.get(f.name)
+            kw |= {"type": _value_type(f, row), "choices": field_choices(f, row)}
         p.add_argument(*flags, **(kw | ({"const": True} if nargs == "?" else {})))
         if complement:
             no = (f"--no_{f.name}", f"--no-{f.name.replace('_', '-')}")
@@ -239,9 +332,21 @@ def trl_flags_parser(fields: list[SourceField], prog: str) -> argparse.ArgumentP
     return p
 
 
-def given_flags(argv: list[str], fields: list[SourceField], prog: str) -> dict[str, Any] | None:
-    """The fields the flags of `argv` set (values as typed); None when the parse is left to TrlParser. An unknown
-    flag is TrlParser's one-line error, with its did-you-mean."""
+def given_flags(
+    argv: list[str], fields: list[SourceField], prog: str, trl_class: str | None = None
+) -> dict[str, Any] | None:
+    """The fields the flags of `argv` set (values as typed; converted with `trl_class`, see `trl_flags_parser`);
+    None when the parse is left to TrlParser. An unknown flag, a value of the wrong type or not among the field's
+    choices are TrlParser's one-line errors, in its words (argparse's `error`, as `anchorft.cli` reports it)."""
+    if trl_class is not None:
+        typed = trl_flags_parser(fields, prog, trl_class)
+        try:
+            typed.parse_known_args(argv)
+        except _Undecided as e:
+            if any(w in str(e) for w in _VALUE_ERRORS):
+                argparse.ArgumentParser.error(typed, str(e))  # TrlParser's refusal (exit 2), through the CLI's error
+        except argparse.ArgumentError:
+            pass
     parser = trl_flags_parser(fields, prog)
     try:
         ns, rest = parser.parse_known_args(argv)
@@ -353,7 +458,7 @@ def check_train_argv(argv: list[str]) -> dict[str, Any] | None:
         values.update(recipe)
     given = None
     if script is not None and trainer is not None:
-        given = given_flags(argv, [*script.values(), *trainer.values()], "anchorft train")
+        given = given_flags(argv, [*script.values(), *trainer.values()], "anchorft train", "SFTConfig")
     values.update(given or {})
     check_values(values)
     _check_lora_rank(values)
@@ -385,7 +490,7 @@ def check_rl_argv(argv: list[str]) -> None:
     elif config is not None:
         config_path(config)
     if script is not None and dapo is not None:
-        values.update(given_flags(argv, [*script.values(), *dapo.values()], "anchorft rl") or {})
+        values.update(given_flags(argv, [*script.values(), *dapo.values()], "anchorft rl", "GRPOConfig") or {})
     lr = as_number(values.get("learning_rate"), float)
     if lr is not None and lr <= 0:  # DAPOConfig checks the sign before the trainer arguments, in these words
         raise ValueError("need beta >= 0, learning_rate > 0, temperature > 0")
