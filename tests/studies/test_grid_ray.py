@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -158,6 +159,163 @@ def _record(folder: Path) -> list[str]:
     return [x["name"] for x in lines if "result" in x]
 
 
+def _timed(argv: list[str], cwd: Path, env: dict | None = None) -> tuple[subprocess.CompletedProcess, float]:
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "anchorft", *argv], cwd=cwd, capture_output=True, text=True,
+                         timeout=120, env=env)  # fmt: skip
+    return res, time.monotonic() - t0
+
+
+def _ray_found_here() -> bool:
+    """Whether Ray would find a cluster on this machine by itself (a GCS process running, a `ray start` address file,
+    RAY_ADDRESS): the tests of no address and of `auto` need none."""
+    gcs = any(b"gcs_server" in _cmdline(p) for p in filter(str.isdigit, os.listdir("/proc")))
+    return gcs or Path("/tmp/ray/ray_current_cluster").exists() or bool(os.environ.get("RAY_ADDRESS"))
+
+
+SWEEP = ["w2s", "sweep", "--kind", "overlap", "--quiet"]
+
+
+def test_no_address_starts_a_local_instance_that_leaves_no_token_and_auto_without_a_cluster_is_refused(tmp_path):
+    """Before the module's cluster starts. No --address: a Ray instance of its own, named in the first line, and no
+    ~/.ray/auth_token written (Ray writes one for a local instance, and every later `ray start` of the user would
+    turn token authentication on); --address auto with no cluster: one line, exit 2, no folder."""
+    if _ray_found_here():
+        pytest.skip("a Ray cluster is discoverable on this machine")
+    env = dict(os.environ, HOME=str(tmp_path / "home"), RAY_USAGE_STATS_ENABLED="0")
+    env.pop("RAY_ADDRESS", None)
+    res, took = _timed([*SWEEP, "--spec", str(_sweep_spec(tmp_path, steps=20)), "--out", "auto", "--executor", "ray",
+                        "--address", "auto"], tmp_path, env)  # fmt: skip
+    assert res.returncode == 2 and took < 10, (took, res.stderr[-2000:])
+    assert res.stderr.strip().splitlines() == [
+        "anchorft w2s sweep: error: --address auto: no Ray cluster found on this machine (none started with `ray "
+        "start`, RAY_ADDRESS unset): start one, or give the head's HOST:PORT"
+    ]
+    assert not (tmp_path / "auto").exists()
+    res, took = _timed([*SWEEP, "--spec", str(_sweep_spec(tmp_path, steps=20)), "--out", "local", "--executor", "ray"],
+                       tmp_path, env)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    first = res.stderr.strip().splitlines()[0]
+    assert first.startswith("ray: no --address and no RAY_ADDRESS: a Ray instance of its own on this machine"), first
+    assert not (tmp_path / "home" / ".ray" / "auth_token").exists()
+    print(f"a sweep on a local instance in {took:.1f} s")
+
+
+def test_a_signal_during_the_probe_exits_143_at_once_and_leaves_nothing(tmp_path, children):
+    """A server that answers as gRPC and then says nothing keeps the probe's child waiting for Ray's client: a SIGTERM
+    then exits 143 within seconds, the child killed with it, no folder made."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    conns = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conns.append(conn)
+            conn.sendall(bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))  # an HTTP/2 SETTINGS frame, then silence
+
+    threading.Thread(target=serve, daemon=True).start()
+    address = f"127.0.0.1:{server.getsockname()[1]}"
+    try:
+        argv = [sys.executable, "-m", "anchorft", *SWEEP, "--quick", "--out", "study", "--executor", "ray"]
+        proc = children.start([*argv, "--address", address], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+        err = children.read_stderr(proc)
+        probing = lambda: [p for p in _descendants(proc.pid) if b"ray_probe import _check" in _cmdline(p)]  # noqa: E731
+        children.wait_until(proc, lambda: bool(probing()), 60, lambda: "".join(err))
+        child = probing()[0]
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        server.close()
+        for c in conns:
+            c.close()
+    assert rc == 143 and took < 5, (rc, took, "".join(err)[-2000:])
+    assert "terminated" in "".join(err).strip().splitlines()[-1]
+    assert not (tmp_path / "study").exists()
+    assert b"ray_probe import _check" not in _cmdline(child)  # the probe's child went with the command
+
+
+def _cmdline(pid: str | int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _descendants(root: int) -> list[int]:
+    parent = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            parent[int(pid)] = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    ours, grew = {root}, True
+    while grew:
+        new = {p for p, pp in parent.items() if pp in ours} - ours
+        ours |= new
+        grew = bool(new)
+    return sorted(ours - {root})
+
+
+def test_a_cluster_with_token_authentication_and_a_stopped_one_are_one_line(tmp_path):
+    """A head with token authentication: a driver without its token is refused in one line (Ray: a 77-line
+    InvalidAuthToken traceback after 27 s), with it the probe names the cluster; once stopped, its address is
+    refused as nothing listening. RAY_ADDRESS chooses the cluster when no --address is given, and the line says so."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "anchorft-test-token"}
+    os.environ.update(token)  # the head's environment (Node copies it), taken back at once
+    try:
+        head = Node(port, head=True)
+    finally:
+        for k in token:
+            os.environ.pop(k)
+    address = f"127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    env.update(HOME=str(tmp_path / "home"))
+    argv = [*SWEEP, "--quick", "--out", "study", "--executor", "ray", "--address", address]
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # the head is up once its port answers as gRPC
+            try:
+                from anchorft.studies.ray_probe import reach
+
+                reach(address)
+                break
+            except ValueError:
+                assert time.monotonic() < deadline, "the token-authenticated head did not start"
+                time.sleep(0.5)
+        time.sleep(1)
+        res, took = _timed(argv, tmp_path, env)
+        assert res.returncode == 2 and took < 10, (took, res.stderr[-2000:])
+        assert res.stderr.strip().splitlines() == [
+            f"anchorft w2s sweep: error: --address {address}: the cluster requires token authentication and refused "
+            "this machine's token (RAY_AUTH_MODE is unset here): export RAY_AUTH_MODE=token and the cluster's token "
+            "as RAY_AUTH_TOKEN (or its file as RAY_AUTH_TOKEN_PATH, or ~/.ray/auth_token)"
+        ]
+        assert not (tmp_path / "study").exists()
+        code = "from anchorft.studies.ray_probe import probe; print(probe(None).describe())"
+        ok = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                            env=dict(env, RAY_ADDRESS=address, **token))  # fmt: skip
+        assert ok.stdout.strip() == f"ray: cluster at {address} (chosen by RAY_ADDRESS): 1 node, 1 CPU, 0 GPUs", ok
+    finally:
+        head.remove()
+    res, took = _timed(argv, tmp_path, env)
+    assert res.returncode == 2 and took < 10, (took, res.stderr[-2000:])
+    assert res.stderr.strip().splitlines()[0].endswith(f"--address {address}: nothing listens there (connection "
+                                                        f"refused): is the cluster running? (`ray status --address "
+                                                        f"{address}` on the head)")  # fmt: skip
+    assert not (tmp_path / "study").exists()
+
+
 def test_a_sweep_and_a_comparison_on_the_cluster_equal_local_processes(cluster, tmp_path):
     spec = str(_sweep_spec(tmp_path))
     local = _cli("w2s", "sweep", "--kind", "overlap", "--spec", spec, "--out", "local", "--quiet", cwd=tmp_path)
@@ -167,6 +325,8 @@ def test_a_sweep_and_a_comparison_on_the_cluster_equal_local_processes(cluster, 
                   "--executor", "ray", "--address", cluster.address, cwd=tmp_path)  # fmt: skip
     assert on_ray.returncode == 0, on_ray.stderr[-2000:]
     print(f"sweep: 6 cells on the cluster in {time.perf_counter() - t0:.1f} s")
+    first = on_ray.stderr.strip().splitlines()[0]  # where the cells run, before anything else
+    assert first == f"ray: cluster at {cluster.address} (--address): 2 nodes, 2 CPUs, 0 GPUs", on_ray.stderr[-2000:]
     assert _sweep_json(tmp_path / "local") == _sweep_json(tmp_path / "ray")  # relative --out: the driver's folder
     assert sorted(_record(tmp_path / "ray")) == sorted(_record(tmp_path / "local"))
 
