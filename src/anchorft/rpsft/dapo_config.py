@@ -26,7 +26,7 @@ from anchorft.rpsft.anchor_options import AnchorOptions
 from anchorft.rpsft.arg_checks import check_trainer_args
 from anchorft.rpsft.methods import RL_ANCHOR_METHODS, get_method
 from anchorft.rpsft.prechecks import read_rl_config
-from anchorft.rpsft.recipes import parse_with_config
+from anchorft.rpsft.recipes import as_trl_reads, parse_with_config
 
 __all__ = [
     "DAPOConfig",
@@ -270,6 +270,7 @@ class RLScriptArguments:
 def load_rl_config(path: str) -> dict:
     """The `--config` YAML (`preset:` parents merged), its keys and value types checked against the dataclasses."""
     path, cfg = read_rl_config(path, DAPOConfig)
+    as_trl_reads(cfg, RLScriptArguments, DAPOConfig)  # `learning_rate: 1e-6` is a float, as TrlParser reads it
     check_mapping_types(cfg, RLScriptArguments, path)
     check_mapping_types(cfg, DAPOConfig, path)
     return cfg

@@ -13,6 +13,7 @@ Stand-in models and the dry run of a recipe are in `anchorft.rpsft.stand_in`.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import os
@@ -30,7 +31,7 @@ from anchorft.io import write_text
 from anchorft.resources import config_path
 
 __all__ = ["META_KEYS", "load_recipe", "read_recipe", "check_recipe_keys", "known_fields", "write_flat_config"]
-__all__ += ["trainer_mapping", "parse_with_config", "NOT_HASHED"]
+__all__ += ["trainer_mapping", "parse_with_config", "NOT_HASHED", "as_trl_reads"]
 
 META_KEYS = ("_model_config_",)
 
@@ -67,6 +68,35 @@ def _numeric_fields(dc: type) -> set[str]:
         if len(args) == 1 and args[0] in (int, float, bool):
             out.add(name)
     return out
+
+
+def _scalar_type(tp: Any) -> type | None:
+    """int, float or bool when `tp` is one of them (or one of them | None), else None."""
+    args = [a for a in typing.get_args(tp) if a is not type(None)] if isinstance(tp, types.UnionType) or (
+        typing.get_origin(tp) is typing.Union) else [tp]  # fmt: skip
+    return args[0] if len(args) == 1 and args[0] in (int, float, bool) else None
+
+
+def as_trl_reads(mapping: dict[str, Any], *dcs: type) -> dict[str, Any]:
+    """The string values of `mapping` for int, float and bool fields of the dataclasses `dcs`, converted as TrlParser
+    reads a `--config` YAML: its values become argparse defaults, and argparse converts a string default with the
+    option's type (`learning_rate: 1e-4`, a string to YAML 1.1, is the float 0.0001 there; a bool with
+    HfArgumentParser's `string_to_bool`). A string the type refuses is left for the type check to name. In place;
+    returns `mapping`."""
+    from transformers.hf_argparser import string_to_bool  # lazy: loads transformers (the callers have)
+
+    hints: dict[str, Any] = {}
+    for dc in dcs:
+        hints.update(typing.get_type_hints(dc))
+    for key, value in mapping.items():
+        tp = _scalar_type(hints.get(key))
+        if tp is None or not isinstance(value, str):
+            continue
+        try:
+            mapping[key] = string_to_bool(value) if tp is bool else tp(value)
+        except (ValueError, TypeError, argparse.ArgumentTypeError):
+            pass
+    return mapping
 
 
 def read_recipe(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any], dict[str, str], Path]:
@@ -112,6 +142,7 @@ def load_recipe(path: str | os.PathLike, validate: bool = True) -> tuple[dict[st
         from anchorft.rpsft.config import RPSFTConfig, ScriptArguments  # lazy: loads torch
         from anchorft.rpsft.methods import METHODS  # lazy: loads torch
 
+        as_trl_reads(merged, ScriptArguments, RPSFTConfig)  # `learning_rate: 1e-4` is a float, as TrlParser reads it
         for dc in (ScriptArguments, RPSFTConfig):  # a wrong-typed number or flag named with the file that set it
             numeric = _numeric_fields(dc)  # (str fields may take a mapping that the config parses: anchor_map)
             for key, value in merged.items():
