@@ -317,6 +317,10 @@ def test_a_wrong_typed_recipe_value_names_its_file(tmp_path, monkeypatch, capsys
     monkeypatch.chdir(tmp_path)
     (tmp_path / "base.yaml").write_text("method: sft\nlearning_rate: fast\n")
     (tmp_path / "r.yaml").write_text("preset: base.yaml\nmax_steps: 3\n")
+    (tmp_path / "d.jsonl").write_text('{"prompt": "a", "completion": "b"}\n')  # the recipe's value the one mistake
+    (tmp_path / "m").mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (tmp_path / "m" / name).write_text("{}")
     rc = main(["train", "--config", "r.yaml", "--model_name_or_path", "m", "--dataset", "d.jsonl", "--out", "o"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err.endswith("base.yaml: learning_rate: expected float, got 'fast' (str)"), err

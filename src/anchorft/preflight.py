@@ -28,6 +28,8 @@ __all__ = [
     "hub_reachable",
     "check_hub_dataset",
     "check_eval_spec",
+    "WEIGHT_FILES",
+    "check_model_folder",
 ]
 
 
@@ -191,3 +193,27 @@ def check_eval_spec(spec: dict) -> None:
     check_model_source(spec["model"], "--model")
     for b in spec["bench"]:
         check_input_file(b, "--bench", jsonl=False)
+
+
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+
+
+def check_model_folder(spec: str | os.PathLike, field: str = "model") -> None:
+    """One-line ValueError for a local model folder that holds no weights (checked before anything is loaded).
+
+    A hub name (no such local folder) is left to `from_pretrained`."""
+    path = os.fspath(spec)
+    if not os.path.isdir(path):
+        return
+    names = set(os.listdir(path))
+    if not names & set(WEIGHT_FILES) and not any(n.endswith(".safetensors") for n in names):
+        has = "config.json only" if "config.json" in names else f"{len(names)} file(s), no config.json"
+        raise ValueError(
+            f"{field}: {path} holds no weights ({has}; expected one of {list(WEIGHT_FILES)}); "
+            "pass the folder a model was saved to, or a hub name"
+        )

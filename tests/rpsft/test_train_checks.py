@@ -33,6 +33,15 @@ def _one_error_line(capsys) -> str:
     return lines[0]
 
 
+def _valid_inputs(folder: Path) -> tuple[str, str]:
+    """A model folder (config and weights files) and a data file that pass the input checks (nothing loads them)."""
+    (folder / "m").mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (folder / "m" / name).write_text("{}")
+    (folder / "d.jsonl").write_text(json.dumps({"prompt": "a", "completion": "b"}) + "\n")
+    return str(folder / "m"), str(folder / "d.jsonl")
+
+
 def test_accumulation_keeps_the_effective_batch() -> None:
     # written out: 16 sequences at 2 per device
     assert [accumulation_for(16, 2, g) for g in (1, 2, 4, 8)] == [8, 4, 2, 1]
@@ -43,7 +52,9 @@ def test_accumulation_keeps_the_effective_batch() -> None:
 
 def test_unreachable_effective_batch(tmp_path, monkeypatch, capsys, no_loading) -> None:
     monkeypatch.setenv("WORLD_SIZE", "3")
-    rc = train_main(["--config", str(LEAF), "--model_name_or_path", "x", "--output_dir", str(tmp_path / "o")])
+    model, data = _valid_inputs(tmp_path)  # the batch the one mistake
+    argv = ["--model_name_or_path", model, "--dataset", data, "--output_dir", str(tmp_path / "o")]
+    rc = train_main(["--config", str(LEAF), *argv])
     assert rc == 2 and "effective_batch_size 16 cannot be reached" in _one_error_line(capsys)
     monkeypatch.setenv("WORLD_SIZE", "1")
     args = RPSFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=2, effective_batch_size=16)
@@ -98,8 +109,7 @@ def test_anchor_under_fsdp1_refused_before_loading(rp, tmp_path, monkeypatch, ca
     from anchorft.rpsft.rl import run_rl
     from anchorft.rpsft.train import check_launch
 
-    data = tmp_path / "d.jsonl"
-    data.write_text(json.dumps({"prompt": "a", "completion": "b"}) + "\n")
+    _, data = _valid_inputs(tmp_path)  # the launch the one mistake
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     monkeypatch.setenv("FSDP_VERSION", "1")
     argv = ["--model_name_or_path", str(tmp_path / "m"), "--dataset", str(data), "--output_dir", str(tmp_path / "o")]

@@ -24,7 +24,7 @@ from anchorft.rpsft.anchor_options import anchor_option_names
 from anchorft.rpsft.estimate import rl_memory_lines
 from anchorft.rpsft.prechecks import source_fields
 from anchorft.rpsft.recipes import NOT_HASHED
-from anchorft.runs import run_claimed
+from anchorft.runs import check_output_dir, run_claimed
 
 # --output_dir (TrainingArguments' name, which `anchorft train` takes) is this command's --out
 _OUT_ALIASES = {"--output_dir": "--out", "--output-dir": "--out"}
@@ -67,6 +67,19 @@ def short_help() -> str:
     return "\n".join(lines)
 
 
+def _check_inputs(given: dict) -> None:
+    """The script's arguments (the flags and the --config's) checked as below, before TRL loads: the three a run
+    needs, the data file, the model, the output folder."""
+    estimate = given.get("estimate") not in (None, False, "false", "False")
+    if given.get("model") is None or (not estimate and (given.get("dataset") is None or given.get("out") is None)):
+        raise UsageError("--model, --dataset and --out are required (unless --estimate)")
+    if estimate:
+        return
+    check_input_file(given["dataset"], "--dataset", jsonl=given.get("skip_bad") in (None, False, "false", "False"))
+    check_model_source(given["model"], "--model")
+    check_output_dir(given["out"])
+
+
 def main(argv: list[str]) -> int:
     argv = short_or_all_help(list(argv), short_help)
     if argv is None:
@@ -74,7 +87,9 @@ def main(argv: list[str]) -> int:
     # a user error here and below (a bad YAML, key or value: DAPOConfig checks every field on construction): one
     # line, by anchorft.cli
     if "--help" not in argv:  # --help-all: TrlParser's own help
-        prechecks.check_rl_argv(normalize_train_argv(argv, _OUT_ALIASES))  # what needs no model, before TRL loads
+        given = prechecks.check_rl_argv(normalize_train_argv(argv, _OUT_ALIASES))  # what needs no model, before TRL
+        if given is not None:  # None: the flags are left to TrlParser
+            _check_inputs(given)
     script, config = parse(argv)
     if script.model is None or (not script.estimate and (script.dataset is None or script.out is None)):
         raise UsageError("--model, --dataset and --out are required (unless --estimate)")

@@ -123,6 +123,8 @@ def main(argv: list[str]) -> int:
     given = prechecks.check_train_argv(argv) if "--help" not in argv else None
     if given is not None and _missing(given):
         raise UsageError(f"missing --{' --'.join(_missing(given))}")
+    if given is not None:
+        prechecks.check_train_inputs(given)  # the data, model and output folder, before TRL too
     script, args = _parse_train_argv(argv)
     if _missing(dataclasses.asdict(script)):
         raise UsageError(f"missing --{' --'.join(_missing(dataclasses.asdict(script)))}")

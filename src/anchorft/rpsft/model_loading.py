@@ -9,6 +9,7 @@ import torch
 from transformers import PreTrainedModel
 
 from anchorft.eval.loading import from_pretrained_strict
+from anchorft.preflight import WEIGHT_FILES, check_model_folder  # here before; light, so checked before torch loads
 
 __all__ = ["load_model", "check_model_folder", "WEIGHT_FILES"]
 
@@ -25,27 +26,3 @@ def load_model(spec: str | PreTrainedModel, args, field: str = "model") -> PreTr
     if not torch.cuda.is_available():
         kwargs["dtype"] = torch.float32
     return from_pretrained_strict(spec, **kwargs)  # missing or unexpected weights: a one-line ValueError
-
-
-WEIGHT_FILES = (
-    "model.safetensors",
-    "model.safetensors.index.json",
-    "pytorch_model.bin",
-    "pytorch_model.bin.index.json",
-)
-
-
-def check_model_folder(spec: str | os.PathLike, field: str = "model") -> None:
-    """One-line ValueError for a local model folder that holds no weights (checked before anything is loaded).
-
-    A hub name (no such local folder) is left to `from_pretrained`."""
-    path = os.fspath(spec)
-    if not os.path.isdir(path):
-        return
-    names = set(os.listdir(path))
-    if not names & set(WEIGHT_FILES) and not any(n.endswith(".safetensors") for n in names):
-        has = "config.json only" if "config.json" in names else f"{len(names)} file(s), no config.json"
-        raise ValueError(
-            f"{field}: {path} holds no weights ({has}; expected one of {list(WEIGHT_FILES)}); "
-            "pass the folder a model was saved to, or a hub name"
-        )

@@ -25,14 +25,16 @@ from typing import Any, NamedTuple
 
 from anchorft.dataclass_yaml import resolve_presets
 from anchorft.errors import check_keys, did_you_mean
+from anchorft.preflight import check_input_file, check_model_source, looks_like_path
 from anchorft.resources import config_path
 from anchorft.rpsft.arg_checks import check_trainer_args
 from anchorft.rpsft.recipes import check_recipe_keys, read_recipe
 from anchorft.rpsft.trl_fields import trl_table
+from anchorft.runs import check_output_dir
 
 __all__ = ["SourceField", "source_fields", "trl_flags_parser", "given_flags", "pop_config", "config_given"]
 __all__ += ["source_defaults", "as_number", "check_values", "shadow_dataclass", "check_train_argv", "lora_rank_limit"]
-__all__ += ["read_rl_config", "check_rl_argv", "method_rows", "field_choices", "string_to_bool"]
+__all__ += ["read_rl_config", "check_rl_argv", "method_rows", "field_choices", "string_to_bool", "check_train_inputs"]
 
 MISSING = dataclasses.MISSING
 UNKNOWN = object()  # a default that is no literal (a call, a name): never compared with anything
@@ -465,6 +467,40 @@ def check_train_argv(argv: list[str]) -> dict[str, Any] | None:
     return None if given is None else values
 
 
+_DATA_FILES = (".jsonl", ".json", ".parquet")
+
+
+def _check_local_data(spec: Any, flag: str) -> bool:
+    """A dataset named as a local file (it exists, or looks like a path or a data file): exists, is readable, and
+    for .jsonl every line is a JSON object, as `rpsft.data.check_sft_source` checks it first; hub names and
+    folders are left to it. False when the first JSONL row has neither layout SFT reads, whose message
+    `check_sft_source` gives before the other inputs' (the checks after this one are then left to it too)."""
+    if not isinstance(spec, str) or os.path.isdir(spec):
+        return True
+    if os.path.exists(spec) or looks_like_path(spec) or os.path.splitext(spec)[1].lower() in _DATA_FILES:
+        check_input_file(spec, flag)
+        if spec.lower().endswith(".jsonl"):
+            with open(spec, encoding="utf-8") as f:
+                first = next(json.loads(line) for line in f if line.strip())
+            return {"prompt", "completion"} <= first.keys() or "messages" in first
+    return True
+
+
+def check_train_inputs(values: dict[str, Any]) -> None:
+    """What `rpsft.train.check_train_inputs` checks that needs no library, in its order, on the values the recipe
+    and the flags set (`check_train_argv`): the local data files, the model and tokenizer sources, the output
+    folder. Before TRL loads, with its messages; the data's columns and the model folder's weights, which it checks
+    after the output folder, are left to it (a file of another schema is reported before a model without weights).
+    """
+    if not (_check_local_data(values.get("dataset"), "--dataset")
+            and _check_local_data(values.get("eval_dataset"), "--eval_dataset")):  # fmt: skip
+        return
+    check_model_source(values.get("model_name_or_path"), "--model_name_or_path")
+    check_model_source(values.get("tokenizer_name_or_path"), "--tokenizer_name_or_path", what="tokenizer")
+    if isinstance(values.get("output_dir"), str):
+        check_output_dir(values["output_dir"], "--output_dir")
+
+
 def read_rl_config(path: str, dapo: type) -> tuple[str, dict]:
     """(file, mapping) of `anchorft rl`'s `--config` YAML (`preset:` parents merged), its keys checked against
     RLScriptArguments and `dapo` (DAPOConfig, or a stand-in with its field names read before TRL is imported)."""
@@ -476,7 +512,7 @@ def read_rl_config(path: str, dapo: type) -> tuple[str, dict]:
     return path, cfg
 
 
-def check_rl_argv(argv: list[str]) -> None:
+def check_rl_argv(argv: list[str]) -> dict[str, Any] | None:
     """`anchorft rl`'s command line (--out spellings applied) checked before TRL is imported: the --config file
     found, read and its keys known; the flags known; learning_rate, max_steps and report_to valid. ValueError: the
     message TrlParser and DAPOConfig give."""
@@ -489,9 +525,13 @@ def check_rl_argv(argv: list[str]) -> None:
         values.update(read_rl_config(config, shadow_dataclass("DAPOConfig", list(dapo.values())))[1])
     elif config is not None:
         config_path(config)
+    given = None
     if script is not None and dapo is not None:
-        values.update(given_flags(argv, [*script.values(), *dapo.values()], "anchorft rl", "GRPOConfig") or {})
-    lr = as_number(values.get("learning_rate"), float)
-    if lr is not None and lr <= 0:  # DAPOConfig checks the sign before the trainer arguments, in these words
-        raise ValueError("need beta >= 0, learning_rate > 0, temperature > 0")
+        given = given_flags(argv, [*script.values(), *dapo.values()], "anchorft rl", "GRPOConfig")
+        values.update(given or {})
+    lr, temperature = as_number(values.get("learning_rate"), float), as_number(values.get("temperature"), float)
+    beta = as_number(values.get("beta"), float)
+    if any(v is not None and v <= 0 for v in (lr, temperature)) or (beta is not None and beta < 0):
+        raise ValueError("need beta >= 0, learning_rate > 0, temperature > 0")  # DAPOConfig's check, in its words
     check_values(values)
+    return None if given is None else values
