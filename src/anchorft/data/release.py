@@ -19,11 +19,13 @@ example, in TRL's conversational prompt/completion form, rendered with each mode
 
 A source in OpenR1-Math-220k's own layout (`problem`, `answer`, `generations`/`messages`, no `target`) is
 refused: the release's order would train on its short `answer` column instead of a trace. Use the
-verifying sampler (`anchorft data openr1-math --sampler verified`) for that source.
+verifying sampler (`anchorft data openr1-math --sampler verified`) for that source. So is a source whose picked
+trace column is much shorter than a later one it passes over (`answer` before `solution`: `check_trace_layout`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -37,6 +39,7 @@ __all__ = [
     "release_question",
     "release_trace",
     "check_release_columns",
+    "check_trace_layout",
     "convert_release_rows",
     "prepare_release_set",
 ]
@@ -45,6 +48,9 @@ RELEASE_HUB_NAME = "wh-zhu/train_openr1_4k"
 QUESTION_COLUMNS = ("prompt", "question", "problem", "input")
 TRACE_COLUMNS = ("target", "answer", "solution", "demonstration", "output")
 _OPENR1_RAW = ("generations", "messages")
+_LONGER, _MARGIN, _SHORT = 4, 50, 20  # `check_trace_layout`: a passed-over column this much longer; a short median
+
+logger = logging.getLogger(__name__)
 
 
 def _text(message: Any) -> str:
@@ -98,6 +104,46 @@ def check_release_columns(column_names: Iterable[str], source: str = "dataset") 
         )
 
 
+def check_trace_layout(rows: Iterable[dict[str, Any]], source: str = "dataset") -> None:
+    """The completions the release's order would write, checked against the columns it passes over: where a later
+    trace column (`solution` after `answer`) holds a text at least `_LONGER` times and `_MARGIN` characters longer
+    than the picked one in a tenth of the rows or more, a one-line ValueError naming both columns (the completions
+    would be the short answers, not the solutions); completions whose median is under `_SHORT` characters are
+    trained on as given, with a warning."""
+    passed: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    lengths: list[int] = []
+    for row in rows:
+        key = next((k for k in TRACE_COLUMNS if _first_present(row, (k,)) is not None), None)
+        if key is None or not release_question(row):
+            continue
+        picked = len(release_trace(row))
+        if not picked:
+            continue
+        lengths.append(picked)
+        for other in TRACE_COLUMNS[TRACE_COLUMNS.index(key) + 1 :]:
+            alt = len(release_trace({other: row.get(other)}))
+            if alt >= _LONGER * picked and alt - picked >= _MARGIN:
+                passed.setdefault((key, other), []).append((picked, alt))
+    if not lengths:
+        return
+    worst = max(passed.items(), key=lambda kv: len(kv[1]), default=None)
+    if worst is not None and len(worst[1]) * 10 >= len(lengths):
+        (key, other), pairs = worst
+        med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+        raise ValueError(
+            f"{source}: the release's conversion takes each completion from {key!r} (the first of "
+            f"{list(TRACE_COLUMNS)} present) and passes over {other!r}, whose text is at least {_LONGER} times longer "
+            f"in {len(pairs)} of {len(lengths)} rows (median {med([a for _, a in pairs])} against "
+            f"{med([p for p, _ in pairs])} characters): rename {other!r} to 'target' to train on it"
+        )
+    median = sorted(lengths)[len(lengths) // 2]
+    if median < _SHORT:
+        logger.warning(
+            f"{source}: the completions are short (median {median} characters, from {list(TRACE_COLUMNS)}): they are "
+            "written as given; a reasoning set's completions are worked solutions ending in \\boxed{}"
+        )
+
+
 def convert_release_rows(
     rows: Iterable[dict[str, Any]], fmt: str = "prompt-completion"
 ) -> tuple[list[dict[str, Any]], dict[str, int]]:
@@ -127,6 +173,7 @@ def prepare_release_set(
     `metrics.json` (rows read, written, skipped, sha256 of train.jsonl) and `lengths.png`."""
     ds = load_source(source, subset="default", split=split, limit=limit)
     check_release_columns(ds.column_names, source)
+    check_trace_layout(ds, source)
     rows, counts = convert_release_rows(ds, fmt)
     if not rows:
         raise ValueError(f"{source}: none of its {counts['rows']} rows has both a question and a trace")
