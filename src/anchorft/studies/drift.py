@@ -29,8 +29,9 @@ The error model, which sets the tolerance of each comparison:
   are compared within `VERDICT_TOLERANCE` (1e-9 points: nine orders under the 0.1 point the docs print), and the
   picked knob exactly.
 
-A code change that moves a result fails `check` until the record is made again (the study rerun, or for a
-replay-only change `python -m anchorft.studies.records replay NAME`) and the docs regenerated (`make docs-tables`).
+A code change that moves a result fails `tests/studies/test_drift.py` (`make drift`) until the record is made again
+(the run rerun, then `python -m anchorft.studies.records make ...`, which stores a new replay) and the docs
+regenerated (`make docs-tables`).
 """
 
 from __future__ import annotations

@@ -228,7 +228,7 @@ def _demo_time(rec: dict) -> str:
         return "`make demo`'s time from a fresh clone: not measured for this record.\n"
     each = "; ".join(
         f"{int(t['wall_s'] // 60)} min {round(t['wall_s'] % 60)} s (load average before {t['load_before']}, after "
-        f"{t['load_after']})"
+        f"{t['load_after']}" + (f"; beside it {t['beside']}" if t.get("beside") else "") + ")"
         for t in runs
     )
     return (
@@ -402,7 +402,8 @@ def _readme_results(root: Path) -> str:
 
     verdict_cell = (
         f"1.08M testbed, {len(verdict['results']['bases'])} bases x five seeds, every knob fixed in advance or picked "
-        "on validation items, excess ID gain over the L2-anchor front with Hartung-Knapp 95 % intervals: plain LoRA "
+        f"on validation items, the {verdict['results'].get('method', 'first')} method: excess ID gain over the "
+        "L2-anchor front with Hartung-Knapp 95 % intervals: plain LoRA "
         f"{iv('lora')}, SFT {iv('sft')}, the paper's block RPSFT {iv('rpsft-k24')}; the subspace kind "
         f"{iv('subspace')} at {100 * p['subspace']['retention']:.0f} % OOD retention, LoRA + anchor "
         f"{iv('lora-anchor')}, OSF {iv('osf-k24')}"
@@ -416,7 +417,8 @@ def _readme_results(root: Path) -> str:
          "others; two fine-tuning seeds a base", "[toy](docs/toy.md#the-demos-comparison)"),
         ("which way of fine-tuning keeps most (the verdict)", verdict_cell,
          "one model size and task; full fine-tunes at one lr; LoRA's lr grid of two values; options without a "
-         "multiplicity correction; the same items on every base (a second, wider interval counts them)",
+         "multiplicity correction; the same items on every base (a second, wider interval counts them); the "
+         "method is judged again in docs/alternatives.md",
          "[alternatives](docs/alternatives.md#the-verdict-six-bases-five-seeds-paired-intervals)"),
     ]  # fmt: skip
     lines = ["| result | measured | caveat | details |", "|---|---|---|---|"]
@@ -470,6 +472,7 @@ def verdict_summary(root: Path) -> str:
         options[o] = {"interval": f"{p['mean']:+.1f} [{p['low']:+.1f}, {p['high']:+.1f}]", "decided": decided}
     summary = {
         "record": "records/verdict.json",
+        "method": v.get("method", "first"),  # a verdict.json before methods were named is the first method's
         "bases": len(v["bases"]),
         "learning_rate": cfg.learning_rate,
         "max_steps": cfg.max_steps,

@@ -398,8 +398,8 @@ def test_a_comparison_at_the_verdicts_settings_says_the_verdict_first():
                     "subspace": {"interval": "+6.1 [-0.4, +12.7]", "decided": None}},
     }  # fmt: skip
     line = verdict_headline(res, summary)
-    assert line.startswith("One base (pretraining seed 0); the verdict over 6 bases (records/verdict.json")
-    assert "under the L2 front, decided: sft -3.3 [-5.9, -0.6]; not decided: subspace +6.1 [-0.4, +12.7]" in line
+    assert line.startswith("One base (pretraining seed 0); the verdict over 6 bases (records/verdict.json, its first")
+    assert "below 0): sft -3.3 [-5.9, -0.6]; neither: subspace +6.1 [-0.4, +12.7]" in line
     # the subspace run: +30 at retention 0.956, a fifth of the way from l2 (0.944, +28) to the base (1, 0): 30 - 22.4
     assert line.endswith("Here, above the front of sft, l2-lam0.01: rpsft-k24-subspace-lam0.1 (+7.6, joint SE 0.0).")
     assert verdict_headline({**res, "settings": {**res["settings"], "learning_rate": 5e-4}}, summary) is None

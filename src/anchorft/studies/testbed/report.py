@@ -115,7 +115,8 @@ def verdict_headline(results: dict, summary: dict | None = None) -> str | None:
         return None
     shown = dict.fromkeys(runs[n]["option"] for n in results["methods"] if runs[n]["option"])
     opts = summary["options"]
-    words = {"under": "under the L2 front, decided", "above": "above it, decided", None: "not decided"}
+    words = {"under": "under the L2 front (both intervals below 0)", "above": "above it (both above 0)"}
+    words[None] = "neither"
     parts = []
     for state, word in words.items():
         these = [f"{o} {opts[o]['interval']}" for o in shown if opts[o]["decided"] == state]
@@ -127,7 +128,8 @@ def verdict_headline(results: dict, summary: dict | None = None) -> str | None:
              if r["excess"] > 0 and r["run"] not in front]  # fmt: skip
     return (
         f"One base (pretraining seed {st.get('pretrain_seed', '?')}); the verdict over {summary['bases']} bases "
-        f"({summary['record']}, excess ID points over the L2 front, 95 % interval): {'; '.join(parts)}. "
+        f"({summary['record']}, its {summary.get('method', 'first')} method; excess ID points over the L2 front, 95 % "
+        f"interval): {'; '.join(parts)}. "
         f"Here, above the front of {', '.join(front)}: {', '.join(above) or 'none'}."
     )
 

@@ -1,0 +1,71 @@
+"""The docs' tables against the records they are rendered from (`make docs-tables`, anchorft.studies.records)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from anchorft.studies import records
+
+
+def test_docs_tables_match_records():
+    """Every table block of README.md and docs/*.md, and configs/toy/verdict-summary.json, is what its record in
+    records/ gives: a number changed by hand, or a result that moved without its docs, fails here."""
+    assert records.stale_tables() == []
+
+
+def _copy_checkout(tmp_path):
+    root = records.repo_root()
+    for rel in ("README.md", "docs", "records", "configs/toy/verdict-summary.json"):
+        src, dst = root / rel, tmp_path / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(src, dst) if src.is_dir() else shutil.copy(src, dst)
+    return tmp_path
+
+
+@pytest.mark.parametrize("name", list(records.TABLES))
+def test_a_number_changed_or_a_row_removed_in_a_table_is_caught(tmp_path, name):
+    """A planted bug: one digit of the table changed, or its last row removed, in a copy of the checkout."""
+    root = _copy_checkout(tmp_path)
+    file = root / records.TABLES[name][0]
+    text = file.read_text()
+    body = dict(records.blocks(text))[name]
+    start = body.index("|---") if "|---" in body else 0  # a block of prose (demo-time): its first number
+    digit = next(i for i, ch in enumerate(body) if ch.isdigit() and i > start)
+    changed = body[:digit] + str((int(body[digit]) + 1) % 10) + body[digit + 1 :]
+    file.write_text(text.replace(body, changed))
+    assert any(f"table {name!r} differs" in p for p in records.stale_tables(root))
+    if rows := [line for line in body.splitlines(keepends=True) if line.startswith("| ")]:
+        file.write_text(text.replace(body, body.replace(rows[-1], "")))
+        assert any(f"table {name!r} differs" in p for p in records.stale_tables(root))
+    file.write_text(text)
+    assert records.stale_tables(root) == []
+    assert records.rewrite_tables(root) == []  # nothing to rewrite when the tables match
+
+
+def test_tables_are_rewritten_between_their_markers(tmp_path):
+    root = _copy_checkout(tmp_path)
+    file = root / "docs" / "toy.md"
+    text = file.read_text()
+    body = dict(records.blocks(text))["demo"]
+    file.write_text(text.replace(body, "stale\n"))
+    (root / "configs/toy/verdict-summary.json").write_text("{}\n")
+    assert sorted(records.rewrite_tables(root)) == ["configs/toy/verdict-summary.json", "docs/toy.md"]
+    assert file.read_text() == text and records.stale_tables(root) == []
+
+
+def test_a_block_that_names_no_table_is_reported(tmp_path):
+    root = _copy_checkout(tmp_path)
+    file = root / "docs" / "toy.md"
+    file.write_text(file.read_text() + "\n<!-- table: nope -->\n| a |\n<!-- /table -->\n")
+    assert records.stale_tables(root) == ["docs/toy.md: block 'nope' is no table of docs/toy.md (TABLES)"]
+
+
+def test_every_record_names_its_command_commit_threads_and_cache_keys():
+    for path in sorted((records.repo_root() / "records").glob("*.json")):
+        rec = records.load_record(path.stem)
+        assert rec["command"] and len(rec["commit"] or "") == 40, path
+        assert rec["threads"] and "replay" in rec and "results" in rec, path
+        if "toy" in rec["replay"]:
+            assert rec["threads"] == {"pretrain": 2, "finetune": 1} and rec["cache_keys"], path
