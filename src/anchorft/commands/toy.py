@@ -8,11 +8,10 @@ import dataclasses
 from pathlib import Path
 
 from anchorft.commands.flags import add_executor_flags, cluster_from
-from anchorft.commands.toy_verdict import main_verdict
 from anchorft.dataclass_flags import FlagParser, both_spellings, subcommand
 from anchorft.dataclass_yaml import resolve_presets
 from anchorft.resources import configs_dir
-from anchorft.runs import existing_files
+from anchorft.runs import check_output_dir, existing_files
 from anchorft.studies.testbed import arguments as a
 from anchorft.studies.testbed import record
 from anchorft.studies.testbed import report as testbed_report  # module.function: a test may stand in for one
@@ -55,7 +54,16 @@ def main(argv: list[str]) -> int:
     if args.cmd in ("pretrain", "compare") and not extra:  # an unknown preset or malformed YAML before torch loads
         resolve_presets(args.preset, configs_dir("toy"), "preset")  # as load_config reads it
     if args.cmd == "verdict":
-        return main_verdict(extra)  # statistics on saved grades: no torch
+        from anchorft.commands.toy_verdict import main_verdict  # lazy: loads scipy (a second; no torch)
+
+        return main_verdict(extra)  # statistics on saved grades
+    # the values and the output folder, before torch loads (seconds)
+    for flag, value in (("--threads", args.threads), ("--n-seeds", getattr(args, "n_seeds", None)),
+                        ("--workers", getattr(args, "workers", None))):  # fmt: skip
+        if value is not None and value < 1:
+            raise ValueError(f"{flag}: must be >= 1, got {value}")
+    if args.cmd in ("pretrain", "compare", "interpolate", "bench") and not extra:
+        check_output_dir(args.out)
     if args.threads is None:  # the command's thread policy (anchorft.threads), at most 4
         import torch  # lazy: loads torch (seconds); the lines above need none
 

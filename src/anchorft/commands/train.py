@@ -107,6 +107,8 @@ def _missing(values: dict) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
+    if "--estimate" in argv and ("-h" in argv or "--help" in argv):  # its own flags (--stage, --gpus, --seq_len)
+        return _estimate(["--estimate", "--help"])
     argv = short_or_all_help(normalize_train_argv(list(argv)), short_help)
     if argv is None:
         return 0

@@ -100,6 +100,15 @@ def estimate_report(inp: EstimateInputs) -> str:
     per_device = inp.per_device or int(recipe.get("per_device_train_batch_size", md["per_device"]))
     bpn = inp.bytes_per_number or _DTYPE_BYTES.get(recipe.get("anchor_dtype", "float32"), 4)
     stage, gpus = inp.stage or md["stage"], inp.gpus or md["gpus"]
+    for flag in ("tokens_per_step", "seq_len", "anchor_every", "bytes_per_number", "gpus", "per_device"):
+        if getattr(inp, flag) is not None and getattr(inp, flag) < 1:
+            raise UsageError(f"--{flag}: must be >= 1, got {getattr(inp, flag)}")
+    batch = recipe.get("effective_batch_size")
+    if isinstance(batch, int) and batch % (gpus * per_device):
+        raise UsageError(
+            f"--gpus {gpus}: the recipe's batch of {batch} sequences ({inp.config}: effective_batch_size) cannot be "
+            f"split over {gpus} GPUs x {per_device} per device; use a GPU count that divides {batch // per_device}"
+        )
     if any(opt[n] for n in ("anchor_rank_rule", "anchor_memory", "anchor_map", "anchor_layers")) or (
         opt["anchor_targets"] != "all-linear"
     ):
