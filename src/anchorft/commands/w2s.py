@@ -9,8 +9,10 @@ import sys
 
 from anchorft.commands.flags import add_executor_flags, cluster_from
 from anchorft.dataclass_flags import FlagParser, both_spellings, subcommand
+from anchorft.dataclass_yaml import resolve_presets
 from anchorft.errors import UsageError
-from anchorft.runs import existing_files
+from anchorft.resources import configs_dir
+from anchorft.runs import check_output_dir, existing_files
 from anchorft.studies.w2s.arguments import RunArguments, SweepArguments, TheoryArguments
 
 
@@ -19,6 +21,17 @@ def _threads(n: int) -> None:
 
     if n > 0:
         torch.set_num_threads(n)
+
+
+def _early(args: argparse.Namespace) -> None:
+    """What a w2s command can check before torch loads (seconds): the preset found and read (`load_config`'s
+    reading, with its did-you-mean), the output folder, --workers."""
+    if getattr(args, "preset", None) is not None:
+        resolve_presets({"preset": args.preset}, configs_dir("w2s"), "w2s config")
+    if getattr(args, "out", None) is not None:
+        check_output_dir(args.out)
+    if getattr(args, "workers", 1) < 1:
+        raise ValueError(f"--workers: must be >= 1, got {args.workers}")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -101,4 +114,5 @@ def main(argv: list[str]) -> int:
             f"--seeds: in anchorft the seeds are a list (`toy compare --seeds 0 1 2`); the number of seeds here is "
             f"--n-seeds (--n-seeds {n}; the seeds are seed, seed+1, ...)"
         )
+    _early(args)
     return int(args.func(args))

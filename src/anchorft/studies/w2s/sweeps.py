@@ -38,7 +38,7 @@ import torch
 
 from anchorft import stop
 from anchorft.dataclass_yaml import merge_mappings
-from anchorft.errors import read_yaml
+from anchorft.errors import close_hint, read_yaml
 from anchorft.io import write_json, write_text
 from anchorft.provenance import write_metrics
 from anchorft.runs import existing_files, run_claimed
@@ -95,7 +95,7 @@ def _fold_preset(section: dict, where: str) -> dict:
 def load_sweep(kind: str, quick: bool = False, path: str | os.PathLike | None = None) -> dict:
     """The sweep definition of `kind` (configs/w2s/sweep-<kind>.yaml), its `quick` variant merged in; validated."""
     if kind not in KINDS:
-        raise ValueError(f"unknown sweep kind {kind!r}: choose from {list(KINDS)}")
+        raise ValueError(f"unknown sweep kind {kind!r}{close_hint(kind, KINDS) or f': choose from {list(KINDS)}'}")
     p = Path(path) if path is not None else PRESET_DIR / f"sweep-{kind}.yaml"
     spec = read_yaml(p, "--spec" if path is not None else "sweep")  # malformed YAML: file and line named
     if not isinstance(spec, dict):
@@ -160,6 +160,9 @@ def validate_sweep(spec: dict, check: Callable[[dict], None] = lambda spec: None
     """Clear errors for an empty grid, the kind's own keys (`check`), bad phase levels or a `bisect:` its kind does
     not take, before any work."""
     if not spec.get("points"):
+        typo = next((k for k in spec if k not in ("points", "grid") and close_hint(k, ("points", "grid"))), None)
+        if typo is not None:  # a misspelt `points:` or `grid:` is named, not reported as an empty grid
+            raise ValueError(f"sweep {spec.get('kind')!r}: unknown key {typo!r}{close_hint(typo, ('points', 'grid'))}")
         raise ValueError(f"sweep {spec.get('kind')!r}: empty grid (no points)")
     check(spec)
     for name, v in (spec.get("phase") or {}).items():
