@@ -69,3 +69,25 @@ def test_every_record_names_its_command_commit_threads_and_cache_keys():
         assert rec["threads"] and "replay" in rec and "results" in rec, path
         if "toy" in rec["replay"]:
             assert rec["threads"] == {"pretrain": 2, "finetune": 1} and rec["cache_keys"], path
+
+
+def test_every_preset_base_is_in_the_seed_ledger():
+    """records/seeds.md writes each pretraining seed's use before its first run: every preset's bases (and its
+    pretraining seed) lie in a range the ledger gives a use, none in a free one."""
+    import re
+
+    from anchorft.studies.testbed.compare_config import PRESETS, load_config
+
+    ranges = {}
+    for line in (records.repo_root() / "records" / "seeds.md").read_text().splitlines():
+        if m := re.match(r"\| (\d+)(?:-(\d+))? \| .* \| (\w+)[^|]* \|$", line):
+            ranges[(int(m[1]), int(m[2] or m[1]))] = m[3]
+    assert ranges, "no ledger rows found"
+
+    def status(seed: int) -> str | None:
+        return next((s for (lo, hi), s in ranges.items() if lo <= seed <= hi), None)
+
+    for name in PRESETS:
+        cfg = load_config(name)
+        for seed in cfg.bases or [cfg.pretrain.seed]:
+            assert status(seed) not in (None, "free"), f"{name}: pretraining seed {seed} is not in records/seeds.md"
