@@ -238,6 +238,21 @@ def _demo_time(rec: dict) -> str:
     )
 
 
+def _demo_base(rec: dict) -> str:
+    """The demo's base model: its size, pretraining accuracies and its scores on the comparison's items."""
+    res = rec["results"]["single"]
+    base, pre = res["base"], res["base"]["pretrain"]
+    acc = ", ".join(f"{k} {round(100 * v)}" for k, v in pre["greedy_accuracy"].items())
+    ood = " / ".join(str(round(100 * v)) for v in base["ood"].values())
+    return (
+        f"From `records/demo.json` (cache key `{pre['key']}`, pretraining seed {', '.join(rec['cache_keys'])} on "
+        f"{rec['threads']['pretrain']} threads): {pre['params']:,} parameters, {pre['train_seconds']:.0f} s of "
+        f"training in `make demo`'s first measurement. Greedy accuracy on held-out items per skill after "
+        f"pretraining: {acc}. On the comparison's own evaluation items ({', '.join(base['ood'])}) the base scores "
+        f"{ood} (mean {_pct(base['ood_mean'])}) and {_pct(base['id_greedy'])} % on the ID task.\n"
+    )
+
+
 def _acceptance_cells(res: dict) -> tuple[str, str, str]:
     from anchorft.studies.testbed.report import acceptance
 
@@ -440,6 +455,7 @@ TABLES: dict[str, tuple[str, Callable[[Path], str]]] = {
     "key-results": ("README.md", _readme_results),
     "demo": ("docs/toy.md", _record_table("demo", _demo_table)),
     "demo-time": ("docs/toy.md", _record_table("demo", _demo_time)),
+    "demo-base": ("docs/toy.md", _record_table("demo", _demo_base)),
     "demo-check": ("docs/toy.md", _record_table("demo-check", _demo_check_table)),
     "verdict": ("docs/alternatives.md", _record_table("verdict", _verdict_table)),
     "verdict-per-base": ("docs/alternatives.md", _record_table("verdict", _verdict_per_base_table)),
