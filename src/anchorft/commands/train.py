@@ -130,7 +130,7 @@ def main(argv: list[str]) -> int:
     script, args = _parse_train_argv(argv)
     if _missing(dataclasses.asdict(script)):
         raise UsageError(f"missing --{' --'.join(_missing(dataclasses.asdict(script)))}")
-    from anchorft.rpsft.train import check_train_inputs, claim_training_run, train  # lazy: loads torch
+    from anchorft.rpsft.train import check_train_inputs, claim_training_run, run_artifacts, train  # lazy: torch
 
     check_train_inputs(script, args)  # everything the user named, before a model is loaded
     asked = args.resume_from_checkpoint
@@ -159,7 +159,5 @@ def main(argv: list[str]) -> int:
     if trainer.is_world_process_zero():
         if claim is not None:
             finish(claim)
-        names = ("model.safetensors", "rpsft_config.json", "metrics.json", "training.png")
-        files = ", ".join(n for n in names if os.path.exists(os.path.join(args.output_dir, n)))
-        print(f"done: {trainer.state.global_step} steps; {files} in {args.output_dir}")
+        print(f"done: {trainer.state.global_step} steps; in {args.output_dir}: {run_artifacts(trainer)}")
     return 0

@@ -7,10 +7,36 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from anchorft import stop
 
 __all__ = ["load_causal_lm", "from_pretrained_strict", "check_loading_info", "load_tokenizer", "load_eval_tokenizer"]
+__all__ += ["quiet_model_bars", "MODEL_BARS"]
+
+MODEL_BARS = ("Loading weights", "Writing model shards")  # transformers' bars of a model's load and save
+
+
+@contextmanager
+def quiet_model_bars() -> Iterator[None]:
+    """Inside this block transformers draws no bar for a model's weights loaded or written (`MODEL_BARS`): they
+    would interleave with the command's own progress (a study's cells, the trainer's steps), and a small model's
+    load is over in a blink. Downloads keep the hub's bars; the previous tqdm hook is put back on exit."""
+    from transformers.utils import logging as hf_logging  # lazy: loads transformers
+
+    previous = hf_logging.set_tqdm_hook(None)
+
+    def hook(factory, args, kwargs):
+        if kwargs.get("desc") in MODEL_BARS:
+            kwargs = {**kwargs, "disable": True}
+        return previous(factory, args, kwargs) if previous is not None else factory(*args, **kwargs)
+
+    hf_logging.set_tqdm_hook(hook)
+    try:
+        yield
+    finally:
+        hf_logging.set_tqdm_hook(previous)
 
 
 def check_loading_info(info: dict, path: str | os.PathLike) -> None:
@@ -43,7 +69,8 @@ def from_pretrained_strict(path: str | os.PathLike, **kwargs):
     # downloaded code like trust_remote_code's, which fails offline ("could not verify publisher trust status").
     # Off unless asked (`model_init_kwargs: {use_kernels: true}`).
     kwargs.setdefault("use_kernels", False)
-    model, info = AutoModelForCausalLM.from_pretrained(os.fspath(path), output_loading_info=True, **kwargs)
+    with quiet_model_bars():
+        model, info = AutoModelForCausalLM.from_pretrained(os.fspath(path), output_loading_info=True, **kwargs)
     check_loading_info(info, path)
     return model
 

@@ -59,7 +59,8 @@ def table_markdown(table: dict) -> str:
 
 
 def _bars(path: Path, names: list, series: dict, figsize, rotation: int, ylabel: str, ylim=None, **legend) -> None:
-    """A grouped bar chart saved to `path`: one group per name, one bar per series (in the legend)."""
+    """A grouped bar chart saved to `path`: one group per name, one bar per series (in the legend). Where every
+    value is 0 (bars of no height, which read as an empty plot), the plot says "all scores 0"."""
     x = np.arange(len(names))
     width = 0.8 / len(series)
     fig, ax = pyplot().subplots(figsize=figsize)
@@ -68,6 +69,9 @@ def _bars(path: Path, names: list, series: dict, figsize, rotation: int, ylabel:
     ax.set_xticks(x + width * (len(series) - 1) / 2, names, rotation=rotation, ha="right")
     if ylim is not None:
         ax.set_ylim(*ylim)
+    if not any(v for vals in series.values() for v in vals):
+        ax.set_ylim(*(ylim or (0, 1)))
+        ax.text(0.5, 0.5, "all scores 0", transform=ax.transAxes, ha="center", va="center", fontsize=14, color="C3")
     ax.set_ylabel(ylabel)
     ax.legend(**legend)
     fig.tight_layout()

@@ -136,14 +136,52 @@ _TRAINING_AXES = {
 }
 
 
-def run_title(method: str, full_rank: bool, fallback: dict | None) -> str:
-    """training.png's title: the method, and for a low-rank anchor the share of matrices on the L2 fallback (a run
-    whose every matrix fell back is an L2 run, whatever its method says); `fallback` is `fallback_summary`."""
+def run_settings(args: RPSFTConfig, steps: int) -> str:
+    """The settings that tell runs apart, for training.png's title: the method's own (anchor rank and lambda, LoRA
+    rank), the learning rate, the effective batch and the optimiser steps run."""
+    spec, parts = args.method_spec, []
+    if args.anchored and not spec.full_rank:
+        parts.append(f"anchor_rank={args.anchor_rank}")
+    if args.anchored:
+        parts.append(f"anchor_lambda={args.anchor_lambda:g}")
+    if spec.peft == "lora":
+        parts.append(f"lora_rank={args.lora_rank}")
+    batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * max(1, args.world_size)
+    return ", ".join([*parts, f"lr={args.learning_rate:g}", f"batch {batch}", f"{steps} steps"])
+
+
+def run_artifacts(trainer: RPSFTTrainer) -> str:
+    """What a finished run left in its output folder, for the end-of-run line: the model (its weights file, or the
+    number of shards; with its config and tokenizer), rpsft_config.json, metrics.json and training.png as far as
+    they exist, the checkpoints, and the TensorBoard logs' folder when `report_to` has tensorboard (transformers
+    writes them under OUT/runs/DATE_HOST unless TENSORBOARD_LOGGING_DIR says otherwise)."""
+    out = trainer.args.output_dir
+    names = sorted(os.listdir(out)) if os.path.isdir(out) else []
+    shards = [n for n in names if n.startswith("model") and n.endswith(".safetensors")]
+    parts = [shards[0] if len(shards) == 1 else f"{len(shards)} model shards"] if shards else []
+    if parts and "config.json" in names:
+        parts[0] += " (with config.json" + (" and the tokenizer)" if "tokenizer_config.json" in names else ")")
+    parts += [n for n in ("rpsft_config.json", "metrics.json", "training.png") if n in names]
+    steps = sorted((n for n in names if n.startswith("checkpoint-") and n[11:].isdigit()), key=lambda n: int(n[11:]))
+    if steps:
+        parts.append(f"checkpoint{'s' * (len(steps) > 1)} {', '.join(steps)}")
+    for cb in trainer.callback_handler.callbacks:
+        logs = getattr(cb, "logging_dir", None) if type(cb).__name__ == "TensorBoardCallback" else None
+        if logs and os.path.isdir(logs):
+            parts.append(f"TensorBoard logs in {logs} (tensorboard --logdir {logs})")
+    return "; ".join(parts)
+
+
+def run_title(method: str, full_rank: bool, fallback: dict | None, settings: str = "") -> str:
+    """training.png's title: the method and its `settings` (`run_settings`), and for a low-rank anchor the share of
+    matrices on the L2 fallback (a run whose every matrix fell back is an L2 run, whatever its method says);
+    `fallback` is `fallback_summary`."""
+    head = f"method={method}" + (f", {settings}" if settings else "")
     if full_rank or not fallback or not fallback["fallback"]:
-        return f"method={method}"
+        return head
     n, total = fallback["fallback"], fallback["matrices"]
     share = "every matrix" if n == total else f"{n} of {total} matrices"
-    return f"method={method} ({share} on the L2 fallback: anchor_rank >= min(m, n))"
+    return f"{head} ({share} on the L2 fallback: anchor_rank >= min(m, n))"
 
 
 def _write_run_artifacts(trainer: RPSFTTrainer, out: str, final_drift: dict | None) -> None:
@@ -176,7 +214,8 @@ def _write_run_artifacts(trainer: RPSFTTrainer, out: str, final_drift: dict | No
         ax.set_ylabel(ylabel)
         ax.set_title(k)
     fallback = fallback_summary(trainer._anchor) if trainer._anchor is not None else None
-    fig.suptitle(run_title(args.method, args.method_spec.full_rank, fallback))
+    title = run_title(args.method, args.method_spec.full_rank, fallback, run_settings(args, trainer.state.global_step))
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     save_figure(fig, os.path.join(out, "training.png"), dpi=100)
 

@@ -25,6 +25,7 @@ from trl import SFTTrainer
 from trl.models.utils import prepare_deepspeed, prepare_fsdp
 from trl.trainer.utils import add_fused_lm_head
 
+from anchorft.eval.loading import quiet_model_bars
 from anchorft.io import write_json, write_text
 from anchorft.rpsft.adapters import get_adapter
 from anchorft.rpsft.anchor import SubspaceAnchor, select_parameters
@@ -322,8 +323,12 @@ class RPSFTTrainer(AnchorSteps, SFTTrainer):
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """transformers' `save_model`, except for the final save (not a checkpoint's): after a PEFT run, process 0
         writes the model merged on it (`set_merged_model`) with `save_pretrained`; under FSDP the full weights in
-        `save_pretrained` format whatever `fsdp_state_dict_type` says (`save_full_model`)."""
-        output_dir = output_dir or self.args.output_dir
+        `save_pretrained` format whatever `fsdp_state_dict_type` says (`save_full_model`). No bar for the weights
+        written (`quiet_model_bars`): the trainer's own bar is the run's progress."""
+        with quiet_model_bars():
+            self._save_model(output_dir or self.args.output_dir, _internal_call)
+
+    def _save_model(self, output_dir: str, _internal_call: bool) -> None:
         if not _internal_call and getattr(self, "_peft_merged", False):
             if self._merged_model is not None:
                 os.makedirs(output_dir, exist_ok=True)

@@ -35,6 +35,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 import anchorft
 from anchorft import stop
+from anchorft.eval.loading import quiet_model_bars
 from anchorft.io import write_json
 from anchorft.provenance import with_provenance
 from anchorft.runs import run_claimed
@@ -317,7 +318,8 @@ def _pretrain(cfg: PretrainConfig, out_dir: Path, progress: bool) -> dict:
     model.eval()
     eval_rng = np.random.default_rng(10_000 + cfg.seed)
     acc = evaluate_skills(model, tok, list(sk.SKILLS), cfg.eval_items, eval_rng)
-    model.save_pretrained(out_dir)
+    with quiet_model_bars():
+        model.save_pretrained(out_dir)
     tok.save_pretrained(out_dir)
     metrics = {
         "params": n_params,

@@ -29,6 +29,7 @@ import yaml
 from tqdm.auto import tqdm
 
 from anchorft.errors import one_line
+from anchorft.eval.loading import quiet_model_bars
 from anchorft.io import write_json, write_text
 from anchorft.rpsft.methods import METHODS, get_method
 from anchorft.runs import run_claimed
@@ -192,7 +193,8 @@ def evaluate_and_score(cfg: CompareConfig, model, tok, sets: tuple[dict, dict], 
 def _evaluate_and_save(cfg: CompareConfig, model, tok, sets: tuple[dict, dict], run_dir: Path, save_dir: Path) -> dict:
     """`evaluate_and_score`, then the model and its tokenizer saved to `save_dir`."""
     metrics = evaluate_and_score(cfg, model, tok, sets, run_dir)
-    model.save_pretrained(save_dir)
+    with quiet_model_bars():  # the comparison's own bars stay alone
+        model.save_pretrained(save_dir)
     tok.save_pretrained(save_dir)
     return metrics
 
