@@ -15,7 +15,8 @@ from dataclasses import fields
 from pathlib import Path
 
 from anchorft.analysis.config import AnalysisConfig, AnalyzeArguments
-from anchorft.dataclass_flags import FlagParser, add_field_flags, both_spellings
+from anchorft.dataclass_flags import FlagParser, add_field_flags, both_spellings, parse_named
+from anchorft.runs import check_output_dir
 from anchorft.studies.testbed.analysis import analysis_summary, analyze_into
 
 
@@ -36,6 +37,8 @@ def main(argv: list[str]) -> int:
         import torch  # lazy: loads torch (seconds); a mistake above is reported first
 
         torch.set_num_threads(args.threads)
+    parse_named(args.tuned, "--tuned")  # the command line's own mistakes before torch loads
+    check_output_dir(args.out)
     run = {k: v for k, v in vars(args).items() if k not in ("out", "threads", "overwrite", "device")}
     res = analyze_into(args.out, run, args.overwrite)  # a user error: one line, by anchorft.cli
     if res is not None:

@@ -22,6 +22,7 @@ from anchorft.eval.arguments import EvalArguments, SamplingArguments, ScoreArgum
 from anchorft.io import write_jsonl
 from anchorft.preflight import check_eval_spec
 from anchorft.rpsft.prechecks import source_defaults
+from anchorft.runs import check_output_dir
 
 
 def _score_parser() -> argparse.ArgumentParser:
@@ -69,6 +70,7 @@ def main(argv: list[str]) -> int:
     args = _eval_parser().parse_args(argv)
     run = {k: v for k, v in vars(args).items() if k not in ("out", "overwrite", "timeout")}
     check_eval_spec(run)  # before torch loads (seconds); a user error: one line, by anchorft.cli
+    check_output_dir(args.out)
     from anchorft.eval.runner import eval_into  # lazy: loads torch
 
     result = eval_into(args.out, run, args.overwrite, args.timeout)

@@ -53,6 +53,8 @@ def main(argv: list[str]) -> int:
     args, extra = _parser().parse_known_args(argv)
     if args.cmd in ("pretrain", "compare") and not extra:  # an unknown preset or malformed YAML before torch loads
         resolve_presets(args.preset, configs_dir("toy"), "preset")  # as load_config reads it
+    if extra and args.cmd not in ("rl", "verdict"):  # before torch loads
+        _parser().error(f"unrecognized arguments: {' '.join(extra)}")
     if args.cmd == "verdict":
         from anchorft.commands.toy_verdict import main_verdict  # lazy: loads scipy (a second; no torch)
 
@@ -72,8 +74,6 @@ def main(argv: list[str]) -> int:
         from anchorft.commands.toy_rl import main_rl  # lazy: the RL stage loads TRL
 
         return main_rl(["--threads", str(args.threads), *extra])
-    if extra:
-        _parser().error(f"unrecognized arguments: {' '.join(extra)}")
     if args.threads < 1:
         raise ValueError(f"--threads: must be >= 1, got {args.threads}")
     if args.cmd == "bench":
