@@ -15,7 +15,8 @@ DEV := $(VENV)/.installed-dev
 #   test-dist   4 min   the distributed matrix, the launcher, every recipe's dry run, the FSDP2 shard-aware gradient,
 #                       uneven row partitions, a study on 1 and 2 workers (slow-marked tests; 3:20)
 #   test-slurm  1 min   the SLURM templates on a simulated 2-node allocation, the 2-process signal test (slow; 45 s)
-#   test-ray    2 min   the studies on a 2-node Ray cluster started on this machine (Ray installed first; 75-101 s)
+#   test-ray    3 min   the studies on a 2-node Ray cluster started on this machine, and the address checks on a
+#                       token-authenticated head and a local instance (Ray installed first; 153 s on a shared 2-core CPU)
 TIMEOUT := timeout --signal=TERM --kill-after=30
 
 # the demo needs the package and peft (its LoRA + anchor run); the tests add pytest, ruff and lm-eval (35 s more to
