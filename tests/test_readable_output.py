@@ -72,7 +72,16 @@ def test_training_png_labels_and_drift_in_percent(figures, tmp_path):
     hist = [{"step": s, "loss": 2.0 / s, "anchor/penalty": 0.1 * s, "anchor/drift_max": 0.01 * s} for s in (1, 2)]
     trainer = SimpleNamespace(
         args=SimpleNamespace(
-            method="rpsft", to_dict=lambda: {"method": "rpsft"}, method_spec=SimpleNamespace(full_rank=False)
+            method="rpsft",
+            to_dict=lambda: {"method": "rpsft"},
+            method_spec=SimpleNamespace(full_rank=False, peft=None),
+            anchored=True,
+            anchor_rank=24,
+            anchor_lambda=0.1,
+            learning_rate=1e-3,
+            per_device_train_batch_size=4,
+            gradient_accumulation_steps=2,
+            world_size=1,
         ),
         state=SimpleNamespace(log_history=hist, global_step=2),
         _anchor=None,

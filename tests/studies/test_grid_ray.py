@@ -127,11 +127,13 @@ def cluster():  # one cluster for the module (about 6 s to start); a test that k
         c.stop()
 
 
-def _sweep_spec(tmp_path: Path, steps: int = 60) -> Path:
+def _sweep_spec(tmp_path: Path, steps: int = 60, short: int | None = None) -> Path:
+    """A 6-cell overlap sweep: three cells of `short` steps (steps // 2 unless given), three of `steps`."""
     spec = {
         "config": {"d": 32, "s": 8, "group_sizes": [4, 6], "weak_neurons": 4, "batch_size": 8, "steps": steps,
                    "n_seeds": 2, "n_log": 4, "chunk": 8, "modes": ["sft", "w2s"], "loss": "correlation"},
-        "grid": {"rows": [{"s": 4, "steps": steps // 2}, {"s": 8, "steps": steps}], "rho_sqrt_s": [0.0, 1.0, 1.5]},
+        "grid": {"rows": [{"s": 4, "steps": steps // 2 if short is None else short}, {"s": 8, "steps": steps}],
+                 "rho_sqrt_s": [0.0, 1.0, 1.5]},
         "phase": {"turn": 0.05, "drop": 0.05},
     }  # fmt: skip
     path = tmp_path / "sweep.yaml"
@@ -485,7 +487,9 @@ def test_sigterm_to_a_study_on_the_cluster_exits_143_and_keeps_its_finished_cell
     seconds, marked interrupted, the finished cells recorded; the resumed study repeats none of them."""
     if sum(n["Alive"] for n in _nodes(cluster.address)) < 2:
         cluster.new_worker()
-    spec = str(_sweep_spec(tmp_path, steps=30000))
+    # three short cells (one is recorded soon) and three of about 2 s a CPU (still running at the signal): the
+    # resumed study runs the long ones only
+    spec = str(_sweep_spec(tmp_path, steps=12000, short=300))
     argv = ["w2s", "sweep", "--kind", "overlap", "--spec", spec, "--out", "study", "--quiet"]
     proc = children.start([sys.executable, "-m", "anchorft", *argv, "--executor", "ray", "--address",
                            cluster.address], cwd=tmp_path, stderr=subprocess.PIPE, text=True)  # fmt: skip

@@ -377,7 +377,8 @@ def test_bases_run_one_whole_comparison_per_pretraining_seed(harness, tmp_path):
         asked.append(saved["pretrain"]["seed"])
         assert saved["bases"] == [] and (folder / "results.json").is_file()
     assert asked == [10, 11]
-    pooled = pooled_verdict([base_verdict(f, ["dft"], ["sft", "l2"], n_boot=50) for f in folders.values()])
+    per_base = [base_verdict(f, ["dft"], ["sft", "l2"], n_boot=50) for f in folders.values()]
+    pooled = pooled_verdict(per_base, key="corrected")  # the default method, hull-bc, pools the corrected values
     assert pooled["dft"]["bases"] == 2 and pooled["dft"]["low"] <= pooled["dft"]["mean"] <= pooled["dft"]["high"]
 
     # the command: the study folder (its base-seedB comparisons found), the same numbers; and a pilot's power
