@@ -76,8 +76,12 @@ test-slurm: $(DEV)
 # a Ray head and worker node as processes of this machine (1 CPU each, own temp folders, stopped by their process
 # ids): a W2S sweep, a smoke comparison and an evaluation suite equal to local processes; a worker node killed
 # mid-study (its cell recorded as lost, the others run), the study resumed
-test-ray: $(DEV)
+RAY := $(VENV)/.installed-ray
+$(RAY): $(DEV)
 	$(BIN)/pip install -q -e '.[ray]'
+	touch $(RAY)
+
+test-ray: $(RAY)
 	$(TIMEOUT) 240 $(BIN)/python -m pytest -q -m slow tests/studies/test_grid_ray.py
 
 # the slow tests that no CI target runs (about 8 min here: the W2S long-budget checks, the estimate against held
