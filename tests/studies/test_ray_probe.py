@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import types
+from importlib.machinery import ModuleSpec
 
 import pytest
 
@@ -169,8 +170,10 @@ def test_a_sigterm_inside_ray_init_stops_the_study_as_a_sigterm(monkeypatch):
         signal.signal(signal.SIGTERM, lambda *a: sys.exit(signal.SIGTERM))  # as ray.init does
         raise SystemExit(signal.SIGTERM)
 
-    tasks = RayTasks(RayCluster("127.0.0.1:1"))  # made while Ray's real module is there (it checks Ray is installed)
-    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(is_initialized=lambda: False, init=init))
+    # a stand-in for Ray's module (the executor checks that Ray can be imported): runs without Ray installed
+    fake = types.SimpleNamespace(is_initialized=lambda: False, init=init, __spec__=ModuleSpec("ray", None))
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    tasks = RayTasks(RayCluster("127.0.0.1:1"))
     restore = stop.install()
     try:
         with pytest.raises(stop.Terminated):
