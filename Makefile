@@ -81,8 +81,10 @@ $(RAY): $(DEV)
 	$(BIN)/pip install -q -e '.[ray]'
 	touch $(RAY)
 
+# with Ray installed: the cluster tests (slow) and the tests of the address checks that skip without Ray
+RAY_TESTS := tests/studies/test_grid_ray.py tests/studies/test_ray_probe.py tests/commands/test_executor_flags.py
 test-ray: $(RAY)
-	$(TIMEOUT) 240 $(BIN)/python -m pytest -q -m slow tests/studies/test_grid_ray.py
+	$(TIMEOUT) 240 $(BIN)/python -m pytest -q -m '' $(RAY_TESTS)
 
 # the slow tests that no CI target runs (about 8 min here: the W2S long-budget checks, the estimate against held
 # bytes on two ranks, the 2-process trainer equalities, the RL runs); docs/testing.md lists them
