@@ -7,16 +7,16 @@ DEV := $(VENV)/.installed-dev
 
 .PHONY: demo docs-tables drift test test-wheel test-dist test-slurm test-ray test-long test-all lint format bench mutants clean
 
-# CI's budgets on an idle 2-core CPU machine (.ci/run runs the four targets in this order; 10 min in all, the
-# installs included). A target is stopped at twice its budget (TIMEOUT), so a hang fails in minutes, not at CI's
-# limit; docs/testing.md has the times measured.
-#   test        4 min   the default suite (slow tests deselected), 2 pytest-xdist workers (2:48 measured; 4:27 in one)
+# CI's budgets on an idle 2-core CPU machine (.ci/run: `make test`, then test-ray beside test-wheel, test-dist and
+# test-slurm; 10 min in all, the installs included). A target is stopped at about twice its budget (TIMEOUT), so a
+# hang fails in minutes, not at CI's limit; docs/testing.md has the times measured.
+#   test        5 min   installs (about 70 s), the default suite (slow tests deselected), 2 pytest-xdist workers
 #   test-wheel  1 min   the wheel outside the checkout
 #   test-dist   4 min   the distributed matrix, the launcher, every recipe's dry run, the FSDP2 shard-aware gradient,
-#                       uneven row partitions, a study on 1 and 2 workers (slow-marked tests; 3:20)
-#   test-slurm  1 min   the SLURM templates on a simulated 2-node allocation, the 2-process signal test (slow; 45 s)
-#   test-ray    3 min   the studies on a 2-node Ray cluster started on this machine, and the address checks on a
-#                       token-authenticated head and a local instance (Ray installed first; 153 s on a shared 2-core CPU)
+#                       uneven row partitions, a study on 1 and 2 workers (slow-marked tests)
+#   test-slurm  1 min   the SLURM templates on a simulated 2-node allocation, the 2-process signal test (slow)
+#   test-ray    3 min   the studies on a 2-node Ray cluster started on this machine, the address checks on a
+#                       token-authenticated head and a local instance (Ray installed first; mostly waiting on Ray)
 TIMEOUT := timeout --signal=TERM --kill-after=30
 
 # the demo needs the package and peft (its LoRA + anchor run); the tests add pytest, ruff and lm-eval (35 s more to
