@@ -172,7 +172,8 @@ def _ray_found_here() -> bool:
     """Whether Ray would find a cluster on this machine by itself (a GCS process running, a `ray start` address file,
     RAY_ADDRESS): the tests of no address and of `auto` need none."""
     gcs = any(b"gcs_server" in _cmdline(p) for p in filter(str.isdigit, os.listdir("/proc")))
-    return gcs or Path("/tmp/ray/ray_current_cluster").exists() or bool(os.environ.get("RAY_ADDRESS"))
+    current = Path(os.environ.get("RAY_TMPDIR", "/tmp"), "ray", "ray_current_cluster")  # where `ray start` notes it
+    return gcs or current.exists() or bool(os.environ.get("RAY_ADDRESS"))
 
 
 SWEEP = ["w2s", "sweep", "--kind", "overlap", "--quiet"]
