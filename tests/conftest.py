@@ -80,6 +80,33 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def smoke_cache(tmp_path_factory) -> Path:
+    """An `ANCHORFT_CACHE` folder holding the smoke preset's pretrained base, pretrained once for the whole run and
+    shared by the pytest-xdist workers (a file lock: the first worker pretrains, the others wait and read). For the
+    end-to-end tests that need a base, not a pretraining: pretraining itself, its cache and its temp folders are
+    tested in tests/toy/test_pretrain.py and tests/test_runs_safety.py, each in a fresh cache."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the folder every worker's base temp lies in
+    cache = root / "smoke-cache"
+    with FileLock(str(root / "smoke-cache.lock")):
+        if not (cache / "ready").is_file():
+            from anchorft.studies.testbed.compare_config import load_config
+            from anchorft.toy.pretrain import pretrained_model
+
+            mp = pytest.MonkeyPatch()
+            mp.setenv("ANCHORFT_CACHE", str(cache))
+            try:
+                pretrained_model(load_config("smoke").pretrain, progress=False)
+            finally:
+                mp.undo()
+            (cache / "ready").touch()
+    return cache
+
+
+@pytest.fixture(scope="session")
 def checker():
     """One math-verify worker for the session (each start imports sympy: seconds on a busy machine)."""
     from anchorft.eval.answers import MathChecker

@@ -83,12 +83,12 @@ def _install_line_matches_makefile(cmd: str) -> bool:
 
 
 @pytest.fixture
-def env(tmp_path) -> dict:
+def env(tmp_path, smoke_cache) -> dict:
     bin_dir = str(Path(sys.executable).parent)
     e = dict(os.environ)
     e["PATH"] = bin_dir + os.pathsep + e.get("PATH", "")
     e["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + e.get("PYTHONPATH", "")
-    e.setdefault("ANCHORFT_CACHE", str(tmp_path / "cache"))
+    e.setdefault("ANCHORFT_CACHE", str(smoke_cache))  # the smoke base the toy block uses, pretrained once
     e["OMP_NUM_THREADS"] = "1"
     e["HF_HUB_OFFLINE"] = "1"
     return e

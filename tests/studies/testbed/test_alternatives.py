@@ -48,12 +48,12 @@ def test_lora_runs_reach_the_trainer_args(tmp_path):
         cfg.validate()
 
 
-def test_alternatives_end_to_end(tmp_path, monkeypatch):
+def test_alternatives_end_to_end(tmp_path, monkeypatch, smoke_cache):
     """lora, lora + anchor and osf fine-tune in the comparison and save plain models; `toy interpolate` evaluates
     WiSE-FT points from them (alpha 1 gives the fine-tune's own scores back) and `toy report` merges them."""
     from anchorft.cli import main as cli
 
-    monkeypatch.setenv("ANCHORFT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("ANCHORFT_CACHE", str(smoke_cache))
     torch.set_num_threads(1)
     runs = [
         {"name": "sft", "method": "sft"},

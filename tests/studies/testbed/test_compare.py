@@ -180,9 +180,9 @@ def test_a_plumbing_check_says_so_first_and_is_not_judged(tmp_path, monkeypatch)
             assert accept.endswith(": NOT met.") if id_greedy == 0.0 else accept.endswith(": met.")
 
 
-def test_smoke_compare_end_to_end(tmp_path, monkeypatch):
-    """The whole comparison on the smoke preset (tiny model pretrained into a temporary cache)."""
-    monkeypatch.setenv("ANCHORFT_CACHE", str(tmp_path / "cache"))
+def test_smoke_compare_end_to_end(tmp_path, monkeypatch, smoke_cache):
+    """The whole comparison on the smoke preset (its base from the session's smoke cache)."""
+    monkeypatch.setenv("ANCHORFT_CACHE", str(smoke_cache))
     torch.set_num_threads(1)
     out = tmp_path / "cmp"
     from anchorft.studies.testbed import compare
@@ -216,9 +216,9 @@ def test_smoke_compare_end_to_end(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_workers_give_the_same_results(tmp_path, monkeypatch):
+def test_workers_give_the_same_results(tmp_path, monkeypatch, smoke_cache):
     """Two fine-tunes in two worker processes give what the in-process loop gives (same seeds, same numbers)."""
-    monkeypatch.setenv("ANCHORFT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("ANCHORFT_CACHE", str(smoke_cache))
     torch.set_num_threads(2)
     cfg = load_config({"preset": "smoke", "runs": [{"name": "sft", "method": "sft"}], "seeds": [0, 1]})
     a = run_compare(cfg, tmp_path / "a", progress=False, workers=1)
@@ -330,7 +330,7 @@ def test_validation_items_are_disjoint_from_the_reported_ones():
         cfg.eval.validate()
 
 
-def test_fisher_rule_runs_in_the_comparison(tmp_path, monkeypatch):
+def test_fisher_rule_runs_in_the_comparison(tmp_path, monkeypatch, smoke_cache):
     """A fisher:F run is calibrated on the base (training-split items only) and resolves its ranks from F_ood G:
     fisher:1 gives every matrix its full rank, a small F smaller ranks; the validation metrics are recorded."""
     from anchorft.eval.loading import load_tokenizer
@@ -338,7 +338,7 @@ def test_fisher_rule_runs_in_the_comparison(tmp_path, monkeypatch):
     from anchorft.studies.testbed.compare import calibration_fisher
     from anchorft.toy.pretrain import pretrained_model
 
-    monkeypatch.setenv("ANCHORFT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("ANCHORFT_CACHE", str(smoke_cache))
     torch.set_num_threads(1)
     cfg = load_config({"preset": "smoke", "calibration_items": 4, "eval": {"val_items": 3}})
     base_dir = pretrained_model(cfg.pretrain, progress=False)

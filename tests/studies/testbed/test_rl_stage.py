@@ -35,10 +35,10 @@ def test_settings_validation():
 
 
 @pytest.fixture(scope="module")
-def smoke_compare(tmp_path_factory):
+def smoke_compare(tmp_path_factory, smoke_cache):
     tmp = tmp_path_factory.mktemp("rlstage")
     mp = pytest.MonkeyPatch()
-    mp.setenv("ANCHORFT_CACHE", str(tmp / "cache"))
+    mp.setenv("ANCHORFT_CACHE", str(smoke_cache))
     torch.set_num_threads(1)
     out = tmp / "cmp"
     run_compare("smoke", out, methods=["sft", "rpsft-k6"], progress=False)
