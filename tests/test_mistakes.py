@@ -29,6 +29,7 @@ def make_files(f: Path) -> None:
     (f / "bad.yaml").write_text("pretrain: [\n  steps: 3\n")
     (f / "rl_unknown.yaml").write_text("learning_ratez: 1.0e-6\n")
     (f / "recipe_typo.yaml").write_text("method: sft\nlearning_ratez: 1.0e-5\n")
+    (f / "recipe_method.yaml").write_text("method: rpsfft\nlearning_rate: 1.0e-5\n")
     (f / "pointz.yaml").write_text("preset: paper\npointz: [{chi: 0.1}]\nseries: [w2s]\n")
     (f / "empty.jsonl").write_text("")
     (f / "empty.json").write_text("")
@@ -60,6 +61,16 @@ ROWS = [
     (["w2s", "run", "--preset", "papr", "--out", "o"], "did you mean 'paper'"),
     (["w2s", "run", "--preset", "bad.yaml", "--out", "o"], "bad.yaml:3:1: malformed YAML"),
     (["w2s", "run", "--out", "o", "--stpes", "3"], "did you mean --steps"),
+    (["w2s", "run", "--preset", "paper", "--out", "o", "rho=2"], "rho=2.0: must be in [0, 1)"),
+    (["w2s", "run", "--preset", "paper", "--out", "o", "link=hee4"], "unknown activation/link 'hee4'"),
+    (["w2s", "run", "--out", "o", "--n-seeds", "0"], "n_seeds=0: must be a positive integer"),
+    (["w2s", "theory", "--link", "hee4"], "unknown activation/link 'hee4'"),
+    (["toy", "pretrain", "--preset", "smoke", "--steps", "0", "--out", "o"], "--steps: must be >= 1, got 0"),
+    (["toy", "rl", "--compare", "nowhere"], "--compare: nowhere/results.json missing"),
+    (["toy", "rl", "--compare", "nowhere", "--num_generations", "1"], "num_generations: must be >= 2"),
+    (["toy", "rl", "--compare", "nowhere", "--anchor_method", "l3"], "invalid choice: 'l3'"),
+    (["w2s", "theory", "--transform", "zexpp"], "--transform: unknown 'zexpp'"),
+    (["w2s", "theory", "--preset", "paper", "transform=zexpp"], "transform='zexpp': must be one of"),
     (["w2s", "run", "--out", "afile"], "afile exists and is a file"),
     (["w2s", "run", "--out", "afile/sub"], "afile is a file"),
     (["w2s", "run", "--steps", "abc", "--out", "o"], "invalid int value: 'abc'"),
@@ -91,6 +102,26 @@ ROWS = [
     ([*TRAIN, "--learning_rate", "abc"], "invalid float value: 'abc'"),
     ([*TRAIN, "--learning_rate", "0"], "learning_rate"),
     ([*TRAIN, "--max_steps", "0"], "max_steps"),
+    ([*TRAIN, "--report_to", "tensorbord"], "did you mean 'tensorboard'?"),
+    ([*TRAIN, "--anchor_rank", "-1"], "anchor_rank must be an integer >= 1, got -1"),
+    ([*TRAIN, "--anchor_lambda", "-1"], "anchor_lambda must be >= 0, got -1.0"),
+    ([*TRAIN, "--anchor_every", "0"], "anchor_every must be an integer >= 1, got 0"),
+    ([*TRAIN, "--method", "lora", "--lora_rank", "0"], "lora_rank must be an integer >= 1, got 0"),
+    ([*TRAIN, "--method", "lora", "--lora_dropout", "1.5"], "lora_dropout must be in [0, 1), got 1.5"),
+    (["train", "--config", "recipe_method.yaml", *TRAIN[1:]], "method: unknown 'rpsfft'; did you mean 'rpsft'?"),
+    (
+        ["rl", "--model", "model", "--dataset", "good.jsonl", "--out", "o", "--report_to", "wandbb"],
+        "did you mean 'wandb'?",
+    ),  # fmt: skip
+    (["toy", "pack", "--from", "nowhere", "--out", "o"], "nowhere"),
+    (["eval", "score", "--bench", "nope.jsonl", "--responses", "good.jsonl"], "--bench: nope.jsonl does not exist"),
+    (["analyze", "--base", "./no/base", "--out", "o"], "--base: ./no/base does not exist"),
+    (["analyze", "--out", "o"], "--base is required"),
+    (["analyze", "--base", "model", "--tuned", "sft=./no/sft", "--out", "o"], "--tuned sft: ./no/sft does not exist"),
+    (["analyze", "--base", "model", "--prompts", "nope.jsonl", "--out", "o"], "--prompts: nope.jsonl does not exist"),
+    (["analyze", "--compare", "nowhere", "--out", "o"], "--compare: nowhere is not a folder"),
+    (["eval", "score", "--bench", "good.jsonl", "--responses", "model"], "--responses: model is a folder"),
+    (["eval", "score", "--bench", "good.jsonl", "--responses", "good.jsonl", "--k", "0"], "--k: must be >= 1"),
     ([*TRAIN, "--lr_scheduler_type", "cosin"], "invalid choice: 'cosin'; did you mean 'cosine'?"),
     ([*TRAIN, "--optim", "adamw_torh"], "did you mean 'adamw_torch'?"),
     ([*TRAIN, "--per_device_train_batch_size", "abc"], "invalid int value: 'abc'"),
@@ -166,8 +197,6 @@ EXCEPTIONS = [
      "the kinds are the rows of studies/w2s/sweeps.KINDS, a module that imports torch"),
     (["w2s", "sweep", "--kind", "chi", "--spec", "pointz.yaml", "--out", "o"], "unknown key 'pointz'",
      "a sweep file is read and checked by the sweep kinds' own code (studies/w2s/sweeps.py, torch)"),
-    ([*TRAIN, "--anchor_rank", "-1"], "anchor_rank must be an integer >= 1",
-     "AnchorOptions.validate_anchor_options imports the anchor plan (torch) before its first check"),
     (["toy", "compare", "--preset", "smoke", "--methods", "nope", "--out", "o"], "methods: unknown ['nope']",
      "the comparison's config (studies/testbed/compare_config.py) imports torch"),
     ([*EST, "--gpus", "3", "--config", "rpsft/qwen2.5-3b-instruct/rpsft"], "batch of 16 sequences",
@@ -270,7 +299,9 @@ def test_the_console_script_refuses_in_under_a_second(argv, piece, folder):
     assert min(times) < LIMIT_S, times
 
 
-@pytest.mark.parametrize("command", ["train", "rl", "train --estimate", "toy", "eval suite", "w2s sweep"])
+@pytest.mark.parametrize(
+    "command", ["train", "rl", "train --estimate", "toy", "toy rl", "eval suite", "eval score", "w2s sweep", "analyze"]
+)
 def test_help_loads_no_heavy_library(command, folder):
     """`--help` of each command needs none of them (the slowest helps before: train, rl, eval suite)."""
     results = _run_rows([[*command.split(), "--help"]], folder)

@@ -77,6 +77,20 @@ def tiny_config(kind: str, vocab: int, hidden: int = 32, layers: int = 2, inter:
     )
 
 
+def import_deepspeed():
+    """`deepspeed`, without its CPU shared-memory all-reduce kernel. DeepSpeed's CPU backend JIT-compiles that C++
+    kernel (deepspeed_shm_comm) when its first process group starts: about 30 s in every new environment (CI's fresh
+    clone builds it each run). It serves `inference_all_reduce` (tensor-parallel inference) only; ZeRO training,
+    what these workers run, reduces through torch.distributed (gloo here, NCCL on GPUs) either way."""
+    import importlib
+
+    import deepspeed
+
+    # by its module's name: `deepspeed.comm.torch` as an attribute is the torch package deepspeed.comm imports
+    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
+    return deepspeed
+
+
 def tiny_model(kind: str = "llama", vocab: int = 300, seed: int = 0, **kw):
     from transformers import AutoModelForCausalLM
 

@@ -110,7 +110,9 @@ def deepspeed_state() -> None:
     process, so this fills in the process group DeepSpeed started (the Trainer then runs the real
     DeepSpeed engine; `accelerator_config={"use_configured_state": True}` makes it use this state).
     """
-    import deepspeed
+    from conftest import import_deepspeed
+
+    deepspeed = import_deepspeed()
     from accelerate.state import PartialState
     from accelerate.utils import DistributedType
 
@@ -164,7 +166,9 @@ def zero(stage: str, tok_dir: str, out: str) -> None:
 
     anchor_mod.top_k_bases = counted
     tr.train()
-    import deepspeed
+    from conftest import import_deepspeed
+
+    deepspeed = import_deepspeed()
 
     params = dict(tr.model.named_parameters())
     with deepspeed.zero.GatheredParameters(list(params.values()), modifier_rank=None):
@@ -183,7 +187,9 @@ def zero3_anchor(out: str) -> None:
     """On ZeRO-3 partitioned parameters: the anchor built, its penalty and the engine's gradient of
     loss + scale * penalty equal the same on an unpartitioned copy (autograd loss + closed-form penalty
     gradient); add_penalty_grad_ refuses."""
-    import deepspeed
+    from conftest import import_deepspeed
+
+    deepspeed = import_deepspeed()
     from deepspeed.utils import safe_get_full_grad
 
     from anchorft.rpsft.anchor import SubspaceAnchor
@@ -322,7 +328,9 @@ def held(stage: str, out: str) -> None:
         for p in m.parameters():
             p.add_(0.01)
     if stage.startswith("zero"):
-        import deepspeed
+        from conftest import import_deepspeed
+
+        deepspeed = import_deepspeed()
         from trl.models.utils import prepare_deepspeed
 
         deepspeed.init_distributed(dist_backend="gloo")

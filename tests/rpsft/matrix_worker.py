@@ -100,7 +100,9 @@ def start(launcher: str) -> dict:
     if launcher == "ddp":
         return dict(ddp_backend="gloo")
     if launcher.startswith("zero"):
-        import deepspeed
+        from conftest import import_deepspeed
+
+        deepspeed = import_deepspeed()
 
         os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
         deepspeed.init_distributed(dist_backend="gloo")
@@ -206,7 +208,9 @@ def penalty_check(base: str, out: str) -> None:
     (autograd through `penalty_terms`, which gathers a ZeRO-3 matrix at a time; DeepSpeed reduces the gradient):
     for each anchor of PENALTY_ANCHORS, built from BASE's weights, then every weight drifted. Rank 0 writes
     OUT/zero{2,3}-ANCHOR.safetensors: "terms" (per matrix) and "grad.NAME" (the whole gradient, gathered)."""
-    import deepspeed
+    from conftest import import_deepspeed
+
+    deepspeed = import_deepspeed()
     from deepspeed.utils import safe_get_full_grad
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM
@@ -261,6 +265,9 @@ def constant_reward(completion: str, answer: str) -> float:
 
 def rl(base: str, ref: str, out: str) -> None:
     """The anchored DAPO run under ZeRO-2 and ZeRO-3: `run_rl` as `anchorft rl` calls it."""
+    from conftest import import_deepspeed
+
+    import_deepspeed()  # accelerate starts DeepSpeed below: without the inference kernel's build
     from anchorft.rpsft.dapo_config import DAPOConfig
     from anchorft.rpsft.rl import run_rl
 

@@ -14,7 +14,7 @@ ALLOWED = {
     # the weak-to-strong simulator's own anchor (its N x d first layer), the same option for another model
     ("w2s/config.py", "W2SConfig", "anchor_rank"),
     # the testbed RL stage's default rank: the paper's k at the testbed's width 128 (24), not a 7B model's 768
-    ("studies/testbed/rl_stage.py", "RLStageSettings", "anchor_rank"),
+    ("studies/testbed/rl_stage_config.py", "RLStageSettings", "anchor_rank"),
     # a comparison's defaults for its runs; its record is keyed by the config's fields, so moving them (to
     # AnchorOptions as a base class) would run every recorded comparison again: docs/architecture.md, "Configuration"
     ("studies/testbed/compare_config.py", "CompareConfig", "anchor_lambda"),

@@ -40,3 +40,18 @@ def test_train_command_refuses_a_negative_learning_rate_in_one_line(tmp_path, mo
     err = capsys.readouterr().err
     assert rc == 2 and "learning_rate must be a finite number > 0, got -1.0" in err.splitlines()[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.yaml"]
+
+
+def test_report_to_names_are_the_installed_transformers_integrations():
+    """The names the early check knows (written down: reading them loads transformers) are transformers' own."""
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    from anchorft.rpsft.arg_checks import REPORT_TO_NAMES
+
+    assert set(REPORT_TO_NAMES) == {*INTEGRATION_TO_CALLBACK, "all", "none"}
+
+
+def test_a_misspelt_report_to_is_refused_with_the_closest_name(rp):
+    with pytest.raises(ValueError, match=r"report_to='tensorbord': not an integration .*did you mean 'tensorboard'"):
+        rp.base_args("o", report_to=["tensorbord"])
+    rp.base_args("o", report_to="none")  # "none" and "all" are transformers' own words

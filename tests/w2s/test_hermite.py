@@ -138,3 +138,16 @@ def test_measured_coefficients_match_quadrature_within_error(transform):
     cn, _ = measured_coefficients(z, g(z), 6, normalised=True)
     np.testing.assert_allclose(cn, c * np.sqrt([math.factorial(n) for n in range(7)]), rtol=1e-12)
     np.testing.assert_allclose(cn, hermite_coefficients(g, 6), atol=6 * se.max() * math.sqrt(720))
+
+
+def test_the_names_read_without_torch_are_the_functions_names():
+    """The config's checks read activation and transform names without torch (anchorft.w2s.names): the same names
+    hermite builds functions for."""
+    from anchorft.w2s.hermite import TRANSFORMS, get_activation
+    from anchorft.w2s.names import TRANSFORM_NAMES, activation_terms
+
+    assert tuple(TRANSFORMS) == TRANSFORM_NAMES
+    assert activation_terms(" He2 + he4") == ("he2+he4", (2, 4)) and get_activation("he2+he4").name == "he2+he4"
+    for bad in ("he13", "hee4", "he2+", "sigmoid"):
+        with pytest.raises(ValueError, match="unknown activation/link"):
+            activation_terms(bad)

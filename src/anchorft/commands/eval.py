@@ -15,12 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from anchorft.commands.eval_suite import main as suite_main
 from anchorft.dataclass_flags import FlagParser, add_field_flags, both_spellings, keyword_defaults
 from anchorft.eval.arguments import EvalArguments, SamplingArguments, ScoreArguments
 from anchorft.io import write_jsonl
-from anchorft.preflight import check_eval_spec
+from anchorft.preflight import check_eval_spec, check_input_file
 from anchorft.rpsft.prechecks import source_defaults
 from anchorft.runs import check_output_dir
 
@@ -47,6 +48,15 @@ def _eval_parser() -> argparse.ArgumentParser:
 
 def _score(argv: list[str]) -> int:
     args = _score_parser().parse_args(argv)
+    # the files and values before torch loads (seconds); a user error: one line, by anchorft.cli
+    check_input_file(args.bench, "--bench", jsonl=False)
+    check_input_file(args.responses, "--responses", jsonl=False)
+    if args.k is not None and args.k < 1:
+        raise ValueError(f"--k: must be >= 1, got {args.k}")
+    if not args.timeout > 0:
+        raise ValueError(f"--timeout: must be > 0 seconds, got {args.timeout}")
+    if args.records is not None and Path(args.records).is_dir():
+        raise ValueError(f"--records: {args.records} is a folder; give a file (JSONL) to write")
     from anchorft.eval.benchmarks import score_file  # lazy: loads torch
 
     metrics, records = score_file(args.bench, args.responses, args.k, args.skip_bad, args.timeout)

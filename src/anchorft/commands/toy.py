@@ -8,6 +8,7 @@ import dataclasses
 from pathlib import Path
 
 from anchorft.commands.flags import add_executor_flags, cluster_from
+from anchorft.commands.toy_rl import main_rl
 from anchorft.dataclass_flags import FlagParser, both_spellings, subcommand
 from anchorft.dataclass_yaml import resolve_presets
 from anchorft.resources import configs_dir
@@ -60,22 +61,13 @@ def main(argv: list[str]) -> int:
 
         return main_verdict(extra)  # statistics on saved grades
     # the values and the output folder, before torch loads (seconds)
-    for flag, value in (("--threads", args.threads), ("--n-seeds", getattr(args, "n_seeds", None)),
-                        ("--workers", getattr(args, "workers", None))):  # fmt: skip
+    counts = {"--threads": args.threads, **{f"--{k.replace('_', '-')}": getattr(args, k, None)
+                                             for k in ("n_seeds", "workers", "steps")}}  # fmt: skip
+    for flag, value in counts.items():
         if value is not None and value < 1:
             raise ValueError(f"{flag}: must be >= 1, got {value}")
     if args.cmd in ("pretrain", "compare", "interpolate", "bench") and not extra:
         check_output_dir(args.out)
-    if args.threads is None:  # the command's thread policy (anchorft.threads), at most 4
-        import torch  # lazy: loads torch (seconds); the lines above need none
-
-        args.threads = max(1, min(4, torch.get_num_threads()))
-    if args.cmd == "rl":
-        from anchorft.commands.toy_rl import main_rl  # lazy: the RL stage loads TRL
-
-        return main_rl(["--threads", str(args.threads), *extra])
-    if args.threads < 1:
-        raise ValueError(f"--threads: must be >= 1, got {args.threads}")
     if args.cmd == "bench":
         if (paths := bench_into(args.out, args.skills, args.items, args.seed, args.overwrite)) is not None:
             print(f"toy bench: {args.items} items per file in {', '.join(map(str, paths))}")
@@ -92,6 +84,13 @@ def main(argv: list[str]) -> int:
         print(f"report: {Path(args.out) / 'report.md'}  ({len(merged['methods'])} runs from {len(args.sources)} "
               "comparisons)")  # fmt: skip
         return 0
+    if args.cmd == "rl":  # its own flags and checks (commands/toy_rl.py) before torch loads
+        return main_rl([*(["--threads", str(args.threads)] if args.threads is not None else []), *extra])
+    # the branches above need no torch (files and statistics); those below do
+    if args.threads is None:  # the command's thread policy (anchorft.threads), at most 4
+        import torch  # lazy: loads torch (seconds)
+
+        args.threads = max(1, min(4, torch.get_num_threads()))
     import torch  # lazy: each branch below loads it (pretraining, fine-tuning, interpolating)
 
     torch.set_num_threads(args.threads)

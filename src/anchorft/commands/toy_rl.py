@@ -12,9 +12,9 @@ from pathlib import Path
 
 from anchorft.commands.flags import add_executor_flags, cluster_from
 from anchorft.dataclass_flags import FlagParser, add_field_flags, both_spellings, field_values
-from anchorft.runs import existing_files, run_claimed
+from anchorft.runs import check_output_dir, existing_files, run_claimed
 from anchorft.studies.testbed.arguments import RLArguments
-from anchorft.studies.testbed.rl_stage import RLStageSettings
+from anchorft.studies.testbed.rl_stage_config import RLStageSettings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,19 +29,27 @@ def _parser() -> argparse.ArgumentParser:
 
 def main_rl(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    if args.threads < 1:
+    if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads: must be >= 1, got {args.threads}")
-    import torch
-
-    torch.set_num_threads(args.threads)
-    from anchorft.studies.testbed.rl_stage import run_rl_stage
-
     settings = RLStageSettings(**field_values(args, RLStageSettings))
-    cluster = cluster_from(args)
     settings.prompt_skills = tuple(settings.prompt_skills)
+    settings.check_values()  # before torch loads (seconds); validate() below adds DAPOConfig's checks
+    cluster = cluster_from(args)
+    out = Path(args.out) if args.out else Path(args.compare) / "rl"
+    check_output_dir(out)
+    for f in ("results.json", "config.yaml"):  # as run_rl_stage checks them, before torch loads
+        if not (Path(args.compare) / f).is_file():
+            raise ValueError(f"--compare: {Path(args.compare) / f} missing (run `anchorft toy compare --out "
+                             f"{args.compare}` first)")  # fmt: skip
+    import torch  # lazy: loads torch
+
+    if args.threads is None:  # the command's thread policy (anchorft.threads), at most 4, as `anchorft toy`'s
+        args.threads = max(1, min(4, torch.get_num_threads()))
+    torch.set_num_threads(args.threads)
+    from anchorft.studies.testbed.rl_stage import run_rl_stage  # lazy: loads TRL
+
     settings.validate()
 
-    out = Path(args.out) if args.out else Path(args.compare) / "rl"
     run = {"compare": str(Path(args.compare).resolve()), "methods": args.methods, "settings": vars(settings)}
 
     def rl_stage(claim) -> bool:

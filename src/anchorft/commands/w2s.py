@@ -14,6 +14,8 @@ from anchorft.errors import UsageError
 from anchorft.resources import configs_dir
 from anchorft.runs import check_output_dir, existing_files
 from anchorft.studies.w2s.arguments import RunArguments, SweepArguments, TheoryArguments
+from anchorft.w2s.config import W2SConfig, load_config  # no torch: a config is checked before torch loads
+from anchorft.w2s.names import TRANSFORM_NAMES, activation_terms
 
 
 def _threads(n: int) -> None:
@@ -35,13 +37,12 @@ def _early(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from anchorft.studies.w2s.experiments import experiment_into, summary_lines  # lazy: torch
-    from anchorft.w2s.config import load_config  # lazy: loads torch
-    from anchorft.w2s.dynamics import NumericalFailure  # lazy: loads torch
-
     flags = {"n_seeds": args.n_seeds, "steps": args.steps, "device": args.device}
     overrides = [*args.overrides, *(f"{k}={v}" for k, v in flags.items() if v is not None)]
     config = load_config(args.preset, overrides)  # a user error here and below: one line, by anchorft.cli
+    from anchorft.studies.w2s.experiments import experiment_into, summary_lines  # lazy: torch
+    from anchorft.w2s.dynamics import NumericalFailure  # lazy: loads torch
+
     _threads(args.threads)
     header = " ".join(["anchorft w2s run", "--preset", args.preset, "--out", args.out, *overrides])
     header += " --ode" if args.ode else ""
@@ -66,18 +67,23 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _theory(args: argparse.Namespace) -> int:
-    from anchorft.w2s.config import W2SConfig  # lazy: loads torch
-    from anchorft.w2s.theory import preset_theory_report, theory_report, theory_text  # lazy: loads torch
-
     keys = ("link", "transform", "clip", "d", "s")
     given = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
     if args.preset is not None:
         extra = [f"{k}={v}" for k, v in given.items()]
+        load_config(args.preset, [*args.overrides, *extra])  # a bad value: one line, before torch loads
+    elif args.overrides:
+        raise ValueError("key=value overrides need --preset")
+    else:
+        config = dataclasses.replace(W2SConfig(), **given)
+        activation_terms(config.link)  # an unknown link or transform: one line, before torch loads
+        if config.transform not in TRANSFORM_NAMES:
+            raise ValueError(f"--transform: unknown {config.transform!r}; choose from {list(TRANSFORM_NAMES)}")
+    from anchorft.w2s.theory import preset_theory_report, theory_report, theory_text  # lazy: loads torch
+
+    if args.preset is not None:
         result = preset_theory_report(args.preset, [*args.overrides, *extra], n_seeds=args.n_seeds)
     else:
-        if args.overrides:
-            raise ValueError("key=value overrides need --preset")
-        config = dataclasses.replace(W2SConfig(), **given)
         result = theory_report(*(getattr(config, k) for k in keys))
     print(json.dumps(result, indent=1) if args.json else theory_text(result))
     return 0

@@ -81,12 +81,9 @@ class AnchorOptions:
 
     def validate_anchor_options(self) -> None:
         """One-line ValueErrors for every anchor option, before any model is loaded."""
+        check_anchor_numbers(self)
         from anchorft.rpsft.anchor_plan import validate_options  # lazy: loads torch
 
-        if isinstance(self.anchor_rank, bool) or not isinstance(self.anchor_rank, int) or self.anchor_rank < 1:
-            raise ValueError(f"anchor_rank must be an integer >= 1, got {self.anchor_rank!r}")
-        if not isinstance(self.anchor_lambda, (int, float)) or not self.anchor_lambda >= 0:
-            raise ValueError(f"anchor_lambda must be >= 0, got {self.anchor_lambda!r}")
         validate_options(self)
         if not (isinstance(self.anchor_targets, (str, list, tuple)) and len(self.anchor_targets) > 0):
             raise ValueError(f"anchor_targets must be a non-empty string or list, got {self.anchor_targets!r}")
@@ -99,6 +96,16 @@ class AnchorOptions:
         from anchorft.rpsft.anchor_plan import build_kwargs  # lazy: loads torch
 
         return SubspaceAnchor.from_model(model, **build_kwargs(self, self.anchor_lambda, full_rank), **kwargs)
+
+
+def check_anchor_numbers(options) -> None:
+    """anchor_rank an integer >= 1 and anchor_lambda a number >= 0 (any object with the two attributes): the checks
+    that need no torch, made before it loads (`anchorft.rpsft.prechecks.check_values`) and when options are built."""
+    rank, lam = options.anchor_rank, options.anchor_lambda
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise ValueError(f"anchor_rank must be an integer >= 1, got {rank!r}")
+    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not lam >= 0:
+        raise ValueError(f"anchor_lambda must be >= 0, got {lam!r}")
 
 
 def anchor_option_names() -> tuple[str, ...]:

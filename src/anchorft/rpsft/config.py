@@ -14,7 +14,7 @@ from trl import SFTConfig
 from anchorft.dataclass_yaml import check_choices
 from anchorft.rpsft.adapters import get_adapter
 from anchorft.rpsft.anchor_options import AnchorOptions
-from anchorft.rpsft.arg_checks import check_trainer_args
+from anchorft.rpsft.arg_checks import check_rpsft_numbers, check_trainer_args
 from anchorft.rpsft.methods import METHODS, get_method
 
 __all__ = ["RPSFTConfig", "ScriptArguments", "accumulation_for"]
@@ -196,15 +196,8 @@ class RPSFTConfig(AnchorOptions, SFTConfig):
     def _validate_rpsft_fields(self) -> None:
         get_method(self.method)  # ValueError listing the methods
         self.validate_anchor_options()
-        if isinstance(self.anchor_every, bool) or not isinstance(self.anchor_every, int) or self.anchor_every < 1:
-            raise ValueError(f"anchor_every must be an integer >= 1, got {self.anchor_every!r}")
         check_choices(self, SFTConfig)  # anchor_svd, anchor_dtype, anchor_mode, chat_format; method, kind above
-        if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 1:
-            raise ValueError(f"lora_rank must be an integer >= 1, got {self.lora_rank!r}")
-        if not isinstance(self.lora_alpha, (int, float)) or not self.lora_alpha > 0:
-            raise ValueError(f"lora_alpha must be > 0, got {self.lora_alpha!r}")
-        if not isinstance(self.lora_dropout, (int, float)) or not 0 <= self.lora_dropout < 1:
-            raise ValueError(f"lora_dropout must be in [0, 1), got {self.lora_dropout!r}")
+        check_rpsft_numbers(self)  # anchor_every, lora_rank, lora_alpha, lora_dropout
         if self.method_spec.peft and (why := get_adapter(self.method_spec.peft).refuse(self)):
             raise ValueError(why)
         if self.lora_anchor and self.method_spec.peft != "lora":

@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from anchorft.dataclass_yaml import resolve_presets
-from anchorft.errors import check_keys, did_you_mean
+from anchorft.errors import check_keys, close_hint, did_you_mean
 from anchorft.preflight import check_input_file, check_model_source, looks_like_path
 from anchorft.resources import config_path
-from anchorft.rpsft.arg_checks import check_trainer_args
+from anchorft.rpsft.anchor_options import check_anchor_numbers
+from anchorft.rpsft.arg_checks import check_rpsft_numbers, check_trainer_args
 from anchorft.rpsft.recipes import check_recipe_keys, read_recipe
 from anchorft.rpsft.trl_fields import trl_table
 from anchorft.runs import check_output_dir
@@ -392,6 +393,28 @@ def check_values(values: dict[str, Any]) -> None:
     args = types.SimpleNamespace(learning_rate=1.0 if lr is None else lr, max_steps=-1 if steps is None else steps)
     args.report_to = report
     check_trainer_args(args)
+    anchor = _numbers(values, {"anchor_rank": (int, 1), "anchor_lambda": (float, 0.0)})
+    check_anchor_numbers(anchor)
+
+
+def _numbers(values: dict[str, Any], fields: dict[str, tuple[type, Any]]) -> types.SimpleNamespace:
+    """The `fields` as TrlParser would convert them (`as_number`), each a valid stand-in (its pair's second) where
+    it is unset or of a type TrlParser's own checks report: what the torch-free checks read."""
+    out = types.SimpleNamespace()
+    for name, (cast, ok) in fields.items():
+        v = as_number(values.get(name), cast)
+        setattr(out, name, ok if v is None else v)
+    return out
+
+
+def check_rpsft_values(values: dict[str, Any]) -> None:
+    """`anchorft train`'s own values that need no torch: the method (did-you-mean from the methods table's
+    source), anchor_every and the LoRA numbers (`arg_checks.check_rpsft_numbers`, RPSFTConfig's messages)."""
+    method = values.get("method")
+    if isinstance(method, str) and (names := [n for n, _, _ in method_rows()]) and method not in names:
+        raise ValueError(f"method: unknown {method!r}{close_hint(method, names)} (one of {', '.join(names)})")
+    nums = {"anchor_every": (int, 1), "lora_rank": (int, 1), "lora_alpha": (float, 1.0), "lora_dropout": (float, 0.0)}
+    check_rpsft_numbers(_numbers(values, nums))
 
 
 def _is_str(x: Any) -> bool:
@@ -463,6 +486,7 @@ def check_train_argv(argv: list[str]) -> dict[str, Any] | None:
         given = given_flags(argv, [*script.values(), *trainer.values()], "anchorft train", "SFTConfig")
     values.update(given or {})
     check_values(values)
+    check_rpsft_values(values)
     _check_lora_rank(values)
     return None if given is None else values
 

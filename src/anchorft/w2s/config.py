@@ -18,7 +18,7 @@ import yaml
 from anchorft.dataclass_yaml import resolve_presets, update
 from anchorft.io import write_text
 from anchorft.resources import configs_dir
-from anchorft.w2s.hermite import TRANSFORMS, get_activation
+from anchorft.w2s.names import TRANSFORM_NAMES, activation_terms
 from anchorft.w2s.stats import digest
 
 __all__ = ["W2SConfig", "load_config", "apply_overrides", "save_config", "config_hash"]
@@ -130,7 +130,7 @@ class W2SConfig:
             bad("anneal_final", "must be in (0, 1]")
         for name in ("activation", "weak_activation", "link"):
             try:
-                get_activation(getattr(self, name))
+                activation_terms(getattr(self, name))
             except ValueError as e:
                 bad(name, str(e))
         choices = {
@@ -139,7 +139,7 @@ class W2SConfig:
             "weak_space": ("subspace", "ambient"),
             "label_center": ("none", "mean"),
             "strong_bias": ("none", "trained"),
-            "transform": tuple(TRANSFORMS),
+            "transform": TRANSFORM_NAMES,
             "loss": ("squared", "correlation"),
             "schedule": ("constant", "anneal"),
             "dtype": ("float32", "float64"),

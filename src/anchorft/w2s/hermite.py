@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,6 +26,8 @@ import numpy as np
 import torch
 from numpy.polynomial import hermite_e as H
 from numpy.polynomial import polynomial as P
+
+from anchorft.w2s.names import activation_terms
 
 __all__ = [
     "Activation",
@@ -40,9 +41,6 @@ __all__ = [
     "get_transform",
     "TRANSFORMS",
 ]
-
-_HE_TERM = re.compile(r"^he(\d+)$")
-
 
 def hermite_normalised(j: int, z: np.ndarray) -> np.ndarray:
     """h_j(z) = He_j(z) / sqrt(j!), the orthonormal probabilists' Hermite polynomial."""
@@ -132,22 +130,14 @@ def _poly_activation(name: str, degrees: tuple[int, ...]) -> Activation:
 def get_activation(name: str) -> Activation:
     """Activation by name: "he4", "he2+he4" (sum of normalised Hermite terms), "relu", "tanh".
 
-    Raises ValueError for an unknown name.
+    Raises ValueError for an unknown name (`anchorft.w2s.names.activation_terms` reads it).
     """
-    key = name.strip().lower().replace(" ", "")
-    if key == "relu":
+    key, what = activation_terms(name)
+    if what == "relu":
         return Activation("relu", lambda z: np.maximum(z, 0.0), torch.relu, lambda u: (u > 0).to(u.dtype))
-    if key == "tanh":
+    if what == "tanh":
         return Activation("tanh", np.tanh, torch.tanh, lambda u: 1.0 - torch.tanh(u) ** 2)
-    degrees = []
-    for term in key.split("+"):
-        m = _HE_TERM.match(term)
-        if m is None or int(m.group(1)) > 12:
-            raise ValueError(
-                f"unknown activation/link {name!r}: use 'heJ' (J <= 12), sums like 'he2+he4', 'relu', 'tanh'"
-            )
-        degrees.append(int(m.group(1)))
-    return _poly_activation(key, tuple(degrees))
+    return _poly_activation(key, what)
 
 
 def _zexp(y: np.ndarray) -> np.ndarray:

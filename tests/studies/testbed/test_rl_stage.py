@@ -200,7 +200,7 @@ def test_rl_stage_starts_from_a_later_fine_tuning_seed(smoke_compare, tmp_path):
 def test_cli_main_rl_validates(tmp_path):
     from anchorft.commands.toy_rl import main_rl
 
-    with pytest.raises(ValueError, match="compare_dir"):
+    with pytest.raises(ValueError, match="--compare: .*results.json missing"):
         main_rl(["--compare", str(tmp_path / "none"), "--steps", "2"])
     with pytest.raises(ValueError, match="steps"):
         main_rl(["--compare", str(tmp_path / "none"), "--steps", "0"])

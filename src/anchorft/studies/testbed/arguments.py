@@ -215,5 +215,5 @@ class RLArguments:
         default=None,
         **meta("run names, RUN-seedS for fine-tuning seed S of RUN (default: sft and the paper-rank rpsft runs)"),
     )
-    threads: int = field(default=1, **meta("torch CPU threads"))
+    threads: int | None = field(default=None, **meta("torch CPU threads (default: as `anchorft toy --threads`)"))
     overwrite: bool = field(default=False, **OVERWRITE)

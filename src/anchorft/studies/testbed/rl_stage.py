@@ -15,7 +15,6 @@ import dataclasses
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -25,66 +24,16 @@ from tqdm.auto import tqdm
 from anchorft.eval.answers import last_boxed
 from anchorft.io import pyplot, save_figure, write_json, write_text
 from anchorft.provenance import with_provenance
-from anchorft.rpsft.anchor_options import AnchorOptions, anchor_option_names
-from anchorft.rpsft.methods import RL_ANCHOR_METHODS
 from anchorft.studies.grid import Cell, Grid, RayCluster, executor_for
 from anchorft.studies.testbed.compare_config import CompareConfig, comparison_eval_sets, load_config, paper_rank
 from anchorft.studies.testbed.layout import parse_model_name
 from anchorft.studies.testbed.report import _pct  # the testbed tables' one percentage format
 from anchorft.studies.testbed.results import load_results
+from anchorft.studies.testbed.rl_stage_config import RLStageSettings
 from anchorft.toy import skills as sk
 from anchorft.toy.evaluate import evaluate_toy, greedy_accuracy
 
 __all__ = ["RLStageSettings", "compare_entry", "default_methods", "rl_prompts", "run_rl_stage"]
-
-MATH_SKILLS = ("math_easy", *sk.ID_SKILLS)  # ID math skills (boxed answers)
-
-
-@dataclass
-class RLStageSettings(AnchorOptions):
-    """DAPO on the testbed (every field is a flag of `anchorft toy rl`). Defaults are fitted to the 0.2-1M-parameter
-    testbed models on a CPU (the paper's lr 1e-6 / 100 steps does not move them); the DAPO clip, loss, G and beta
-    are the paper's (`anchorft.rpsft.dapo_config.DAPOConfig` defaults). The weight anchor during DAPO is
-    `anchor_method` with the `AnchorOptions` (DAPOConfig's; docs/anchoring.md), W_0 = each RL starting model."""
-
-    anchor_rank: int = field(default=24, metadata={"help": "k of the rpsft anchor (the paper's rank at width 128)."})
-    steps: int = field(default=60, metadata={"help": "DAPO RL steps."})
-    learning_rate: float = field(default=3e-4, metadata={"help": "learning rate."})
-    prompts_per_step: int = field(default=8, metadata={"help": "prompts a step, each with num_generations."})
-    num_generations: int = field(default=8, metadata={"help": "completions per prompt (G)."})
-    max_completion_length: int = field(default=16, metadata={"help": "tokens per completion at most."})
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature of the rollouts."})
-    prompt_skills: tuple[str, ...] = field(
-        default=(),
-        metadata={"help": f"ID math skills for the RL prompts {MATH_SKILLS}; none: the comparison's id_skill."},
-    )
-    n_prompts: int = field(default=512, metadata={"help": "training-split prompts (split evenly over the skills)."})
-    prompt_seed: int = field(default=0, metadata={"help": "seed of the prompt draw."})
-    seed: int = field(default=0, metadata={"help": "DAPO seed (sampling, data order)."})
-    skill_eval_items: int = field(
-        default=100, metadata={"help": "held-out items per prompt skill for its greedy accuracy before / after."}
-    )
-    save_models: bool = field(default=True, metadata={"help": "keep the RL models (OUT/NAME/model)."})
-    anchor_method: str = field(
-        default="none",
-        metadata={"help": "weight anchor during DAPO: 'none' or an anchored method.", "choices": RL_ANCHOR_METHODS},
-    )
-
-    def validate(self) -> None:
-        if self.n_prompts < 1:
-            raise ValueError(f"n_prompts: must be >= 1, got {self.n_prompts}")
-        if self.skill_eval_items < 0:
-            raise ValueError(f"skill_eval_items: must be >= 0, got {self.skill_eval_items}")
-        self.rl_settings()  # DAPOConfig checks the rest (steps, G, lr, temperature, the anchor options) when built
-        if bad := [s for s in self.prompt_skills if s not in MATH_SKILLS]:
-            raise ValueError(f"prompt_skills: {bad} are not ID math skills {MATH_SKILLS}")
-
-    def rl_settings(self):
-        from anchorft.rpsft.dapo_config import DAPOConfig  # lazy: loads TRL
-
-        same = ("steps", "learning_rate", "num_generations", "prompts_per_step", "max_completion_length")
-        same += ("temperature", "seed", "anchor_method", *anchor_option_names())
-        return DAPOConfig(**{name: getattr(self, name) for name in same}, save_model=self.save_models)
 
 
 def default_methods(results: dict, cfg: CompareConfig) -> list[str]:
