@@ -42,6 +42,7 @@ __all__ = [
     "TRANSFORMS",
 ]
 
+
 def hermite_normalised(j: int, z: np.ndarray) -> np.ndarray:
     """h_j(z) = He_j(z) / sqrt(j!), the orthonormal probabilists' Hermite polynomial."""
     return H.hermeval(z, [0.0] * j + [1.0]) / math.sqrt(math.factorial(j))
