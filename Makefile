@@ -143,6 +143,13 @@ MUTANTS_MORE = \
 	'anchorft.rpsft.trainer.x?RPSFTTrainer?compute_loss*' 'anchorft.rpsft.trainer.x?AnchorSteps?_add_anchor_term*' \
 	'anchorft.rpsft.trainer.x?AnchorSteps?log*'
 
+# the newest modules: the verdict's statistics, the study record, the agreed stop, the adapters (the grid runner and
+# the sharded anchor reach their paths in spawned or launched processes: docs/testing.md says how far mutmut sees)
+MUTANTS_NEW = \
+	'anchorft.eval.intervals.*' 'anchorft.studies.testbed.record.*' 'anchorft.stop.*' \
+	'anchorft.studies.testbed.verdict.*' 'anchorft.rpsft.adapters.*' 'anchorft.studies.grid.*' \
+	'anchorft.rpsft.sharding.*'
+
 mutants: $(DEV)
 	rm -rf mutants
 	@date -u +'start %FT%TZ'

@@ -118,6 +118,22 @@ def _nodes(address: str) -> list[dict]:
     return json.loads(res.stdout.strip().splitlines()[-1]) if res.returncode == 0 and res.stdout.strip() else []
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _nodes_stopped_at_a_sigterm():
+    """`make test-ray`'s timeout stops a hung run with SIGTERM, which by default ends pytest at once: the nodes, each
+    a session of its own, would outlive it (taking the CPU of whatever runs next). As an interrupt, pytest tears the
+    fixtures and the `finally` blocks down, which stop the nodes."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @pytest.fixture(scope="module")
 def cluster():  # one cluster for the module (about 6 s to start); a test that kills its worker starts a new one
     c = Cluster()

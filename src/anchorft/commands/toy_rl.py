@@ -37,10 +37,9 @@ def main_rl(argv: list[str]) -> int:
     cluster = cluster_from(args)
     out = Path(args.out) if args.out else Path(args.compare) / "rl"
     check_output_dir(out)
-    for f in ("results.json", "config.yaml"):  # as run_rl_stage checks them, before torch loads
-        if not (Path(args.compare) / f).is_file():
-            raise ValueError(f"--compare: {Path(args.compare) / f} missing (run `anchorft toy compare --out "
-                             f"{args.compare}` first)")  # fmt: skip
+    if not (Path(args.compare) / "results.json").is_file():  # before torch loads; run_rl_stage checks the rest
+        raise ValueError(f"--compare: {Path(args.compare) / 'results.json'} missing (run `anchorft toy compare --out "
+                         f"{args.compare}` first)")  # fmt: skip
     import torch  # lazy: loads torch
 
     if args.threads is None:  # the command's thread policy (anchorft.threads), at most 4, as `anchorft toy`'s
