@@ -8,15 +8,17 @@ DEV := $(VENV)/.installed-dev
 .PHONY: demo docs-tables drift test test-wheel test-dist test-slurm test-ray test-long test-all lint format bench mutants clean
 
 # CI's budgets on an idle 2-core CPU machine (.ci/run: `make test`, then test-ray beside test-wheel, test-dist and
-# test-slurm; 10 min in all, the installs included). A target is stopped at about twice its budget (TIMEOUT), so a
-# hang fails in minutes, not at CI's limit; docs/testing.md has the times measured.
-#   test        5 min   installs (about 70 s), the default suite (slow tests deselected), 2 pytest-xdist workers
+# test-slurm): the aim is 10 min in all, installs included; measured 11-15 min on this kind of machine, whose speed
+# varies by about a third from day to day (docs/testing.md has the runs). A target is stopped at about twice its
+# slowest time seen (TIMEOUT), so a hang fails in minutes, not at CI's limit, and a slow day does not fail CI.
+#   test        5-6 min installs (about 90 s), the default suite (slow tests deselected), 2 pytest-xdist workers
 #   test-wheel  1 min   the wheel outside the checkout
-#   test-dist   4 min   the distributed matrix, the launcher, every recipe's dry run, the FSDP2 shard-aware gradient,
+#   test-dist   4-6 min the distributed matrix, the launcher, every recipe's dry run, the FSDP2 shard-aware gradient,
 #                       uneven row partitions, a study on 1 and 2 workers (slow-marked tests)
 #   test-slurm  1 min   the SLURM templates on a simulated 2-node allocation, the 2-process signal test (slow)
-#   test-ray    3 min   the studies on a 2-node Ray cluster started on this machine, the address checks on a
-#                       token-authenticated head and a local instance (Ray installed first; mostly waiting on Ray)
+#   test-ray    3-5 min the studies on a 2-node Ray cluster started on this machine, the address checks on a
+#                       token-authenticated head and a local instance (Ray installed first; mostly waiting on Ray,
+#                       slowed by test-dist beside it)
 TIMEOUT := timeout --signal=TERM --kill-after=30
 
 # the demo needs the package and peft (its LoRA + anchor run); the tests add pytest, ruff and lm-eval (35 s more to
@@ -49,7 +51,7 @@ drift: $(DEV)
 
 # two pytest-xdist workers: the suite's many small processes and file writes leave a core idle when run one by one
 test: $(DEV)
-	$(TIMEOUT) 480 $(BIN)/python -m pytest -q -n 2
+	$(TIMEOUT) 900 $(BIN)/python -m pytest -q -n 2
 
 # the built wheel, unpacked outside the checkout: presets and model configs ship inside it (.ci/test-wheel)
 test-wheel: $(DEV)
@@ -66,13 +68,13 @@ DIST_TESTS := tests/rpsft/test_distributed_matrix.py tests/rpsft/test_rl_deepspe
 	tests/rpsft/test_sharding_uneven_rows.py \
 	tests/studies/testbed/test_compare.py::test_workers_give_the_same_results
 test-dist: $(DEV)
-	$(TIMEOUT) 480 $(BIN)/python -m pytest -q -m slow $(DIST_TESTS)
+	$(TIMEOUT) 720 $(BIN)/python -m pytest -q -m slow $(DIST_TESTS)
 
 # the SLURM templates (configs/slurm) on a 2-node allocation simulated on this machine: the template's
 # own two `accelerate launch` lines (gloo, one CPU process a node), a TERM to the batch shell forwarded, the job
 # requeued and resumed to a model that loads (slow-marked; 29 s measured here)
 test-slurm: $(DEV)
-	$(TIMEOUT) 120 $(BIN)/python -m pytest -q -m slow tests/test_slurm.py tests/rpsft/test_train_signals.py
+	$(TIMEOUT) 240 $(BIN)/python -m pytest -q -m slow tests/test_slurm.py tests/rpsft/test_train_signals.py
 
 # a Ray head and worker node as processes of this machine (1 CPU each, own temp folders, stopped by their process
 # ids): a W2S sweep, a smoke comparison and an evaluation suite equal to local processes; a worker node killed
@@ -85,7 +87,7 @@ $(RAY): $(DEV)
 # with Ray installed: the cluster tests (slow) and the tests of the address checks that skip without Ray
 RAY_TESTS := tests/studies/test_grid_ray.py tests/studies/test_ray_probe.py tests/commands/test_executor_flags.py
 test-ray: $(RAY)
-	$(TIMEOUT) 240 $(BIN)/python -m pytest -q -m '' $(RAY_TESTS)
+	$(TIMEOUT) 600 $(BIN)/python -m pytest -q -m '' $(RAY_TESTS)
 
 # the slow tests that no CI target runs (about 8 min here: the W2S long-budget checks, the estimate against held
 # bytes on two ranks, the 2-process trainer equalities, the RL runs); docs/testing.md lists them
