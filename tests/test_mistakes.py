@@ -1,9 +1,10 @@
 """The mistakes users make, as a table: each is refused in one line on stderr (no traceback, no usage dump) with exit
-code 2, in under a second, before torch, transformers, TRL or Ray is imported.
+code 2, before torch, transformers, TRL or Ray is imported (which is what keeps it under a second: the tests assert
+the imports and a CPU-time bound, not the wall time a shared machine stretches).
 
 The rows run in-process through `anchorft.cli.main`, all in one fresh interpreter (`_run_rows`): after each row the
 heavy modules must still be absent, so a row that imports one is the row named. A few rows run through the real
-console script (`test_the_console_script_refuses_in_under_a_second`), timing the whole process. `EXCEPTIONS` are
+console script (`test_the_console_script_refuses_in_under_a_second`), the whole process's imports. `EXCEPTIONS` are
 the mistakes still reported only after a heavy import (one line and exit 2 all the same), each with its reason.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -21,7 +23,11 @@ import pytest
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 HEAVY = ("torch", "transformers", "trl", "ray")
-LIMIT_S = 1.0  # per mistake
+LIMIT_S = 1.0  # per mistake, on an idle machine (measured by hand: docs/architecture.md)
+# What the tests assert is the mechanism, which holds at any load: no heavy module imported, and the CPU time of a
+# row (or of a whole console-script process) under CPU_LIMIT_S, which an import of torch alone (about 2 CPU seconds
+# here) with transformers would pass; wall time is not asserted (a shared machine stretches it at will).
+CPU_LIMIT_S = 2.0
 
 
 def make_files(f: Path) -> None:
@@ -203,16 +209,16 @@ EXCEPTIONS = [
      "train --estimate validates the recipe through RPSFTConfig's types (rpsft/recipes.load_recipe, torch)"),
 ]  # fmt: skip
 
-# the rows a test runs in one interpreter: for each, (rc, stderr, seconds, heavy modules loaded by then)
+# the rows a test runs in one interpreter: for each, (rc, stderr, CPU seconds, heavy modules loaded by then)
 RUNNER = f"""
 import contextlib, io, json, sys, time
 from anchorft.cli import main
 for argv in json.loads(sys.argv[1]):
     err = io.StringIO()
-    t = time.perf_counter()
+    t = time.process_time()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
         rc = main(argv)
-    dt = time.perf_counter() - t
+    dt = time.process_time() - t
     print(json.dumps([rc, err.getvalue(), dt, sorted(set({HEAVY!r}) & set(sys.modules))]), flush=True)
 """
 
@@ -258,7 +264,7 @@ def test_each_mistake_is_one_line_exit_2_under_a_second_before_heavy_imports(fol
     for (argv, piece), (rc, err, seconds, heavy) in zip(ROWS, results):
         bad += _one_line(argv, piece, rc, err)
         bad += [f"{' '.join(argv)}: imported {heavy}"] if heavy else []
-        bad += [f"{' '.join(argv)}: {seconds:.2f} s"] if seconds > LIMIT_S else []
+        bad += [f"{' '.join(argv)}: {seconds:.2f} CPU s"] if seconds > CPU_LIMIT_S else []
         if heavy:
             break  # the rows after it would find it loaded too
     assert bad == []
@@ -289,14 +295,22 @@ def _console() -> list[str]:
     ],
 )
 def test_the_console_script_refuses_in_under_a_second(argv, piece, folder):
-    """The whole process, interpreter start included (best of two: a busy machine may stall one start)."""
-    times = []
-    for _ in range(2):
-        t = time.perf_counter()
-        p = subprocess.run([*_console(), *argv], cwd=folder, env=_env(), capture_output=True, text=True, timeout=60)
-        times.append(time.perf_counter() - t)
-        assert _one_line(argv, piece, p.returncode, p.stderr) == []
-    assert min(times) < LIMIT_S, times
+    """The whole process, interpreter start included: its imports (Python's import-time report) name no heavy
+    module, and its CPU time stays under CPU_LIMIT_S; the wall time is printed (about 0.3-0.7 s on an idle machine)."""
+    env = {**_env(), "PYTHONPROFILEIMPORTTIME": "1"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    p = subprocess.run([*_console(), *argv], cwd=folder, env=env, capture_output=True, text=True, timeout=60)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    imports = [line for line in p.stderr.splitlines() if line.startswith("import time:")]
+    err = "\n".join(line for line in p.stderr.splitlines() if not line.startswith("import time:"))
+    assert _one_line(argv, piece, p.returncode, err) == []
+    names = {line.rsplit("|", 1)[-1].strip() for line in imports}
+    assert len(names) > 50 and not names & set(HEAVY), sorted(names & set(HEAVY))
+    print(f"{' '.join(argv)}: {wall:.2f} s wall, {cpu:.2f} s CPU")
+    assert cpu < CPU_LIMIT_S, cpu
 
 
 @pytest.mark.parametrize(
@@ -306,4 +320,4 @@ def test_help_loads_no_heavy_library(command, folder):
     """`--help` of each command needs none of them (the slowest helps before: train, rl, eval suite)."""
     results = _run_rows([[*command.split(), "--help"]], folder)
     rc, err, seconds, heavy = results[0]
-    assert rc == 0 and heavy == [] and seconds < LIMIT_S, (err, heavy, seconds)
+    assert rc == 0 and heavy == [] and seconds < CPU_LIMIT_S, (err, heavy, seconds)
