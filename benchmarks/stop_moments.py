@@ -157,6 +157,8 @@ def one(name: str, spec: dict, moment: str, work: Path, env: dict) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     argv = [a.replace("OUT", str(out)) for a in spec["argv"]]
     child_env = {**env, **({"ANCHORFT_HOLD_SAVE": "1"} if moment == "save" else {})}
+    if moment == "prepare":  # an empty cache: the comparison pretrains its base first (a cached one is read at once)
+        child_env["ANCHORFT_CACHE"] = str(work / f"cache-{out.name}")
     p = subprocess.Popen([sys.executable, "-c", CHILD, *argv], env=child_env, cwd=work, stderr=subprocess.PIPE,
                          stdout=subprocess.DEVNULL, text=True, start_new_session=True)  # fmt: skip
     err: list[str] = []
@@ -199,7 +201,8 @@ def one(name: str, spec: dict, moment: str, work: Path, env: dict) -> dict:
            "cells_kept": len(stopped_cells), "checkpoint": stopped_ckpt[-1] if stopped_ckpt else None}  # fmt: skip
     del before_cells, before_ckpt
     # the rerun: completes, and repeats nothing finished
-    r = subprocess.run([sys.executable, "-c", CHILD, *argv], env=env, cwd=work, capture_output=True, text=True)
+    rerun_env = {k: v for k, v in child_env.items() if k != "ANCHORFT_HOLD_SAVE"}  # the same cache
+    r = subprocess.run([sys.executable, "-c", CHILD, *argv], env=rerun_env, cwd=work, capture_output=True, text=True)
     after = _finished_cells(out, spec.get("record"))
     row["rerun"] = r.returncode
     row["rerun_marker"] = _marker(out)
