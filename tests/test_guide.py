@@ -3,13 +3,13 @@ each page in a fresh folder, in one interpreter (the imports paid once).
 
 As in tests/test_readme.py, only what cannot run here in seconds is changed, each change listed below and applied
 by exact text (a page edit that removes the text fails the test, so the lists follow the pages): a tiny local
-model where a block names a hub model, the smoke testbed (pretrained once for the session) for the testbed's real
+model where a block names a hub model, the smoke testbed (pretrained once for the test run) for the testbed's real
 presets, small problems and few steps. Lines that cannot run here (a GPU, a download, a cluster, a suite running a
 suite) are listed in SKIPPED with the reason; lines that show a mistake are listed in EXPECTED_ERRORS with a piece
 of the one line they must print (exit code 2). "Reproducing the paper on GPUs" is tests/test_guide_gpu.py's.
 
 How a line runs: an `anchorft ...` line without shell syntax through `anchorft.cli.main` in the page's folder, a
-Python block by `exec` (a page's blocks in one namespace, as one session), any other line (and every expected
+Python block by `exec` (a page's blocks in one namespace, as in one interpreter), any other line (and every expected
 error, through the console script) by bash in a subprocess. A page stops at its first failing line. SETUP names a
 page's blocks that another page's reader has run first (its data).
 """
@@ -181,7 +181,7 @@ pages, report = json.load(open(sys.argv[1])), {}
 for page, spec in pages.items():
     os.chdir(spec["cwd"])
     done = report[page] = []
-    namespace = {"__name__": "__main__"}  # a page's Python blocks share one session, as a reader's would
+    namespace = {"__name__": "__main__"}  # a page's Python blocks share one namespace, as a reader's would
     for step in spec["steps"]:
         t0, out, err = time.time(), io.StringIO(), io.StringIO()
         if step["kind"] == "anchorft":
