@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 CORE := $(VENV)/.installed-core
 DEV := $(VENV)/.installed-dev
 
-.PHONY: demo docs-tables drift test test-wheel test-dist test-slurm test-ray test-long test-all lint format bench mutants clean
+.PHONY: demo docs docs-tables drift test test-wheel test-dist test-slurm test-ray test-long test-all lint format bench mutants clean
 
 # CI's budgets on an idle 2-core CPU machine (.ci/run: `make test`, then test-ray beside test-wheel, test-dist and
 # test-slurm): the aim is 10 min in all, installs included; measured 11-15 min on this kind of machine, whose speed
@@ -42,6 +42,17 @@ demo: $(CORE)
 # rewritten from records/*.json (anchorft.studies.records); tests/studies/test_records.py fails while they differ
 docs-tables: $(CORE)
 	$(BIN)/python -m anchorft.studies.records tables
+
+# the documentation site (mkdocs.yml) into site/: MkDocs with Material and mkdocstrings (the API read from the source,
+# nothing imported), strict: a warning, a broken link or a missing anchor fails the build (docs/building-docs.md;
+# the extra installs in about 7 s, the build takes about 5 s here)
+DOCS := $(VENV)/.installed-docs
+$(DOCS): $(CORE)
+	$(BIN)/pip install -q -e '.[docs]'
+	touch $(DOCS)
+
+docs: $(DOCS)
+	NO_MKDOCS_2_WARNING=1 $(TIMEOUT) 120 $(BIN)/mkdocs build --strict --quiet
 
 # the drift alarm alone (it is in the default suite too): each record's replay (the first pretraining and fine-tuning
 # steps, a short W2S seed, the verdict re-scored from its grades) on the code of now against the one stored
@@ -161,4 +172,4 @@ mutants: $(DEV)
 	$(BIN)/python benchmarks/mutants_summary.py $(MUTANTS)
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache mutants
+	rm -rf $(VENV) runs .pytest_cache mutants site

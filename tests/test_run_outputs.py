@@ -1,6 +1,6 @@
-"""What runs write, as the README says it: a run marker with the resolved config beside results with their
-provenance (checked on a command fast enough for the default suite, and on the README's own sentence); an evaluation
-figure whose every score is 0 says so in the plot instead of showing empty axes."""
+"""What runs write, as the guide says it: a run marker with the resolved config beside results with their
+provenance (checked on a command fast enough for the default suite, and on docs/guide/index.md's own sentence); an
+evaluation figure whose every score is 0 says so in the plot instead of showing empty axes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import anchorft.eval.report as report
 from anchorft.cli import command
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guide" / "index.md"
 
 
 def _figure(monkeypatch) -> list:
@@ -47,10 +47,10 @@ def test_a_run_writes_its_marker_with_the_config_and_its_results_with_provenance
     assert (out / "lengths.png").is_file()
 
 
-def test_the_readme_names_what_each_command_writes():
-    text = " ".join(README.read_text().split())
+def test_the_guide_names_what_each_command_writes():
+    text = " ".join(GUIDE.read_text().split())
     sentence = re.search(r"Every run writes `anchorft-run.json` into its output folder.*?; a rerun", text)
-    assert sentence, "README: the sentence on what every run writes"
+    assert sentence, "docs/guide/index.md: the sentence on what every run writes"
     said = sentence.group(0)
     for results, commands in {
         "`metrics.json`": ["`train`", "`rl`", "`eval`", "`w2s run`", "`toy pretrain`", "`data openr1-math|dapo-math`"],

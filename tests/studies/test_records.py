@@ -10,7 +10,7 @@ from anchorft.studies import records
 
 
 def test_docs_tables_match_records():
-    """Every table block of README.md and docs/*.md, and configs/toy/verdict-summary.json, is what its record in
+    """Every table block of README.md and docs/**/*.md, and configs/toy/verdict-summary.json, is what its record in
     records/ gives: a number changed by hand, or a result that moved without its docs, fails here."""
     assert records.stale_tables() == []
 
@@ -46,20 +46,34 @@ def test_a_number_changed_or_a_row_removed_in_a_table_is_caught(tmp_path, name):
 
 def test_tables_are_rewritten_between_their_markers(tmp_path):
     root = _copy_checkout(tmp_path)
-    file = root / "docs" / "toy.md"
+    file = root / "docs" / "results" / "demo.md"
     text = file.read_text()
     body = dict(records.blocks(text))["demo"]
     file.write_text(text.replace(body, "stale\n"))
     (root / "configs/toy/verdict-summary.json").write_text("{}\n")
-    assert sorted(records.rewrite_tables(root)) == ["configs/toy/verdict-summary.json", "docs/toy.md"]
+    assert sorted(records.rewrite_tables(root)) == ["configs/toy/verdict-summary.json", "docs/results/demo.md"]
     assert file.read_text() == text and records.stale_tables(root) == []
 
 
-def test_a_block_that_names_no_table_is_reported(tmp_path):
+@pytest.mark.parametrize("rel", ["docs/toy.md", "docs/guide/nested.md"])
+def test_a_block_that_names_no_table_is_reported(tmp_path, rel):
+    """Blocks are found in README.md and in every markdown file under docs/, subfolders included."""
     root = _copy_checkout(tmp_path)
+    file = root / rel
+    file.parent.mkdir(parents=True, exist_ok=True)
+    old = file.read_text() if file.is_file() else ""
+    file.write_text(old + "\n<!-- table: nope -->\n| a |\n<!-- /table -->\n")
+    assert records.stale_tables(root) == [f"{rel}: block 'nope' is no table of {rel} (TABLES)"]
+    assert records.rewrite_tables(root) == []  # left as it is: no renderer of that file
+
+
+def test_a_table_copied_into_another_page_is_reported(tmp_path):
+    """A record's table belongs to one page: a copy elsewhere is reported, not kept in step silently."""
+    root = _copy_checkout(tmp_path)
+    body = records.render("demo-check", root)
     file = root / "docs" / "toy.md"
-    file.write_text(file.read_text() + "\n<!-- table: nope -->\n| a |\n<!-- /table -->\n")
-    assert records.stale_tables(root) == ["docs/toy.md: block 'nope' is no table of docs/toy.md (TABLES)"]
+    file.write_text(file.read_text() + f"\n<!-- table: demo-check -->\n{body}<!-- /table -->\n")
+    assert records.stale_tables(root) == ["docs/toy.md: block 'demo-check' is no table of docs/toy.md (TABLES)"]
 
 
 def test_every_record_names_its_command_commit_threads_and_cache_keys():

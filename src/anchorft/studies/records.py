@@ -5,7 +5,7 @@ command, the git commit (and whether the tree was dirty), the thread counts, the
 the drift alarm's replay (`anchorft.studies.drift`). The per-item grades of a study, when kept, are the study
 records beside them (`records/verdict/`, `anchorft toy pack`).
 
-Each table of README.md and docs/*.md that reports a record's numbers stands between marker comments,
+Each table of README.md and docs/**/*.md that reports a record's numbers stands between marker comments,
 
     <!-- table: NAME -->
     ...
@@ -41,6 +41,7 @@ __all__ = [
     "make_verdict_record",
     "render",
     "blocks",
+    "doc_files",
     "stale_tables",
     "rewrite_tables",
     "replay",
@@ -289,6 +290,69 @@ def _demo_check_table(rec: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+EARLIER_ID_BAR = 10.0  # the acceptance's ID bar before the demo's settings were chosen over the verdict's bases
+
+
+def _names(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _demo_check_bar(rec: dict) -> str:
+    """What the check's bases would give under the earlier ID bar: the bases under it and those exactly at it."""
+    gains = {b: float(_acceptance_cells(res)[0]) for b, res in rec["results"].items()}
+    bar = f"+{EARLIER_ID_BAR:.1f}"
+    under = [b for b, g in gains.items() if f"{g:+.1f}" != bar and g < EARLIER_ID_BAR]
+    at = [b for b, g in gains.items() if f"{g:+.1f}" == bar]
+    parts = []
+    if under:
+        word = "base" if len(under) == 1 else "bases"
+        parts.append(f"{word} {_names([f'{b} ({gains[b]:+.1f})' for b in under])} would not be met")
+    if at:
+        word = "base" if len(at) == 1 else "bases"
+        parts.append(f"{word} {_names(at)} {'is' if len(at) == 1 else 'are'} at exactly {bar}")
+    said = "; ".join(parts) or "every base is above it"
+    return f"Under the earlier +{EARLIER_ID_BAR:.0f} bar, {said}.\n"
+
+
+def _study_results(root: Path, study: str) -> dict[str, dict]:
+    """{base seed: results.json} of a study record (`anchorft toy pack`'s base-seedB.json files)."""
+    out = {}
+    for f in sorted((root / study).glob("base-seed*.json")):
+        out[f.stem.removeprefix("base-seed")] = json.loads(json.loads(f.read_text())["text"]["results.json"])
+    return out
+
+
+def _demo_choice(root: Path) -> str:
+    """What the demo's settings were chosen from: SFT and L2 (lambda 0.01) on the verdict's bases, from the
+    verdict's study record."""
+    rec = load_record("verdict", root)
+    study = rec["study_record"]
+    bases = _study_results(root, study)
+    first = json.loads((root / study / f"base-seed{next(iter(bases))}.json").read_text())
+    cfg = yaml.safe_load(first["text"]["config.yaml"])
+    gain, keep, loss, l2_keep, two = {}, {}, {}, {}, {}
+    for b, r in bases.items():
+        base, sft, l2 = r["base"], r["methods"]["sft"], r["methods"]["l2-lam0.01"]
+        gain[b] = 100 * (sft["id_greedy"] - base["id_greedy"])
+        keep[b] = sft["ood_mean"] / base["ood_mean"]
+        loss[b] = 100 * (base["ood_mean"] - sft["ood_mean"])
+        l2_keep[b] = l2["ood_mean"] / base["ood_mean"]
+        first_two = [s for s in sft["per_seed"] if s["seed"] in (0, 1)]
+        two[b] = 100 * (sum(s["id_greedy"] for s in first_two) / len(first_two) - base["id_greedy"])
+    low = min(gain, key=gain.get)
+    seeds = len(next(iter(bases.values()))["methods"]["sft"]["per_seed"])
+    lr = f"{cfg['learning_rate']:.0e}".replace("e-0", "e-")
+    return (
+        f"From the verdict's study record (`{study}/`, pretraining seeds {_names(list(bases))}; lr {lr}, "
+        f"{cfg['max_steps']} steps): SFT gained {min(gain.values()):+.1f} to "
+        f"{max(gain.values()):+.1f} ID points (each base's mean over {seeds} fine-tuning seeds) and kept "
+        f"{min(keep.values()):.2f}-{max(keep.values()):.2f} of its OOD accuracy, losing "
+        f"{min(loss.values()):.0f}-{max(loss.values()):.0f} OOD points; L2 at lambda 0.01 kept "
+        f"{min(l2_keep.values()):.2f}-{max(l2_keep.values()):.2f}. The smallest SFT gain is base {low}'s, "
+        f"{gain[low]:+.1f} ({two[low]:+.1f} over fine-tuning seeds 0 and 1, the demo's two).\n"
+    )
+
+
 VERDICT_LABELS = {
     "sft": "sft",
     "rpsft-k24": "rpsft, block, k 24 (the paper's)",
@@ -388,61 +452,49 @@ def _w2s_table(rec: dict) -> str:
 
 
 def _readme_results(root: Path) -> str:
+    """The README's key results: one line a cell (what was measured, the number, the result page that gives its
+    record, command, seeds and caveats)."""
     w2s, demo, check, verdict = (load_record(n, root) for n in ("w2s-paper", "demo", "demo-check", "verdict"))
     w = w2s["results"]["w2s"]
-    per = ", ".join(f"{x:.3f}" for x in w["final_per_seed"]["target_alignment"])
-    w2s_cell = (
-        f"paper preset (d = {w2s['config']['d']}, s = {w2s['config']['s']}): target alignment "
-        f"{w['init']['target_alignment']:.3f} -> {w['final']['target_alignment']:.3f} ({w2s['config']['n_seeds']} "
-        f"seeds: {per}); theta_2 {w['init']['nontarget_alignment']:.3f} -> {w['final']['nontarget_alignment']:.3f}"
-    )
     bases = {"0": demo["results"]["single"], **check["results"]}
     sft = [_acceptance_cells(r) for r in bases.values()]
-    keep = {b: r["methods"]["sft"]["ood_mean"] / r["base"]["ood_mean"] for b, r in bases.items()}
+    keep = [r["methods"]["sft"]["ood_mean"] / r["base"]["ood_mean"] for r in bases.values()]
     l2 = {b: r["methods"]["l2-lam0.01"] for b, r in bases.items()}
     l2_keep = [m["ood_mean"] / bases[b]["base"]["ood_mean"] for b, m in l2.items()]
     l2_gain = [100 * (m["id_greedy"] - bases[b]["base"]["id_greedy"]) for b, m in l2.items()]
     met = sum(ok == "met" for *_, ok in sft)
-    testbed_cell = (
-        f"the demo's comparison (lr 1e-3, 200 steps, 2 seeds) on {len(bases)} bases (pretraining seeds "
-        f"{', '.join(bases)}): SFT {min(float(i) for i, _, _ in sft):+.1f} to {max(float(i) for i, _, _ in sft):+.1f}"
-        f" ID points, keeping {min(keep.values()):.2f}-{max(keep.values()):.2f} of OOD (acceptance met on {met} of "
-        f"{len(bases)}); L2 at lambda 0.01 {min(l2_gain):+.1f} to {max(l2_gain):+.1f} ID points at "
-        f"{min(l2_keep):.2f}-{max(l2_keep):.2f}"
-    )
+    n = len(bases)
     p = verdict["results"]["pooled"]
+    k = len(verdict["results"]["bases"])
 
     def iv(run: str) -> str:
         return f"{p[run]['mean']:+.1f} [{p[run]['low']:+.1f}, {p[run]['high']:+.1f}]"
 
-    verdict_cell = (
-        f"1.08M testbed, {len(verdict['results']['bases'])} bases x five seeds, every knob fixed in advance or picked "
-        f"on validation items, the {verdict['results'].get('method', 'first')} method: excess ID gain over the "
-        "L2-anchor front with Hartung-Knapp 95 % intervals: plain LoRA "
-        f"{iv('lora')}, SFT {iv('sft')}, the paper's block RPSFT {iv('rpsft-k24')}; the subspace kind "
-        f"{iv('subspace')} at {100 * p['subspace']['retention']:.0f} % OOD retention, LoRA + anchor "
-        f"{iv('lora-anchor')}, OSF {iv('osf-k24')}"
+    w2s_page, demo_page, verdict_page = (
+        "[W2S paper preset](docs/results/w2s-paper.md)",
+        "[the demo](docs/results/demo.md)",
+        "[the verdict](docs/results/verdict.md)",
     )
+    seeds = w2s["config"]["n_seeds"]
     rows = [
-        ("W2S learns the target, keeps the non-target feature (Thm 1; Prop 2's outcome)", w2s_cell,
-         "the preset names two ingredients the paper does not (correlation loss; uncentred labels, no output bias), "
-         "and its step sizes were tuned on this experiment", "[w2s](docs/w2s.md#paper-preset)"),
-        ("testbed: SFT forgets, anchors keep", testbed_cell,
-         "a 1.08M-parameter model and one task; the settings chosen from the verdict's six bases, checked on four "
-         "others; two fine-tuning seeds a base", "[toy](docs/toy.md#the-demos-comparison)"),
-        ("which way of fine-tuning keeps most (the verdict)", verdict_cell,
-         "one model size and task; full fine-tunes at one lr; LoRA's lr grid of two values; options without a "
-         "multiplicity correction; the same items on every base (a second, wider interval counts them); the "
-         "method is judged again in docs/alternatives.md",
-         "[alternatives](docs/alternatives.md#the-verdict-six-bases-five-seeds-paired-intervals)"),
+        ("W2S learns the target (Thm 1)", f"target alignment, paper preset, {seeds} seeds",
+         f"{w['init']['target_alignment']:.3f} -> {w['final']['target_alignment']:.3f}", w2s_page),
+        ("W2S keeps the non-target feature", "non-target alignment with theta_2",
+         f"{w['init']['nontarget_alignment']:.3f} -> {w['final']['nontarget_alignment']:.3f}", w2s_page),
+        ("testbed: SFT forgets", f"SFT's OOD retention, the demo's comparison on {n} bases",
+         f"{min(keep):.2f}-{max(keep):.2f}", demo_page),
+        ("testbed: an L2 anchor keeps", f"L2 (lambda 0.01): OOD retention, {n} bases", f"{min(l2_keep):.2f}-"
+         f"{max(l2_keep):.2f}", demo_page),
+        ("", "L2 (lambda 0.01): ID gain in points", f"{min(l2_gain):+.1f} to {max(l2_gain):+.1f}", demo_page),
+        ("", "the demo's acceptance (SFT's ID gain and OOD loss)", f"met on {met} of {n} bases", demo_page),
+        ("which fine-tuning keeps most", f"excess ID gain over the L2 front, {k} bases (first method): block RPSFT",
+         iv("rpsft-k24"), verdict_page),
+        ("", "the subspace kind", iv("subspace"), verdict_page),
+        ("", "SFT", iv("sft"), verdict_page),
+        ("", "plain LoRA", iv("lora"), verdict_page),
     ]  # fmt: skip
-    lines = ["| result | measured | caveat | details |", "|---|---|---|---|"]
+    lines = ["| result | measure | number | record, command, caveats |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
-    lines += [
-        "",
-        "Records: `records/w2s-paper.json`, `records/demo.json`, `records/demo-check.json`, `records/verdict.json` "
-        "(each with its command, commit, thread counts and cache keys).",
-    ]
     return "\n".join(lines) + "\n"
 
 
@@ -453,14 +505,25 @@ def _record_table(name: str, fn: Callable[[dict], str]) -> Callable[[Path], str]
 # NAME: (the file its block is in, renderer(checkout root) -> markdown)
 TABLES: dict[str, tuple[str, Callable[[Path], str]]] = {
     "key-results": ("README.md", _readme_results),
-    "demo": ("docs/toy.md", _record_table("demo", _demo_table)),
-    "demo-time": ("docs/toy.md", _record_table("demo", _demo_time)),
-    "demo-base": ("docs/toy.md", _record_table("demo", _demo_base)),
-    "demo-check": ("docs/toy.md", _record_table("demo-check", _demo_check_table)),
-    "verdict": ("docs/alternatives.md", _record_table("verdict", _verdict_table)),
-    "verdict-per-base": ("docs/alternatives.md", _record_table("verdict", _verdict_per_base_table)),
-    "w2s-paper": ("docs/w2s.md", _record_table("w2s-paper", _w2s_table)),
+    "demo": ("docs/results/demo.md", _record_table("demo", _demo_table)),
+    "demo-time": ("docs/results/demo.md", _record_table("demo", _demo_time)),
+    "demo-base": ("docs/results/demo.md", _record_table("demo", _demo_base)),
+    "demo-choice": ("docs/results/demo.md", _demo_choice),
+    "demo-check": ("docs/results/demo.md", _record_table("demo-check", _demo_check_table)),
+    "demo-check-bar": ("docs/results/demo.md", _record_table("demo-check", _demo_check_bar)),
+    "verdict": ("docs/results/verdict.md", _record_table("verdict", _verdict_table)),
+    "verdict-per-base": ("docs/results/verdict.md", _record_table("verdict", _verdict_per_base_table)),
+    "w2s-paper": ("docs/results/w2s-paper.md", _record_table("w2s-paper", _w2s_table)),
 }
+
+
+def doc_files(root: str | Path | None = None) -> list[str]:
+    """The files whose table blocks are checked and rewritten: README.md and every docs/**/*.md, relative to
+    `root`."""
+    root = Path(root or repo_root())
+    files = ["README.md"] if (root / "README.md").is_file() else []
+    files += sorted(p.relative_to(root).as_posix() for p in (root / "docs").rglob("*.md"))
+    return files
 
 
 def verdict_summary(root: Path) -> str:
@@ -526,27 +589,27 @@ def stale_tables(root: str | Path | None = None) -> list[str]:
     for file, make in FILES.items():
         if not (root / file).is_file() or (root / file).read_text(encoding="utf-8") != make(root):
             problems.append(f"{file}: differs from records/ (make docs-tables writes it)")
-    for file in sorted({f for f, _ in TABLES.values()}):
+    for file in doc_files(root):
         for n, _ in blocks((root / file).read_text(encoding="utf-8")):
             if n not in TABLES or TABLES[n][0] != file:
                 problems.append(f"{file}: block {n!r} is no table of {file} (TABLES)")
     return problems
 
 
+def _rendered_block(m: re.Match, file: str, root: Path) -> str:
+    """A block rewritten from its record; a block that names no table of `file` is left as it is."""
+    body = render(m["name"], root) if TABLES.get(m["name"], ("",))[0] == file else m["body"]
+    return f"<!-- table: {m['name']} -->\n{body}<!-- /table -->"
+
+
 def rewrite_tables(root: str | Path | None = None) -> list[str]:
     """Rewrite every table block of the docs from its record; returns the files changed."""
     root = Path(root or repo_root())
     changed = []
-    for file in sorted({f for f, _ in TABLES.values()}):
+    for file in doc_files(root):
         path = root / file
         text = path.read_text(encoding="utf-8")
-        new = BLOCK.sub(
-            lambda m: (
-                f"<!-- table: {m['name']} -->\n{render(m['name'], root) if m['name'] in TABLES else m['body']}"
-                "<!-- /table -->"
-            ),
-            text,
-        )
+        new = BLOCK.sub(lambda m, file=file: _rendered_block(m, file, root), text)
         if new != text:
             write_text(path, new)
             changed.append(file)

@@ -38,7 +38,7 @@ def run_experiment(
 ) -> dict:
     """Run every mode of `config` and return the metrics dict (the content of metrics.json).
 
-    With `ode`, metrics["ode"][mode] holds the mean-field prediction (`anchorft.w2s.meanfield.predict`) on the
+    With `ode`, `metrics["ode"][mode]` holds the mean-field prediction (`anchorft.w2s.meanfield.predict`) on the
     same logged steps for W2S (at lambda = 1) and SFT: curves, per-seed predicted escape samples (target
     alignment 0.5) beside the measured ones (`escape_samples_measured`, interpolated in log samples between
     logged steps), drawn dashed on alignment.png.
@@ -47,7 +47,7 @@ def run_experiment(
     folder's claim as `anchorft w2s run` (docs/runs.md): the command claims it and passes its `claim` (the folder is
     claimed once); without one, this entry claims it itself (a folder holding another run is refused, as the command
     refuses it; the same run finished is run again). If a mode
-    diverges (non-finite loss or weights) the later modes are skipped; metrics["diverged"] names the mode and the
+    diverges (non-finite loss or weights) the later modes are skipped; `metrics["diverged"]` names the mode and the
     step, and the metrics logged so far are kept and written.
     """
     config.validate()

@@ -1,6 +1,6 @@
-"""README.md's "Reproducing the paper on GPUs" block, command by command, as typed, on stand-ins.
+"""docs/guide/fine-tune.md's "Reproducing the paper on GPUs" block, command by command, as typed, on stand-ins.
 
-Each command is read from the README. `accelerate launch ...` is parsed by accelerate's own launch parser (its
+Each command is read from the guide's page. `accelerate launch ...` is parsed by accelerate's own launch parser (its
 config file must exist; the RL launch must ask for 8 processes) and dropped; the rest runs through
 `anchorft.cli.main` in a scratch folder, in order, so that each command reads what the one before wrote. What is
 changed, and only this: hub ids of the recipes' models become a stand-in model folder, the hub data sets become
@@ -19,11 +19,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "guide" / "fine-tune.md"
 SECTION = "## Reproducing the paper on GPUs"
 
 
 def gpu_commands() -> list[list[str]]:
-    text = (ROOT / "README.md").read_text()
+    text = PAGE.read_text()
     sec = text[text.index(SECTION) :]
     start = sec.index("```bash\n") + len("```bash\n")
     block = sec[start : sec.index("```", start)].replace("\\\n", " ")
