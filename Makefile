@@ -7,7 +7,7 @@ DEV := $(VENV)/.installed-dev
 
 .PHONY: demo docs docs-tables drift test test-wheel test-dist test-slurm test-ray test-long test-all lint format bench mutants clean
 
-# CI's budgets on an idle 2-core CPU machine (.ci/run: `make test`, then test-ray beside test-wheel, test-dist and
+# CI's budgets on an idle 2-core CPU machine (.ci/run: `make test`, then docs and test-dist beside test-ray, test-wheel and
 # test-slurm): the aim is 10 min in all, installs included; measured 11-15 min on this kind of machine, whose speed
 # varies by about a third from day to day (docs/testing.md has the runs). A target is stopped at about twice its
 # slowest time seen (TIMEOUT), so a hang fails in minutes, not at CI's limit, and a slow day does not fail CI.
