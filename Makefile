@@ -8,10 +8,10 @@ DEV := $(VENV)/.installed-dev
 .PHONY: demo docs docs-tables drift test test-wheel test-dist test-slurm test-ray test-long test-all lint format bench mutants clean
 
 # CI's budgets on an idle 2-core CPU machine (.ci/run: `make test`, then docs and test-dist beside test-ray, test-wheel and
-# test-slurm): the aim is 10 min in all, installs included; measured 11-15 min on this kind of machine, whose speed
-# varies by about a third from day to day (docs/testing.md has the runs). A target is stopped at about twice its
-# slowest time seen (TIMEOUT), so a hang fails in minutes, not at CI's limit, and a slow day does not fail CI.
-#   test        5-6 min installs (about 90 s), the default suite (slow tests deselected), 2 pytest-xdist workers
+# test-slurm): under 10 min in all, installs included (543 s in the last fresh-clone run; this kind of machine's
+# speed varies by about a third from day to day: docs/testing.md has the runs). A target is stopped at about twice
+# its slowest time seen (TIMEOUT), so a hang fails in minutes, not at CI's limit, and a slow day does not fail CI.
+#   test        4-5 min installs (about 60 s), the default suite (slow tests deselected), 2 pytest-xdist workers
 #   test-wheel  1 min   the wheel outside the checkout
 #   test-dist   4-6 min the distributed matrix, the launcher, every recipe's dry run, the FSDP2 shard-aware gradient,
 #                       uneven row partitions, a study on 1 and 2 workers (slow-marked tests)

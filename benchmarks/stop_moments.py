@@ -84,7 +84,7 @@ def commands(work: Path) -> dict[str, dict]:
         },
         "w2s run --preset paper": {
             "argv": ["w2s", "run", "--preset", "paper", "--steps", "3000", "--out", "OUT"],
-            "prepare": r"w2s run|problem|weak",
+            "prepare": None,  # no line before the first step's bar: the run's marker says "running" (folder claimed)
             "step": r"(w2s|sft): +\d",
         },
         "toy pretrain": {
@@ -121,7 +121,7 @@ def commands(work: Path) -> dict[str, dict]:
                 "1e-3",
             ],  # fmt: skip
             "prepare": r"anchor|Map|Tokeniz",
-            "step": r"\bstep 1[0-9]\b|loss",
+            "step": r"\bstep 60/400  loss",  # its step line (stdout): after checkpoint-50, mid-run
             "ckpt": True,
         },
     }
@@ -159,10 +159,11 @@ def one(name: str, spec: dict, moment: str, work: Path, env: dict) -> dict:
     child_env = {**env, **({"ANCHORFT_HOLD_SAVE": "1"} if moment == "save" else {})}
     if moment == "prepare":  # an empty cache: the comparison pretrains its base first (a cached one is read at once)
         child_env["ANCHORFT_CACHE"] = str(work / f"cache-{out.name}")
-    p = subprocess.Popen([sys.executable, "-c", CHILD, *argv], env=child_env, cwd=work, stderr=subprocess.PIPE,
-                         stdout=subprocess.DEVNULL, text=True, start_new_session=True)  # fmt: skip
+    # stdout and stderr read as one stream: the trainer's step lines go to stdout, the bars to stderr
+    p = subprocess.Popen([sys.executable, "-c", CHILD, *argv], env=child_env, cwd=work, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
     err: list[str] = []
-    threading.Thread(target=lambda: err.extend(iter(lambda: p.stderr.read(32), "")), daemon=True).start()
+    threading.Thread(target=lambda: err.extend(iter(lambda: p.stdout.read(32), "")), daemon=True).start()
     t_launch = time.monotonic()
 
     def wait_for(cond, limit=600.0) -> bool:
@@ -175,6 +176,8 @@ def one(name: str, spec: dict, moment: str, work: Path, env: dict) -> dict:
     text = lambda: "".join(err)  # noqa: E731
     if moment == "startup":
         ok = wait_for(lambda: time.monotonic() - t_launch > 0.3)
+    elif moment == "prepare" and spec["prepare"] is None:
+        ok = wait_for(lambda: _marker(out) == "running")
     elif moment == "prepare":
         ok = wait_for(lambda: re.search(spec["prepare"], text()) is not None)
     elif moment == "step":
