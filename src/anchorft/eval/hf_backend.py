@@ -118,11 +118,16 @@ def decode(
         active = list(batch)  # rows still in the batch
         done = torch.zeros(len(batch), dtype=torch.bool, device=device)  # rows ended but kept in the batch
         past, step_ids = None, input_ids
-        for _ in range(max_new_tokens):
+        for step in range(max_new_tokens):
             stop.check_alone()  # a safe point per token: a signal swallowed anywhere stops the generation here
-            res = model(input_ids=step_ids, attention_mask=mask, position_ids=pos, use_cache=True, **{cache_kw: past})
-            past = res.cache if getattr(res, "cache", None) is not None else res.past_key_values
-            nxt = pick(res.logits[:, -1, :], active)
+            if step == 0:  # the prompts, each distinct one once (n samples of a prompt share its prefill)
+                logits, past = _prefill(model, cache_kw, input_ids, mask, pos)
+            else:
+                res = model(input_ids=step_ids, attention_mask=mask, position_ids=pos, use_cache=True,
+                            **{cache_kw: past})  # fmt: skip
+                logits = res.logits[:, -1, :]
+                past = _cache_of(res)
+            nxt = pick(logits, active)
             step_ids = torch.where(done, torch.full_like(nxt, pad_id), nxt)[:, None]  # (B, 1): the cache has the rest
             keep = []
             for i, (r, t) in enumerate(zip(active, nxt.tolist())):
@@ -142,6 +147,35 @@ def decode(
                 active = [active[i] for i in keep]
     model.train(was_training)
     return toks
+
+
+def _cache_of(res):
+    return res.cache if getattr(res, "cache", None) is not None else res.past_key_values
+
+
+def _prefill(
+    model: torch.nn.Module, cache_kw: str, input_ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor
+) -> tuple[torch.Tensor, object]:
+    """The prompts' forward pass: (last-position logits (B, V), the KV cache of the B rows). Rows with the same
+    (left-padded) prompt, as the n samples of one prompt are, are run once and their cache repeated
+    (`Cache.batch_select_indices` with repeated indices): the logits are those of the same computation on a
+    smaller batch (equal on the models tested here; tests/eval/test_prefill.py)."""
+    rows = [tuple(r) for r in input_ids.tolist()]
+    first = {r: i for i, r in reversed(list(enumerate(rows)))}  # each distinct prompt's first row
+    if len(first) == len(rows):
+        res = model(input_ids=input_ids, attention_mask=mask, position_ids=pos, use_cache=True, **{cache_kw: None})
+        return res.logits[:, -1, :], _cache_of(res)
+    uniq = sorted(first.values())  # (U,) rows run
+    slot = {r: k for k, r in enumerate(rows[i] for i in uniq)}
+    src = torch.tensor([slot[r] for r in rows], device=input_ids.device)  # (B,): each row's prefilled slot
+    res = model(input_ids=input_ids[uniq], attention_mask=mask[uniq], position_ids=pos[uniq], use_cache=True,
+                **{cache_kw: None})  # fmt: skip
+    past = _cache_of(res)
+    if not hasattr(past, "batch_select_indices"):  # a cache that cannot be repeated: the whole batch instead
+        res = model(input_ids=input_ids, attention_mask=mask, position_ids=pos, use_cache=True, **{cache_kw: None})
+        return res.logits[:, -1, :], _cache_of(res)
+    past.batch_select_indices(src)  # (U, ...) -> (B, ...)
+    return res.logits[:, -1, :][src], past
 
 
 def _encode(tokenizer, prompts, add_special_tokens: bool) -> list[list[int]]:

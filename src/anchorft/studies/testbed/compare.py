@@ -37,8 +37,7 @@ from anchorft.studies.grid import Cell, Grid, RayCluster, executor_for
 from anchorft.studies.testbed.compare_config import (
     CompareConfig,
     RunSpec,
-    comparison_eval_sets,
-    comparison_val_sets,
+    comparison_sets,
     evaluate_comparison,
     expand_sweeps,
     load_config,
@@ -166,8 +165,7 @@ def _finetune_job(cfg: CompareConfig, run: RunSpec, seed: int, base_dir: Path, o
     t0 = time.perf_counter()
     trainer = train(args, model, data, tokenizer=tok, anchor_fisher=fisher)
     seconds = time.perf_counter() - t0
-    eval_sets = comparison_eval_sets(cfg)
-    sets = eval_sets, comparison_val_sets(cfg, eval_sets)
+    sets = comparison_sets(cfg)  # built once per worker process
     saved = model_dir(out, run.name, seed, cfg.seeds[0])
     metrics = _evaluate_and_save(cfg, trainer.model, tok, sets, Path(args.output_dir), saved)
     metrics.update(seed=seed, train_seconds=seconds)
@@ -278,11 +276,10 @@ def run_compare(
     from anchorft.eval.loading import load_causal_lm, load_tokenizer
 
     tok = load_tokenizer(str(base_dir))
-    eval_sets = comparison_eval_sets(cfg)
+    eval_sets, val_sets = comparison_sets(cfg)
     base_model = load_causal_lm(base_dir)
     n_items = sum(len(v) for v in eval_sets.values())
     say(f"toy compare: evaluating the base model on {n_items} items, then {len(cfg.runs) * len(cfg.seeds)} fine-tunes")
-    val_sets = comparison_val_sets(cfg, eval_sets)
     with pinned_threads(cfg.threads):
         base = _evaluate_and_save(
             cfg, base_model, tok, (eval_sets, val_sets), out / "runs" / "base", out / "models" / "base"

@@ -122,20 +122,18 @@ def _interpolated_cell(cfg, base_dir: str, out: str, cell) -> dict:
     evaluates (its items and settings), its per-item grades in OUT/runs/RUN-wiseA-seedS/scored_items.json as a
     comparison's fine-tune writes them (so that `toy verdict` judges it)."""
     from anchorft.studies.testbed.compare import evaluate_and_score  # lazy: loads transformers
-
-    # lazy: loads transformers
-    from anchorft.studies.testbed.compare_config import comparison_eval_sets, comparison_val_sets
+    from anchorft.studies.testbed.compare_config import comparison_sets  # lazy: loads transformers
 
     tok = load_tokenizer(base_dir)
     model = load_causal_lm(base_dir)
     w0 = {k: v.detach().clone() for k, v in model.state_dict().items()}
     ft = load_causal_lm(cell.spec["model"]).state_dict()
     model.load_state_dict(interpolate_weights(w0, ft, cell.spec["alpha"]))
-    eval_sets = comparison_eval_sets(cfg)
+    sets = comparison_sets(cfg)  # built once per worker process
     name, seed = wise_name(cell.spec["run"], cell.spec["alpha"]), cell.spec["seed"]
     folder = run_dir(out, name, seed)
     folder.mkdir(parents=True, exist_ok=True)
-    metrics = evaluate_and_score(cfg, model, tok, (eval_sets, comparison_val_sets(cfg, eval_sets)), folder)
+    metrics = evaluate_and_score(cfg, model, tok, sets, folder)
     metrics.update(seed=cell.spec["seed"], train_seconds=0.0)
     return metrics
 
