@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import time
 from pathlib import Path
 
@@ -76,7 +78,7 @@ def measure(model_dir: Path, repeats: int) -> dict:
         }
 
     return {
-        "model": str(model_dir),
+        "model": model_dir.name,  # the folder's name: a record names no machine's paths
         "repeats": repeats,
         "seconds": {n: [round(x, 2) for x in v] for n, v in seconds.items()},
         "median_seconds": {n: round(v, 2) for n, v in med.items()},
@@ -90,6 +92,7 @@ def measure(model_dir: Path, repeats: int) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", type=Path, default=None, help="a model folder (default: the default preset's base)")
+    p.add_argument("--label", default="", help="what the model is, kept in the output")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = p.parse_args()
@@ -98,7 +101,18 @@ def main() -> None:
         from anchorft.toy.pretrain import pretrained_model
 
         args.model = pretrained_model(load_config("default").pretrain)
+    load_before = [round(x, 2) for x in os.getloadavg()]
     res = measure(args.model, args.repeats)
+    res["label"] = args.label
+    res["provenance"] = {
+        # the model as MODEL (`label` says which): a record names no machine's paths
+        "command": f"python benchmarks/bench_base_cost.py --model MODEL --repeats {args.repeats}",
+        "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
+        "dirty": bool(subprocess.run(["git", "status", "--porcelain", "src"], capture_output=True, text=True).stdout),
+        "cpus": os.cpu_count(),
+        "load_before": load_before,
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+    }
     text = json.dumps(res, indent=1)
     print(text)
     if args.out is not None:

@@ -498,6 +498,29 @@ def _readme_results(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _eval_cell_cost(root: Path) -> str:
+    """records/costs/eval-cell.json (`benchmarks/bench_base_cost.py`): a cell's evaluation under the pilot's and the
+    next study's settings, before and after the shared prefill."""
+    rec = json.loads((root / "records" / "costs" / "eval-cell.json").read_text(encoding="utf-8"))
+    sec, med, prov = rec["seconds"], rec["median_seconds"], rec["provenance"]
+
+    def each(name: str) -> str:
+        return f"{med[name]:.1f} s (runs {', '.join(f'{x:.2f}' for x in sec[name])})"
+
+    yes = {True: "yes", False: "NO"}
+    return (
+        f"`{prov['command']}` at commit {prov['commit'][:7]} ({prov['cpus']} cores, load average "
+        f"{prov['load_before'][0]} before, {prov['load_after'][0]} after; {rec['repeats']} runs of each setting, "
+        f"interleaved, the median kept), on {rec['label']}, one torch thread as a cell runs. A cell's evaluation: "
+        f"{each('pilot')} under the pilot's settings as they ran (8 ID samples a problem, each sample's prompt "
+        f"prefilled on its own, the evaluation sets built per cell); {each('pilot-shared')} with the shared prefill "
+        f"and the sets built once ({rec['pilot / pilot-shared']:.2f}x); {each('verdict2')} under "
+        f"`configs/toy/verdict2.yaml`'s settings (greedy only; {rec['pilot / verdict2']:.2f}x the pilot's). Greedy "
+        f"grades equal in all three: {yes[rec['greedy grades equal']]}; every sample's grade equal with and without "
+        f"the shared prefill: {yes[rec['sample grades equal (pilot, pilot-shared)']]}.\n"
+    )
+
+
 def _record_table(name: str, fn: Callable[[dict], str]) -> Callable[[Path], str]:
     return lambda root: fn(load_record(name, root))
 
@@ -514,6 +537,7 @@ TABLES: dict[str, tuple[str, Callable[[Path], str]]] = {
     "verdict": ("docs/results/verdict.md", _record_table("verdict", _verdict_table)),
     "verdict-per-base": ("docs/results/verdict.md", _record_table("verdict", _verdict_per_base_table)),
     "w2s-paper": ("docs/results/w2s-paper.md", _record_table("w2s-paper", _w2s_table)),
+    "eval-cell-cost": ("docs/alternatives.md", _eval_cell_cost),
 }
 
 
