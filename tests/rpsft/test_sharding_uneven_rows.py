@@ -290,3 +290,83 @@ def _worker(out: str) -> None:
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     _worker(sys.argv[1])
+
+
+# ---- the penalty's chain rule and dtypes, the layouts refused, the whole matrix, the wrappers ----
+
+
+def test_zero3_penalty_follows_the_upstream_gradient_and_its_dtype(no_process_group, monkeypatch):
+    """`l2_penalty_part` inside a larger loss (3 R: the gradient 6 (W - W_0)), summed in the dtype asked for
+    (float64 here, for float32 weights: equal to a float64 sum of the same elements), its gradient in W's dtype."""
+    world, shape = 3, (7, COLS)
+    w0 = _matrix(*shape)
+    w = (w0 + torch.randn(shape, generator=torch.Generator().manual_seed(1))).requires_grad_()
+
+    def all_gather(out, buf, group=None):  # what the ranks send: W_0 flattened, then the padding
+        out.zero_()[: w0.numel()] = w0.reshape(-1).to(out.dtype)
+
+    monkeypatch.setattr(dist, "all_reduce", lambda t, group=None: None)  # each rank's own sum, added below
+    monkeypatch.setattr(dist, "all_gather_into_tensor", all_gather)
+    sums = []
+    for rank in range(world):
+        with _as_rank(world, rank):
+            part = held_part(_zero3_param(w0, world, rank))
+            r = l2_penalty_part(w, take_part(w0, part), part, dtype=torch.float64)
+            assert r.dtype == torch.float64
+            exact = (w.detach().double() - w0.double()).reshape(-1)[part.start : part.stop]
+            assert r.item() == exact.square().sum().item()
+            (grad,) = torch.autograd.grad(3 * r, w)
+            assert grad.dtype == torch.float32
+            torch.testing.assert_close(grad, 6 * (w - w0).detach(), rtol=0, atol=1e-5)
+            sums.append(r.item())
+    assert sum(sums) == pytest.approx((w.detach().double() - w0.double()).pow(2).sum().item(), rel=1e-12)
+
+
+def test_layouts_other_than_fsdp2_rows_are_refused_in_one_line(no_process_group):
+    from torch.distributed.tensor import DTensor, Partial, Shard, distribute_tensor
+
+    from anchorft.rpsft.sharding import local_rows
+
+    with _as_rank(2, 0) as mesh:
+        cols = distribute_tensor(_matrix(4, 4), mesh, [Shard(1)])
+        with pytest.raises(ValueError) as e:
+            local_rows(cols)
+        assert str(e.value) == "anchor: parameter sharded on dim 1; only row sharding is supported"
+        partial = DTensor.from_local(_matrix(4, 4), mesh, [Partial()], run_check=False)
+        with pytest.raises(ValueError) as e:
+            local_rows(partial)
+        assert str(e.value) == (
+            f"anchor: unsupported DTensor layout {tuple(partial.placements)}; expected Shard(0) on a 1-D mesh (FSDP2)"
+        )
+
+
+def test_full_matrix_of_a_sharded_tensor_is_its_whole_plain_matrix():
+    """A DTensor (anything with `full_tensor`) gives its whole matrix; a plain tensor itself, detached."""
+    from anchorft.rpsft.sharding import full_matrix
+
+    w0 = _matrix(5)
+
+    class Sharded:  # a stand-in: the fake process group's all-gather would return this rank's rows twice
+        def detach(self):
+            return self
+
+        def full_tensor(self):
+            return w0
+
+    assert full_matrix(Sharded()) is w0
+    p = nn.Parameter(w0.clone())
+    got = full_matrix(p)
+    assert not got.requires_grad and torch.equal(got, w0)
+
+
+def test_unwrap_takes_the_model_out_of_every_wrapper():
+    from anchorft.rpsft.sharding import unwrap
+
+    inner = nn.Linear(2, 2)
+
+    class Wrapper(nn.Module):
+        def __init__(self, module: nn.Module):
+            super().__init__()
+            self.module = module
+
+    assert unwrap(Wrapper(Wrapper(inner))) is inner and unwrap(inner) is inner
