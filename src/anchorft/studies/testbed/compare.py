@@ -219,6 +219,13 @@ def resolve_comparison(
     return cfg
 
 
+def comparison_cells(cfg: CompareConfig) -> list[Cell]:
+    """The comparison's cells, one per run x seed; with `dataclasses.asdict(cfg)` as the grid's context, their keys
+    are the record's (a recorded study resumes while these stay: tests/studies/testbed/test_record_keys.py)."""
+    return [Cell(f"{r.name}-seed{s}", {"run": dataclasses.asdict(r), "seed": s})
+            for r, s in itertools.product(cfg.runs, cfg.seeds)]  # fmt: skip
+
+
 def run_compare(
     preset_or_config: str | dict | CompareConfig = "default",
     out_dir: str | Path = "runs/toy-compare",
@@ -250,8 +257,7 @@ def run_compare(
     out = Path(out_dir)
     say = tqdm.write if progress else (lambda _msg: None)
     # one cell per run x seed, recorded in out/cells.jsonl as it finishes; `resume` keeps the recorded ones
-    cells = [Cell(f"{r.name}-seed{s}", {"run": dataclasses.asdict(r), "seed": s}) for r, s in
-             itertools.product(cfg.runs, cfg.seeds)]  # fmt: skip
+    cells = comparison_cells(cfg)
     grid = Grid(out, context=dataclasses.asdict(cfg))
     done = grid.finished()
     if resume and (out / RESULTS_FILE).is_file() and all(c.key(grid.context) in done for c in cells):
