@@ -26,6 +26,14 @@ def _handlers():
     stop.clear()
 
 
+def _returns(fn, *args) -> None:
+    """`fn(*args)` must return: a KeyboardInterrupt it raises fails the test (instead of ending pytest's session)."""
+    try:
+        fn(*args)
+    except KeyboardInterrupt as e:
+        pytest.fail(f"{fn.__name__} raised {type(e).__name__}")
+
+
 class _Dist:
     """A stand-in `torch.distributed` module: a group of `world` processes where the other ranks recorded `other`;
     each all-reduce is logged."""
@@ -91,7 +99,7 @@ def test_agreed_reduces_this_ranks_record_by_max_on_the_cpu_and_records_the_grou
 
 def test_check_agrees_only_when_asked(group):
     dist = group(other=signal.SIGTERM)  # another rank was told to stop; this one was not
-    stop.check()  # not a collective: this rank's own record (none)
+    _returns(stop.check)  # not a collective: this rank's own record (none)
     assert dist.reduced == []
     with pytest.raises(KeyboardInterrupt) as e:
         stop.check(agree=True)
@@ -101,7 +109,7 @@ def test_check_agrees_only_when_asked(group):
 def test_check_alone_leaves_the_stop_to_the_agreed_checks_in_a_group(group):
     stop.record(signal.SIGTERM)
     group()
-    stop.check_alone()  # in a group: returns, the next agreed check stops every rank
+    _returns(stop.check_alone)  # in a group: returns, the next agreed check stops every rank
     group(world=1)
     with pytest.raises(KeyboardInterrupt) as e:
         stop.check_alone()
@@ -122,12 +130,12 @@ def test_check_and_the_handler_raise_the_exception_of_the_signal(signum, kind):
 
 def test_the_handler_records_without_raising_in_a_group_or_when_deferred(group):
     group()
-    stop._handler(signal.SIGTERM, None)  # in a group: raising mid-collective would leave the other ranks waiting
+    _returns(stop._handler, signal.SIGTERM, None)  # in a group: a raise mid-collective leaves the others waiting
     assert stop.requested() == signal.SIGTERM
     stop.clear()
     group(world=1)
     with stop.deferred():
-        stop._handler(signal.SIGINT, None)
+        _returns(stop._handler, signal.SIGINT, None)
     assert stop.requested() == signal.SIGINT
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,12 @@ def square(cell: Cell) -> dict:
 def started_by(cell: Cell) -> dict:
     """How the worker process was started (top level: spawned workers import it)."""
     return {"method": mp.get_start_method(allow_none=True), "parent_set": g.__dict__.get("_TEST_MARK", "unset")}
+
+
+def slow_pid(cell: Cell) -> dict:
+    """The worker's process id, after a pause long enough for a second worker to take the next cell."""
+    time.sleep(0.3)
+    return {"pid": os.getpid()}
 
 
 def _cells(n: int = 3) -> list[Cell]:
@@ -104,3 +112,8 @@ def test_workers_are_spawned_and_gone_when_the_map_ends(tmp_path, monkeypatch):
     assert {r["method"] for r in got.values()} == {"spawn"}
     assert {r["parent_set"] for r in got.values()} == {"unset"}
     assert mp.active_children() == []  # the pool waited for its workers
+
+
+def test_one_worker_means_one_process(tmp_path):
+    got = Grid(tmp_path).run(_cells(4), slow_pid, LocalProcesses(1, 1), progress=False)
+    assert len({r["pid"] for r in got.values()}) == 1 and os.getpid() not in {r["pid"] for r in got.values()}
