@@ -521,6 +521,30 @@ def _eval_cell_cost(root: Path) -> str:
     )
 
 
+def _study_cost(root: Path) -> str:
+    """records/costs/verdict2.json: each base of the next verdict study as it finished (comparison, WiSE-FT, pack),
+    with the machine's load, and the study so far."""
+    rec = json.loads((root / "records" / "costs" / "verdict2.json").read_text(encoding="utf-8"))
+    lines = [
+        "| base | pretraining (s) | fine-tunes | their training, summed (min) | comparison, wall (min) "
+        "| WiSE-FT, wall (min) | load average before, after |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for b in rec["bases"]:
+        lines.append(
+            f"| {b['base']} | {b['pretrain_train_s']:.0f} | {b['finetunes']} | {b['finetune_train_s_sum'] / 60:.1f} | "
+            f"{b['compare_s'] / 60:.1f} | {b['interpolate_s'] / 60:.1f} | {b['load_before'][0]:.1f}, "
+            f"{b['load_after'][0]:.1f} |"
+        )
+    wall = sum(b["compare_s"] + b["interpolate_s"] + b["pack_s"] for b in rec["bases"])
+    lines.append("")
+    lines.append(
+        f"{len(rec['bases'])} of {rec['n_bases']} bases so far, {wall / 3600:.1f} h of wall in all, from the fixed "
+        f"copy at commit {rec['code'][:7]} ({rec['how']})."
+    )
+    return "\n".join(lines) + "\n"
+
+
 def _record_table(name: str, fn: Callable[[dict], str]) -> Callable[[Path], str]:
     return lambda root: fn(load_record(name, root))
 
@@ -538,6 +562,7 @@ TABLES: dict[str, tuple[str, Callable[[Path], str]]] = {
     "verdict-per-base": ("docs/results/verdict.md", _record_table("verdict", _verdict_per_base_table)),
     "w2s-paper": ("docs/results/w2s-paper.md", _record_table("w2s-paper", _w2s_table)),
     "eval-cell-cost": ("docs/alternatives.md", _eval_cell_cost),
+    "verdict2-cost": ("docs/alternatives.md", _study_cost),
 }
 
 

@@ -333,3 +333,95 @@ def test_toy_verdict_prints_the_confirmatory_row_and_the_holm_table(bases, tmp_p
     assert f"**{d['confirmatory']['outcome']}**" in out and "Holm-adjusted over 2" in out
     for row in ("a", "b"):
         assert f"| {row} | {d['rows'][row]['mean']:+.1f} |" in out and f"{d['rows'][row]['p_holm']:.3f}" in out
+
+
+def test_run_verdict_hands_its_settings_to_every_base_and_to_the_decision(bases, tmp_path, monkeypatch):
+    """`run_verdict` with knob groups, a level, a method, a seed and a confirmatory row: each base's rows are what
+    `base_verdict` / `base_picks` give with those settings, the pooled rows `pooled_verdict`'s of the method's
+    estimate, the decision `decide`'s at that level, and the files it writes hold the verdict."""
+    from anchorft.studies.testbed.decision import decide
+
+    drawn = []
+    monkeypatch.setattr(v, "write_forest_plot", lambda verdict, path: drawn.append(path))
+    folders, _ = bases
+    picks = {"g": ["a", "c"]}
+    kw = dict(n_boot=60, seed=7, level=0.9)
+    for method, key in (("hull-bc", "corrected"), ("first", "estimate")):
+        out = tmp_path / method
+        got = v.run_verdict(folders, ["b"], FRONT, out, picks=picks, method=method, confirm="g", sesoi=4.0, **kw)
+        for f, row in zip(folders, got["per_base"]):
+            assert row["b"] == v.base_verdict(f, ["b"], FRONT, "reported", 60, 7, (), method=method, level=0.9)["b"]
+            assert row["g"] == v.base_picks(f, picks, FRONT, 60, 7, (), method, 0.9)["g"]
+        pooled = v.pooled_verdict(got["per_base"], 0.9, key)
+        v.shared_items_intervals(pooled, got["per_base"], folders, FRONT, "reported", 60, 7, (), method)
+        for r in ("b", "g"):
+            assert got["pooled"][r] == pooled[r] and "shared_items" in pooled[r]
+        assert got["decision"] == decide(got["pooled"], "g", 4.0, 0.9)
+        assert (got["method"], got["picks"], got["level"], got["replicates"]) == (method, {"g": ["a", "c"]}, 0.9, 60)
+        assert got["bases"] == [str(f) for f in folders] and got["front"] == FRONT
+        assert json.loads((out / "verdict.json").read_text()) == json.loads(json.dumps(got))
+        assert (out / "verdict.md").read_text() == v.verdict_markdown(got) and drawn[-1] == out / "verdict.png"
+
+
+def test_run_verdict_refuses_its_bad_settings_in_one_line(bases, tmp_path):
+    folders, _ = bases
+    cases = [
+        (dict(picks={"g": ["a"]}, split="val"),
+         "--pick: the knobs are chosen on the validation items and scored on the reported ones"),
+        (dict(picks={"b": ["a"]}), "--pick: group names ['b'] are also judged runs"),
+        (dict(picks={"g": ["a"]}, confirm="x"), "--confirm x: not a judged run or --pick group (['b', 'g'])"),
+    ]  # fmt: skip
+    for kw, msg in cases:
+        with pytest.raises(ValueError) as e:
+            v.run_verdict(folders, ["b"], FRONT, tmp_path / "x", n_boot=10, **kw)
+        assert str(e.value) == msg
+
+
+def _retention(g: dict, run: str) -> float:
+    ood = [s for s in g["base"] if s != "id"]
+    return float(np.mean([g[run][s].mean() for s in ood]) / np.mean([g["base"][s].mean() for s in ood]))
+
+
+def test_past_the_front_means_beyond_every_other_front_run_strictly(bases, tmp_path):
+    """ "past_front": the run's retention above the largest retention of the front's other runs (a front run is
+    judged against the others), strictly: a run with the grades of the most retentive front run is not past it."""
+    import shutil
+
+    folders, grades = bases
+    g = grades[0]
+    rows = v.base_verdict(folders[0], ["l2", "a", "c"], FRONT, n_boot=10)
+    assert rows["l2"]["past_front"] == (_retention(g, "l2") > _retention(g, "sft"))  # l2 against sft alone
+    for r in ("a", "c"):
+        assert rows[r]["past_front"] == (_retention(g, r) > max(_retention(g, f) for f in FRONT)), r
+    assert rows["l2"]["past_front"] and rows["c"]["past_front"] != rows["a"]["past_front"]  # both outcomes seen
+    picked = v.base_picks(folders[0], {"g": ["c"]}, FRONT, n_boot=10)["g"]
+    assert picked["past_front"] == rows["c"]["past_front"] and picked["picked"] == "c"
+    tie = tmp_path / "tie"
+    shutil.copytree(folders[0], tie)
+    top = max(FRONT, key=lambda f: _retention(g, f))
+    for s in SEEDS:  # run "a" given the most retentive front run's grades: the same retention, not past it
+        shutil.copy(tie / "runs" / f"{top}-seed{s}" / "scored_items.json", tie / "runs" / f"a-seed{s}")
+    assert v.base_verdict(tie, ["a"], FRONT, n_boot=10)["a"]["past_front"] is False
+
+
+def test_runs_of_a_folder_inside_the_comparison_are_judged_as_its_own(bases, tmp_path):
+    """`also`: a run the comparison lacks is read from its folder `also` (WiSE-FT's, `toy interpolate --out
+    COMPARE/wise`); a missing folder or run is named in one line."""
+    import shutil
+
+    folders, _ = bases
+    f = tmp_path / "base"
+    shutil.copytree(folders[0], f)
+    wise = f / "wise"
+    for s in SEEDS:
+        (wise / "runs" / f"w-seed{s}").mkdir(parents=True)
+        shutil.copy(f / "runs" / f"a-seed{s}" / "scored_items.json", wise / "runs" / f"w-seed{s}")
+    (wise / "results.json").write_text(json.dumps({"settings": {}, "base": {}, "methods": {"w": {}}}))
+    got = v.base_verdict(f, ["w", "a"], FRONT, n_boot=30, seed=2, also=["wise"])
+    assert got["w"] == got["a"]  # the same grades, the same draws
+    with pytest.raises(ValueError) as e:
+        v.base_verdict(f, ["w"], FRONT, n_boot=10, also=["nowhere"])
+    assert str(e.value) == f"{f / 'nowhere'}: no results.json (--with nowhere: a folder inside each comparison)"
+    with pytest.raises(ValueError) as e:
+        v.base_verdict(f, ["zz"], FRONT, n_boot=10, also=["wise"])
+    assert str(e.value) == f"{f}: runs ['zz'] not in the comparison (have {sorted([*RATES, 'w'][1:])})"
