@@ -299,6 +299,10 @@ def test_sigint_exits_130_and_marks_the_run_interrupted(tmp_path, children):
         (["w2s", "run", "--out", "o", "--stpes", "3"], "--stpes (did you mean --steps?)"),
         (["toy", "compare", "--out", "o", "--n-seed", "2"], "--n-seed (did you mean --n-seeds?)"),
         (["eval", "--model", "m", "--bench", "b.jsonl", "--out", "o", "--temprature", "1"], "--temprature (did you"),
+        (
+            ["toy", "interpolate", "--compare", "c", "--runs", "a", "--out", "o", "--workers", "2"],
+            "--workers (an option of another subcommand) 2",
+        ),  # toy compare's, not interpolate's
     ],
 )
 def test_a_misspelt_flag_is_refused_with_the_closest_flag(argv, want, tmp_path, monkeypatch, capsys):

@@ -191,11 +191,15 @@ def close_hint(word: str, choices, n: int = 1, cutoff: float = 0.6) -> str:
 
 def did_you_mean(parser, tokens: list[str]) -> str:
     """Each unknown `--flag` of `tokens` with the closest flag `parser` knows ("--learnig_rate (did you mean
-    --learning_rate?)"); the tokens as they are when none is close."""
+    --learning_rate?)"), or, for a flag another subcommand takes, "(an option of another subcommand)"; the tokens as
+    they are when none is close."""
     known = sorted(_long_flags(parser))
     out = []
     for tok in tokens:
         flag = tok.split("=", 1)[0]
+        if flag in known:  # unknown here, known to a sibling subcommand: the closest match would be itself
+            out.append(f"{tok} (an option of another subcommand)")
+            continue
         close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75) if flag.startswith("--") else []
         out.append(f"{tok} (did you mean {close[0]}?)" if close else tok)
     return " ".join(out)
