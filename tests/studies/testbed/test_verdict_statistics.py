@@ -187,6 +187,22 @@ def test_shared_items_interval_on_three_bases_is_its_definition(bases):
         se = np.sqrt(p["se"] ** 2 + se_items**2)
         assert sh["se"] == pytest.approx(se, **EXACT)
         assert (sh["low"], sh["high"]) == pytest.approx((p["mean"] - t * se, p["mean"] + t * se), **EXACT)
+        assert sh["p"] == pytest.approx(2 * stats.t.sf(abs(p["mean"]) / se, 2), **EXACT)
+    # the bias-corrected rows (the default method's): the same items' SE, the interval widened by the bias bound
+    corrected = v.pooled_verdict(per_base, key="corrected")
+    v.shared_items_intervals(corrected, per_base, folders, FRONT, n_boot=n_boot, seed=seed)
+    for run in ("a", "b"):
+        p, sh = corrected[run], corrected[run]["shared_items"]
+        assert sh["se_items"] == pytest.approx(pooled[run]["shared_items"]["se_items"], **EXACT)
+        se, bound = np.sqrt(p["se"] ** 2 + sh["se_items"] ** 2), p["bias_bound"]
+        assert bound > 0 and sh["se"] == pytest.approx(se, **EXACT)
+        assert (sh["low"], sh["high"]) == pytest.approx((p["mean"] - t * se - bound, p["mean"] + t * se + bound))
+        want = 1.0 if abs(p["mean"]) <= bound else 2 * stats.t.sf((abs(p["mean"]) - bound) / se, 2)
+        assert sh["p"] == pytest.approx(want, **EXACT)
+    # two bases are enough to share items
+    per_base, two = _pooled(folders[:2], ["a"], n_boot=40)
+    v.shared_items_intervals(two, per_base, folders[:2], FRONT, n_boot=40)
+    assert "shared_items" in two["a"]
 
 
 @pytest.mark.parametrize(
@@ -250,6 +266,7 @@ def test_power_table_components_and_detectable_effects(tmp_path):
     assert 0 < 1.2 * low < mid and 1.2 * mid < high  # the design: one component in another's slot would show
     table = v.power_table([tmp_path], "a", "sft", bases=(4, 6, 8), seeds=(3, 5))
     assert table["pilot_bases"] == 4 and table["components"] == pytest.approx(want, rel=1e-9, abs=1e-12)
+    assert (table["run"], table["reference"]) == ("a", "sft")
     for items in (None, 50):
         rows = table if items is None else v.power_table(folders, "a", "sft", bases=(4, 8), seeds=(2,), items=50)
         n = items or SIZES["add"]
@@ -425,3 +442,22 @@ def test_runs_of_a_folder_inside_the_comparison_are_judged_as_its_own(bases, tmp
     with pytest.raises(ValueError) as e:
         v.base_verdict(f, ["zz"], FRONT, n_boot=10, also=["wise"])
     assert str(e.value) == f"{f}: runs ['zz'] not in the comparison (have {sorted([*RATES, 'w'][1:])})"
+
+
+def test_a_knob_group_picked_in_every_replicate_reports_the_datas_pick_and_where_it_lies(bases):
+    """`base_picks` under "hull-bc" (the pick redone per replicate): "val" holds every candidate's validation excess,
+    the group reports the candidate with the largest one, at that run's reported retention and ID gain (computed
+    here from its grades), past the front only beyond every front run's retention, and a share of replicates
+    picking it in [0, 1]."""
+    folders, grades = bases
+    g = grades[0]
+    val = v.load_scores(folders[0], ["a", "c", *FRONT], "val")
+    means = {k: {s: float(x.mean()) for s, x in sets.items()} for k, sets in val.items()}
+    excess = {c: v.excess_statistic(c, FRONT, "hull")(means) for c in ("a", "c")}
+    row = v.base_picks(folders[0], {"g": ["a", "c"]}, FRONT, n_boot=40, seed=1)["g"]
+    pick = max(excess, key=excess.get)
+    assert row["val"] == excess and row["picked"] == pick and 0.0 <= row["pick_share"] <= 1.0
+    ood = [s for s in g["base"] if s != "id"]
+    assert row["retention"] == pytest.approx(_retention(g, pick), **EXACT)
+    assert row["gain"] == pytest.approx(100 * (g[pick]["id"].mean() - g["base"]["id"].mean()), **EXACT)
+    assert row["past_front"] == (_retention(g, pick) > max(_retention(g, f) for f in FRONT)) and ood
