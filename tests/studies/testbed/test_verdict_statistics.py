@@ -436,12 +436,21 @@ def test_runs_of_a_folder_inside_the_comparison_are_judged_as_its_own(bases, tmp
     (wise / "results.json").write_text(json.dumps({"settings": {}, "base": {}, "methods": {"w": {}}}))
     got = v.base_verdict(f, ["w", "a"], FRONT, n_boot=30, seed=2, also=["wise"])
     assert got["w"] == got["a"]  # the same grades, the same draws
+    (wise / "results.json").write_text(json.dumps({"settings": {}, "base": {}, "methods": {"w": {}, "w2": {}}}))
+    for s in SEEDS:  # a knob group of the interpolated runs, picked on their validation items
+        (wise / "runs" / f"w2-seed{s}").mkdir()
+        shutil.copy(f / "runs" / f"c-seed{s}" / "scored_items.json", wise / "runs" / f"w2-seed{s}")
+    for method in ("hull-bc", "first"):
+        by_folder = v.base_picks(f, {"g": ["w", "w2"]}, FRONT, n_boot=20, seed=2, also=["wise"], method=method)["g"]
+        direct = v.base_picks(f, {"g": ["a", "c"]}, FRONT, n_boot=20, seed=2, method=method)["g"]
+        assert by_folder["picked"] == {"a": "w", "c": "w2"}[direct["picked"]]
+        assert by_folder["estimate"] == direct["estimate"] and by_folder["se"] == direct["se"]
     with pytest.raises(ValueError) as e:
         v.base_verdict(f, ["w"], FRONT, n_boot=10, also=["nowhere"])
     assert str(e.value) == f"{f / 'nowhere'}: no results.json (--with nowhere: a folder inside each comparison)"
     with pytest.raises(ValueError) as e:
         v.base_verdict(f, ["zz"], FRONT, n_boot=10, also=["wise"])
-    assert str(e.value) == f"{f}: runs ['zz'] not in the comparison (have {sorted([*RATES, 'w'][1:])})"
+    assert str(e.value) == f"{f}: runs ['zz'] not in the comparison (have {sorted([*RATES, 'w', 'w2'][1:])})"
 
 
 def test_a_knob_group_picked_in_every_replicate_reports_the_datas_pick_and_where_it_lies(bases):
