@@ -300,9 +300,9 @@ def test_sigint_exits_130_and_marks_the_run_interrupted(tmp_path, children):
         (["toy", "compare", "--out", "o", "--n-seed", "2"], "--n-seed (did you mean --n-seeds?)"),
         (["eval", "--model", "m", "--bench", "b.jsonl", "--out", "o", "--temprature", "1"], "--temprature (did you"),
         (
-            ["toy", "interpolate", "--compare", "c", "--runs", "a", "--out", "o", "--workers", "2"],
+            ["toy", "pretrain", "--out", "o", "--workers", "2"],
             "--workers (an option of another subcommand) 2",
-        ),  # toy compare's, not interpolate's
+        ),  # toy compare's, not pretrain's
     ],
 )
 def test_a_misspelt_flag_is_refused_with_the_closest_flag(argv, want, tmp_path, monkeypatch, capsys):

@@ -150,7 +150,14 @@ def test_every_study_refuses_an_unreachable_cluster_in_one_line_and_makes_no_fol
     assert not out.exists() and took < 10
 
 
-@pytest.mark.parametrize("argv", [["toy", "compare", "--preset", "smoke"], ["w2s", "sweep", "--kind", "overlap"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["toy", "compare", "--preset", "smoke"],
+        ["toy", "interpolate", "--compare", "nowhere", "--runs", "sft"],
+        ["w2s", "sweep", "--kind", "overlap"],
+    ],
+)
 def test_workers_with_the_ray_executor_is_refused(argv, tmp_path, capsys):
     pytest.importorskip("ray")
     out = tmp_path / "out"

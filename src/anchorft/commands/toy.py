@@ -97,9 +97,10 @@ def main(argv: list[str]) -> int:
     if args.cmd == "interpolate":
         from anchorft.studies.testbed.interpolate import interpolate_into  # lazy: loads torch
 
-        cluster = cluster_from(args)
+        cluster = cluster_from(args, local_only={"--workers": args.workers})
+        workers = args.workers or 1
         if (
-            res := interpolate_into(args.compare, args.runs, args.alphas, args.out, args.overwrite, cluster)
+            res := interpolate_into(args.compare, args.runs, args.alphas, args.out, args.overwrite, cluster, workers)
         ) is not None:
             print(f"interpolate: {len(res['methods'])} runs in {Path(args.out) / 'results.json'}")
         return 0

@@ -9,6 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from anchorft.studies.grid import LocalProcesses
 from anchorft.studies.testbed.compare import _train_args, run_compare
 from anchorft.studies.testbed.compare_config import RunSpec, load_config
 from anchorft.studies.testbed.interpolate import interpolate_weights, parse_alphas
@@ -77,8 +78,14 @@ def test_alternatives_end_to_end(tmp_path, monkeypatch, smoke_cache):
     assert metrics["log_history"][0]["anchor/penalty"] == 0.0  # B = 0 at the first step
 
     itp = out / "wise"  # inside the comparison, where `toy verdict --with wise` reads its runs
-    argv = ["toy", "--threads", "1", "interpolate", "--compare", str(out), "--runs", "sft", "lora"]
+    from anchorft.studies.testbed import interpolate
+
+    built = []
+    real_executor = interpolate.executor_for
+    monkeypatch.setattr(interpolate, "executor_for", lambda *a: built.append(real_executor(*a)) or built[-1])
+    argv = ["toy", "--threads", "1", "interpolate", "--compare", str(out), "--runs", "sft", "lora", "--workers", "2"]
     assert cli([*argv, "--alphas", "0.5,1", "--out", str(itp)]) == 0
+    assert built[-1] == LocalProcesses(2, 1)  # two spawned workers; the in-process resumes below give the same
     got = json.loads((itp / "results.json").read_text())
     assert set(got["methods"]) == {"sft-wise0.5", "sft-wise1", "lora-wise0.5", "lora-wise1"}
     for src in ("sft", "lora"):
@@ -99,8 +106,6 @@ def test_alternatives_end_to_end(tmp_path, monkeypatch, smoke_cache):
     with pytest.raises(ValueError, match="not in the comparison"):
         base_verdict(out, ["sft-wise0.5"], ["sft"], n_boot=20)
     # resumed: every (run, seed, alpha) cell is in the grid's record, none is evaluated again
-    from anchorft.studies.testbed import interpolate
-
     real_cell = interpolate._interpolated_cell
     monkeypatch.setattr(interpolate, "_interpolated_cell", lambda *a: pytest.fail("a recorded cell ran again"))
     again = interpolate.run_interpolate(out, ["sft", "lora"], [0.5, 1.0], itp, progress=False, resume=True)

@@ -86,6 +86,13 @@ class InterpolateArguments:
     alphas: str = field(default="0.25,0.5,0.75", **meta("alpha grid in (0, 1], comma-separated"))
     out: str = field(**meta("output folder (results.json, report.md, tradeoff.png)"))
     overwrite: bool = field(default=False, **OVERWRITE)
+    workers: int | None = field(
+        default=None,
+        **meta(
+            "interpolated models evaluated at once, one process each (default 1); each runs on the comparison's "
+            "`threads` torch threads, so the results do not depend on it"
+        ),
+    )
 
 
 @dataclass(kw_only=True)

@@ -71,11 +71,14 @@ def run_interpolate(
     progress: bool = True,
     resume: bool = False,
     cluster: RayCluster | None = None,
+    workers: int = 1,
 ) -> dict:
     """Evaluate W_0 + alpha (W_ft - W_0) for each run of the comparison in `compare_dir`, each of its seeds (its
     saved models) and each alpha; write results.json, report.md and tradeoff.png (with the curves) to `out_dir`.
     Each (run, seed, alpha) is a cell of the grid runner (`anchorft.studies.grid`, recorded in OUT/cells.jsonl;
-    `resume` keeps the recorded ones), in this process or, with `cluster`, as Ray tasks on it."""
+    `resume` keeps the recorded ones), in this process (`workers` 1), in `workers` spawned processes, or, with
+    `cluster`, as Ray tasks on it; each cell on the comparison's `threads`, so the results do not depend on where."""
+    executor_for(workers, 1, cluster)  # a bad value fails before anything is read
     from anchorft.studies.testbed.compare_config import load_config  # lazy: loads transformers
 
     src = Path(compare_dir)
@@ -99,7 +102,12 @@ def run_interpolate(
     grid = Grid(dst, context={"compare": str(src.resolve()), "config": saved, "base": results["base"]})
     job = functools.partial(_interpolated_cell, cfg, str(src / "models" / "base"), str(dst))
     got = grid.run(
-        cells, job, executor_for(1, cfg.threads, cluster), resume=resume, progress=progress, desc="toy interpolate"
+        cells,
+        job,
+        executor_for(workers, cfg.threads, cluster),
+        resume=resume,
+        progress=progress,
+        desc="toy interpolate",
     )
     for run in runs:
         source = results["methods"][run]
@@ -155,13 +163,15 @@ def interpolate_into(
     out: str | Path,
     overwrite: bool = False,
     cluster: RayCluster | None = None,
+    workers: int = 1,
 ) -> dict | None:
     """`anchorft toy interpolate`: `run_interpolate` in the folder `out`, claimed for (the comparison, the runs, the
-    alpha grid); a rerun resumes it, a finished one is reused (None)."""
+    alpha grid; not the workers, which change where the cells run, not their results); a rerun resumes it, a
+    finished one is reused (None)."""
     grid = parse_alphas(alphas)
     spec = {"compare": str(Path(compare).resolve()), "runs": runs, "alphas": grid}
     return run_claimed(
         out, "toy interpolate", spec,
-        lambda claim: run_interpolate(compare, runs, grid, out, resume=claim.resume, cluster=cluster),
+        lambda claim: run_interpolate(compare, runs, grid, out, resume=claim.resume, cluster=cluster, workers=workers),
         overwrite=overwrite,
     )  # fmt: skip
