@@ -171,6 +171,11 @@ def main(argv: list[str] | None = None) -> int:
         stop.check()  # a signal swallowed on the way (library code's bare `except`) still stops the run
         if rc:
             mark_active("failed")
+        elif (dist := stop.distributed()) is not None:
+            # a rank of a launch that finished: its process group taken down here, not by the interpreter's exit,
+            # where gloo's threads can still be running and abort the process (SIGABRT, "terminate called without
+            # an active exception") after a run marked complete. Local to this rank: no collective, no barrier.
+            dist.destroy_process_group()
         return rc
     except SystemExit as e:  # argparse: --help (0) or a refused flag (2, already reported)
         if stop.requested():
