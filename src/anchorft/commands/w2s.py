@@ -1,4 +1,4 @@
-"""`anchorft w2s`: the weak-to-strong simulator (run, sweep, theory). See docs/w2s.md."""
+"""`anchorft w2s`: the weak-to-strong simulator (run, sweep, theory, replicate). See docs/w2s.md."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from anchorft.dataclass_yaml import resolve_presets
 from anchorft.errors import UsageError
 from anchorft.resources import configs_dir
 from anchorft.runs import check_output_dir, existing_files
-from anchorft.studies.w2s.arguments import RunArguments, SweepArguments, TheoryArguments
+from anchorft.studies.w2s.arguments import ReplicateArguments, RunArguments, SweepArguments, TheoryArguments
 from anchorft.w2s.config import W2SConfig, load_config  # no torch: a config is checked before torch loads
 from anchorft.w2s.names import TRANSFORM_NAMES, activation_terms
 
@@ -101,6 +101,23 @@ def _sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _replicate(args: argparse.Namespace) -> int:
+    from anchorft.studies.w2s.replicate import CLAIMS, claim_overrides, parse_seed_block
+
+    if args.claim not in CLAIMS:
+        raise UsageError(f"replicate: unknown claim {args.claim!r}; choose from {list(CLAIMS)}")
+    seeds = parse_seed_block(args.seeds)
+    extra = [f"device={args.device}"] if args.device is not None else []
+    claim = CLAIMS[args.claim]
+    load_config(claim.preset, claim_overrides(claim, seeds, extra))  # a bad value: one line, before torch loads
+    from anchorft.studies.w2s.replicate import replicate, report_lines  # lazy: torch
+
+    _threads(args.threads)
+    result = replicate(args.claim, seeds, args.out, extra, progress=not args.quiet)
+    print(json.dumps(result, indent=1) if args.json else "\n".join(report_lines(result)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = FlagParser(prog="anchorft w2s", description="weak-to-strong simulator (docs/w2s.md)")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -108,13 +125,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_executor_flags(sweep := subcommand(sub, "sweep", SweepArguments))
     sweep.set_defaults(func=_sweep)
     subcommand(sub, "theory", TheoryArguments).set_defaults(func=_theory)
+    subcommand(sub, "replicate", ReplicateArguments).set_defaults(func=_replicate)
     both_spellings(p)
     return p
 
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "seeds", None) is not None:  # the count's old spelling; --seeds is a list of seeds elsewhere
+    if (
+        args.cmd != "replicate" and getattr(args, "seeds", None) is not None
+    ):  # the count's old spelling; --seeds is a list of seeds elsewhere
         n = args.seeds[0] if len(args.seeds) == 1 else "N"
         raise UsageError(
             f"--seeds: in anchorft the seeds are a list (`toy compare --seeds 0 1 2`); the number of seeds here is "

@@ -1,6 +1,6 @@
-"""The simulator commands' arguments (`anchorft w2s run | sweep | theory`): one dataclass per subcommand, its
-fields the flags (`anchorft.dataclass_flags.subcommand`), its docstring the description. Light on purpose: the
-parser is built, and a mistake reported, before torch loads."""
+"""The simulator commands' arguments (`anchorft w2s run | sweep | theory | replicate`): one dataclass per
+subcommand, its fields the flags (`anchorft.dataclass_flags.subcommand`), its docstring the description. Light on
+purpose: the parser is built, and a mistake reported, before torch loads."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from anchorft.dataclass_flags import OVERWRITE, meta
 
-__all__ = ["RunArguments", "SweepArguments", "TheoryArguments"]
+__all__ = ["RunArguments", "SweepArguments", "TheoryArguments", "ReplicateArguments"]
 
 
 SEEDS = meta("", hidden=True)  # the count's old spelling; a list of seeds elsewhere: refused with a hint
@@ -67,3 +67,17 @@ class TheoryArguments:
     clip: float | None = field(default=None, **meta("clip before the transform, <= 0: none (default: W2SConfig's)"))
     d: int | None = field(default=None, **meta("ambient dimension (default: W2SConfig's)"))
     s: int | None = field(default=None, **meta("dimension of each pretrained subspace (default: W2SConfig's)"))
+
+
+@dataclass(kw_only=True)
+class ReplicateArguments:
+    """Re-run a documented claim at its documented size on a block of seeds and judge it by the claim's rule
+    (docs/w2s.md, "Replication"): paper, paper-sft-turn, gain."""
+
+    claim: str = field(**meta("the claim: paper | paper-sft-turn | gain", positional=True))
+    seeds: list[str] = field(**meta("the block of seeds: A-B (inclusive), e.g. 1000-1009"))
+    out: str = field(**meta("output directory (run/ and replication.json)"))
+    device: str | None = field(default=None, **meta("cpu or cuda"))
+    threads: int = field(default=1, **meta("torch CPU threads (default 1; 0 = torch default)"))
+    quiet: bool = field(default=False, **meta("no progress bar"))
+    json: bool = field(default=False, **meta("print replication.json instead of the lines"))
