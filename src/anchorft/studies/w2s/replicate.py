@@ -61,6 +61,7 @@ def _sft_turn_stats(m: dict) -> dict[str, Any]:
     turn, target = _finals(m, "sft", "nontarget_target_alignment"), _finals(m, "sft", "target_alignment")
     return {
         "nontarget_theta1_init": float(m["sft"]["init"]["nontarget_target_alignment"]),
+        "nontarget_theta1_final": sum(turn) / len(turn),
         "nontarget_theta1_final_per_seed": turn,
         "target_init": float(m["sft"]["init"]["target_alignment"]),
         "target_final_per_seed": target,
