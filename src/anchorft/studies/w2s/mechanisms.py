@@ -411,6 +411,17 @@ def _first_count(event: list[float | None], learn: list[float | None]) -> int:
     return sum(e is not None and (ell is None or e < ell) for e, ell in zip(event, learn))
 
 
+def best_eta_per_seed(items: list[dict]) -> list[float | None]:
+    """Per seed, the step size of the grid whose run learnt first (the smaller step on a tie; None where no step
+    learnt within the budget): the spread of the cell's post-hoc choice over seeds. `items` are one cell's points,
+    each with its `eta` and per-seed `times["learn"]`."""
+    out: list[float | None] = []
+    for i in range(len(items[0]["times"]["learn"])):
+        learnt = [(r["times"]["learn"][i], r["eta"]) for r in items if r["times"]["learn"][i] is not None]
+        out.append(min(learnt)[1] if learnt else None)
+    return out
+
+
 def _race_rows(spec: dict, recs: list[dict]) -> list[dict]:
     th = {"learn": 0.5, "turn": 0.5, "keep": 0.5, **(spec.get("thresholds") or {})}
     cells: dict[tuple, list[dict]] = {}
@@ -425,6 +436,8 @@ def _race_rows(spec: dict, recs: list[dict]) -> list[dict]:
     rows = []
     for (d, s, mode, loss, x, chi), items in sorted(cells.items()):
         best = min(items, key=lambda r: (math.inf if r["learn_median"] is None else r["learn_median"], r["eta"]))
+        grid = sorted(r["eta"] for r in items)
+        per_seed = best_eta_per_seed(items)
         lm, fm = best["learn_median"], best["forget_median"]
         if lm is None and fm is None:
             winner = "neither"
@@ -442,8 +455,12 @@ def _race_rows(spec: dict, recs: list[dict]) -> list[dict]:
                 "rho": x / math.sqrt(best["s"]),
                 "chi": chi,
                 "eta": best["eta"],
-                "eta_grid": sorted(r["eta"] for r in items),
-                "eta_on_edge": best["eta"] in (min(r["eta"] for r in items), max(r["eta"] for r in items)),
+                "eta_grid": grid,
+                "eta_on_edge": best["eta"] in (grid[0], grid[-1]),
+                # the choice per seed: unstable where the seeds' fastest steps differ, on an edge where one is there
+                "best_eta_per_seed": per_seed,
+                "eta_unstable": len(set(per_seed)) > 1,
+                "eta_per_seed_on_edge": any(e in (grid[0], grid[-1]) for e in per_seed if e is not None),
                 "learn_samples": lm,
                 "forget_samples": fm,
                 "learn_per_seed": best["times"]["learn"],
@@ -525,7 +542,7 @@ TABLE_COLS = {
         *("rho_star", "drift_predicts", "rho_star_measured_target", "drift_predicts_measured_target"),
     ],
     "race": [
-        *("d", "s", "mode", "loss", "rho_sqrt_s", "chi", "eta", "eta_on_edge"),
+        *("d", "s", "mode", "loss", "rho_sqrt_s", "chi", "eta", "eta_on_edge", "best_eta_per_seed", "eta_unstable"),
         *("learn_samples", "forget_samples", "turn_samples", "winner", "forget_first_seeds", "turn_first_seeds"),
     ],
     "weak-quality": [
