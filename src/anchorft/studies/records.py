@@ -39,6 +39,7 @@ __all__ = [
     "load_record",
     "make_toy_record",
     "make_w2s_record",
+    "make_race_record",
     "make_verdict_record",
     "render",
     "blocks",
@@ -142,6 +143,24 @@ def make_w2s_record(name: str, folder: str | Path, command: str, threads: int | 
         m: {k: metrics[m][k] for k in ("init", "final", "final_per_seed")} for m in config["modes"] if m in metrics
     }
     rec["replay"] = {"w2s": drift.w2s_replay(config, threads)}
+    return rec
+
+
+def make_race_record(name: str, folder: str | Path, command: str, **more) -> dict:
+    """The record of a finished `w2s sweep --kind race` folder: its rows (each cell's chosen step, the grid, the
+    seeds' own fastest steps, the medians and per-seed times) and its sweep file, without the points' curves; the
+    replay is one seed of the race's first size, both modes, at a short budget."""
+    from anchorft.studies import drift
+    from anchorft.w2s.config import load_config
+
+    res = json.loads((Path(folder) / "results.json").read_text())
+    spec = {k: v for k, v in res["spec"].items() if k != "points"}
+    base = dict(spec["base"])
+    d, s_ = spec["sizes"][0]
+    config = load_config(base.pop("preset"), {**base, "d": d, "s": s_, "modes": ["w2s", "sft"]}).to_dict()
+    rec = _meta(name, command, res.get("provenance"), {"torch": 1}, {}, **more)
+    rec["config"], rec["spec"], rec["results"] = config, spec, {"rows": res["rows"]}
+    rec["replay"] = {"w2s": drift.w2s_replay(config, 1)}
     return rec
 
 
@@ -583,6 +602,37 @@ def _replication_table(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+RACE_RECORDS = ("w2s-race", "w2s-race-1000")  # the race's seeds 0-2 (those the docs' table read), then 1000-1002
+
+
+def _race_choice_table(root: Path) -> str:
+    """docs/w2s.md "Theorem 2's race": per block of seeds, size and mode, the step grid, the step each cell chose
+    (fastest median learn time), whether it lies on the grid's edge, and each seed's own fastest step."""
+    lines = ["| seeds | s, mode | step grid | chosen step (cells) | on an edge | each seed's fastest step (cells) | "
+             "median learn samples |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    cmds = []
+    for name in RACE_RECORDS:
+        rec = load_record(name, root)
+        cmds.append(f"`{rec['command']}`")
+        seed, n = rec["spec"]["base"].get("seed", 0), rec["spec"]["base"]["n_seeds"]
+        groups: dict[tuple, list[dict]] = {}
+        for r in rec["results"]["rows"]:
+            groups.setdefault((r["s"], r["mode"]), []).append(r)
+        for (s_, mode), rows in sorted(groups.items()):
+            chosen = sorted({r["eta"] for r in rows})
+            edge = sum(r["eta_on_edge"] for r in rows)
+            pats = sorted({tuple(r["best_eta_per_seed"]) for r in rows}, key=str)
+            learn = [r["learn_samples"] for r in rows if r["learn_samples"] is not None]
+            lines.append(
+                f"| {seed}-{seed + n - 1} | {s_}, {mode.upper()} | {', '.join(f'{e:g}' for e in rows[0]['eta_grid'])} "
+                f"| {', '.join(f'{e:g}' for e in chosen)} ({len(rows)}) | {edge} of {len(rows)} | "
+                + "; ".join("(" + ", ".join("-" if e is None else f"{e:g}" for e in p) + ")" for p in pats)
+                + f" | {min(learn):,.0f}-{max(learn):,.0f} |"
+            )
+    lines += ["", "Records " + ", ".join(f"`records/{n}.json`" for n in RACE_RECORDS) + ": " + ", ".join(cmds) + "."]
+    return "\n".join(lines) + "\n"
+
+
 def _record_table(name: str, fn: Callable[[dict], str]) -> Callable[[Path], str]:
     return lambda root: fn(load_record(name, root))
 
@@ -600,6 +650,7 @@ TABLES: dict[str, tuple[str, Callable[[Path], str]]] = {
     "verdict-per-base": ("docs/results/verdict.md", _record_table("verdict", _verdict_per_base_table)),
     "w2s-paper": ("docs/results/w2s-paper.md", _record_table("w2s-paper", _w2s_table)),
     "w2s-replication": ("docs/w2s.md", _replication_table),
+    "w2s-race-choice": ("docs/w2s.md", _race_choice_table),
     "eval-cell-cost": ("docs/alternatives.md", _eval_cell_cost),
     "verdict2-cost": ("docs/alternatives.md", _study_cost),
 }
@@ -755,7 +806,7 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("check", help="the drift alarm: replay every record (or NAME ...) and compare")
     c.add_argument("names", nargs="*")
     m = sub.add_parser("make", help="write records/NAME.json from a finished run folder")
-    m.add_argument("kind", choices=("toy", "w2s", "verdict"))
+    m.add_argument("kind", choices=("toy", "w2s", "race", "verdict"))
     m.add_argument("name")
     m.add_argument("--from", dest="source", required=True, help="the run folder (verdict: its output folder)")
     m.add_argument("--command", required=True, help="the command that made it, as typed")
@@ -784,6 +835,8 @@ def main(argv: list[str] | None = None) -> int:
         rec = make_toy_record(args.name, args.source, args.command, not args.pretrain_replay_only, **more)
     elif args.kind == "w2s":
         rec = make_w2s_record(args.name, args.source, args.command, args.threads, **more)
+    elif args.kind == "race":
+        rec = make_race_record(args.name, args.source, args.command, **more)
     else:
         rec = make_verdict_record(args.name, args.source, args.study, args.command, args.code)
     write_json(root / "records" / f"{args.name}.json", rec, indent=1)
