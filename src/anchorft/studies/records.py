@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import re
 import sys
 import tempfile
@@ -142,6 +143,11 @@ def make_w2s_record(name: str, folder: str | Path, command: str, threads: int | 
     rec["results"] = {
         m: {k: metrics[m][k] for k in ("init", "final", "final_per_seed")} for m in config["modes"] if m in metrics
     }
+    if "risks" in metrics:  # the risks' summaries (per seed, se, the gain over the teacher), no per-sample data
+        keep = ("risk", "risk_se", "risk_per_seed", "gain_over_weak", "gain_over_weak_se", "surpasses_teacher")
+        rec["results"]["risks"] = {
+            dist: {k: metrics["risks"][dist][k] for k in keep} for dist in ("isotropic", "generative")
+        }
     rec["replay"] = {"w2s": drift.w2s_replay(config, threads)}
     return rec
 
@@ -602,6 +608,39 @@ def _replication_table(root: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _trained_teacher_table(rec: dict) -> str:
+    """docs/w2s.md "A trained weak teacher": the search's rows on the choosing seeds, then the chosen budget on the
+    reporting block, with the chance that a true gain as large as the chosen one would have passed 3 se there."""
+    lines = [
+        "| weak_steps (seeds 0-2) | teacher risk | W2S risk (link) | gain +- se | gain / se |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rec["choice"]["rows"]:
+        g, se = r["isotropic_gain_link"], r["isotropic_gain_link_se"]
+        lines.append(f"| {r['weak_steps']} | {r['isotropic_risk_weak']:.3f} | {r['isotropic_risk_w2s@link']:.3f} | "
+                     f"{g:+.3f} +- {se:.3f} | {g / se:+.1f} |")  # fmt: skip
+    ok = [r for r in rec["choice"]["rows"] if r["isotropic_surpasses_teacher_link"]]
+    chosen = max(ok, key=lambda r: r["isotropic_gain_link"] / r["isotropic_gain_link_se"])
+    iso = rec["results"]["risks"]["isotropic"]
+    g, se = iso["gain_over_weak"]["w2s@link"], iso["gain_over_weak_se"]["w2s@link"]
+    cfg = rec["config"]
+    seeds = f"{cfg['seed']}-{cfg['seed'] + cfg['n_seeds'] - 1}"
+    power = 0.5 * (1 + math.erf((chosen["isotropic_gain_link"] / se - 3.0) / math.sqrt(2)))
+    weak = iso["risk_per_seed"]["weak"]
+    lines += [
+        "",
+        f"Chosen by the rule: weak_steps = {chosen['weak_steps']}. On seeds {seeds}: teacher risk "
+        f"{iso['risk']['weak']:.3f} (per seed {min(weak):.3f}-{max(weak):.3f}), W2S through the link "
+        f"{iso['risk']['w2s@link']:.3f}, gain **{g:+.3f} +- {se:.3f}** ({g / se:.1f} se): "
+        f"{'beats' if g > 3 * se else '**does not beat**'} the trained teacher by 3 se. A true gain as large as the "
+        f"choosing seeds' ({chosen['isotropic_gain_link']:+.3f}) would have passed 3 se there with probability "
+        f"{power:.2f} (normal approximation with this se).",
+        "",
+        f"Record `records/{rec['name']}.json`: `{rec['choice']['command']}` (the choice), then `{rec['command']}`.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 RACE_RECORDS = ("w2s-race", "w2s-race-1000")  # the race's seeds 0-2 (those the docs' table read), then 1000-1002
 
 
@@ -651,6 +690,7 @@ TABLES: dict[str, tuple[str, Callable[[Path], str]]] = {
     "w2s-paper": ("docs/results/w2s-paper.md", _record_table("w2s-paper", _w2s_table)),
     "w2s-replication": ("docs/w2s.md", _replication_table),
     "w2s-race-choice": ("docs/w2s.md", _race_choice_table),
+    "w2s-trained-teacher": ("docs/w2s.md", _record_table("w2s-trained-teacher", _trained_teacher_table)),
     "eval-cell-cost": ("docs/alternatives.md", _eval_cell_cost),
     "verdict2-cost": ("docs/alternatives.md", _study_cost),
 }
@@ -815,6 +855,8 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--threads", type=int, help="w2s: the torch threads it ran on (default: its metrics.json's)")
     m.add_argument("--pretrain-replay-only", action="store_true", help="toy: replay the first base's pretraining only")
     m.add_argument("--timings", help="a JSON list of measured wall times to keep with the record")
+    m.add_argument("--choice", help="w2s: the sweep folder whose rows chose this run's setting (kept as `choice`)")
+    m.add_argument("--choice-command", help="w2s: the command of the --choice sweep, as typed")
     args = parser.parse_args(argv)
     root = repo_root()
     if args.what == "tables":
@@ -831,6 +873,10 @@ def main(argv: list[str] | None = None) -> int:
             bad += bool(lines)
         return 1 if bad else 0
     more = {"timings": json.loads(args.timings)} if args.timings else {}
+    if args.choice:
+        res = json.loads((Path(args.choice) / "results.json").read_text())
+        more["choice"] = {"command": args.choice_command, "rows": res["rows"],
+                          "commit": (res.get("provenance") or {}).get("git_commit")}  # fmt: skip
     if args.kind == "toy":
         rec = make_toy_record(args.name, args.source, args.command, not args.pretrain_replay_only, **more)
     elif args.kind == "w2s":
