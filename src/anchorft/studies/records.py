@@ -41,6 +41,7 @@ __all__ = [
     "make_toy_record",
     "make_w2s_record",
     "make_race_record",
+    "make_scaling_record",
     "make_verdict_record",
     "render",
     "blocks",
@@ -166,6 +167,29 @@ def make_race_record(name: str, folder: str | Path, command: str, **more) -> dic
     config = load_config(base.pop("preset"), {**base, "d": d, "s": s_, "modes": ["w2s", "sft"]}).to_dict()
     rec = _meta(name, command, res.get("provenance"), {"torch": 1}, {}, **more)
     rec["config"], rec["spec"], rec["results"] = config, spec, {"rows": res["rows"]}
+    rec["replay"] = {"w2s": drift.w2s_replay(config, 1)}
+    return rec
+
+
+def make_scaling_record(name: str, folder: str | Path, command: str, **more) -> dict:
+    """The record of a finished scaling sweep with a step grid (`w2s sweep --kind d-scaling`): per point and series,
+    the grid's per-seed hitting samples, the best step per threshold and whether it lies on the grid's edge, and the
+    fits per threshold; the replay is one seed of its first point's problem (SFT) at a short budget."""
+    from anchorft.studies import drift
+    from anchorft.w2s.config import load_config
+
+    res = json.loads((Path(folder) / "sweep.json").read_text())
+    spec = dict(res["spec"])
+    base = dict(spec["base"])
+    config = load_config(base.pop("preset"), {**base, **spec["points"][0], "modes": ["sft"]}).to_dict()
+    rec = _meta(name, command, res.get("provenance"), {"torch": 1}, {}, **more)
+    keep = ("etas", "best", "budget_samples")
+    points = [
+        {"params": p["params"], "series": {k: {f: v[f] for f in keep} for k, v in p["series"].items()}}
+        for p in res["points"]
+    ]
+    rec["config"], rec["spec"] = config, spec
+    rec["results"] = {"points": points, "fits_by_threshold": res["fits_by_threshold"]}
     rec["replay"] = {"w2s": drift.w2s_replay(config, 1)}
     return rec
 
@@ -641,6 +665,33 @@ def _trained_teacher_table(rec: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _he6_table(rec: dict) -> str:
+    """docs/w2s-scaling.md, SFT and the weak model with a He_6 link: per d, series and threshold, the best step of
+    the widened grid, its median samples and how many seeds reached; then the fitted slopes in d."""
+    thr = [str(t) for t in rec["spec"]["thresholds"]]
+    head = " | ".join(f"{sr}, {t}: best eta / median samples / reaching" for sr in rec["spec"]["series"] for t in thr)
+    lines = [f"| d | {head} |", "|---|" + "---|" * (len(thr) * len(rec["spec"]["series"]))]
+    for p in rec["results"]["points"]:
+        cells = []
+        for sr in rec["spec"]["series"]:
+            x = p["series"][sr]
+            for t in thr:
+                b = x["best"][t]
+                n = sum(v is not None for v in b["samples_per_seed"])
+                edge = f" (edge, {b['edge']})" if b["edge"] else ""
+                med = "-" if b["median_samples"] is None else f"{b['median_samples']:,.0f}"
+                grid = sorted(float(e) for e in x["etas"])
+                cells.append(
+                    f"{b['eta']:g}{edge} of {grid[0]:g}-{grid[-1]:g} / {med} / {n} of {len(b['samples_per_seed'])}"
+                )
+        lines.append(f"| {p['params']['d']} | " + " | ".join(cells) + " |")
+    fits = rec["results"]["fits_by_threshold"]
+    lines += ["", "Slopes in d (" + next(iter(next(iter(fits.values())).values()))["method"] + "): " + "; ".join(
+        f"{sr} at {t}: {f['slope']:.2f} [{f['ci'][0]:.2f}, {f['ci'][1]:.2f}]" for sr, by in fits.items()
+        for t, f in by.items()) + ".", "", f"Record `records/{rec['name']}.json`: `{rec['command']}`."]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 RACE_RECORDS = ("w2s-race", "w2s-race-1000")  # the race's seeds 0-2 (those the docs' table read), then 1000-1002
 
 
@@ -690,6 +741,7 @@ TABLES: dict[str, tuple[str, Callable[[Path], str]]] = {
     "w2s-paper": ("docs/results/w2s-paper.md", _record_table("w2s-paper", _w2s_table)),
     "w2s-replication": ("docs/w2s.md", _replication_table),
     "w2s-race-choice": ("docs/w2s.md", _race_choice_table),
+    "w2s-he6-sft": ("docs/w2s-scaling.md", _record_table("w2s-he6-sft", _he6_table)),
     "w2s-trained-teacher": ("docs/w2s.md", _record_table("w2s-trained-teacher", _trained_teacher_table)),
     "eval-cell-cost": ("docs/alternatives.md", _eval_cell_cost),
     "verdict2-cost": ("docs/alternatives.md", _study_cost),
@@ -846,7 +898,7 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("check", help="the drift alarm: replay every record (or NAME ...) and compare")
     c.add_argument("names", nargs="*")
     m = sub.add_parser("make", help="write records/NAME.json from a finished run folder")
-    m.add_argument("kind", choices=("toy", "w2s", "race", "verdict"))
+    m.add_argument("kind", choices=("toy", "w2s", "race", "scaling", "verdict"))
     m.add_argument("name")
     m.add_argument("--from", dest="source", required=True, help="the run folder (verdict: its output folder)")
     m.add_argument("--command", required=True, help="the command that made it, as typed")
@@ -883,6 +935,8 @@ def main(argv: list[str] | None = None) -> int:
         rec = make_w2s_record(args.name, args.source, args.command, args.threads, **more)
     elif args.kind == "race":
         rec = make_race_record(args.name, args.source, args.command, **more)
+    elif args.kind == "scaling":
+        rec = make_scaling_record(args.name, args.source, args.command, **more)
     else:
         rec = make_verdict_record(args.name, args.source, args.study, args.command, args.code)
     write_json(root / "records" / f"{args.name}.json", rec, indent=1)
