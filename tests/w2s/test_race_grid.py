@@ -48,3 +48,23 @@ def test_best_step_per_seed_against_a_loop():
                 best, best_t = it["eta"], t
         expected.append(best)
     assert best_eta_per_seed(items) == expected == [0.4, 0.2, 0.8, None]
+
+
+def test_he6_scaling_optima_lie_inside_the_widened_grid():
+    """SFT's and the weak model's He_6 d-scaling (records/w2s-he6-sft.json): no best step on an edge of its grid,
+    at any d, series or threshold, and the record was made with the shipped sweep file's grid rule."""
+    import yaml
+
+    from anchorft.resources import configs_dir
+
+    rec = records.load_record("w2s-he6-sft")
+    shipped = yaml.safe_load((configs_dir("w2s") / "sweep-d-scaling-he6.yaml").read_text())["eta_grid"]
+    assert rec["spec"]["eta_grid"] == shipped
+    on_edge = []
+    for p in rec["results"]["points"]:
+        for series, x in p["series"].items():
+            grid = sorted(float(e) for e in x["etas"])
+            for thr, b in x["best"].items():
+                if b["edge"] is not None or b["eta"] in (grid[0], grid[-1]):
+                    on_edge.append((p["params"]["d"], series, thr, b["eta"]))
+    assert not on_edge, f"best steps on the grid's edge (d, series, threshold, eta): {on_edge}"
