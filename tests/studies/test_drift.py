@@ -17,6 +17,10 @@ def test_differences_are_bitwise_unless_a_tolerance_is_given():
     assert differences(rec, {**rec, "a": [1.0]}) == ["/a: 2 values recorded, 1 now"]
     assert differences(rec, {**rec, "b": {"c": "y"}}) == ['/b/c: recorded "x", now "y"']
     assert differences(rec, {"a": [1.0, 2.0], "b": {"c": "x"}}) == ["/d: missing now"]
+    # an undefined value (a one-task problem has no non-target group) is the same as itself, not as a number
+    assert differences({"x": float("nan")}, {"x": float("nan")}) == []
+    assert differences({"x": float("nan")}, {"x": 0.5}) == ["/x: recorded nan, now 0.5"]
+    assert differences({"x": 0.5}, {"x": float("nan")}, tolerance=1e-3) == ["/x: recorded 0.5, now nan"]
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in (records.repo_root() / "records").glob("*.json")))

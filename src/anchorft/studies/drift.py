@@ -192,5 +192,6 @@ def differences(recorded, now, tolerance: float = 0.0, path: str = "") -> list[s
         return lines[:3] + ([f"{path}: {len(lines) - 3} more"] if len(lines) > 3 else [])
     if isinstance(recorded, (int, float)) and isinstance(now, (int, float)) and not isinstance(recorded, bool):
         same = recorded == now if tolerance == 0 else math.isclose(recorded, now, rel_tol=0, abs_tol=tolerance)
+        same = same or (math.isnan(recorded) and math.isnan(now))  # an undefined value (no such group) both times
         return [] if same else [f"{path}: recorded {recorded!r}, now {now!r}"]
     return [] if recorded == now else [f"{path}: recorded {json.dumps(recorded)}, now {json.dumps(now)}"]
