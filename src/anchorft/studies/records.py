@@ -579,6 +579,19 @@ def _eval_cell_cost(root: Path) -> str:
     )
 
 
+def _w2s_compile(root: Path) -> str:
+    """records/costs/w2s-compile.json (`benchmarks/bench_w2s_compile.py`): torch.compile against the fused step."""
+    r = json.loads((root / "records" / "costs" / "w2s-compile.json").read_text(encoding="utf-8"))
+    return (
+        f"`{r['command'].replace(' --json records/costs/w2s-compile.json', '')}` at commit {r['commit'][:7]} (torch "
+        f"{r['torch']}, {r['seeds']} seeds, one thread, best of {r['repeats']} x {r['steps']} steps, load average "
+        f"{r['load_average'][0]}): the fused step {r['fused_ms']:.3f} ms, the compiled functional step "
+        f"{r['compiled_ms']:.3f} ms (**{r['compiled / fused']:.2f}x** the fused step's time); compile "
+        f"{r['compile_cold_s']:.1f} s cold and {r['compile_warm_s']:.1f} s with inductor's cache warm; the two updates "
+        f"agree to {r['max_abs_difference']:.0e}.\n"
+    )
+
+
 def _study_cost(root: Path) -> str:
     """records/costs/verdict2.json: each base of the next verdict study as it finished (comparison, WiSE-FT, pack),
     with the machine's load, and the study so far."""
@@ -745,6 +758,7 @@ TABLES: dict[str, tuple[str, Callable[[Path], str]]] = {
     "w2s-trained-teacher": ("docs/w2s.md", _record_table("w2s-trained-teacher", _trained_teacher_table)),
     "eval-cell-cost": ("docs/alternatives.md", _eval_cell_cost),
     "verdict2-cost": ("docs/alternatives.md", _study_cost),
+    "w2s-compile": ("docs/w2s.md", _w2s_compile),
 }
 
 
