@@ -17,7 +17,6 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -125,7 +124,7 @@ def main() -> None:
         "torch": torch.__version__,
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "command": "python benchmarks/bench_w2s_compile.py " + " ".join(sys.argv[1:]),
-        "commit": git_state().get("git_commit"),
+        "commit": git_state()["commit"],
     }
     print(
         f"W2S step, {args.seeds} seeds: fused {out['fused_ms']:.3f} ms, torch.compile {out['compiled_ms']:.3f} ms "
