@@ -70,10 +70,10 @@ def compile_seconds(n_seeds: int, cache: str) -> float:
     """Wall seconds to compile and run the functional step once, in a fresh process with inductor cache `cache`."""
     code = (
         "import time, torch; torch.set_num_threads(1); t = time.perf_counter(); "
-        "import benchmarks.bench_w2s_compile as b; act, a, c, z, gram, y, k = b._setup(%d); "
+        f"import benchmarks.bench_w2s_compile as b; act, a, c, z, gram, y, k = b._setup({n_seeds}); "
         "f = torch.compile(b.functional_step, dynamic=False, fullgraph=True); "
         "f(c, torch.ones(c.shape[0], 1, c.shape[1]), z, gram, -y, torch.tensor(0.4 / 32), *k); "
-        "print(time.perf_counter() - t)" % n_seeds
+        "print(time.perf_counter() - t)"
     )
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "PYTHONPATH": os.getcwd()}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)

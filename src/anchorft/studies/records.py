@@ -587,8 +587,8 @@ def _w2s_compile(root: Path) -> str:
         f"{r['torch']}, {r['seeds']} seeds, one thread, best of {r['repeats']} x {r['steps']} steps, load average "
         f"{r['load_average'][0]}): the fused step {r['fused_ms']:.3f} ms, the compiled functional step "
         f"{r['compiled_ms']:.3f} ms (**{r['compiled / fused']:.2f}x** the fused step's time); compile "
-        f"{r['compile_cold_s']:.1f} s cold and {r['compile_warm_s']:.1f} s with inductor's cache warm; the two updates "
-        f"agree to {r['max_abs_difference']:.0e}.\n"
+        f"{r['compile_cold_s']:.1f} s cold and {r['compile_warm_s']:.1f} s with inductor's cache warm; the two "
+        f"updates agree to {r['max_abs_difference']:.0e}.\n"
     )
 
 
