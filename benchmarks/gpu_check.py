@@ -47,6 +47,7 @@ import importlib.util
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -366,6 +367,10 @@ def check_launch(a) -> tuple[list[dict], bool]:
         rows.append(res)
     rows += rl_vllm_step(model, work, a)
     ok &= all(r.get("ok", True) for r in rows)
+    if ok and rows:  # the launches' folders are scratch once every row passed; a failure keeps them to inspect
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        print(f"launch folders kept for inspection: {work}", flush=True)
     return rows, bool(ok and rows)
 
 

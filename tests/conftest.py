@@ -197,3 +197,20 @@ def children():
     kids = Children()
     yield kids
     kids.close()
+
+
+@pytest.fixture
+def stop_handlers():
+    """The stop's state and the SIGTERM/SIGINT handlers as they were before the test, restored after it (for tests
+    that install, record or take back `anchorft.stop`'s handlers)."""
+    import signal
+
+    from anchorft import stop
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    stop.clear()
+    yield
+    for s, h in before.items():
+        signal.signal(s, h)
+    stop._installed.clear()
+    stop.clear()

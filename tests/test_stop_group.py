@@ -14,16 +14,7 @@ import pytest
 
 from anchorft import stop
 
-
-@pytest.fixture(autouse=True)
-def _handlers():
-    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    stop.clear()
-    yield
-    for s, h in before.items():
-        signal.signal(s, h)
-    stop._installed.clear()
-    stop.clear()
+pytestmark = pytest.mark.usefixtures("stop_handlers")  # tests/conftest.py
 
 
 def _returns(fn, *args) -> None:

@@ -1,25 +1,13 @@
 """Our KV-cache decoding loop against transformers' own generate (greedy, left-padded batches)."""
 
-import string
-
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from anchorft.eval.hf_backend import generate
 
 
-def _char_tokenizer() -> PreTrainedTokenizerFast:
-    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2}
-    for ch in string.ascii_lowercase + string.digits + " +=":
-        vocab[ch] = len(vocab)
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
-
-
-def test_greedy_matches_transformers_generate():
-    tok = _char_tokenizer()
+def test_greedy_matches_transformers_generate(char_tokenizer):
+    tok = char_tokenizer
     cfg = LlamaConfig(
         vocab_size=len(tok),
         hidden_size=32,

@@ -3,29 +3,18 @@ equal those of the whole batch's prefill (the reference below, the loop as it wa
 sees one row per distinct prompt."""
 
 import inspect
-import string
 
 import pytest
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from anchorft.eval import hf_backend
 from anchorft.eval.hf_backend import generate, generate_sorted
 
 
-def _char_tokenizer() -> PreTrainedTokenizerFast:
-    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2}
-    for ch in string.ascii_lowercase + string.digits + " +=":
-        vocab[ch] = len(vocab)
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
-
-
 @pytest.fixture(scope="module")
-def model_and_tok():
-    tok = _char_tokenizer()
+def model_and_tok(char_tokenizer):
+    tok = char_tokenizer
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, bos_token_id=1,
                       eos_token_id=2, pad_token_id=0)  # fmt: skip

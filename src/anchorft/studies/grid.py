@@ -53,7 +53,7 @@ from anchorft.threads import pinned_threads
 
 __all__ = [
     "Cell", "Lost", "Executor", "InProcess", "LocalProcesses", "RayCluster", "RayTasks", "Grid", "RECORD",
-    "executor_for", "ExecutorArguments",
+    "executor_for", "check_workers", "ExecutorArguments",
 ]  # fmt: skip
 
 RECORD = "cells.jsonl"
@@ -342,13 +342,18 @@ def _own_token() -> Callable[[], None]:
     return restore
 
 
-def executor_for(workers: int, threads: int = 1, cluster: RayCluster | None = None) -> Executor:
-    """`RayTasks` on `cluster` when given (where the cluster's CPUs, not `workers`, bound the cells at once);
-    otherwise `InProcess` for one worker, else `LocalProcesses`."""
+def check_workers(workers: int, threads: int = 1) -> None:
+    """A clear error for a worker or thread count below 1 (what `executor_for` refuses), before any work."""
     if workers < 1:
         raise ValueError(f"workers: must be >= 1, got {workers}")
     if threads < 1:
         raise ValueError(f"threads: must be >= 1, got {threads}")
+
+
+def executor_for(workers: int, threads: int = 1, cluster: RayCluster | None = None) -> Executor:
+    """`RayTasks` on `cluster` when given (where the cluster's CPUs, not `workers`, bound the cells at once);
+    otherwise `InProcess` for one worker, else `LocalProcesses`."""
+    check_workers(workers, threads)
     if cluster is not None:
         return RayTasks(cluster, threads)
     return InProcess(threads) if workers == 1 else LocalProcesses(workers, threads)

@@ -33,7 +33,7 @@ from anchorft.eval.loading import quiet_model_bars
 from anchorft.io import write_json, write_text
 from anchorft.rpsft.methods import METHODS, get_method
 from anchorft.runs import run_claimed
-from anchorft.studies.grid import Cell, Grid, RayCluster, executor_for
+from anchorft.studies.grid import Cell, Grid, RayCluster, check_workers, executor_for
 from anchorft.studies.testbed.compare_config import (
     CompareConfig,
     RunSpec,
@@ -249,7 +249,7 @@ def run_compare(
 
     With `cfg.bases` (pretraining seeds), one whole comparison per base in OUT/base-seedB (`base_folder`), one base
     after the other; returns {"bases": {B: that comparison's results}}."""
-    executor_for(workers)  # a bad value fails before anything runs
+    check_workers(workers)  # a bad value fails before anything runs
     cfg = resolve_comparison(preset_or_config, methods, sweep)
     if cfg.bases:
         kw = dict(progress=progress, workers=workers, resume=resume, cluster=cluster)

@@ -22,7 +22,7 @@ import torch
 from anchorft.dataclass_yaml import read_yaml_mapping
 from anchorft.eval.loading import load_causal_lm, load_tokenizer
 from anchorft.runs import run_claimed
-from anchorft.studies.grid import Cell, Grid, RayCluster, executor_for
+from anchorft.studies.grid import Cell, Grid, RayCluster, check_workers, executor_for
 from anchorft.studies.testbed.layout import model_dir, run_dir
 from anchorft.studies.testbed.report import write_report, write_tradeoff_plot
 from anchorft.studies.testbed.results import CompareResults, load_results, save_results
@@ -78,7 +78,7 @@ def run_interpolate(
     Each (run, seed, alpha) is a cell of the grid runner (`anchorft.studies.grid`, recorded in OUT/cells.jsonl;
     `resume` keeps the recorded ones), in this process (`workers` 1), in `workers` spawned processes, or, with
     `cluster`, as Ray tasks on it; each cell on the comparison's `threads`, so the results do not depend on where."""
-    executor_for(workers, 1, cluster)  # a bad value fails before anything is read
+    check_workers(workers)  # a bad value fails before anything is read
     from anchorft.studies.testbed.compare_config import load_config  # lazy: loads transformers
 
     src = Path(compare_dir)
