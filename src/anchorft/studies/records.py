@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from anchorft.io import write_json, write_text
@@ -42,6 +43,7 @@ __all__ = [
     "make_w2s_record",
     "make_race_record",
     "make_scaling_record",
+    "make_chi_record",
     "make_verdict_record",
     "render",
     "blocks",
@@ -190,6 +192,27 @@ def make_scaling_record(name: str, folder: str | Path, command: str, **more) -> 
     ]
     rec["config"], rec["spec"] = config, spec
     rec["results"] = {"points": points, "fits_by_threshold": res["fits_by_threshold"]}
+    rec["replay"] = {"w2s": drift.w2s_replay(config, 1)}
+    return rec
+
+
+def make_chi_record(name: str, folder: str | Path, command: str, **more) -> dict:
+    """The record of a finished `w2s sweep --kind chi` folder: per point its parameters, chi and each mode's initial,
+    final and per-seed final alignments (no curves); the replay is one seed of its first point at a short budget."""
+    from anchorft.studies import drift
+    from anchorft.w2s.config import load_config
+
+    res = json.loads((Path(folder) / "sweep.json").read_text())
+    spec = dict(res["spec"])
+    base = dict(spec["base"])
+    config = load_config(base.pop("preset"), {**base, **spec["points"][0]}).to_dict()
+    rec = _meta(name, command, res.get("provenance"), {"torch": 1}, {}, **more)
+    keep = ("init", "final", "final_per_seed")
+    points = [
+        {"params": p["params"], "chi": p["x"], "modes": {m: {k: v[k] for k in keep} for m, v in p["modes"].items()}}
+        for p in res["points"]
+    ]
+    rec["config"], rec["spec"], rec["results"] = config, spec, {"points": points}
     rec["replay"] = {"w2s": drift.w2s_replay(config, 1)}
     return rec
 
@@ -705,6 +728,30 @@ def _he6_table(rec: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+CHI_RECORDS = ("w2s-chi-centred", "w2s-chi-centred-1000")  # seeds 300-304 (the docs' block), then 1000-1009
+
+
+def _chi_centred_table(root: Path) -> str:
+    """docs/w2s.md "chi with the label mean removed": per point, the non-target group's final alignment with theta_2
+    and with theta_1 (mean +- sample std over seeds) and the seeds captured (theta_1 > 0.5), on each recorded block."""
+    recs = [load_record(n, root) for n in CHI_RECORDS]
+    blocks = [f"seeds {r['config']['seed']}-{r['config']['seed'] + r['config']['n_seeds'] - 1}" for r in recs]
+    lines = ["| N_2 | pi_2 | chi_2 | " + " | ".join(f"{b}: theta_2 / theta_1 (captured)" for b in blocks) + " |",
+             "|---|---|---|" + "---|" * len(recs)]  # fmt: skip
+    for i, p in enumerate(recs[0]["results"]["points"]):
+        cells = []
+        for r in recs:
+            f = r["results"]["points"][i]["modes"]["w2s"]["final_per_seed"]
+            t2, t1 = np.asarray(f["nontarget_alignment"]), np.asarray(f["nontarget_target_alignment"])
+            cells.append(f"{t2.mean():.2f} +- {t2.std(ddof=1):.2f} / {t1.mean():.2f} +- {t1.std(ddof=1):.2f} "
+                         f"({int((t1 > 0.5).sum())}/{t1.size})")  # fmt: skip
+        pi = (p["params"].get("pi") or [1.0, 1.0])[1]
+        lines.append(f"| {p['params']['group_sizes'][1]} | {pi:g} | {p['chi']:g} | " + " | ".join(cells) + " |")
+    lines += ["", "Records " + ", ".join(f"`records/{n}.json`: `{r['command']}`" for n, r in zip(CHI_RECORDS, recs))
+              + "."]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 RACE_RECORDS = ("w2s-race", "w2s-race-1000")  # the race's seeds 0-2 (those the docs' table read), then 1000-1002
 
 
@@ -754,6 +801,7 @@ TABLES: dict[str, tuple[str, Callable[[Path], str]]] = {
     "w2s-paper": ("docs/results/w2s-paper.md", _record_table("w2s-paper", _w2s_table)),
     "w2s-replication": ("docs/w2s.md", _replication_table),
     "w2s-race-choice": ("docs/w2s.md", _race_choice_table),
+    "w2s-chi-centred": ("docs/w2s.md", _chi_centred_table),
     "w2s-he6-sft": ("docs/w2s-scaling.md", _record_table("w2s-he6-sft", _he6_table)),
     "w2s-trained-teacher": ("docs/w2s.md", _record_table("w2s-trained-teacher", _trained_teacher_table)),
     "eval-cell-cost": ("docs/alternatives.md", _eval_cell_cost),
@@ -912,7 +960,7 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("check", help="the drift alarm: replay every record (or NAME ...) and compare")
     c.add_argument("names", nargs="*")
     m = sub.add_parser("make", help="write records/NAME.json from a finished run folder")
-    m.add_argument("kind", choices=("toy", "w2s", "race", "scaling", "verdict"))
+    m.add_argument("kind", choices=("toy", "w2s", "race", "scaling", "chi", "verdict"))
     m.add_argument("name")
     m.add_argument("--from", dest="source", required=True, help="the run folder (verdict: its output folder)")
     m.add_argument("--command", required=True, help="the command that made it, as typed")
@@ -951,6 +999,8 @@ def main(argv: list[str] | None = None) -> int:
         rec = make_race_record(args.name, args.source, args.command, **more)
     elif args.kind == "scaling":
         rec = make_scaling_record(args.name, args.source, args.command, **more)
+    elif args.kind == "chi":
+        rec = make_chi_record(args.name, args.source, args.command, **more)
     else:
         rec = make_verdict_record(args.name, args.source, args.study, args.command, args.code)
     write_json(root / "records" / f"{args.name}.json", rec, indent=1)
