@@ -728,13 +728,19 @@ def _he6_table(rec: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-CHI_RECORDS = ("w2s-chi-centred", "w2s-chi-centred-1000")  # seeds 300-304 (the docs' block), then 1000-1009
+# seeds 300-304 (the docs' block), then 1000-1009: centred labels with the squared loss, then the correlation loss
+CHI_RECORDS = ("w2s-chi-centred", "w2s-chi-centred-1000")
+CHI_CORR_RECORDS = ("w2s-chi-centred-corr", "w2s-chi-centred-corr-1000")
 
 
-def _chi_centred_table(root: Path) -> str:
+def _chi_table(names: tuple[str, ...]) -> Callable[[Path], str]:
+    return lambda root: _chi_centred_table(root, names)
+
+
+def _chi_centred_table(root: Path, names: tuple[str, ...] = CHI_RECORDS) -> str:
     """docs/w2s.md "chi with the label mean removed": per point, the non-target group's final alignment with theta_2
     and with theta_1 (mean +- sample std over seeds) and the seeds captured (theta_1 > 0.5), on each recorded block."""
-    recs = [load_record(n, root) for n in CHI_RECORDS]
+    recs = [load_record(n, root) for n in names]
     blocks = [f"seeds {r['config']['seed']}-{r['config']['seed'] + r['config']['n_seeds'] - 1}" for r in recs]
     lines = ["| N_2 | pi_2 | chi_2 | " + " | ".join(f"{b}: theta_2 / theta_1 (captured)" for b in blocks) + " |",
              "|---|---|---|" + "---|" * len(recs)]  # fmt: skip
@@ -747,7 +753,7 @@ def _chi_centred_table(root: Path) -> str:
                          f"({int((t1 > 0.5).sum())}/{t1.size})")  # fmt: skip
         pi = (p["params"].get("pi") or [1.0, 1.0])[1]
         lines.append(f"| {p['params']['group_sizes'][1]} | {pi:g} | {p['chi']:g} | " + " | ".join(cells) + " |")
-    lines += ["", "Records " + ", ".join(f"`records/{n}.json`: `{r['command']}`" for n, r in zip(CHI_RECORDS, recs))
+    lines += ["", "Records " + ", ".join(f"`records/{n}.json`: `{r['command']}`" for n, r in zip(names, recs))
               + "."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
@@ -801,7 +807,8 @@ TABLES: dict[str, tuple[str, Callable[[Path], str]]] = {
     "w2s-paper": ("docs/results/w2s-paper.md", _record_table("w2s-paper", _w2s_table)),
     "w2s-replication": ("docs/w2s.md", _replication_table),
     "w2s-race-choice": ("docs/w2s.md", _race_choice_table),
-    "w2s-chi-centred": ("docs/w2s.md", _chi_centred_table),
+    "w2s-chi-centred": ("docs/w2s.md", _chi_table(CHI_RECORDS)),
+    "w2s-chi-centred-corr": ("docs/w2s.md", _chi_table(CHI_CORR_RECORDS)),
     "w2s-he6-sft": ("docs/w2s-scaling.md", _record_table("w2s-he6-sft", _he6_table)),
     "w2s-trained-teacher": ("docs/w2s.md", _record_table("w2s-trained-teacher", _trained_teacher_table)),
     "eval-cell-cost": ("docs/alternatives.md", _eval_cell_cost),
