@@ -151,6 +151,10 @@ def make_w2s_record(name: str, folder: str | Path, command: str, threads: int | 
         rec["results"]["risks"] = {
             dist: {k: metrics["risks"][dist][k] for k in keep} for dist in ("isotropic", "generative")
         }
+    if isinstance((metrics.get("ode") or {}).get("w2s"), dict) and "escape_ratio" in metrics["ode"]["w2s"]:
+        ode = metrics["ode"]["w2s"]  # the mean-field ODE's escape against the simulation's (`w2s run --ode`)
+        keep = ("escape_ratio", "escape_samples_per_seed", "escape_samples_measured")
+        rec["results"]["ode"] = {"w2s": {k: ode[k] for k in keep}}
     rec["replay"] = {"w2s": drift.w2s_replay(config, threads)}
     return rec
 
@@ -758,6 +762,22 @@ def _chi_centred_table(root: Path, names: tuple[str, ...] = CHI_RECORDS) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _ode_fresh_table(rec: dict) -> str:
+    """docs/w2s-scaling.md, the ODE against the simulation at the smallest step, on a block of seeds that table's
+    settings were not read on: per seed ratio, mean with its 95 % t-interval."""
+    r = rec["results"]["ode"]["w2s"]["escape_ratio"]
+    cfg = rec["config"]
+    per = ", ".join("-" if x is None else f"{x:.2f}" for x in r["per_seed"])
+    n_note = f", {r['n']} seeds" if r["left_out"] else ""
+    return (
+        f"| eta_w2s (steps) | ratio ODE / simulation, seeds {cfg['seed']}-{cfg['seed'] + cfg['n_seeds'] - 1} | "
+        "mean [95 % t-interval] | sample std |\n|---|---|---|---|\n"
+        f"| {cfg['eta_w2s']:g} ({cfg['steps']:,}) | {per} | **{r['mean']:.2f}** [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]"
+        f"{n_note} | {r['std']:.2f} |\n\n"
+        f"Record `records/{rec['name']}.json`: `{rec['command']}`.\n"
+    )
+
+
 RACE_RECORDS = ("w2s-race", "w2s-race-1000")  # the race's seeds 0-2 (those the docs' table read), then 1000-1002
 
 
@@ -807,6 +827,7 @@ TABLES: dict[str, tuple[str, Callable[[Path], str]]] = {
     "w2s-paper": ("docs/results/w2s-paper.md", _record_table("w2s-paper", _w2s_table)),
     "w2s-replication": ("docs/w2s.md", _replication_table),
     "w2s-race-choice": ("docs/w2s.md", _race_choice_table),
+    "w2s-ode-fresh": ("docs/w2s-scaling.md", _record_table("w2s-ode-fresh", _ode_fresh_table)),
     "w2s-chi-centred": ("docs/w2s.md", _chi_table(CHI_RECORDS)),
     "w2s-chi-centred-corr": ("docs/w2s.md", _chi_table(CHI_CORR_RECORDS)),
     "w2s-he6-sft": ("docs/w2s-scaling.md", _record_table("w2s-he6-sft", _he6_table)),
