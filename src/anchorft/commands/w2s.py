@@ -14,6 +14,7 @@ from anchorft.errors import UsageError
 from anchorft.resources import configs_dir
 from anchorft.runs import check_output_dir, existing_files
 from anchorft.studies.w2s.arguments import ReplicateArguments, RunArguments, SweepArguments, TheoryArguments
+from anchorft.studies.w2s.replicate import CLAIMS, claim_overrides, parse_seed_block, replicate, report_lines
 from anchorft.w2s.config import W2SConfig, load_config  # no torch: a config is checked before torch loads
 from anchorft.w2s.names import TRANSFORM_NAMES, activation_terms
 
@@ -102,16 +103,12 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _replicate(args: argparse.Namespace) -> int:
-    from anchorft.studies.w2s.replicate import CLAIMS, claim_overrides, parse_seed_block
-
     if args.claim not in CLAIMS:
         raise UsageError(f"replicate: unknown claim {args.claim!r}; choose from {list(CLAIMS)}")
     seeds = parse_seed_block(args.seeds)
     extra = [f"device={args.device}"] if args.device is not None else []
     claim = CLAIMS[args.claim]
     load_config(claim.preset, claim_overrides(claim, seeds, extra))  # a bad value: one line, before torch loads
-    from anchorft.studies.w2s.replicate import replicate, report_lines  # lazy: torch
-
     _threads(args.threads)
     result = replicate(args.claim, seeds, args.out, extra, progress=not args.quiet)
     print(json.dumps(result, indent=1) if args.json else "\n".join(report_lines(result)))
