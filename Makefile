@@ -174,4 +174,4 @@ mutants: $(DEV)
 	$(BIN)/python benchmarks/mutants_summary.py $(MUTANTS)
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache mutants site
+	rm -rf $(VENV) runs .pytest_cache .hypothesis mutants site
