@@ -59,3 +59,34 @@ def test_wrappers_are_only_peeled_when_they_wrap_the_whole_answer(parser_only):
     ):
         assert _one_wrapper(expr) == expr  # a wrapper beside something else does not wrap the answer
     assert grade("5", r"\boxed{\text{\textbf{5}} + 1}", checker=parser_only)[1] is False
+
+
+@pytest.mark.parametrize(
+    ("gold", "answer", "right"),
+    [
+        (
+            "12",
+            r"\textbf{12}\text{ cm}",
+            True,
+        ),  # emphasis on the number, the unit beside it: neither reading parsed it
+        (r"12\text{ cm}", r"\textbf{12}\text{ cm}", True),
+        ("21", r"\textbf{12}\text{ cm}", False),
+        ("3x", r"\mathbf{3}x", True),
+        ("4x", r"\mathbf{3}x", False),
+        ("2", r"\textbf{1}+\textbf{1}", True),
+        ("3", r"\textbf{1}+\textbf{1}", False),
+        (r"\frac{1}{2}", r"\textbf{\frac{1}{2}} \text{ units}", True),
+        ("x", r"\textbf{x", False),  # unbalanced: left as it is, and wrong
+    ],
+)
+def test_emphasis_on_part_of_an_answer_is_read_through(parser_only, gold, answer, right):
+    assert grade(gold, rf"\boxed{{{answer}}}", checker=parser_only)[1] is right
+
+
+def test_without_emphasis_keeps_text_and_unbalanced_braces():
+    from anchorft.eval.answers import _without_emphasis
+
+    assert _without_emphasis(r"\textbf{12}\text{ cm}") == r"12\text{ cm}"
+    assert _without_emphasis(r"\mathbf{\textit{a}} + \boldsymbol{b}") == "a + b"
+    assert _without_emphasis(r"\text{ cm}") == r"\text{ cm}"
+    assert _without_emphasis(r"\textbf{x") == r"\textbf{x"

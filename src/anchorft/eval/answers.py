@@ -235,12 +235,28 @@ def _inside_wrapper(expr: str) -> str | None:
     return None
 
 
+# the emphasis commands that carry no meaning inside an answer (`\text`, which math-verify reads units from, is kept)
+_EMPHASIS_RE = re.compile(r"\\(?:textbf|textit|textrm|texttt|mathbf|mathrm|mathit|boldsymbol)\s*\{")
+
+
+def _without_emphasis(expr: str) -> str:
+    """`expr` with every emphasis command replaced by what it holds, anywhere in it (`\\textbf{12}\\text{ cm}` ->
+    `12\\text{ cm}`); unchanged where a brace is unbalanced."""
+    while m := _EMPHASIS_RE.search(expr):
+        close = _balanced(expr, m.end() - 1)
+        if close is None:
+            return expr
+        expr = expr[: m.start()] + expr[m.end() : close] + expr[close + 1 :]
+    return expr
+
+
 def parsed_equal(gold: str, answer: str) -> bool:
     """math-verify equivalence, gold first: verify(parse(gold), parse(answer)); both parsed as \\boxed{...}.
 
     A trailing `.`, `,` or `;` is dropped (`5.` reads as 5: math-verify parses none of them). A formatting
     wrapper around the whole answer is read both ways, as math-verify reads it and without it: math-verify
-    reads `\\textbf{0.75}` as a symbol named 0.75 (unequal to 0.75) and `\\textbf{12\\text{ cm}}` as text.
+    reads `\\textbf{0.75}` as a symbol named 0.75 (unequal to 0.75) and `\\textbf{12\\text{ cm}}` as text. Last,
+    emphasis anywhere in the answer is read through (`\\textbf{12}\\text{ cm}`, which neither reading parses).
 
     No string shortcut and no timeout here (math-verify's own are turned off: they use signal.alarm,
     which only works on the main thread); call it through `MathChecker` for a timeout that works anywhere.
@@ -259,9 +275,12 @@ def parsed_equal(gold: str, answer: str) -> bool:
     inner = answer  # \textbf{\text{0.75.}} -> 0.75: the answer without its wrappers (and their trailing `.`)
     while (peeled := _inside_wrapper(inner)) is not None:
         inner = _drop_trailing(peeled)
-    if inner == answer or not inner:
+    if inner != answer and inner and (a := _parse_boxed(inner)) and verify(g, a, timeout_seconds=None):
+        return True
+    plain = _drop_trailing(_without_emphasis(answer))  # emphasis on a part: \textbf{12}\text{ cm} -> 12\text{ cm}
+    if plain == answer or not plain:
         return False
-    a = _parse_boxed(inner)
+    a = _parse_boxed(plain)
     return bool(a and verify(g, a, timeout_seconds=None))
 
 
