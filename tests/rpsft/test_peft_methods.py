@@ -371,3 +371,34 @@ def test_osf_projects_a_bf16_gradient_with_float32_bases(rp, model_dir, dataset,
         assert g.dtype == raw.dtype == torch.bfloat16
         torch.testing.assert_close(g, projection(layers[name], "default", key, raw), rtol=0, atol=0)
         assert not torch.equal(g, raw)
+
+
+def test_release_targets_include_gpt2s_conv1d_layers_and_merge_to_the_trained_function():
+    """GPT-2's attention and MLP layers are transformers' Conv1D (a linear layer with a transposed weight), which
+    PEFT's 'all-linear' adapts: the release set adapts them too, and the merged model computes what PEFT's does."""
+    from peft import get_peft_model
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.pytorch_utils import Conv1D
+
+    from anchorft.rpsft.config import RPSFTConfig
+    from anchorft.rpsft.peft_methods import RELEASE_TARGETS, _targeted
+
+    torch.manual_seed(0)  # test-only: the tiny model's init
+    cfg = GPT2Config(vocab_size=40, n_positions=16, n_embd=16, n_layer=2, n_head=2, tie_word_embeddings=False)
+    base = GPT2LMHeadModel(cfg).eval()
+    args = RPSFTConfig(output_dir="unused", method="lora", lora_rank=2, lora_alpha=4.0,
+                       lora_target_modules=RELEASE_TARGETS, use_cpu=True)  # fmt: skip
+    conv = {n for n, m in base.named_modules() if isinstance(m, Conv1D)}
+    assert len(conv) == 8 and conv <= {n for n, _ in _targeted(base, "all-linear")}
+    model = get_peft_model(copy.deepcopy(base), peft_config_for(args, base))
+    adapted = {n.removeprefix("base_model.model.") for n, _ in tuner_layers(model)}
+    assert conv <= adapted and {"transformer.wte", "transformer.wpe"} <= adapted and "lm_head" not in adapted
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(0.2 * torch.randn(p.shape, generator=g))
+        merged = merge_adapter(copy.deepcopy(base), model, gather_adapter(model))
+        ids = torch.tensor([[1, 5, 9, 13, 2]])
+        got, ref = merged(input_ids=ids).logits, model(input_ids=ids).logits
+    assert float((got - ref).abs().max()) < 1e-4 * float(ref.abs().max())

@@ -47,9 +47,20 @@ ADAPTER_DIR = "adapter"  # checkpoint-N/adapter/: the adapter's tensors, gathere
 RELEASE_TARGETS = "all-linear-embedding"
 
 
+def _linear_types() -> tuple[type, ...]:
+    """The layer types PEFT's 'all-linear' adapts: nn.Linear and transformers' Conv1D (GPT-2's attention and MLP
+    layers, a linear layer with its weight stored transposed)."""
+    try:
+        from transformers.pytorch_utils import Conv1D
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        return (nn.Linear,)
+    return (nn.Linear, Conv1D)
+
+
 def target_modules(args, model: nn.Module | None = None) -> str | list[str]:
     """PEFT's target_modules for `args.lora_target_modules`: 'all-linear' and a regex pass through; RELEASE_TARGETS
-    becomes the names of every nn.Linear and nn.Embedding of `model` but its output layer.
+    becomes the names of every linear layer (nn.Linear, GPT-2's Conv1D) and nn.Embedding of `model` but its output
+    layer.
 
     A module whose weight is tied to another's (lm_head and embed_tokens under tie_word_embeddings) is refused in one
     line: its update merged into the shared tensor would change the other module too, so the saved model would
@@ -61,7 +72,8 @@ def target_modules(args, model: nn.Module | None = None) -> str | list[str]:
         return value
     if value == RELEASE_TARGETS:
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-        names = [n for n, m in model.named_modules() if isinstance(m, (nn.Linear, nn.Embedding)) and m is not head]
+        kinds = (*_linear_types(), nn.Embedding)
+        names = [n for n, m in model.named_modules() if isinstance(m, kinds) and m is not head]
     else:
         names = [n for n, _ in model.named_modules() if n and re.fullmatch(value, n)]
     tied = _tied_modules(model)
@@ -89,14 +101,16 @@ def _tied_modules(model: nn.Module) -> dict[str, str]:
 
 
 def _targeted(model: nn.Module | None, targets: str | list[str]) -> list[tuple[str, nn.Module]]:
-    """(name, module) of the nn.Linear / nn.Embedding layers `targets` selects as PEFT does ('all-linear': every
-    linear layer but the output layer; a list: the names; a string: a regex matched against whole names)."""
+    """(name, module) of the linear (nn.Linear, Conv1D) and nn.Embedding layers `targets` selects as PEFT does
+    ('all-linear': every linear layer but the output layer; a list: the names; a string: a regex matched against
+    whole names)."""
     if model is None:
         return []
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    layers = [(n, m) for n, m in model.named_modules() if isinstance(m, (nn.Linear, nn.Embedding))]
+    linear = _linear_types()
+    layers = [(n, m) for n, m in model.named_modules() if isinstance(m, (*linear, nn.Embedding))]
     if targets == "all-linear":
-        return [(n, m) for n, m in layers if isinstance(m, nn.Linear) and m is not head]
+        return [(n, m) for n, m in layers if isinstance(m, linear) and m is not head]
     if isinstance(targets, str):
         return [(n, m) for n, m in layers if re.fullmatch(targets, n)]
     return [(n, m) for n, m in layers if n in set(targets)]
