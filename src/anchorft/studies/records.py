@@ -33,6 +33,7 @@ import numpy as np
 import yaml
 
 from anchorft.io import write_json, write_text
+from anchorft.w2s.stats import mean_t_interval
 
 __all__ = [
     "FORMAT",
@@ -44,6 +45,7 @@ __all__ = [
     "make_race_record",
     "make_scaling_record",
     "make_chi_record",
+    "make_rho_star_record",
     "make_verdict_record",
     "render",
     "blocks",
@@ -217,6 +219,33 @@ def make_chi_record(name: str, folder: str | Path, command: str, **more) -> dict
         for p in res["points"]
     ]
     rec["config"], rec["spec"], rec["results"] = config, spec, {"points": points}
+    rec["replay"] = {"w2s": drift.w2s_replay(config, 1)}
+    return rec
+
+
+def make_rho_star_record(name: str, folder: str | Path, command: str, theory: str | Path, theory_command: str,
+                         **more) -> dict:  # fmt: skip
+    """The record of a bisected overlap sweep (`configs/w2s/sweep-rho-star.yaml`) beside the population drift's
+    rho* (`anchorft w2s theory ... --json`, the file `theory`): each seed's bisected boundary and their summary; the
+    replay is one seed of the sweep's problem at a short budget."""
+    from anchorft.studies import drift
+    from anchorft.w2s.config import load_config
+
+    res = json.loads((Path(folder) / "sweep.json").read_text())
+    th = json.loads(Path(theory).read_text())
+    spec = dict(res["spec"])
+    base = dict(spec["base"])
+    config = load_config(base.pop("preset"), {**base, "n_seeds": 1}).to_dict()
+    rec = _meta(name, command, res.get("provenance"), {"torch": 1}, {}, **more)
+    (row,) = res["bisect"]["modes"]["w2s"]
+    keep = ("seed", "boundary_rho", "monotone", "lo", "hi", "bracketed")
+    rec["config"], rec["spec"] = config, {k: v for k, v in spec.items() if k != "points"}
+    rec["results"] = {
+        "per_seed": [{k: r.get(k) for k in keep} for r in row["per_seed"]],
+        "summary": row["summary"],
+        "rho_star": th["rho_star"],
+        "theory_command": theory_command,
+    }
     rec["replay"] = {"w2s": drift.w2s_replay(config, 1)}
     return rec
 
@@ -778,6 +807,22 @@ def _ode_fresh_table(rec: dict) -> str:
     )
 
 
+def _rho_star_fresh_table(rec: dict) -> str:
+    """docs/w2s.md "rho* against the simulated turn boundary": the h_2 + h_4 / correlation row on a fresh block."""
+    r = rec["results"]
+    found = [x["boundary_rho"] for x in r["per_seed"] if x["boundary_rho"] is not None]
+    ci = mean_t_interval(found)
+    seeds = f"{r['per_seed'][0]['seed']}-{r['per_seed'][-1]['seed']}"
+    per = ", ".join("-" if x["boundary_rho"] is None else f"{x['boundary_rho']:.3f}" for x in r["per_seed"])
+    return (
+        f"| student, loss | rho* predicted | bisected boundary per seed ({seeds}) | mean +- sample std "
+        "[95 % t-interval] | mean - rho* |\n|---|---|---|---|---|\n"
+        f"| h_2 + h_4, correlation | **{r['rho_star']:.3f}** | {per} | **{ci['mean']:.3f}** +- {ci['std']:.3f} "
+        f"[{ci['ci'][0]:.3f}, {ci['ci'][1]:.3f}] | {ci['mean'] - r['rho_star']:+.3f} |\n\n"
+        f"Record `records/{rec['name']}.json`: `{rec['command']}` and `{r['theory_command']}`.\n"
+    )
+
+
 RACE_RECORDS = ("w2s-race", "w2s-race-1000")  # the race's seeds 0-2 (those the docs' table read), then 1000-1002
 
 
@@ -827,6 +872,7 @@ TABLES: dict[str, tuple[str, Callable[[Path], str]]] = {
     "w2s-paper": ("docs/results/w2s-paper.md", _record_table("w2s-paper", _w2s_table)),
     "w2s-replication": ("docs/w2s.md", _replication_table),
     "w2s-race-choice": ("docs/w2s.md", _race_choice_table),
+    "w2s-rho-star-fresh": ("docs/w2s.md", _record_table("w2s-rho-star-1000", _rho_star_fresh_table)),
     "w2s-ode-fresh": ("docs/w2s-scaling.md", _record_table("w2s-ode-fresh", _ode_fresh_table)),
     "w2s-chi-centred": ("docs/w2s.md", _chi_table(CHI_RECORDS)),
     "w2s-chi-centred-corr": ("docs/w2s.md", _chi_table(CHI_CORR_RECORDS)),
@@ -988,7 +1034,7 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("check", help="the drift alarm: replay every record (or NAME ...) and compare")
     c.add_argument("names", nargs="*")
     m = sub.add_parser("make", help="write records/NAME.json from a finished run folder")
-    m.add_argument("kind", choices=("toy", "w2s", "race", "scaling", "chi", "verdict"))
+    m.add_argument("kind", choices=("toy", "w2s", "race", "scaling", "chi", "rho-star", "verdict"))
     m.add_argument("name")
     m.add_argument("--from", dest="source", required=True, help="the run folder (verdict: its output folder)")
     m.add_argument("--command", required=True, help="the command that made it, as typed")
@@ -997,6 +1043,8 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--threads", type=int, help="w2s: the torch threads it ran on (default: its metrics.json's)")
     m.add_argument("--pretrain-replay-only", action="store_true", help="toy: replay the first base's pretraining only")
     m.add_argument("--timings", help="a JSON list of measured wall times to keep with the record")
+    m.add_argument("--theory", help="rho-star: the JSON of `anchorft w2s theory ... --json` on the same seeds")
+    m.add_argument("--theory-command", help="rho-star: that theory command, as typed")
     m.add_argument("--choice", help="w2s: the sweep folder whose rows chose this run's setting (kept as `choice`)")
     m.add_argument("--choice-command", help="w2s: the command of the --choice sweep, as typed")
     args = parser.parse_args(argv)
@@ -1029,6 +1077,8 @@ def main(argv: list[str] | None = None) -> int:
         rec = make_scaling_record(args.name, args.source, args.command, **more)
     elif args.kind == "chi":
         rec = make_chi_record(args.name, args.source, args.command, **more)
+    elif args.kind == "rho-star":
+        rec = make_rho_star_record(args.name, args.source, args.command, args.theory, args.theory_command, **more)
     else:
         rec = make_verdict_record(args.name, args.source, args.study, args.command, args.code)
     write_json(root / "records" / f"{args.name}.json", rec, indent=1)
