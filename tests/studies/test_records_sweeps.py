@@ -84,3 +84,18 @@ def test_the_make_command_keeps_the_sweep_that_chose_a_run(tmp_path, monkeypatch
     rec = json.loads((tmp_path / "records" / "t.json").read_text())
     assert rec["choice"] == {"command": "sweep c", "rows": [{"weak_steps": 100}], "commit": "a" * 40}
     assert "pgr" not in rec["results"]["risks"]["isotropic"] and rec["results"]["risks"]["isotropic"]["risk"]
+
+
+def test_rho_star_record_keeps_each_seeds_boundary_beside_the_theory(tmp_path, replays):
+    per_seed = [{"seed": 7 + i, "boundary_rho": b, "monotone": True, "lo": 0.3, "hi": 0.5, "bracketed": True,
+                 "evaluations": [[0.4, 0.1]] * 20} for i, b in enumerate((0.39, 0.41))]  # fmt: skip
+    spec = {"base": {"preset": "gain", "n_seeds": 2, "seed": 7, "modes": ["w2s"]}, "points": [{}] * 36}
+    bis = {"modes": {"w2s": [{"s": 16, "per_seed": per_seed, "summary": {"mean": 0.4}}]}}
+    _write(tmp_path, "sweep.json", {"spec": spec, "bisect": bis, "provenance": PROV})
+    _write(tmp_path, "theory.json", {"rho_star": 0.398, "labels": {"big": 1}})
+    rec = records.make_rho_star_record("x", tmp_path, "sweep c", tmp_path / "theory.json", "theory c")
+    got = rec["results"]
+    assert [r["boundary_rho"] for r in got["per_seed"]] == [0.39, 0.41] and "evaluations" not in got["per_seed"][0]
+    assert (got["rho_star"], got["theory_command"], got["summary"]) == (0.398, "theory c", {"mean": 0.4})
+    (cfg,) = replays
+    assert (cfg["d"], cfg["s"], cfg["seed"], cfg["n_seeds"]) == (128, 16, 7, 1)
