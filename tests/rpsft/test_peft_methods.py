@@ -208,6 +208,21 @@ def test_a_lora_run_saves_a_plain_model_and_its_checkpoints_the_adapter(rp, tmp_
     assert adapted > 0  # the adapter moved
 
 
+def _trained_then_merged(base, model):
+    """`model` (PEFT around a copy of `base`) with its adapter weights moved as by training, merged into another copy
+    of `base`; the merged plain model must compute what the PEFT model computes. Returns the merged model."""
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(0.2 * torch.randn(p.shape, generator=g))
+        merged = merge_adapter(copy.deepcopy(base), model, gather_adapter(model))
+        ids = torch.tensor([[1, 5, 9, 13, 2]])
+        got, ref = merged(input_ids=ids).logits, model(input_ids=ids).logits
+    assert float((got - ref).abs().max()) < 1e-4 * float(ref.abs().max())
+    return merged
+
+
 def test_release_targets_adapt_every_linear_and_embedding_and_merge_to_the_trained_function(rp):
     """lora_target_modules='all-linear-embedding' (the release's set but lm_head, which TRL's SFTTrainer cannot
     adapt) adapts every nn.Linear and nn.Embedding but the output layer, and the merged plain model computes what
@@ -223,15 +238,7 @@ def test_release_targets_adapt_every_linear_and_embedding_and_merge_to_the_train
     want = {n for n, m in base.named_modules() if isinstance(m, (nn.Linear, nn.Embedding))} - {"lm_head"}
     adapted = {n.removeprefix("base_model.model.") for n, _ in tuner_layers(model)}
     assert want == adapted and "model.embed_tokens" in adapted
-    g = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.requires_grad:
-                p.add_(0.2 * torch.randn(p.shape, generator=g))
-        merged = merge_adapter(copy.deepcopy(base), model, gather_adapter(model))
-        ids = torch.tensor([[1, 5, 9, 13, 2]])
-        got, ref = merged(input_ids=ids).logits, model(input_ids=ids).logits
-    assert float((got - ref).abs().max()) < 1e-4 * float(ref.abs().max())
+    merged = _trained_then_merged(base, model)
     emb = "model.embed_tokens.weight"
     assert not torch.equal(dict(merged.named_parameters())[emb], dict(base.named_parameters())[emb])
 
@@ -393,12 +400,4 @@ def test_release_targets_include_gpt2s_conv1d_layers_and_merge_to_the_trained_fu
     model = get_peft_model(copy.deepcopy(base), peft_config_for(args, base))
     adapted = {n.removeprefix("base_model.model.") for n, _ in tuner_layers(model)}
     assert conv <= adapted and {"transformer.wte", "transformer.wpe"} <= adapted and "lm_head" not in adapted
-    g = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.requires_grad:
-                p.add_(0.2 * torch.randn(p.shape, generator=g))
-        merged = merge_adapter(copy.deepcopy(base), model, gather_adapter(model))
-        ids = torch.tensor([[1, 5, 9, 13, 2]])
-        got, ref = merged(input_ids=ids).logits, model(input_ids=ids).logits
-    assert float((got - ref).abs().max()) < 1e-4 * float(ref.abs().max())
+    _trained_then_merged(base, model)
