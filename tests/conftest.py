@@ -26,7 +26,7 @@ if "torch" in sys.modules:
 
 # The cyclic garbage collector scans every object it tracks, and after torch, transformers and TRL load that is
 # millions of module-level objects that live as long as the process. accelerate runs a full collection at each
-# trainer's start and end (free_memory), so each costs about 0.3-0.5 s here: ~20 % of the default suite's CPU time.
+# trainer's start and end (free_memory), so each costs about 0.3-0.5 s here (docs/testing.md has what freezing saved).
 # Moving what is alive once a test's imports are done into the permanent generation (gc.freeze) leaves those objects
 # out of later collections; objects freed by reference counting are freed as before, and each test's own garbage
 # is still collected. Done again whenever a test has imported many modules since the last freeze.
