@@ -112,10 +112,29 @@ class Cluster:
 
 def _nodes(address: str) -> list[dict]:
     """The cluster's nodes, asked in a child process (this test process stays out of Ray: the commands under test
-    start and stop their own connection)."""
-    code = f"import json, ray; ray.init(address={address!r}, log_to_driver=False); print(json.dumps(ray.nodes()))"
+    start and stop their own connection). The list is printed behind a marker: Ray prints its own lines on stdout
+    too, before and after it (a node marked dead: "... (2) raylet has lagging heartbeats ..."). None found: []."""
+    code = (f"import json, ray; ray.init(address={address!r}, log_to_driver=False); "
+            f"print({_NODES_MARK!r} + json.dumps(ray.nodes()), flush=True)")  # fmt: skip
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    return json.loads(res.stdout.strip().splitlines()[-1]) if res.returncode == 0 and res.stdout.strip() else []
+    return _parse_nodes(res.stdout) if res.returncode == 0 else []
+
+
+_NODES_MARK = "anchorft-test-nodes: "
+
+
+def _parse_nodes(stdout: str) -> list[dict]:
+    found = [line for line in stdout.splitlines() if line.startswith(_NODES_MARK)]
+    return json.loads(found[-1][len(_NODES_MARK) :]) if found else []
+
+
+def test_the_node_list_is_found_among_rays_own_lines():
+    """CI once failed here: a node marked dead made Ray print lines after the list, and the last line was read."""
+    nodes = [{"NodeID": "a", "Alive": True}, {"NodeID": "b", "Alive": False}]
+    ray_lines = "The node with node id b has been marked dead because...\n\t(2) raylet has lagging heartbeats due to\n"
+    stdout = "2026 INFO worker.py: Connecting\n" + _NODES_MARK + json.dumps(nodes) + "\n" + ray_lines
+    assert _parse_nodes(stdout) == nodes
+    assert _parse_nodes(ray_lines) == []
 
 
 @pytest.fixture(scope="module", autouse=True)
