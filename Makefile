@@ -8,7 +8,7 @@ DEV := $(VENV)/.installed-dev
 .PHONY: demo docs docs-tables drift test test-wheel test-dist test-slurm test-ray test-long test-all lint format bench mutants clean
 
 # CI's budgets on an idle 2-core CPU machine (.ci/run: `make test`, then docs and test-dist beside test-ray, test-wheel and
-# test-slurm): under 10 min in all, installs included, on most days (543-588 s); this kind of machine's speed varies
+# test-slurm): under 10 min in all, installs included, on most days (538-588 s); this kind of machine's speed varies
 # by about a third from day to day, and on a slow day it took 715-771 s (docs/testing.md has the runs). A target is stopped at about twice
 # its slowest time seen (TIMEOUT), so a hang fails in minutes, not at CI's limit, and a slow day does not fail CI.
 #   test        4-5 min installs (about 60 s), the default suite (slow tests deselected), 2 pytest-xdist workers
