@@ -35,17 +35,12 @@ _modules_at_freeze = [0]
 
 
 @pytest.fixture(autouse=True)
-def _freeze_imported_modules():
-    if len(sys.modules) - _modules_at_freeze[0] >= _FREEZE_AFTER_NEW_MODULES:
-        freeze_live_objects()
-    yield
-
-
-def freeze_live_objects() -> None:
+def _freeze_imported_modules() -> None:
     """Collect what is garbage now, then keep every live object out of later collections (gc.freeze)."""
-    gc.collect()
-    gc.freeze()
-    _modules_at_freeze[0] = len(sys.modules)
+    if len(sys.modules) - _modules_at_freeze[0] >= _FREEZE_AFTER_NEW_MODULES:
+        gc.collect()
+        gc.freeze()
+        _modules_at_freeze[0] = len(sys.modules)
 
 
 CHAT_TEMPLATE = (

@@ -96,18 +96,12 @@ FSDP2_CONFIG = {  # configs/accelerate/fsdp2.yaml
 }
 
 
-_modules_at_freeze = [0]
-
-
 def freeze_imports() -> None:
     """Keep the objects alive now (mostly the modules torch, transformers, TRL and DeepSpeed loaded) out of later
-    garbage collections, when many modules loaded since the last call: accelerate runs a full collection at each
-    trainer's start and end, which otherwise scans them all (about 0.3 s each, 20-36 a launch). Objects freed by
-    reference counting are freed as before."""
-    if len(sys.modules) - _modules_at_freeze[0] >= 200:
-        gc.collect()
-        gc.freeze()
-        _modules_at_freeze[0] = len(sys.modules)
+    garbage collections: accelerate runs a full collection at each trainer's start and end, which otherwise scans
+    them all (about 0.3 s each, 20-36 a launch). Objects freed by reference counting are freed as before."""
+    gc.collect()
+    gc.freeze()
 
 
 def start(launcher: str) -> dict:
@@ -202,7 +196,8 @@ def main(launcher: str, base: str, out: str, methods: list[str]) -> None:
                 info["checkpoint"] = sorted(os.listdir(os.path.join(folder, f"checkpoint-{SAVE_STEPS}")))
                 info["log"] = tr.state.log_history
             del tr
-            freeze_imports()  # after the first method: the modules its training loaded
+        if method == methods[0]:
+            freeze_imports()  # the modules the first method's training loaded
         if rank == 0:
             os.makedirs(os.path.join(out, method), exist_ok=True)
             with open(os.path.join(out, method, "info.json"), "w") as f:

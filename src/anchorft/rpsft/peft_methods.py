@@ -50,10 +50,8 @@ RELEASE_TARGETS = "all-linear-embedding"
 def _linear_types() -> tuple[type, ...]:
     """The layer types PEFT's 'all-linear' adapts: nn.Linear and transformers' Conv1D (GPT-2's attention and MLP
     layers, a linear layer with its weight stored transposed)."""
-    try:
-        from transformers.pytorch_utils import Conv1D
-    except ImportError:  # pragma: no cover - transformers is a dependency
-        return (nn.Linear,)
+    from transformers.pytorch_utils import Conv1D  # lazy: this module loads without transformers
+
     return (nn.Linear, Conv1D)
 
 
