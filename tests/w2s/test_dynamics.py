@@ -4,9 +4,10 @@ import torch
 
 from anchorft.w2s.config import apply_overrides
 from anchorft.w2s.dynamics import dense_step, log_steps, reduced_step, schedule_factor, step_scale, train
+from anchorft.w2s.fused import DenseStepper
 from anchorft.w2s.hermite import get_activation
 from anchorft.w2s.problem import build_problem
-from anchorft.w2s.sampling import generative_dense, generative_reduced, make_generators
+from anchorft.w2s.sampling import generative_dense, generative_reduced, isotropic, make_generators
 
 
 def _unit_rows(x):
@@ -52,6 +53,37 @@ def test_dense_step_with_an_extra_gradient():
     ref = _unit_rows(w - 0.3 * (full - (full * w).sum(-1, keepdim=True) * w))
     new, _ = dense_step(w, x, y, a, act, 0.3, "squared", extra)
     torch.testing.assert_close(new, ref, atol=1e-12, rtol=0)
+
+
+def test_dense_step_in_place_gives_the_same_numbers_in_w_itself():
+    """`inplace=True` (what `DenseStepper` uses: no new (S, N, d) tensor per step) writes W_new into w, bit for bit
+    the pure step's W_new; a stepper's W stays one tensor across steps and chunk ends."""
+    g = torch.Generator().manual_seed(3)
+    S, b, N, d = 3, 8, 5, 40
+    act = get_activation("he2+he4")
+    w = _unit_rows(torch.randn(S, N, d, generator=g))
+    x = torch.randn(S, b, d, generator=g)
+    y = torch.randn(S, b, generator=g)
+    a = torch.rand(N, generator=g)
+    for loss in ("squared", "correlation"):
+        ref, lref = dense_step(w, x, y, a, act, 0.3, loss)
+        mine = w.clone()
+        got, lv = dense_step(mine, x, y, a, act, 0.3, loss, inplace=True)
+        assert got is mine and torch.equal(got, ref) and torch.equal(lv, lref)
+    stepper = DenseStepper(w, a, act, "squared", 4, dense_step)
+    ptr = stepper.weights().data_ptr()
+    for i in range(4):
+        stepper.step(i, x, x @ x.mT, y, 0.3)
+    stepper.end_chunk()
+    assert stepper.weights().data_ptr() == ptr and not torch.equal(stepper.weights(), w)
+
+
+def test_isotropic_draws_into_a_buffer_are_the_same_numbers():
+    gens = lambda: make_generators([4, 9], 2, torch.device("cpu"))  # noqa: E731
+    plain = isotropic(gens(), 3, 5, 7, torch.float32, torch.device("cpu"))  # (chunk, S, b, d)
+    buf = torch.empty(2, 4, 5, 7)
+    got = isotropic(gens(), 3, 5, 7, torch.float32, torch.device("cpu"), out=buf)
+    assert torch.equal(got, plain) and got.data_ptr() == buf.data_ptr()
 
 
 def test_reduced_step_equals_dense_step_on_lifted_inputs():

@@ -149,16 +149,22 @@ def dense_step(
     loss: str = "squared",
     extra_grad: torch.Tensor | None = None,
     gram: torch.Tensor | None = None,
+    inplace: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One spherical SGD step for W (S, N, d) with unit rows on a batch x (S, b, d), labels y (S, b).
 
     Returns (W_new, loss (S,)). Without `extra_grad` the step is fused: one bmm writes the new W
-    (w_new = alpha w - (eta G / (b n))^T x), the norm coming from the b x b Gram matrix (see _sphere_factors).
+    (w_new = alpha w - (eta G / (b n))^T x), the norm coming from the b x b Gram matrix (see _sphere_factors);
+    with `inplace` that W_new is w itself, updated in place (the same numbers: no new (S, N, d) tensors per step).
     """
-    u = x @ w.mT  # (S, b, N)
+    # (S, b, N): MKL runs W X^T 1.8x faster than X W^T on the paper's shapes (the same products); copied back to
+    # (S, b, N) memory so that the ops after it round as before
+    u = torch.bmm(w, x.mT).mT.contiguous()
     gcoef, lval = _coefficients(u, y, a, act, loss)
     if extra_grad is None:
         alpha, gs = _sphere_factors(gcoef, u, x @ x.mT if gram is None else gram, eta)
+        if inplace:
+            return w.mul_(alpha.unsqueeze(-1)).baddbmm_(gs.mT, x, alpha=-1.0), lval
         return torch.baddbmm(w * alpha.unsqueeze(-1), gs.mT, x, alpha=-1.0), lval
     g = gcoef.mT @ x / x.shape[-2] + extra_grad  # (S, N, d)
     radial = (g * w).sum(-1, keepdim=True)
@@ -369,6 +375,8 @@ def train(
             return stepper.weights() @ thetas.mT
 
         weights = stepper.weights
+        if mode not in ("w2s", "ceiling"):
+            xbuf = torch.empty(n_seeds, config.chunk, batch, config.d, dtype=dtype, device=dev)
 
     center = label_mean(config, problem) if mode == "w2s" and config.label_center == "mean" else None
     label_sum = torch.zeros(n_seeds, dtype=torch.float64)  # mean of the labels trained on, per seed (reported)
@@ -380,7 +388,7 @@ def train(
             y = y if center is None else y - center.unsqueeze(-1)
         else:
             y = pi0 * link.value((x @ (theta0_b if reduced else theta0)).squeeze(-1))
-        seed_axis = 0 if y.dim() == 2 else 1  # (S, n b) in the reduced path, (n, S, b) in the dense one
+        seed_axis = 0 if y.dim() == 2 else 1  # (S, n b) from a seed-major buffer, (n, S, b) from generative_dense
         label_sum.add_(y.double().movedim(seed_axis, 0).reshape(n_seeds, -1).sum(-1).cpu())
         return y
 
@@ -413,10 +421,13 @@ def train(
         else:
             if mode in ("w2s", "ceiling"):
                 noise = generative_dense(gens, b0, config.lambda_kappa, n, batch)
-            else:
-                noise = isotropic(gens, n, batch, config.d, dtype, dev)
-            ys = labels(noise, problem.weak_u)  # labels do not depend on W: whole chunk at once
-            grams = noise @ noise.mT  # (n, S, b, b) Gram matrices of the batches, for the fused renormalisation
+                ys = labels(noise, problem.weak_u)  # labels do not depend on W: whole chunk at once
+                grams = noise @ noise.mT  # (n, S, b, b) Gram matrices of the batches, for the fused renormalisation
+            else:  # drawn into xbuf (S, n, b, d) as in the reduced path: no stacked copy of the chunk
+                noise = isotropic(gens, n, batch, config.d, dtype, dev, out=xbuf)
+                xs = xbuf[:, :n]
+                ys = labels(xs.reshape(n_seeds, n * batch, config.d), None).view(n_seeds, n, batch).transpose(0, 1)
+                grams = (xs @ xs.mT).transpose(0, 1)
         per_step = list(zip(noise.unbind(0), grams.unbind(0), ys.unbind(0)))  # views made once per chunk
         flushed = 0  # steps of this chunk whose losses are stored in `losses`
         for i in range(n):

@@ -206,7 +206,8 @@ class DenseStepper:
             f = self.act.value(x @ self.w.mT) @ self.a
             y = y - self.bias.unsqueeze(-1)
             self.bias.sub_((f - y).mean(-1), alpha=self.bias_eta)
-        self.w, lval = self.step_fn(self.w, x, y, self.a, self.act, eta, self.loss, extra, gram)
+        # in place: the stepper owns w (cloned above), and a new (S, N, d) tensor per step costs a copy and an alloc
+        self.w, lval = self.step_fn(self.w, x, y, self.a, self.act, eta, self.loss, extra, gram, inplace=True)
         self.lbuf[i] = lval
 
     def losses(self, y: torch.Tensor, i0: int, i1: int) -> torch.Tensor:
@@ -216,4 +217,4 @@ class DenseStepper:
         return self.w
 
     def end_chunk(self) -> None:
-        self.w = self.w / self.w.norm(dim=-1, keepdim=True)
+        self.w.div_(self.w.norm(dim=-1, keepdim=True))

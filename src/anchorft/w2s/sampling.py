@@ -47,9 +47,11 @@ def gaussian_chunk(
     return out[:, :chunk].transpose(0, 1)
 
 
-def isotropic(gens: list[torch.Generator], chunk: int, batch: int, d: int, dtype, device) -> torch.Tensor:
-    """x ~ N(0, I_d): (chunk, S, batch, d)."""
-    return gaussian_chunk(gens, chunk, batch, d, dtype, device)
+def isotropic(
+    gens: list[torch.Generator], chunk: int, batch: int, d: int, dtype, device, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """x ~ N(0, I_d): (chunk, S, batch, d) (into `out`, see gaussian_chunk)."""
+    return gaussian_chunk(gens, chunk, batch, d, dtype, device, out)
 
 
 def generative_dense(
