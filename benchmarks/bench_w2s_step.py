@@ -10,7 +10,12 @@ times are process CPU times (time.process_time; everything runs on one thread, s
 by other users is not charged for it), each the best of several interleaved repeats; the numbers that matter
 are the ratios. Set CLOCK=wall in the environment to use wall-clock time instead.
 
-    .venv/bin/python benchmarks/bench_w2s_step.py [--steps 200] [--repeats 3]
+With --whole, also times the whole paper preset as a user runs it (`anchorft w2s run --preset paper`, W2S and SFT,
+its seeds, start-up, risks and plots included) in a child process (its user + system CPU time) and divides by its
+samples (modes x seeds x steps x batch), against the full-space NumPy loop per sample (the mean of its W2S and SFT
+loops). With --json, writes every number printed.
+
+    .venv/bin/python benchmarks/bench_w2s_step.py [--steps 200] [--repeats 3] [--seeds 3] [--whole] [--json PATH]
 """
 
 from __future__ import annotations
@@ -22,6 +27,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
+import resource  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 
 _clock = time.perf_counter if os.environ.get("CLOCK") == "wall" else time.process_time
@@ -139,12 +148,26 @@ def step_parts(cfg, reps: int = 64) -> dict[str, float]:
     return best
 
 
+def whole_preset() -> dict:
+    """CPU seconds (user + system, the child's) of `anchorft w2s run --preset paper` and the samples it trains on."""
+    cfg = load_config("paper")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with tempfile.TemporaryDirectory(prefix="anchorft-bench-") as tmp:
+        cmd = [sys.executable, "-m", "anchorft", "w2s", "run", "--preset", "paper", "--out", tmp, "--quiet"]
+        subprocess.run(cmd, check=True, capture_output=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"cpu_s": cpu, "samples": len(cfg.modes) * cfg.n_seeds * cfg.steps * cfg.batch_size}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--whole", action="store_true", help="also time the whole paper preset (about 20 s)")
+    ap.add_argument("--json", help="write the numbers here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     cfg = apply_overrides(load_config("paper"), {"steps": args.steps, "n_seeds": args.seeds, "n_log": 5})
@@ -167,6 +190,15 @@ def main() -> None:
         "w2s": S * (2 * B * s * N * 2 + 2 * B * B * s + 2 * B * B * N + 2 * B * s * cfg.weak_neurons),
         "sft": S * (2 * B * d * N * 2 + 2 * B * B * d + 2 * B * B * N + 2 * B * d),
     }
+    out: dict = {"seeds": S, "steps": args.steps, "repeats": args.repeats, "threads": args.threads}
+    out["matmul_gflops"] = rate / 1e9
+    for mode in ("w2s", "sft"):
+        out[mode] = {
+            "step_ms": t[mode] * 1e3,
+            "us_per_sample": t[mode] / (S * B) * 1e6,
+            "numpy_us_per_sample": t[f"np_{mode}"] / B * 1e6,
+            "share_of_matmul_rate": flops[mode] / t[mode] / rate,
+        }
     clock = "wall-clock" if os.environ.get("CLOCK") == "wall" else "process CPU"
     print(f"paper preset: d={d} s={s} N={N} batch={B}, seeds batched={S}, torch threads={args.threads}, {clock} time")
     print(f"matmul rate (float32, 512^3): {rate / 1e9:.1f} GFLOP/s")
@@ -196,6 +228,36 @@ def main() -> None:
         f" per-op overhead {rest * 1e3:.2f} ms ({rest / t['w2s']:.0%}); the share of the matmul rate cannot exceed"
         f" {flops['w2s'] / (parts['gemms'] + parts['draws']) / rate:.0%} without faster draws or GEMMs"
     )
+    out["w2s"].update(
+        numpy_reduced_us_per_sample=red * 1e6,
+        gemms_ms=parts["gemms"] * 1e3,
+        draws_ms=parts["draws"] * 1e3,
+        bound_share=flops["w2s"] / (parts["gemms"] + parts["draws"]) / rate,
+    )
+    if args.whole:
+        whole = whole_preset()
+        loop = (t["np_w2s"] + t["np_sft"]) / (2 * B)  # the full-space loop, seconds per sample
+        whole.update(
+            us_per_sample=whole["cpu_s"] / whole["samples"] * 1e6, ratio=loop * whole["samples"] / whole["cpu_s"]
+        )
+        out["whole"] = whole
+        print(
+            f"whole paper preset (`anchorft w2s run --preset paper`, {whole['samples']:,} samples):"
+            f" {whole['cpu_s']:.1f} CPU-s = {whole['us_per_sample']:.2f} us/sample; the full-space NumPy loop"
+            f" {loop * 1e6:.1f} us/sample: {whole['ratio']:.1f}x"
+        )
+    if args.json:
+        from anchorft.io import write_json
+        from anchorft.provenance import git_state
+
+        out.update(
+            clock=clock,
+            torch=torch.__version__,
+            load_average=[round(x, 2) for x in os.getloadavg()],
+            command="python benchmarks/bench_w2s_step.py " + " ".join(sys.argv[1:]),
+            commit=git_state()["commit"],
+        )
+        write_json(args.json, out)
 
 
 if __name__ == "__main__":
