@@ -648,6 +648,47 @@ def _w2s_compile(root: Path) -> str:
     )
 
 
+def _w2s_gram_free(root: Path) -> str:
+    """records/costs/w2s-gram-free.json (`benchmarks/bench_w2s_gram_free.py`): the Gram-free W2S step."""
+    r = json.loads((root / "records" / "costs" / "w2s-gram-free.json").read_text(encoding="utf-8"))
+    rows = "; ".join(
+        f"{x['seeds']} seeds: fused {x['fused_ms']:.3f} ms, Gram-free {x['gram_free_ms']:.3f} ms "
+        f"(**{x['gram_free / fused']:.2f}x**; weights after a chunk agree to {x['max_abs_difference']:.0e})"
+        for x in r["rows"]
+    )
+    return (
+        f"`{r['command'].replace(' --json records/costs/w2s-gram-free.json', '')}` at commit {r['commit'][:7]} "
+        f"(torch {r['torch']}, one thread, best of {r['repeats']} x {r['chunks']} chunks of {r['chunk']} steps, load "
+        f"average {r['load_average'][0]}): {rows}.\n"
+    )
+
+
+def _w2s_step(root: Path) -> str:
+    """records/costs/w2s-step.json (`benchmarks/bench_w2s_step.py --whole`): the step's speed and the whole preset."""
+    r = json.loads((root / "records" / "costs" / "w2s-step.json").read_text(encoding="utf-8"))
+    w, f, whole = r["w2s"], r["sft"], r["whole"]
+    return (
+        f"`{r['command'].replace(' --json records/costs/w2s-step.json', '')}` at commit {r['commit'][:7]} (torch "
+        f"{r['torch']}, paper preset, {r['seeds']} seeds batched, one thread, {r['clock']} time, best of "
+        f"{r['repeats']} interleaved repeats, load average {r['load_average'][0]} at the end; matmul rate "
+        f"{r['matmul_gflops']:.0f} GFLOP/s):\n\n"
+        "| | us per sample | full-space NumPy loop / this | share of the matmul rate |\n"
+        "|---|---|---|---|\n"
+        f"| W2S step (`fused.ReducedStepper`, {w['step_ms']:.2f} ms a step) | {w['us_per_sample']:.2f} | "
+        f"{w['numpy_us_per_sample'] / w['us_per_sample']:.1f}x | {w['share_of_matmul_rate']:.1%} |\n"
+        f"| competent NumPy loop in the same reduced coordinates | {w['numpy_reduced_us_per_sample']:.2f} | "
+        f"{w['numpy_us_per_sample'] / w['numpy_reduced_us_per_sample']:.1f}x | |\n"
+        f"| SFT step (dense, d = 1024, {f['step_ms']:.2f} ms a step) | {f['us_per_sample']:.2f} | "
+        f"{f['numpy_us_per_sample'] / f['us_per_sample']:.1f}x | {f['share_of_matmul_rate']:.1%} |\n"
+        f"| whole paper preset (`anchorft w2s run --preset paper`: W2S and SFT, {whole['samples']:,} samples, "
+        f"start-up, risks and plots included; {whole['cpu_s']:.1f} CPU-s) | {whole['us_per_sample']:.2f} | "
+        f"**{whole['ratio']:.1f}x** | |\n\n"
+        f"The W2S step's three GEMMs alone take {w['gemms_ms']:.3f} ms and its draws {w['draws_ms']:.3f} ms, so its "
+        f"share of the matmul rate cannot exceed {w['bound_share']:.0%} without faster GEMMs or draws; the rest of "
+        f"the step ({w['step_ms'] - w['gemms_ms'] - w['draws_ms']:.2f} ms) is elementwise work and per-op overhead.\n"
+    )
+
+
 def _study_cost(root: Path) -> str:
     """records/costs/verdict2.json: each base of the next verdict study as it finished (comparison, WiSE-FT, pack),
     with the machine's load, and the study so far."""
@@ -881,6 +922,8 @@ TABLES: dict[str, tuple[str, Callable[[Path], str]]] = {
     "eval-cell-cost": ("docs/alternatives.md", _eval_cell_cost),
     "verdict2-cost": ("docs/alternatives.md", _study_cost),
     "w2s-compile": ("docs/w2s.md", _w2s_compile),
+    "w2s-gram-free": ("docs/w2s.md", _w2s_gram_free),
+    "w2s-step": ("docs/w2s-scaling.md", _w2s_step),
 }
 
 
