@@ -1,11 +1,12 @@
 """Speed of the weak-to-strong simulator's SGD step (paper preset: d=1024, s=128, N=160, batch 32).
 
 Compares the time per sample of the project's step (`anchorft.w2s.dynamics.train`, seeds batched, inputs and
-labels included) with two NumPy loops of the same model written below: a competent one in the same reduced
-coordinates (float32, seeds batched, x = B z never formed, the batch Gram matrix for the renormalisation: the
-same arithmetic as the project's W2S step), and the plain full-space one (one seed at a time, float64, dense x in
-R^d, as one would write it first). Also measures this machine's single-precision matmul rate in the same
-process and prints the share of it that each step reaches (matmul FLOPs only). The machine may be shared:
+labels included; the marginal cost of a step, from runs of n and 3n steps) with two NumPy loops of the same model
+written below: a competent one in the same reduced coordinates (float32, seeds batched, x = B z never formed, the
+batch Gram matrix for the renormalisation: the same arithmetic as the project's W2S step), and the plain full-space
+one (one seed at a time, float64, dense x in R^d, as one would write it first). Also measures this machine's
+single-precision matmul rate in the same process and prints the share of it that each step reaches (matmul FLOPs
+only). The machine may be shared:
 times are process CPU times (time.process_time; everything runs on one thread, so a process that is descheduled
 by other users is not charged for it), each the best of several interleaved repeats; the numbers that matter
 are the ratios. Set CLOCK=wall in the environment to use wall-clock time instead.
@@ -102,11 +103,13 @@ def numpy_reduced(cfg, problem, steps: int, rng: np.random.Generator) -> float:
     return (_clock() - t0) / steps
 
 
-def project_step(cfg, problem, mode: str) -> float:
+def project_run(cfg, problem, mode: str, steps: int) -> float:
+    """Seconds of one `train` run of `steps` steps (its set-up and logging included)."""
+    cfg = apply_overrides(cfg, {"steps": steps})
     t0 = _clock()
     with torch.no_grad():
         train(cfg, problem, mode, progress=False)
-    return (_clock() - t0) / cfg.steps
+    return _clock() - t0
 
 
 def matmul_rate(n: int = 512, reps: int = 20) -> float:
@@ -177,13 +180,18 @@ def main() -> None:
     a = problem.a.double().numpy()
     rng = np.random.default_rng(0)
     np_steps = max(20, args.steps // 4)
-    t = {k: float("inf") for k in ("np_w2s", "np_sft", "np_red", "w2s", "sft")}
+    # the project's step is the marginal cost of a step: runs of n and 3n steps, (t(3n) - t(n)) / 2n, so that the
+    # run's set-up (about 17 ms for W2S, 20 % of a 200-step run) is not charged to the step
+    t = {k: float("inf") for k in ("np_w2s", "np_sft", "np_red", "w2s1", "w2s3", "sft1", "sft3")}
     for _ in range(args.repeats):  # interleaved, best of repeats
         t["np_red"] = min(t["np_red"], numpy_reduced(cfg, problem, np_steps, rng))
         t["np_w2s"] = min(t["np_w2s"], numpy_baseline(cfg, *np0, a, np_steps, "w2s", rng))
         t["np_sft"] = min(t["np_sft"], numpy_baseline(cfg, *np0, a, np_steps, "sft", rng))
-        t["w2s"] = min(t["w2s"], project_step(cfg, problem, "w2s"))
-        t["sft"] = min(t["sft"], project_step(cfg, problem, "sft"))
+        for mode in ("w2s", "sft"):
+            for k in (1, 3):
+                t[f"{mode}{k}"] = min(t[f"{mode}{k}"], project_run(cfg, problem, mode, k * args.steps))
+    for mode in ("w2s", "sft"):
+        t[mode] = (t[f"{mode}3"] - t[f"{mode}1"]) / (2 * args.steps)
     rate = matmul_rate()
     # useful FLOPs per step of the project (matmuls only): forward, gradient, b x b Gram, weak model / labels
     flops = {

@@ -669,7 +669,8 @@ def _w2s_step(root: Path) -> str:
     w, f, whole = r["w2s"], r["sft"], r["whole"]
     return (
         f"`{r['command'].replace(' --json records/costs/w2s-step.json', '')}` at commit {r['commit'][:7]} (torch "
-        f"{r['torch']}, paper preset, {r['seeds']} seeds batched, one thread, {r['clock']} time, best of "
+        f"{r['torch']}, paper preset, {r['seeds']} seeds batched, one thread, {r['clock']} time; a step is the "
+        f"marginal cost of one, from runs of {r['steps']} and {3 * r['steps']} steps; best of "
         f"{r['repeats']} interleaved repeats, load average {r['load_average'][0]} at the end; matmul rate "
         f"{r['matmul_gflops']:.0f} GFLOP/s):\n\n"
         "| | us per sample | full-space NumPy loop / this | share of the matmul rate |\n"
