@@ -124,27 +124,32 @@ def matmul_rate(n: int = 512, reps: int = 20) -> float:
     return 2 * n**3 / best
 
 
-def step_parts(cfg, reps: int = 64) -> dict[str, float]:
-    """Seconds per W2S step of two of its parts, timed alone on the step's shapes: the Gaussian draws (one chunk
-    of z per seed, as `sampling.gaussian_chunk` draws them, divided by the chunk) and the step's three batched
-    GEMMs (u = z c^T, Gram G, c - e G^T z). What the step takes beyond both is elementwise work and per-op
-    overhead. Best of 3."""
+def step_parts(cfg, dense: bool = False, reps: int = 64) -> dict[str, float]:
+    """Seconds per step of two of its parts, timed alone on the step's shapes: the Gaussian draws (one chunk per
+    seed, as `sampling.gaussian_chunk` draws them, divided by the chunk) and the step's three batched GEMMs (the
+    forward u, Gram G, the update's G^T x). W2S works on z in R^s (u = z c^T); with `dense`, SFT on x in R^d
+    (u = (W x^T)^T, the orientation `dynamics.dense_step` uses). What a step takes beyond both is elementwise work
+    and per-op overhead. Best of 3."""
     from anchorft.w2s.sampling import gaussian_chunk, make_generators
 
-    S, B, N, s, n = cfg.n_seeds, cfg.batch_size, sum(cfg.group_sizes), cfg.s, cfg.chunk
+    S, B, N, n = cfg.n_seeds, cfg.batch_size, sum(cfg.group_sizes), cfg.chunk
+    dim = cfg.d if dense else cfg.s
     gens = make_generators(list(range(S)), 1, torch.device("cpu"))
-    buf = torch.empty(S, n, B, s)
-    z, c, gram, h = torch.randn(S, B, s), torch.randn(S, N, s), torch.randn(S, B, B), torch.randn(S, B, N)
-    u = torch.empty(S, B, N)
+    buf = torch.empty(S, n, B, dim)
+    z, c, gram, h = torch.randn(S, B, dim), torch.randn(S, N, dim), torch.randn(S, B, B), torch.randn(S, B, N)
+    u, ut = torch.empty(S, B, N), torch.empty(S, N, B)
     best = {"draws": float("inf"), "gemms": float("inf")}
     for _ in range(3):
         t0 = _clock()
         for _ in range(max(reps // n, 2)):
-            gaussian_chunk(gens, n, B, s, torch.float32, torch.device("cpu"), out=buf)
+            gaussian_chunk(gens, n, B, dim, torch.float32, torch.device("cpu"), out=buf)
         best["draws"] = min(best["draws"], (_clock() - t0) / (max(reps // n, 2) * n))
         t0 = _clock()
         for _ in range(reps):
-            torch.bmm(z, c.mT, out=u)
+            if dense:
+                torch.bmm(c, z.mT, out=ut)
+            else:
+                torch.bmm(z, c.mT, out=u)
             torch.bmm(gram, h, out=u)
             c.baddbmm_(h.mT, z, alpha=-1e-9)
         best["gemms"] = min(best["gemms"], (_clock() - t0) / reps)
@@ -245,14 +250,25 @@ def main() -> None:
     if args.whole:
         whole = whole_preset()
         loop = (t["np_w2s"] + t["np_sft"]) / (2 * B)  # the full-space loop, seconds per sample
+        sft_parts = step_parts(cfg, dense=True)
+        # the preset's two runs reduced to their steps' GEMMs and draws: no set-up, elementwise work, risks or plots
+        floor = load_config("paper").steps * sum(p["gemms"] + p["draws"] for p in (parts, sft_parts))
+        floor *= load_config("paper").n_seeds / S  # the parts were timed at this run's seeds
         whole.update(
-            us_per_sample=whole["cpu_s"] / whole["samples"] * 1e6, ratio=loop * whole["samples"] / whole["cpu_s"]
+            us_per_sample=whole["cpu_s"] / whole["samples"] * 1e6,
+            ratio=loop * whole["samples"] / whole["cpu_s"],
+            sft_gemms_ms=sft_parts["gemms"] * 1e3,
+            sft_draws_ms=sft_parts["draws"] * 1e3,
+            floor_cpu_s=floor,
+            bound_ratio=loop * whole["samples"] / floor,
         )
         out["whole"] = whole
         print(
             f"whole paper preset (`anchorft w2s run --preset paper`, {whole['samples']:,} samples):"
             f" {whole['cpu_s']:.1f} CPU-s = {whole['us_per_sample']:.2f} us/sample; the full-space NumPy loop"
-            f" {loop * 1e6:.1f} us/sample: {whole['ratio']:.1f}x"
+            f" {loop * 1e6:.1f} us/sample: {whole['ratio']:.1f}x; the SFT step's GEMMs alone"
+            f" {sft_parts['gemms'] * 1e3:.2f} ms and draws {sft_parts['draws'] * 1e3:.2f} ms: with nothing but both"
+            f" steps' GEMMs and draws the preset would take {floor:.1f} CPU-s ({whole['bound_ratio']:.1f}x at most)"
         )
     if args.json:
         from anchorft.io import write_json

@@ -686,7 +686,11 @@ def _w2s_step(root: Path) -> str:
         f"**{whole['ratio']:.1f}x** | |\n\n"
         f"The W2S step's three GEMMs alone take {w['gemms_ms']:.3f} ms and its draws {w['draws_ms']:.3f} ms, so its "
         f"share of the matmul rate cannot exceed {w['bound_share']:.0%} without faster GEMMs or draws; the rest of "
-        f"the step ({w['step_ms'] - w['gemms_ms'] - w['draws_ms']:.2f} ms) is elementwise work and per-op overhead.\n"
+        f"the step ({w['step_ms'] - w['gemms_ms'] - w['draws_ms']:.2f} ms) is elementwise work and per-op overhead. "
+        f"The SFT step's GEMMs alone take {whole['sft_gemms_ms']:.2f} ms and its draws {whole['sft_draws_ms']:.2f} "
+        f"ms; with nothing but both steps' GEMMs and draws (no set-up, elementwise work, risks or plots) the whole "
+        f"preset would take {whole['floor_cpu_s']:.1f} CPU-s, {whole['bound_ratio']:.1f}x the full-space loop at "
+        "most.\n"
     )
 
 
