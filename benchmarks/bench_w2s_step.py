@@ -16,7 +16,7 @@ its seeds, start-up, risks and plots included) in a child process (its user + sy
 samples (modes x seeds x steps x batch), against the full-space NumPy loop per sample (the mean of its W2S and SFT
 loops). With --json, writes every number printed.
 
-    .venv/bin/python benchmarks/bench_w2s_step.py [--steps 200] [--repeats 3] [--seeds 3] [--whole] [--json PATH]
+    .venv/bin/python benchmarks/bench_w2s_step.py [--steps 500] [--repeats 3] [--seeds 3] [--whole] [--json PATH]
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ def whole_preset() -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seeds", type=int, default=3)
