@@ -381,14 +381,18 @@ def train(
     center = label_mean(config, problem) if mode == "w2s" and config.label_center == "mean" else None
     label_sum = torch.zeros(n_seeds, dtype=torch.float64)  # mean of the labels trained on, per seed (reported)
 
-    def labels(x: torch.Tensor, weak_first: torch.Tensor) -> torch.Tensor:
+    def labels(x: torch.Tensor, weak_first: torch.Tensor | None, chunk_major: bool = True) -> torch.Tensor:
+        """Labels of a chunk's inputs: x (S, n b, dim) (the reduced path), (n, S, b, dim) or, with chunk_major
+        False, (S, n, b, dim) (the isotropic buffer: labels (S, n, b), each batch's product as in the (n, S, ...)
+        layout, so the same numbers)."""
         if mode == "w2s":
             fw = weak_output(x, weak_first, config.weak_activation, config.weak_bound)
             y = transform_labels(fw, config.transform, config.clip)
             y = y if center is None else y - center.unsqueeze(-1)
         else:
-            y = pi0 * link.value((x @ (theta0_b if reduced else theta0)).squeeze(-1))
-        seed_axis = 0 if y.dim() == 2 else 1  # (S, n b) from a seed-major buffer, (n, S, b) from generative_dense
+            theta = theta0_b if reduced else theta0
+            y = pi0 * link.value((x @ (theta if chunk_major else theta.unsqueeze(1))).squeeze(-1))
+        seed_axis = 0 if y.dim() == 2 or not chunk_major else 1
         label_sum.add_(y.double().movedim(seed_axis, 0).reshape(n_seeds, -1).sum(-1).cpu())
         return y
 
@@ -426,7 +430,7 @@ def train(
             else:  # drawn into xbuf (S, n, b, d) as in the reduced path: no stacked copy of the chunk
                 noise = isotropic(gens, n, batch, config.d, dtype, dev, out=xbuf)
                 xs = xbuf[:, :n]
-                ys = labels(xs.reshape(n_seeds, n * batch, config.d), None).view(n_seeds, n, batch).transpose(0, 1)
+                ys = labels(xs, None, chunk_major=False).transpose(0, 1)
                 grams = (xs @ xs.mT).transpose(0, 1)
         per_step = list(zip(noise.unbind(0), grams.unbind(0), ys.unbind(0)))  # views made once per chunk
         flushed = 0  # steps of this chunk whose losses are stored in `losses`
