@@ -59,8 +59,13 @@ def tokenizer(tokenizer_dir):
 
 
 def tiny_config(kind: str, vocab: int, hidden: int = 32, layers: int = 2, inter: int = 48, tie: bool = False):
-    from transformers import LlamaConfig, Qwen2Config
+    from transformers import GPT2Config, LlamaConfig, Qwen2Config
 
+    if kind == "gpt2":  # its attention and MLP layers are transformers' Conv1D (weights stored (in, out))
+        return GPT2Config(
+            vocab_size=vocab, n_positions=128, n_embd=hidden, n_layer=layers, n_head=4, n_inner=inter,
+            tie_word_embeddings=tie, pad_token_id=1, bos_token_id=2, eos_token_id=3,
+        )  # fmt: skip
     cls = {"llama": LlamaConfig, "qwen2": Qwen2Config}[kind]
     return cls(
         vocab_size=vocab,

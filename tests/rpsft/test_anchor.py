@@ -24,7 +24,7 @@ def numpy_penalty(w0s: dict, model, k: int) -> float:
     return total
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "gpt2"])
 @pytest.mark.parametrize("k", [3, 8, 1000])
 def test_penalty_matches_explicit_svd(kind, k, rp):
     model = rp.tiny_model(kind, 64, tie=(kind == "qwen2"))
@@ -40,8 +40,9 @@ def test_penalty_matches_explicit_svd(kind, k, rp):
     assert all(e.fallback == (k >= min(e.shape)) for e in anchor.entries)
 
 
-def test_closed_form_grad_equals_autograd(rp):
-    model = rp.tiny_model("llama", 64)
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_closed_form_grad_equals_autograd(kind, rp):
+    model = rp.tiny_model(kind, 64)
     anchor = SubspaceAnchor.from_model(model, rank=5)
     rp.perturb(model)
     model.zero_grad()
@@ -157,6 +158,18 @@ def test_targets_selection_and_errors(rp):
         SubspaceAnchor.from_model(model, rank=0)
     with pytest.raises(ValueError, match="svd"):
         SubspaceAnchor.from_model(model, rank=2, svd="fast")
+
+
+def test_gpt2s_conv1d_layers_are_anchored_like_linear_ones(rp):
+    """GPT-2's attention and MLP layers are transformers' Conv1D: 'all-linear' anchors them, as PEFT's 'all-linear'
+    adapts them; the tied input/output embedding is anchored once."""
+    model = rp.tiny_model("gpt2", 64, layers=1, tie=True)
+    names = [n for n, _ in select_parameters(model)]
+    conv = [f"transformer.h.0.{m}.weight" for m in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")]
+    assert set(conv) <= set(names)
+    assert set(names) - set(conv) == {"transformer.wte.weight", "transformer.wpe.weight"}
+    assert set(n for n, _ in select_parameters(model, include_embeddings=False)) == set(conv)
+    assert [n for n, _ in select_parameters(model, ["c_fc"])] == ["transformer.h.0.mlp.c_fc.weight"]
 
 
 def test_save_load_roundtrip_and_mismatches(tmp_path, rp):

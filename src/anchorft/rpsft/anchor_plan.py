@@ -175,18 +175,28 @@ def select_layers(names: Sequence[str], layers: str | None) -> list[str]:
     return chosen
 
 
+def linear_types() -> tuple[type, ...]:
+    """The linear layer types, as PEFT's 'all-linear' counts them: nn.Linear and transformers' Conv1D (GPT-2's
+    attention and MLP layers, a linear layer with its weight stored transposed, (in, out))."""
+    from transformers.pytorch_utils import Conv1D  # lazy: this module loads without transformers
+
+    return (nn.Linear, Conv1D)
+
+
 def _named_matrices(model: nn.Module) -> list[tuple[str, nn.Parameter, str]]:
-    """Every trainable 2-D weight of an nn.Linear / nn.Embedding module, once (tied weights counted once).
+    """Every trainable 2-D weight of a linear layer (`linear_types`) or nn.Embedding, once (tied weights once).
 
     Returns (parameter name, parameter, kind) with kind "linear" or "embedding"; the output embedding
-    (lm_head) counts as an embedding. Vision and cross-attention modules are excluded.
+    (lm_head) counts as an embedding. Vision and cross-attention modules are excluded. A Conv1D weight is anchored
+    as stored, W^T: eq. 3's penalty is the same for W and W^T (the top-k bases swap sides).
     """
     model = unwrap(model)
     out_emb = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     seen: set[int] = set()
     result = []
+    kinds = (*linear_types(), nn.Embedding)
     for mod_name, module in model.named_modules():
-        if not isinstance(module, (nn.Linear, nn.Embedding)) or _EXCLUDED.search(mod_name):
+        if not isinstance(module, kinds) or _EXCLUDED.search(mod_name):
             continue
         p = module.weight
         if p is None or len(logical_shape(p)) != 2 or not p.requires_grad or id(p) in seen:

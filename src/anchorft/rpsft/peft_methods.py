@@ -24,6 +24,7 @@ from torch import nn
 from anchorft.errors import MissingExtra
 from anchorft.io import atomic_path, write_json
 from anchorft.rpsft.adapters import ADAPTERS, get_adapter, tuner_layers
+from anchorft.rpsft.anchor_plan import linear_types
 from anchorft.rpsft.sharding import full_matrix, unwrap
 
 __all__ = [
@@ -47,14 +48,6 @@ ADAPTER_DIR = "adapter"  # checkpoint-N/adapter/: the adapter's tensors, gathere
 RELEASE_TARGETS = "all-linear-embedding"
 
 
-def _linear_types() -> tuple[type, ...]:
-    """The layer types PEFT's 'all-linear' adapts: nn.Linear and transformers' Conv1D (GPT-2's attention and MLP
-    layers, a linear layer with its weight stored transposed)."""
-    from transformers.pytorch_utils import Conv1D  # lazy: this module loads without transformers
-
-    return (nn.Linear, Conv1D)
-
-
 def target_modules(args, model: nn.Module | None = None) -> str | list[str]:
     """PEFT's target_modules for `args.lora_target_modules`: 'all-linear' and a regex pass through; RELEASE_TARGETS
     becomes the names of every linear layer (nn.Linear, GPT-2's Conv1D) and nn.Embedding of `model` but its output
@@ -70,7 +63,7 @@ def target_modules(args, model: nn.Module | None = None) -> str | list[str]:
         return value
     if value == RELEASE_TARGETS:
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-        kinds = (*_linear_types(), nn.Embedding)
+        kinds = (*linear_types(), nn.Embedding)
         names = [n for n, m in model.named_modules() if isinstance(m, kinds) and m is not head]
     else:
         names = [n for n, _ in model.named_modules() if n and re.fullmatch(value, n)]
@@ -105,7 +98,7 @@ def _targeted(model: nn.Module | None, targets: str | list[str]) -> list[tuple[s
     if model is None:
         return []
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    linear = _linear_types()
+    linear = linear_types()
     layers = [(n, m) for n, m in model.named_modules() if isinstance(m, (*linear, nn.Embedding))]
     if targets == "all-linear":
         return [(n, m) for n, m in layers if isinstance(m, linear) and m is not head]
