@@ -14,12 +14,13 @@ spawned); `Grid(folder, context).run(cells, fn, executor)` runs the cells not ye
   (`CellLost`). A failed line is not a result: the same command reruns exactly the lost cells.
 - Threads: the executor runs every cell on `threads` torch threads (`anchorft.threads.pinned_threads`), whatever
   the number of workers or the machine's cores: a cell's numbers do not depend on how many run at once.
-- Signals (`anchorft.stop`): at a SIGTERM or Ctrl-C the queued cells are cancelled, the cells in flight are told
-  to stop (a worker process gets the signal and stops at its cell's next safe point; a Ray task is cancelled), and
-  every cell that finished before its worker stopped is recorded; then the study raises the signal (exit 143 or
-  130). The worker processes handle the signal themselves (the pool's initializer), so a signal sent to the whole
-  process group (SLURM's `scancel --signal=TERM`, Ctrl-C in a terminal) stops them as cleanly as one sent to the
-  parent: temporary folders removed, nothing half written.
+- Signals (`anchorft.stop`): at a SIGTERM or Ctrl-C the queued cells do not start, the cells in flight are told
+  to stop (a worker process gets the signal, a Ray task sees a flag it watches; each stops at its cell's next safe
+  point, and a Ray task that has not within 10 s is cancelled), and every cell that finished before its worker
+  stopped is recorded; then the study raises the signal (exit 143 or 130). The worker processes handle the signal
+  themselves (the pool's initializer), so a signal sent to the whole process group (SLURM's
+  `scancel --signal=TERM`, Ctrl-C in a terminal) stops them as cleanly as one sent to the parent: temporary
+  folders removed, nothing half written.
 - Executors: `InProcess` (one cell at a time, in this process), `LocalProcesses` (`workers` spawned processes) and
   `RayTasks` (each cell a Ray task on a cluster, `RayCluster`). Another executor only has to implement
   `Executor.map`. The record stays with the grid, in its folder, whichever executor ran a cell: a study started
@@ -38,6 +39,8 @@ import multiprocessing as mp
 import os
 import secrets
 import signal
+import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -82,6 +85,7 @@ class Lost:
 
 _WORKER_DEFERRAL: list = []  # a spawned worker's `stop.deferred()`, entered once by `_worker_init`
 _POLL = 0.25  # seconds between looks at the signal record while cells run elsewhere (the stop's latency)
+_GRACE = 10.0  # seconds a Ray task has to reach a safe point after a stop before it is cancelled
 
 
 def _run_pinned(fn: CellFn, threads: int, cell: Cell) -> dict:
@@ -241,14 +245,55 @@ class ExecutorArguments:
         return RayCluster(self.address, 3 if self.retries is None else self.retries, gpus)
 
 
-def _run_in(folder: str, fn: CellFn, threads: int, cell: Cell) -> dict:
+class _StopFlag:
+    """A study's stop request as a Ray actor (`RayTasks`): the driver raises it at a signal, each running task
+    watches it and stops at its cell's next safe point, as a local worker process does at the signal itself."""
+
+    def __init__(self) -> None:
+        self.raised = False
+
+    def raise_(self) -> None:
+        self.raised = True
+
+    def is_raised(self) -> bool:
+        return self.raised
+
+
+def _run_in(folder: str, fn: CellFn, threads: int, cell: Cell, flag: Any = None) -> dict:
     """A cell on a Ray worker: in the driver's working folder (relative output paths mean the same there; the
-    folder must exist at the same path on every node, as on a shared filesystem), on `threads` torch threads."""
+    folder must exist at the same path on every node, as on a shared filesystem), on `threads` torch threads. With
+    `flag` (a `_StopFlag` actor), a thread looks at it every `_POLL` seconds and, once it is raised, records a
+    SIGTERM in this worker (`anchorft.stop`): the cell stops at its next safe point (a queued cell at its start)."""
+    import ray
+
     try:
         os.chdir(folder)
     except OSError as e:
         raise ValueError(f"cell {cell.name}: the study's folder {folder} is not on this node ({e.strerror})") from None
-    return _run_pinned(fn, threads, cell)
+    stop.clear()  # a Ray worker runs task after task: a stop recorded for an earlier one is not this one's
+    done = threading.Event()
+
+    def raised() -> bool:
+        try:
+            return bool(ray.get(flag.is_raised.remote(), timeout=30))
+        except Exception:  # the flag gone with its driver: the driver's end cancels this task
+            return False
+
+    def watch() -> None:
+        while not done.wait(_POLL):
+            if raised():
+                stop.record(signal.SIGTERM)
+                return
+
+    if flag is not None:
+        if raised():
+            stop.record(signal.SIGTERM)
+        threading.Thread(target=watch, daemon=True).start()
+    try:
+        return _run_pinned(fn, threads, cell)
+    finally:
+        done.set()
+        stop.clear()
 
 
 @dataclass
@@ -285,14 +330,24 @@ class RayTasks:
         task = ray.remote(_run_in).options(
             num_cpus=self.threads, num_gpus=self.cluster.gpus, max_retries=self.cluster.retries, retry_exceptions=False
         )
-        refs = {task.remote(os.getcwd(), fn, self.threads, c): c for c in cells}
-        stopping = False
+        # a stop is asked through this flag, not by cancelling the tasks: Ray's own cancel can race a task's reply
+        # and crash the driver's core worker (a RAY_CHECK, exit 1); it stays the fallback for a cell that does not
+        # stop within _GRACE seconds
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        flag = ray.remote(num_cpus=0)(_StopFlag).options(scheduling_strategy=here).remote()  # on the driver's node
+        refs = {task.remote(os.getcwd(), fn, self.threads, c, flag): c for c in cells}
+        stopping, cancelled = 0.0, False
         try:
             with stop.deferred():  # the handler records only while the cluster runs the cells (module docstring)
                 while refs:
                     if stop.requested() and not stopping:
-                        stopping = True
-                        for ref in refs:  # queued tasks never start; running ones get a KeyboardInterrupt
+                        stopping = time.monotonic()
+                        flag.raise_.remote()  # running cells stop at their next safe point, queued ones at start
+                    if stopping and not cancelled and time.monotonic() - stopping > _GRACE:
+                        cancelled = True
+                        for ref in refs:  # cells past the grace get a KeyboardInterrupt where they are
                             ray.cancel(ref, force=False)
                     done, _ = ray.wait(list(refs), num_returns=1, timeout=_POLL)
                     if not done:
@@ -315,6 +370,7 @@ class RayTasks:
         finally:  # stopped, failed or done: nothing of this study keeps running on the cluster
             for ref in refs:
                 ray.cancel(ref, force=True)
+            ray.kill(flag)
             if started:
                 ray.shutdown()
                 stop.take_back()
