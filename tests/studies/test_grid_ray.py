@@ -525,27 +525,29 @@ def test_sigterm_to_a_study_on_the_cluster_exits_143_and_keeps_its_finished_cell
     repeats none of them."""
     if sum(n["Alive"] for n in _nodes(cluster.address)) < 2:
         cluster.new_worker()
-    # three short cells (one is recorded soon) and three of about 5 s a CPU (still running at the signal, and longer
-    # than the stop may take: a running cell that did not see the flag would finish first): the resumed study runs
-    # the long ones only
+    # three short cells, point0-2, and three of about 5 s a CPU, point3-5: the signal once the short ones are
+    # recorded, when long ones run (each seeing the flag within a second); the resumed study runs the long ones only
     spec = str(_sweep_spec(tmp_path, steps=30000, short=300))
+    short, long = {"point0", "point1", "point2"}, {"point3", "point4", "point5"}
     argv = ["w2s", "sweep", "--kind", "overlap", "--spec", spec, "--out", "study", "--quiet"]
     proc = children.start([sys.executable, "-m", "anchorft", *argv, "--executor", "ray", "--address",
                            cluster.address], cwd=tmp_path, stderr=subprocess.PIPE, text=True)  # fmt: skip
     err = children.read_stderr(proc)
-    # the first cell recorded: the others are running or queued (each takes seconds)
-    children.wait_until(proc, lambda: bool(_record(tmp_path / "study")), 300, lambda: "".join(err))
+    children.wait_until(proc, lambda: short <= set(_record(tmp_path / "study")), 300, lambda: "".join(err))
+    before = set(_record(tmp_path / "study"))
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     rc = proc.wait(timeout=60)
     took = time.monotonic() - t0
     text = "".join(err)
     assert rc == 143, text[-2000:]
-    assert took < 4, took
+    assert took < 10, took
     assert "terminated" in text.strip().splitlines()[-1] and "Traceback" not in text, text[-2000:]
     assert json.loads((tmp_path / "study" / "anchorft-run.json").read_text())["status"] == "interrupted"
     finished = _record(tmp_path / "study")
-    assert 1 <= len(finished) < 6
+    # no long cell finished after the signal: the running ones stopped at a step (one that ran to its end, about 5 s,
+    # would be recorded: the stop did not reach it), the queued one did not start
+    assert 3 <= len(finished) < 6 and not (set(finished) - before) & long, (before, finished)
     resumed = _cli(*argv, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     names = _record(tmp_path / "study")
