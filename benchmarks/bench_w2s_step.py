@@ -156,9 +156,9 @@ def step_parts(cfg, dense: bool = False, reps: int = 64) -> dict[str, float]:
     return best
 
 
-def whole_preset() -> dict:
-    """CPU seconds (user + system, the child's) of `anchorft w2s run --preset paper` and the samples it trains on."""
-    cfg = load_config("paper")
+def whole_preset(cfg) -> dict:
+    """CPU seconds (user + system, the child's) of `anchorft w2s run --preset paper` and the samples it trains on
+    (`cfg`: the paper preset as shipped)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with tempfile.TemporaryDirectory(prefix="anchorft-bench-") as tmp:
         cmd = [sys.executable, "-m", "anchorft", "w2s", "run", "--preset", "paper", "--out", tmp, "--quiet"]
@@ -178,7 +178,8 @@ def main() -> None:
     ap.add_argument("--json", help="write the numbers here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    cfg = apply_overrides(load_config("paper"), {"steps": args.steps, "n_seeds": args.seeds, "n_log": 5})
+    paper = load_config("paper")
+    cfg = apply_overrides(paper, {"steps": args.steps, "n_seeds": args.seeds, "n_log": 5})
     problem = build_problem(cfg)
     S, B, N, d, s = cfg.n_seeds, cfg.batch_size, sum(cfg.group_sizes), cfg.d, cfg.s
     np0 = [x[0].double().numpy() for x in (problem.bases[:, 0], problem.thetas[:, 0], problem.w0, problem.weak_u)]
@@ -188,6 +189,8 @@ def main() -> None:
     # the project's step is the marginal cost of a step: runs of n and 3n steps, (t(3n) - t(n)) / 2n, so that the
     # run's set-up (about 17 ms for W2S, 20 % of a 200-step run) is not charged to the step
     t = {k: float("inf") for k in ("np_w2s", "np_sft", "np_red", "w2s1", "w2s3", "sft1", "sft3")}
+    for mode in ("w2s", "sft"):  # a first run's one-time costs (caches, BLAS set-up) would land in t(n) alone
+        project_run(cfg, problem, mode, 2)
     for _ in range(args.repeats):  # interleaved, best of repeats
         t["np_red"] = min(t["np_red"], numpy_reduced(cfg, problem, np_steps, rng))
         t["np_w2s"] = min(t["np_w2s"], numpy_baseline(cfg, *np0, a, np_steps, "w2s", rng))
@@ -216,12 +219,11 @@ def main() -> None:
     print(f"paper preset: d={d} s={s} N={N} batch={B}, seeds batched={S}, torch threads={args.threads}, {clock} time")
     print(f"matmul rate (float32, 512^3): {rate / 1e9:.1f} GFLOP/s")
     for mode in ("w2s", "sft"):
-        per_sample_np = t[f"np_{mode}"] / B
-        per_sample = t[mode] / (S * B)
-        frac = flops[mode] / t[mode] / rate
+        m = out[mode]
         print(
-            f"{mode:>4}: numpy loop {per_sample_np * 1e6:8.2f} us/sample | project {per_sample * 1e6:8.2f} us/sample"
-            f" | ratio {per_sample_np / per_sample:6.1f}x | step {t[mode] * 1e3:.2f} ms = {frac:.1%} of matmul rate"
+            f"{mode:>4}: numpy loop {m['numpy_us_per_sample']:8.2f} us/sample | project {m['us_per_sample']:8.2f}"
+            f" us/sample | ratio {m['numpy_us_per_sample'] / m['us_per_sample']:6.1f}x | step {m['step_ms']:.2f} ms"
+            f" = {m['share_of_matmul_rate']:.1%} of matmul rate"
         )
     red = t["np_red"] / (S * B)
     proj = t["w2s"] / (S * B)
@@ -248,12 +250,12 @@ def main() -> None:
         bound_share=flops["w2s"] / (parts["gemms"] + parts["draws"]) / rate,
     )
     if args.whole:
-        whole = whole_preset()
+        whole = whole_preset(paper)
         loop = (t["np_w2s"] + t["np_sft"]) / (2 * B)  # the full-space loop, seconds per sample
         sft_parts = step_parts(cfg, dense=True)
         # the preset's two runs reduced to their steps' GEMMs and draws: no set-up, elementwise work, risks or plots
-        floor = load_config("paper").steps * sum(p["gemms"] + p["draws"] for p in (parts, sft_parts))
-        floor *= load_config("paper").n_seeds / S  # the parts were timed at this run's seeds
+        floor = paper.steps * sum(p["gemms"] + p["draws"] for p in (parts, sft_parts))
+        floor *= paper.n_seeds / S  # the parts were timed at this run's seeds
         whole.update(
             us_per_sample=whole["cpu_s"] / whole["samples"] * 1e6,
             ratio=loop * whole["samples"] / whole["cpu_s"],
