@@ -105,3 +105,50 @@ def test_every_preset_base_is_in_the_seed_ledger():
         cfg = load_config(name)
         for seed in cfg.bases or [cfg.pretrain.seed]:
             assert status(seed) not in (None, "free"), f"{name}: pretraining seed {seed} is not in records/seeds.md"
+
+
+def _holm_by_loop(ps: list[float]) -> list[float]:
+    """Holm's step-down adjusted p, written out: sort, scale the i-th smallest by (m - i), carry the running max."""
+    m = len(ps)
+    order = sorted(range(m), key=lambda i: ps[i])
+    out, running = [0.0] * m, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * ps[i]))
+        out[i] = running
+    return out
+
+
+DECIDED = sorted(
+    p.stem
+    for p in (records.repo_root() / "records").glob("*.json")
+    if "decision" in records.load_record(p.stem)["results"]
+)
+
+
+@pytest.mark.parametrize("name", DECIDED)
+def test_a_recorded_decision_is_holm_and_the_rule_on_its_own_rows(name):
+    """A verdict record's decision (what its docs table says is decided) follows from its pooled rows: each row's p is
+    that of the items-shared interval, Holm over every row (by a loop here), decided where the adjusted p <= alpha,
+    and the confirmatory row's outcome by the preset's rule on its unadjusted interval."""
+    v = records.load_record(name)["results"]
+    d, pooled = v["decision"], v["pooled"]
+    assert list(d["rows"]) == list(pooled)
+    for run, row in d["rows"].items():
+        src = pooled[run].get("shared_items") or pooled[run]
+        assert (row["low"], row["high"], row["p"]) == (src["low"], src["high"], src["p"])
+    adjusted = _holm_by_loop([row["p"] for row in d["rows"].values()])
+    for (run, row), p_adj in zip(d["rows"].items(), adjusted):
+        assert row["p_holm"] == pytest.approx(p_adj, abs=1e-12)
+        want = "-" if p_adj > d["alpha"] else ("above" if row["mean"] > 0 else "under")
+        assert row["decided"] == want, run
+    if c := d.get("confirmatory"):
+        row = d["rows"][c["row"]]
+        assert (c["low"], c["high"]) == (row["low"], row["high"])
+        if c["low"] > 0:
+            assert c["outcome"].startswith("above the front")
+        elif c["high"] < 0:
+            assert c["outcome"] == "under the front"
+        elif -c["sesoi"] < c["low"] and c["high"] < c["sesoi"]:
+            assert c["outcome"].startswith("no effect of interest")
+        else:
+            assert c["outcome"] == "not decided"

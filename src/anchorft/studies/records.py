@@ -531,6 +531,46 @@ def _verdict_per_base_table(rec: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _decision_table(rec: dict) -> str:
+    """A `--confirm` verdict's rows as the decision reads them (`decision.decide`): the pooled, bias-corrected excess,
+    its bias-aware Hartung-Knapp interval and the items-shared one, the p of the interval the decision uses, Holm's
+    adjusted p over every row and what is decided."""
+    v = rec["results"]
+    d = v["decision"]
+    pct = round(100 * (1 - d["alpha"]))
+    conf = (d.get("confirmatory") or {}).get("row")
+    lines = [
+        f"| option | pooled excess | {pct} % interval | items shared | p | p (Holm) | decided | bases above |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for run, p in v["pooled"].items():
+        row, sh = d["rows"][run], p.get("shared_items")
+        label = VERDICT_LABELS.get(run, run) + (" (confirmatory)" if run == conf else "")
+        shared = f"[{sh['low']:+.1f}, {sh['high']:+.1f}]" if sh else "-"
+        lines.append(
+            f"| {label} | {p['mean']:+.1f} | [{p['low']:+.1f}, {p['high']:+.1f}] | {shared} | {row['p']:.3f} | "
+            f"{row['p_holm']:.3f} | {row['decided']} | {p['above']} of {p['bases']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _confirmatory_line(rec: dict) -> str:
+    """The confirmatory row's answer, and its per-base corrected excesses with the share of the replicates that
+    picked the knob the data picked."""
+    v = rec["results"]
+    c = v["decision"]["confirmatory"]
+    per = [b[c["row"]] for b in v["per_base"]]
+    excess = ", ".join(f"{b['corrected']:+.1f}" for b in per)
+    share = ", ".join(f"{b['pick_share']:.2f}" for b in per) if all("pick_share" in b for b in per) else None
+    out = (
+        f"Confirmatory row: {VERDICT_LABELS.get(c['row'], c['row'])}, {c['mean']:+.1f} [{c['low']:+.1f}, "
+        f"{c['high']:+.1f}] ({round(100 * (1 - v['decision']['alpha']))} %, smallest effect of interest "
+        f"{c['sesoi']:g} points): {c['outcome']}. Per base (pretraining seeds "
+        f"{', '.join(b.removeprefix('base-seed') for b in v['bases'])}) its corrected excess is {excess}"
+    )
+    return out + (f" (share of the replicates picking the knob picked on the data: {share})." if share else ".") + "\n"
+
+
 W2S_COLUMNS = (
     ("target_alignment", "target with theta_1"),
     ("nontarget_alignment", "non-target with theta_2"),
@@ -915,6 +955,8 @@ TABLES: dict[str, tuple[str, Callable[[Path], str]]] = {
     "demo-check-bar": ("docs/results/demo.md", _record_table("demo-check", _demo_check_bar)),
     "verdict": ("docs/results/verdict.md", _record_table("verdict", _verdict_table)),
     "verdict-per-base": ("docs/results/verdict.md", _record_table("verdict", _verdict_per_base_table)),
+    "verdict-pilot": ("docs/alternatives.md", _record_table("verdict-pilot", _decision_table)),
+    "verdict-pilot-confirmatory": ("docs/alternatives.md", _record_table("verdict-pilot", _confirmatory_line)),
     "w2s-paper": ("docs/results/w2s-paper.md", _record_table("w2s-paper", _w2s_table)),
     "w2s-replication": ("docs/w2s.md", _replication_table),
     "w2s-race-choice": ("docs/w2s.md", _race_choice_table),
