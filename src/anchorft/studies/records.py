@@ -490,6 +490,11 @@ def _knob(run: str, candidates: list[str]) -> str:
     return ", ".join(out).replace("e, ", "e-")  # lr 4e-3 splits at its hyphen
 
 
+def _interval(row: dict | None) -> str:
+    """A row's interval as the tables print it, "[low, high]" in points; "-" for none."""
+    return f"[{row['low']:+.1f}, {row['high']:+.1f}]" if row else "-"
+
+
 def _verdict_table(rec: dict) -> str:
     v = rec["results"]
     pct = round(100 * v["level"])
@@ -511,10 +516,9 @@ def _verdict_table(rec: dict) -> str:
             counts = sorted({r: picked.count(r) for r in picked}.items(), key=lambda kv: -kv[1])
             knobs = [f"{_knob(r, v['picks'][run])} ({n})" for r, n in counts]
             knob = ("; " if any(", " in k for k in knobs) else ", ").join(knobs)
-        shared = f"[{sh['low']:+.1f}, {sh['high']:+.1f}]" if sh else "-"
         lines.append(
             f"| {VERDICT_LABELS.get(run, run)} | {p['retention']:.3f} | {p['gain']:+.1f} | {est} | "
-            f"[{p['low']:+.1f}, {p['high']:+.1f}] | {shared} | {p['above']} of {p['bases']} | {knob} |"
+            f"{_interval(p)} | {_interval(sh)} | {p['above']} of {p['bases']} | {knob} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -546,9 +550,8 @@ def _decision_table(rec: dict) -> str:
     for run, p in v["pooled"].items():
         row, sh = d["rows"][run], p.get("shared_items")
         label = VERDICT_LABELS.get(run, run) + (" (confirmatory)" if run == conf else "")
-        shared = f"[{sh['low']:+.1f}, {sh['high']:+.1f}]" if sh else "-"
         lines.append(
-            f"| {label} | {p['mean']:+.1f} | [{p['low']:+.1f}, {p['high']:+.1f}] | {shared} | {row['p']:.3f} | "
+            f"| {label} | {p['mean']:+.1f} | {_interval(p)} | {_interval(sh)} | {row['p']:.3f} | "
             f"{row['p_holm']:.3f} | {row['decided']} | {p['above']} of {p['bases']} |"
         )
     return "\n".join(lines) + "\n"
@@ -626,7 +629,7 @@ def _readme_results(root: Path) -> str:
 
     def iv(run: str) -> str:
         row = d[run]
-        return f"{row['mean']:+.1f} [{row['low']:+.1f}, {row['high']:+.1f}], Holm p {row['p_holm']:.2f}"
+        return f"{row['mean']:+.1f} {_interval(row)}, Holm p {row['p_holm']:.2f}"
 
     w2s_page, demo_page, verdict_page = (
         "[W2S replication](docs/w2s.md#replication)",
@@ -1011,7 +1014,7 @@ def verdict_summary(root: Path) -> str:
         sides = [(p["low"], p["high"])] + ([(p["shared_items"]["low"], p["shared_items"]["high"])] if
                                             p.get("shared_items") else [])  # fmt: skip
         decided = "under" if all(h < 0 for _, h in sides) else "above" if all(lo > 0 for lo, _ in sides) else None
-        options[o] = {"interval": f"{p['mean']:+.1f} [{p['low']:+.1f}, {p['high']:+.1f}]", "decided": decided}
+        options[o] = {"interval": f"{p['mean']:+.1f} {_interval(p)}", "decided": decided}
     summary = {
         "record": "records/verdict.json",
         "method": v.get("method", "first"),  # a verdict.json before methods were named is the first method's
