@@ -152,3 +152,46 @@ def test_a_recorded_decision_is_holm_and_the_rule_on_its_own_rows(name):
             assert c["outcome"].startswith("no effect of interest")
         else:
             assert c["outcome"] == "not decided"
+
+
+@pytest.mark.parametrize("name", DECIDED)
+def test_a_decision_per_base_table_holds_each_base_row_of_its_record(name):
+    """The per-base table of a `--confirm` verdict: one line a base, in the record's order, each row's corrected
+    excess on that base, and the confirmatory row's bias-corrected interval and picked knob there."""
+    from anchorft.studies.testbed.verdict import base_interval
+
+    rec = records.load_record(name)
+    v = rec["results"]
+    conf = v["decision"]["confirmatory"]["row"]
+    lines = records._decision_per_base_table(rec).splitlines()[2:]
+    assert len(lines) == len(v["bases"])
+    for line, folder, base in zip(lines, v["bases"], v["per_base"]):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[0] == folder.removeprefix("base-seed")
+        assert [float(c) for c in cells[1 : 1 + len(v["pooled"])]] == [
+            round(base[r]["corrected"], 1) for r in v["pooled"]
+        ]
+        _, low, high = base_interval(v, base[conf])
+        assert cells[-2] == f"[{low:+.1f}, {high:+.1f}]"
+        if "picked" in base[conf]:
+            assert cells[-1].endswith(f"({base[conf]['pick_share']:.2f})")
+
+
+def test_the_readme_quotes_a_confirmatory_study_with_its_answer_and_only_its_judged_rows(monkeypatch):
+    """README_VERDICT names the verdict the README quotes: a study fixed before its first cell adds its
+    confirmatory answer; an option that is a front run there (no row of its own) gets no line."""
+    root = records.repo_root()
+    rec = records.load_record("verdict-pilot")
+    rec["results"]["decision"]["rows"].pop("sft")
+    real = records.load_record
+    monkeypatch.setattr(records, "load_record", lambda n, r=None: rec if n == "verdict-x" else real(n, r))
+    monkeypatch.setattr(
+        records,
+        "README_VERDICT",
+        {"record": "verdict-x", "page": "docs/x.md", "link": "the study", "kind": "20 bases"},
+    )
+    text = records._readme_results(root)
+    c = rec["results"]["decision"]["confirmatory"]
+    assert f"{c['mean']:+.1f} [{c['low']:+.1f}, {c['high']:+.1f}]: {c['outcome']}" in text
+    assert "| SFT |" not in text and "| plain LoRA |" in text and "[the study](docs/x.md)" in text
+    assert "a pilot" not in text
