@@ -195,3 +195,26 @@ def test_the_readme_quotes_a_confirmatory_study_with_its_answer_and_only_its_jud
     assert f"{c['mean']:+.1f} [{c['low']:+.1f}, {c['high']:+.1f}]: {c['outcome']}" in text
     assert "| SFT |" not in text and "| plain LoRA |" in text and "[the study](docs/x.md)" in text
     assert "a pilot" not in text
+
+
+def test_the_study_cost_totals_are_the_sums_of_its_bases():
+    """verdict2-cost's last line: the wall, pretraining, training, WiSE-FT and evaluation totals, summed here by a loop
+    over records/costs/verdict2.json and records/costs/eval-cell.json."""
+    import json
+    import re
+
+    root = records.repo_root()
+    rec = json.loads((root / "records" / "costs" / "verdict2.json").read_text())
+    cell = json.loads((root / "records" / "costs" / "eval-cell.json").read_text())["median_seconds"]["verdict2"]
+    wall = pre = train = wise = cells = 0.0
+    for b in rec["bases"]:
+        wall += b["compare_s"] + b["interpolate_s"] + b["pack_s"]
+        pre += b["pretrain_train_s"]
+        train += b["finetune_train_s_sum"]
+        wise += b["interpolate_s"]
+        cells += b["finetunes"]
+    last = records.render("verdict2-cost").strip().splitlines()[-1]
+    got = [float(x) for x in re.findall(r"([\d.]+) (?:h|min) ", last)]
+    assert got[:4] == [round(wall / 3600, 1), round(pre / 3600, 1), round(train / 3600, 1), round(wise / 60)]
+    assert f"{int(cells)} cells at {cell:.1f} s a cell" in last
+    assert f"about {cells * cell / 3600:.1f} h of one core" in last

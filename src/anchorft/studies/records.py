@@ -803,11 +803,20 @@ def _study_cost(root: Path) -> str:
             f"{b['compare_s'] / 60:.1f} | {b['interpolate_s'] / 60:.1f} | {b['load_before'][0]:.1f}, "
             f"{b['load_after'][0]:.1f} |"
         )
-    wall = sum(b["compare_s"] + b["interpolate_s"] + b["pack_s"] for b in rec["bases"])
+    bases = rec["bases"]
+    wall = sum(b["compare_s"] + b["interpolate_s"] + b["pack_s"] for b in bases)
+    evaluation = json.loads((root / "records" / "costs" / "eval-cell.json").read_text(encoding="utf-8"))
+    cell = evaluation["median_seconds"]["verdict2"]
+    cells = sum(b["finetunes"] for b in bases)
     lines.append("")
     lines.append(
-        f"{len(rec['bases'])} of {rec['n_bases']} bases so far, {wall / 3600:.1f} h of wall in all, from the fixed "
-        f"copy at commit {rec['code'][:7]} ({rec['how']})."
+        f"{len(bases)} of {rec['n_bases']} bases{' so far' if len(bases) < rec['n_bases'] else ''}, "
+        f"{wall / 3600:.1f} h of wall in all, from the fixed copy at commit {rec['code'][:7]} ({rec['how']}). Summed "
+        f"over the bases: pretraining {sum(b['pretrain_train_s'] for b in bases) / 3600:.1f} h (the column's "
+        f"seconds), fine-tuning {sum(b['finetune_train_s_sum'] for b in bases) / 3600:.1f} h of training over the "
+        f"two workers, WiSE-FT {sum(b['interpolate_s'] for b in bases) / 60:.0f} min of wall; evaluation, not timed "
+        f"apart in the study: {cells} cells at {cell:.1f} s a cell (the benchmark above) is about "
+        f"{cells * cell / 3600:.1f} h of one core."
     )
     return "\n".join(lines) + "\n"
 
