@@ -188,7 +188,7 @@ def test_the_readme_quotes_a_confirmatory_study_with_its_answer_and_only_its_jud
     monkeypatch.setattr(
         records,
         "README_VERDICT",
-        {"record": "verdict-x", "page": "docs/x.md", "link": "the study", "kind": "20 bases"},
+        {"record": "verdict-x", "page": "docs/x.md", "link": "the study", "kind": "20 bases", "confirmatory": True},
     )
     text = records._readme_results(root)
     c = rec["results"]["decision"]["confirmatory"]

@@ -563,6 +563,8 @@ def _decision_per_base_table(rec: dict) -> str:
     """A `--confirm` verdict's rows base by base (one line a base, so that 20 bases stay readable): each row's
     corrected excess on the base, the confirmatory row's bias-corrected bootstrap interval there and the knob it
     picked on the base's validation items (with the share of the replicates that picked the same)."""
+    from anchorft.studies.testbed.verdict import base_interval
+
     v = rec["results"]
     conf = v["decision"]["confirmatory"]["row"]
     runs = list(v["pooled"])
@@ -573,12 +575,12 @@ def _decision_per_base_table(rec: dict) -> str:
         "|---|" + "---|" * (len(runs) + 2),
     ]
     for name, b in zip(v["bases"], v["per_base"]):
-        cells = [f"{b[r]['corrected']:+.1f}" for r in runs]
+        cells = [f"{base_interval(v, b[r])[0]:+.1f}" for r in runs]
         c = b[conf]
         knob = f"{_knob(c['picked'], pick)} ({c['pick_share']:.2f})" if pick and "picked" in c else "-"
+        _, low, high = base_interval(v, c)
         lines.append(
-            f"| {name.removeprefix('base-seed')} | " + " | ".join(cells) + f" | [{c['bc_low']:+.1f}, "
-            f"{c['bc_high']:+.1f}] | {knob} |"
+            f"| {name.removeprefix('base-seed')} | " + " | ".join(cells) + f" | [{low:+.1f}, {high:+.1f}] | {knob} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -637,6 +639,7 @@ README_VERDICT = {
     "page": "docs/alternatives.md#pilot",
     "link": "the pilot",
     "kind": "a pilot",
+    "confirmatory": False,  # True: its confirmatory row was fixed before its first cell, and the README quotes it
 }
 README_ROWS = (("rpsft-k24", "block RPSFT"), ("subspace", "the subspace kind"), ("sft", "SFT"), ("lora", "plain LoRA"))
 
@@ -680,7 +683,7 @@ def _readme_results(root: Path) -> str:
          if i == 0 else label, iv(run), verdict_page)
         for i, (run, label) in enumerate(judged)
     ]  # fmt: skip
-    if README_VERDICT["kind"] != "a pilot" and (c := verdict["results"]["decision"].get("confirmatory")):
+    if README_VERDICT["confirmatory"] and (c := verdict["results"]["decision"].get("confirmatory")):
         verdict_rows.append(
             ("", f"the confirmatory row ({VERDICT_LABELS.get(c['row'], c['row'])}, 95 %, smallest effect "
              f"{c['sesoi']:g} points)", f"{c['mean']:+.1f} {_interval(c)}: {c['outcome']}", verdict_page)
