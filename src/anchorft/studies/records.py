@@ -13,7 +13,8 @@ Each table of README.md and docs/**/*.md that reports a record's numbers stands 
 
 and `python -m anchorft.studies.records tables` rewrites every such block from `TABLES[NAME]`'s renderer and its
 record; `--check` says which differ (the test `test_docs_tables_match_records` does the same). `make` a record
-from a finished run folder; `check` replays every record (the drift alarm, `make drift`).
+from a finished run folder; `check` replays every record (the drift alarm, `make drift`); `replay-again` makes the
+training replays again on a new CPU kind where they agree with the stored ones (anchorft.studies.drift).
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def _pretrain_only(config: dict) -> dict:
 
     one = {**config, "runs": config["runs"][:1]}
     got = drift.toy_replay(one)
-    return {k: got[k] for k in ("pretrain",)}
+    return {k: got[k] for k in ("pretrain", "machine")}
 
 
 def make_w2s_record(name: str, folder: str | Path, command: str, threads: int | None = None, **more) -> dict:
@@ -1157,7 +1158,7 @@ def replay(rec: dict, root: str | Path | None = None) -> dict:
     if kind == "toy":
         got = drift.toy_replay(rec["config"] if "finetune" in rec["replay"]["toy"] else
                                {**rec["config"], "runs": rec["config"]["runs"][:1]})  # fmt: skip
-        return {"toy": got if "finetune" in rec["replay"]["toy"] else {"pretrain": got["pretrain"]}}
+        return {"toy": got if "finetune" in rec["replay"]["toy"] else {k: got[k] for k in ("pretrain", "machine")}}
     if kind == "w2s":
         return {"w2s": drift.w2s_replay(rec["config"], rec["threads"]["torch"])}
     if kind == "verdict":
@@ -1169,18 +1170,64 @@ def replay(rec: dict, root: str | Path | None = None) -> dict:
     raise ValueError(f"record {rec['name']}: unknown replay {kind!r}")
 
 
-def check_records(names: list[str] | None = None, root: str | Path | None = None) -> dict[str, list[str]]:
-    """{record: the lines where its replay on the code of now differs from the recorded one} (empty: no drift)."""
-    from anchorft.studies.drift import VERDICT_TOLERANCE, differences
+def check_records(
+    names: list[str] | None = None, root: str | Path | None = None, how: dict | None = None
+) -> dict[str, list[str]]:
+    """{record: the lines where its replay on the code of now differs from the recorded one} (empty: no drift),
+    compared as `drift.compare_replays` decides for this machine's CPU kind; `how` (a dict) gets, per record, how."""
+    from anchorft.studies.drift import compare_replays
 
     root = Path(root or repo_root())
     names = names or sorted(p.stem for p in (root / "records").glob("*.json"))
     out = {}
     for name in names:
         rec = load_record(name, root)
-        tol = VERDICT_TOLERANCE if "verdict" in rec["replay"] else 0.0
-        out[name] = differences(rec["replay"], replay(rec, root), tol)
+        out[name], said = compare_replays(rec["replay"], replay(rec, root))
+        if how is not None:
+            how[name] = said
     return out
+
+
+def replay_again(
+    names: list[str] | None = None, root: str | Path | None = None, amplifying: tuple[str, ...] = ()
+) -> dict[str, str]:
+    """Make the training replays of `names` (default: every record's) again on this machine's CPU kind, where they
+    were made on another. Each is replayed and compared with the stored one as across kinds (drift.compare_replays);
+    where they differ, it is drift and the record is left as it is (make it again), unless the record is named in
+    `amplifying` (its replay amplifies rounding: the caller has shown the code unchanged since the stored replay
+    held bit for bit) and differs in numbers only. Otherwise the new replay is stored with its kind and, as
+    `across_kinds`, the measured largest relative difference from the stored one (beyond the tolerance: compared
+    on its own kind only from then on). {record: what was done}."""
+    from anchorft import provenance
+    from anchorft.studies import drift
+
+    root = Path(root or repo_root())
+    names = names or sorted(p.stem for p in (root / "records").glob("*.json"))
+    here, said, code = drift.machine_kind(), {}, provenance.git_state()
+    for name in names:
+        rec = load_record(name, root)
+        kind = next(iter(rec["replay"]))
+        if kind == "verdict" or rec["replay"][kind].get("machine") == here:
+            said[name] = "kept (no training replay, or made on this kind)"
+            continue
+        now = replay(rec, root)
+        rtol = math.inf if name in amplifying else drift.CROSS_MACHINE_RTOL
+        lines = drift.differences(rec["replay"], now, rtol=rtol, skip=drift.NOT_COMPARED)
+        if lines:
+            said[name] = "left as it is: it drifted\n  " + "\n  ".join(lines)
+            continue
+        measured = drift.largest_relative_difference(rec["replay"], now)
+        now[kind]["across_kinds"] = {
+            "other": rec["replay"][kind].get("machine"),
+            "largest_relative_difference": measured,
+            "code": code["commit"],
+            "dirty": code["dirty"],
+            "date": datetime.date.today().isoformat(),
+        }
+        rec["replay"] = now
+        write_json(root / "records" / f"{name}.json", rec, indent=1)
+        said[name] = f"made again here; {measured:.2g} relative from the stored one"
+    return said
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1190,6 +1237,9 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--check", action="store_true")
     c = sub.add_parser("check", help="the drift alarm: replay every record (or NAME ...) and compare")
     c.add_argument("names", nargs="*")
+    a = sub.add_parser("replay-again", help="make the training replays again on this CPU kind (where they agree)")
+    a.add_argument("names", nargs="*")
+    a.add_argument("--amplifying", nargs="*", default=[], help="records whose replays amplify rounding across kinds")
     m = sub.add_parser("make", help="write records/NAME.json from a finished run folder")
     m.add_argument("kind", choices=("toy", "w2s", "race", "scaling", "chi", "rho-star", "verdict"))
     m.add_argument("name")
@@ -1214,11 +1264,15 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(f"rewrote {f}" for f in rewrite_tables(root)) or "every table already matches its record")
         return 0
     if args.what == "check":
-        bad = 0
-        for name, lines in check_records(args.names or None, root).items():
-            print(f"{name}: " + ("no drift" if not lines else "DRIFT\n  " + "\n  ".join(lines)))
+        bad, how = 0, {}
+        for name, lines in check_records(args.names or None, root, how).items():
+            print(f"{name}: " + (f"no drift ({how[name]})" if not lines else "DRIFT\n  " + "\n  ".join(lines)))
             bad += bool(lines)
         return 1 if bad else 0
+    if args.what == "replay-again":
+        for name, said in replay_again(args.names or None, root, tuple(args.amplifying)).items():
+            print(f"{name}: {said}")
+        return 0
     more = {"timings": json.loads(args.timings)} if args.timings else {}
     if args.choice:
         res = json.loads((Path(args.choice) / "results.json").read_text())
