@@ -124,3 +124,31 @@ def test_replay_again_keeps_what_agrees_and_leaves_what_drifted(tmp_path, monkey
     how = {}
     assert records.check_records(root=tmp_path, how=how) == {"w2s-he6-sft": [], "w2s-trained-teacher": []}
     assert how["w2s-he6-sft"].startswith("within") and how["w2s-trained-teacher"].startswith("not compared")
+
+
+def test_the_cross_kind_tolerance_is_the_measured_differences_with_margin():
+    """The numbers drift.py's docstring gives for the error model are the records' own measurements between two CPU
+    kinds (`across_kinds`): the tolerance is at least 8x the largest difference of the replays compared across
+    kinds, and the ones beyond it are the ones said to amplify rounding."""
+    measured = {}
+    for p in sorted((records.repo_root() / "records").glob("*.json")):
+        replay = records.load_record(p.stem)["replay"]
+        kind = next(iter(replay))
+        if "across_kinds" in replay[kind]:
+            measured[p.stem] = replay[kind]["across_kinds"]["largest_relative_difference"]
+    compared = {k: v for k, v in measured.items() if v <= drift.CROSS_MACHINE_RTOL}
+    assert sorted(set(measured) - set(compared)) == ["w2s-trained-teacher"]
+    assert len(compared) == 15 and 8 * max(compared.values()) <= drift.CROSS_MACHINE_RTOL
+    doc = " ".join(drift.__doc__.split())
+
+    def g(x: float) -> str:
+        return f"{x:.2g}".replace("e-0", "e-")  # 1.2e-05 as the docstring writes it, 1.2e-5
+
+    assert (
+        f"was {g(max(compared.values()))} (the demo's" in doc and f"{measured['w2s-trained-teacher']:.0%} apart" in doc
+    )
+    w2s = [v for k, v in compared.items() if k.startswith("w2s-")]
+    assert f"alignments {g(min(w2s))} to {g(max(w2s))})" in doc
+    readme = " ".join((records.repo_root() / "records" / "README.md").read_text().split())
+    assert f"at most {g(max(compared.values()))} relative for {len(compared)} of them;" in readme
+    assert f"{measured['w2s-trained-teacher']:.2g} for `w2s-trained-teacher`" in readme
