@@ -218,3 +218,34 @@ def test_the_study_cost_totals_are_the_sums_of_its_bases():
     assert got[:4] == [round(wall / 3600, 1), round(pre / 3600, 1), round(train / 3600, 1), round(wise / 60)]
     assert f"{int(cells)} cells at {cell:.1f} s a cell" in last
     assert f"about {cells * cell / 3600:.1f} h of one core" in last
+
+
+def test_the_confirmatory_answer_in_words_is_the_rule_applied_to_the_record():
+    """verdict2-answer's words against the rule recomputed here: the confirmatory outcome from its interval and the
+    smallest effect of interest, Holm's step-down by a loop over the rows' p, each decided row named on its side."""
+    rec = records.load_record("verdict2")
+    d = rec["results"]["decision"]
+    c = d["confirmatory"]
+    if c["low"] > 0:
+        outcome = "above the front"
+    elif c["high"] < 0:
+        outcome = "under the front"
+    elif -c["sesoi"] < c["low"] and c["high"] < c["sesoi"]:
+        outcome = "no effect of interest"
+    else:
+        outcome = "not decided"
+    assert c["outcome"].startswith(outcome)
+    rows = d["rows"]
+    order = sorted(rows, key=lambda r: rows[r]["p"])
+    running, holm = 0.0, {}
+    for i, r in enumerate(order):
+        running = max(running, min(1.0, (len(order) - i) * rows[r]["p"]))
+        holm[r] = running
+    for r, row in rows.items():
+        assert abs(row["p_holm"] - holm[r]) < 1e-12
+        assert row["decided"] == ("-" if holm[r] > d["alpha"] else "under" if row["mean"] < 0 else "above")
+    text = records._decision_answer(rec)
+    under = text.split("decided under the front: ")[1].split("; decided above: ")[0]
+    named = [r for r in rows if f"{records.VERDICT_LABELS.get(r, r)} ({rows[r]['mean']:+.1f}, Holm p" in under]
+    assert named == [r for r in rows if rows[r]["decided"] == "under"] and named
+    assert f"**{c['outcome']}**" in text and f"[{c['low']:+.1f}, {c['high']:+.1f}]" in text

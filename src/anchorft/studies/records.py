@@ -541,7 +541,8 @@ def _verdict_per_base_table(rec: dict) -> str:
 def _decision_table(rec: dict) -> str:
     """A `--confirm` verdict's rows as the decision reads them (`decision.decide`): the pooled, bias-corrected excess,
     its bias-aware Hartung-Knapp interval and the items-shared one, the p of the interval the decision uses, Holm's
-    adjusted p over every row and what is decided."""
+    adjusted p over every row, what is decided, and on how many bases the row lies above the front (and keeps more
+    than the front's last point, where the front is the chord to the base)."""
     v = rec["results"]
     d = v["decision"]
     pct = round(100 * (1 - d["alpha"]))
@@ -553,9 +554,10 @@ def _decision_table(rec: dict) -> str:
     for run, p in v["pooled"].items():
         row, sh = d["rows"][run], p.get("shared_items")
         label = VERDICT_LABELS.get(run, run) + (" (confirmatory)" if run == conf else "")
+        past = f" ({p['past_front']} past the front's last point)" if p.get("past_front") else ""
         lines.append(
             f"| {label} | {p['mean']:+.1f} | {_interval(p)} | {_interval(sh)} | {row['p']:.3f} | "
-            f"{row['p_holm']:.3f} | {row['decided']} | {p['above']} of {p['bases']} |"
+            f"{row['p_holm']:.3f} | {row['decided']} | {p['above']} of {p['bases']}{past} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -588,19 +590,48 @@ def _decision_per_base_table(rec: dict) -> str:
 
 def _confirmatory_line(rec: dict) -> str:
     """The confirmatory row's answer, and its per-base corrected excesses with the share of the replicates that
-    picked the knob the data picked."""
+    picked the knob the data picked, and their sample SD between bases (what the power plan assumed)."""
     v = rec["results"]
     c = v["decision"]["confirmatory"]
     per = [b[c["row"]] for b in v["per_base"]]
     excess = ", ".join(f"{b['corrected']:+.1f}" for b in per)
     share = ", ".join(f"{b['pick_share']:.2f}" for b in per) if all("pick_share" in b for b in per) else None
+    sd = float(np.std([b["corrected"] for b in per], ddof=1))
     out = (
         f"Confirmatory row: {VERDICT_LABELS.get(c['row'], c['row'])}, {c['mean']:+.1f} [{c['low']:+.1f}, "
         f"{c['high']:+.1f}] ({round(100 * (1 - v['decision']['alpha']))} %, smallest effect of interest "
         f"{c['sesoi']:g} points): {c['outcome']}. Per base (pretraining seeds "
         f"{', '.join(b.removeprefix('base-seed') for b in v['bases'])}) its corrected excess is {excess}"
     )
-    return out + (f" (share of the replicates picking the knob picked on the data: {share})." if share else ".") + "\n"
+    out += f" (share of the replicates picking the knob picked on the data: {share})" if share else ""
+    return out + f"; their sample SD between bases is {sd:.1f} points.\n"
+
+
+def _decision_answer(rec: dict) -> str:
+    """A `--confirm` verdict's answer in words: the confirmatory row's estimate, interval and outcome with the rule
+    that gave it, and which rows Holm decides either way (each with its pooled excess and adjusted p)."""
+    v = rec["results"]
+    d = v["decision"]
+    c = d["confirmatory"]
+    pooled = v["pooled"][c["row"]]
+
+    def rows(decided: str) -> str:
+        got = [
+            f"{VERDICT_LABELS.get(r, r)} ({row['mean']:+.1f}, Holm p {row['p_holm']:.3f})"
+            for r, row in d["rows"].items()
+            if row["decided"] == decided
+        ]
+        return "; ".join(got) or "none"
+
+    rest = [f"{VERDICT_LABELS.get(r, r)} ({x['mean']:+.1f})" for r, x in d["rows"].items() if x["decided"] == "-"]
+    return (
+        f"The confirmatory row, {VERDICT_LABELS.get(c['row'], c['row'])} at the knob picked on each base's validation "
+        f"items: {c['mean']:+.1f} points, {round(100 * (1 - d['alpha']))} % interval [{c['low']:+.1f}, "
+        f"{c['high']:+.1f}]: **{c['outcome']}** (above the front needs the lower end > 0, under it the upper end < 0, "
+        f"no effect of interest the whole interval within +-{c['sesoi']:g} points); {pooled['above']} of "
+        f"{pooled['bases']} bases lie above the front. Exploratory, Holm over the {len(d['rows'])} rows: decided "
+        f"under the front: {rows('under')}; decided above: {rows('above')}; not decided: {'; '.join(rest)}.\n"
+    )
 
 
 W2S_COLUMNS = (
@@ -636,11 +667,11 @@ def _w2s_table(rec: dict) -> str:
 # the verdict the README's key results quote: its record, the page that reports it, and how its study stands (a
 # pilot judged after the fact, or a study whose confirmatory row was fixed before its first cell)
 README_VERDICT = {
-    "record": "verdict-pilot",
-    "page": "docs/alternatives.md#pilot",
-    "link": "the pilot",
-    "kind": "a pilot",
-    "confirmatory": False,  # True: its confirmatory row was fixed before its first cell, and the README quotes it
+    "record": "verdict2",
+    "page": "docs/alternatives.md#verdict2",
+    "link": "the study",
+    "kind": "rule set before",
+    "confirmatory": True,  # True: its confirmatory row was fixed before its first cell, and the README quotes it
 }
 README_ROWS = (("rpsft-k24", "block RPSFT"), ("subspace", "the subspace kind"), ("sft", "SFT"), ("lora", "plain LoRA"))
 
@@ -666,7 +697,11 @@ def _readme_results(root: Path) -> str:
     # decision reads them (the items-shared interval, Holm's p over every option)
     d = verdict["results"]["decision"]["rows"]
     k = len(verdict["results"]["bases"])
-    decided = [VERDICT_LABELS.get(r, r) for r, row in d.items() if row["decided"] != "-"]
+    decided = [
+        f"{way}: " + "; ".join(VERDICT_LABELS.get(r, r) for r, row in d.items() if row["decided"] == way)
+        for way in ("under", "above")
+        if any(row["decided"] == way for row in d.values())
+    ]
 
     def iv(run: str) -> str:
         row = d[run]
@@ -703,7 +738,7 @@ def _readme_results(root: Path) -> str:
         ("", "L2 (lambda 0.01): ID gain in points", f"{min(l2_gain):+.1f} to {max(l2_gain):+.1f}", demo_page),
         ("", "the demo's acceptance (SFT's ID gain and OOD loss)", f"met on {met} of {n} bases", demo_page),
         *verdict_rows,
-        ("", f"options decided either way after Holm (of {len(d)})", ", ".join(decided) or "none", verdict_page),
+        ("", f"options decided either way after Holm (of {len(d)})", " / ".join(decided) or "none", verdict_page),
     ]  # fmt: skip
     lines = ["| result | measure | number | record, command, caveats |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
@@ -1025,6 +1060,10 @@ TABLES: dict[str, tuple[str, Callable[[Path], str]]] = {
     "verdict-pilot": ("docs/alternatives.md", _record_table("verdict-pilot", _decision_table)),
     "verdict-pilot-confirmatory": ("docs/alternatives.md", _record_table("verdict-pilot", _confirmatory_line)),
     "verdict-pilot-per-base": ("docs/alternatives.md", _record_table("verdict-pilot", _decision_per_base_table)),
+    "verdict2": ("docs/alternatives.md", _record_table("verdict2", _decision_table)),
+    "verdict2-confirmatory": ("docs/alternatives.md", _record_table("verdict2", _confirmatory_line)),
+    "verdict2-answer": ("docs/alternatives.md", _record_table("verdict2", _decision_answer)),
+    "verdict2-per-base": ("docs/alternatives.md", _record_table("verdict2", _decision_per_base_table)),
     "w2s-paper": ("docs/results/w2s-paper.md", _record_table("w2s-paper", _w2s_table)),
     "w2s-replication": ("docs/w2s.md", _replication_table),
     "w2s-race-choice": ("docs/w2s.md", _race_choice_table),
