@@ -256,16 +256,16 @@ def largest_relative_difference(recorded, now) -> float:
 
 def compare_replays(recorded: dict, now: dict, here: dict | None = None) -> tuple[list[str], str]:
     """(differences, how they were compared) of a record's stored replay `recorded` and the replay of now `now`
-    ({kind: replay}, the record's form), on the machine kind `here` (default: this one's). A verdict's estimates:
-    within VERDICT_TOLERANCE. A training replay made on this kind: bit for bit, checksums included. Made on
-    another kind (or before replays said their kind): numbers within CROSS_MACHINE_RTOL, checksums not compared;
-    not at all where the replay's measured difference between two kinds (`across_kinds`, stored by
-    `records replay-again`) exceeded that tolerance: it amplifies rounding."""
+    ({kind: replay}, the record's form), on the machine kind `here` (default: the one `now` says it ran on). A
+    verdict's estimates: within VERDICT_TOLERANCE. A training replay made on this kind: bit for bit, checksums
+    included. Made on another kind (or before replays said their kind): numbers within CROSS_MACHINE_RTOL,
+    checksums not compared; not at all where the replay's measured difference between two kinds (`across_kinds`,
+    stored by `records replay-again`) exceeded that tolerance: it amplifies rounding."""
     kind = next(iter(recorded))
     if kind == "verdict":
         return differences(recorded, now, VERDICT_TOLERANCE), f"within {VERDICT_TOLERANCE:g} points"
     stored = recorded[kind]
-    here = here or machine_kind()
+    here = here or now[kind].get("machine") or machine_kind()
     if stored.get("machine") == here:
         return differences(recorded, now, skip=("across_kinds",)), "bit for bit (made on this CPU kind)"
     made_on = stored.get("machine") or "a kind it does not record"
